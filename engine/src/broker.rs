@@ -1,0 +1,319 @@
+//! A broker: leader of its partitions (`ReplicaManager`, `Partition`) and host of the transaction
+//! coordinator. A sans-io node: it takes a message and `now`, and returns messages and timers.
+
+use crate::config::EngineConfig;
+use crate::coordinator::{PartitionLeaders, TransactionCoordinator};
+use crate::error::KafkaError;
+use crate::log::PartitionLog;
+use crate::producer_state::AppendOrigin;
+use crate::protocol::{Effects, Envelope, Message, NodeId, ProduceAck, Timer, TxnMarkerEntry};
+use crate::record::{EndTxnMarker, ProduceBatch};
+use crate::types::{ProducerId, ProducerIdAndEpoch, TimeMs, TopicPartition};
+use std::collections::BTreeMap;
+
+/// A transactional Produce waiting for the coordinator's KIP-890 answer.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct PendingVerification {
+    client: NodeId,
+    client_correlation_id: u64,
+    partition: TopicPartition,
+    batch: ProduceBatch,
+    /// The `VerificationGuard`: the append is allowed only if this guard is still the partition's current one.
+    guard: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Broker {
+    pub id: NodeId,
+    pub config: EngineConfig,
+    pub partitions: BTreeMap<TopicPartition, PartitionLog>,
+    pub coordinator: TransactionCoordinator,
+    /// Requests this broker sent to a coordinator, by correlation id.
+    pending_verifications: BTreeMap<u64, PendingVerification>,
+    /// `VerificationStateEntry` per (partition, producer): cleared by a marker, so a stale verification
+    /// cannot admit a late batch into a later transaction (KAFKA-14884).
+    verification_guards: BTreeMap<(TopicPartition, ProducerId), u64>,
+    next_correlation_id: u64,
+}
+
+/// The single-broker cluster: this broker leads every partition it hosts.
+struct SelfLeader<'a> {
+    id: &'a NodeId,
+    partitions: &'a BTreeMap<TopicPartition, PartitionLog>,
+}
+
+impl PartitionLeaders for SelfLeader<'_> {
+    fn leader_of(&self, tp: &TopicPartition) -> Option<NodeId> {
+        self.partitions.contains_key(tp).then(|| self.id.clone())
+    }
+}
+
+impl Broker {
+    pub fn new(id: u32, topics: &BTreeMap<String, u32>, config: EngineConfig) -> Self {
+        let partitions = topics
+            .iter()
+            .flat_map(|(t, n)| (0..*n).map(move |p| (TopicPartition::new(t, p), PartitionLog::new())))
+            .collect();
+        Broker {
+            id: NodeId::Broker(id),
+            config,
+            partitions,
+            coordinator: TransactionCoordinator::new(),
+            pending_verifications: BTreeMap::new(),
+            verification_guards: BTreeMap::new(),
+            next_correlation_id: 0,
+        }
+    }
+
+    /// The coordinator's periodic timeout scan starts with the broker.
+    pub fn on_start(&mut self, now_ms: TimeMs) -> Effects {
+        let mut effects = Effects::default();
+        effects.timers.push((now_ms + self.config.abort_timed_out_cleanup_interval_ms, Timer::AbortTimedOutTransactions));
+        effects
+    }
+
+    pub fn partition(&self, tp: &TopicPartition) -> Option<&PartitionLog> {
+        self.partitions.get(tp)
+    }
+
+    pub fn partition_mut(&mut self, tp: &TopicPartition) -> Option<&mut PartitionLog> {
+        self.partitions.get_mut(tp)
+    }
+
+    pub fn on_timer(&mut self, now_ms: TimeMs, timer: Timer) -> Effects {
+        let mut effects = Effects::default();
+        match timer {
+            Timer::AbortTimedOutTransactions => {
+                let leaders = SelfLeader { id: &self.id, partitions: &self.partitions };
+                self.coordinator.abort_timed_out_transactions(now_ms, &self.config, &self.id, &leaders, &mut effects);
+                effects
+                    .timers
+                    .push((now_ms + self.config.abort_timed_out_cleanup_interval_ms, Timer::AbortTimedOutTransactions));
+            }
+            Timer::RetryBackoff { .. } => unreachable!("brokers set no retry timers"),
+        }
+        effects
+    }
+
+    /// Times out one transactional id now, as the periodic scan would once its timeout passed.
+    pub fn expire_transaction(&mut self, transactional_id: &str, now_ms: TimeMs) -> (bool, Effects) {
+        let mut effects = Effects::default();
+        let leaders = SelfLeader { id: &self.id, partitions: &self.partitions };
+        let expired = self.coordinator.abort_timed_out_transaction(
+            transactional_id,
+            now_ms,
+            &self.config,
+            &self.id,
+            &leaders,
+            &mut effects,
+        );
+        (expired, effects)
+    }
+
+    pub fn on_message(&mut self, now_ms: TimeMs, env: Envelope) -> Effects {
+        let mut effects = Effects::default();
+        let reply_to = env.from.clone();
+        let corr = env.correlation_id;
+        let leaders = SelfLeader { id: &self.id, partitions: &self.partitions };
+        let reply = match env.message {
+            Message::InitProducerIdRequest { transactional_id, transaction_timeout_ms } => {
+                let result = self.coordinator.handle_init_producer_id(
+                    transactional_id.as_deref(),
+                    transaction_timeout_ms,
+                    now_ms,
+                    &self.config,
+                    &self.id,
+                    &leaders,
+                    &mut effects,
+                );
+                Some(Message::InitProducerIdResponse { result })
+            }
+            Message::AddPartitionsToTxnRequest { transactional_id, producer, partitions, verify_only } => {
+                let result = if partitions.iter().all(|tp| self.partitions.contains_key(tp)) {
+                    self.coordinator.handle_add_partitions(&transactional_id, producer, &partitions, verify_only, now_ms)
+                } else {
+                    Err(KafkaError::UnknownTopicOrPartition)
+                };
+                Some(Message::AddPartitionsToTxnResponse { result })
+            }
+            Message::EndTxnRequest { transactional_id, producer, result } => {
+                let result = self.coordinator.handle_end_txn(
+                    &transactional_id,
+                    producer,
+                    result,
+                    now_ms,
+                    &self.config,
+                    &self.id,
+                    &leaders,
+                    &mut effects,
+                );
+                Some(Message::EndTxnResponse { result })
+            }
+            Message::ProduceRequest { transactional_id, partition, batch } => {
+                self.handle_produce(now_ms, reply_to.clone(), corr, transactional_id, partition, batch, &mut effects)
+                    .map(|(partition, result)| Message::ProduceResponse { partition, result })
+            }
+            Message::WriteTxnMarkersRequest { markers } => {
+                Some(Message::WriteTxnMarkersResponse { results: self.handle_write_txn_markers(now_ms, &markers) })
+            }
+            Message::WriteTxnMarkersResponse { results } => {
+                self.coordinator.handle_write_txn_markers_response(&results, now_ms, &self.id, &leaders, &mut effects);
+                None
+            }
+            Message::AddPartitionsToTxnResponse { result } => {
+                self.complete_verification(now_ms, corr, result, &mut effects);
+                None
+            }
+            Message::FetchRequest { partition, fetch_offset, isolation } => {
+                let result = match self.partitions.get(&partition) {
+                    None => Err(KafkaError::UnknownTopicOrPartition),
+                    Some(log) => log.read(fetch_offset, isolation, &self.config.mutations),
+                };
+                Some(Message::FetchResponse { partition, fetch_offset, result })
+            }
+            Message::ListOffsetsRequest { partition, isolation } => {
+                let result = match self.partitions.get(&partition) {
+                    None => Err(KafkaError::UnknownTopicOrPartition),
+                    Some(log) => Ok(log.latest_offset(isolation, &self.config.mutations)),
+                };
+                Some(Message::ListOffsetsResponse { partition, result })
+            }
+            Message::InitProducerIdResponse { .. }
+            | Message::ProduceResponse { .. }
+            | Message::EndTxnResponse { .. }
+            | Message::FetchResponse { .. }
+            | Message::ListOffsetsResponse { .. } => {
+                unreachable!("a broker never sent the request behind {:?}", env.message.api_name())
+            }
+        };
+        if let Some(message) = reply {
+            effects.send(&self.id, &reply_to, corr, message);
+        }
+        effects
+    }
+
+    /// Produce: transactional batches that would begin a transaction on the partition are first verified
+    /// with the coordinator (KIP-890 part 1; under transaction version 2 the same call adds the partition).
+    #[allow(clippy::too_many_arguments)]
+    fn handle_produce(
+        &mut self,
+        now_ms: TimeMs,
+        client: NodeId,
+        corr: u64,
+        transactional_id: Option<String>,
+        partition: TopicPartition,
+        batch: ProduceBatch,
+        effects: &mut Effects,
+    ) -> Option<(TopicPartition, Result<ProduceAck, KafkaError>)> {
+        let Some(log) = self.partitions.get(&partition) else {
+            return Some((partition, Err(KafkaError::UnknownTopicOrPartition)));
+        };
+        let needs_verification = batch.is_transactional
+            && self.config.partition_verification
+            && !self.config.mutations.has(crate::mutation::Mutation::NoTxnVerification)
+            && batch.producer.is_some_and(|p| {
+                log.producer_state.entry(p.producer_id).is_none_or(|e| e.current_txn_first_offset.is_none())
+            });
+        if !needs_verification {
+            let result = self.append_client_batch(now_ms, &partition, &batch);
+            return Some((partition, result));
+        }
+        let (Some(tid), Some(p)) = (transactional_id, batch.producer) else {
+            return Some((partition, Err(KafkaError::InvalidRequest)));
+        };
+        self.next_correlation_id += 1;
+        let corr_to_coordinator = self.next_correlation_id;
+        // `maybeStartTransactionVerification`: an existing guard is reused, so pipelined batches share it.
+        let guard = *self
+            .verification_guards
+            .entry((partition.clone(), p.producer_id))
+            .or_insert(corr_to_coordinator);
+        let verify_only = !self.config.transaction_version.supports_epoch_bump();
+        let request = Message::AddPartitionsToTxnRequest {
+            transactional_id: tid,
+            producer: ProducerIdAndEpoch { producer_id: p.producer_id, epoch: p.epoch },
+            partitions: vec![partition.clone()],
+            verify_only,
+        };
+        self.pending_verifications.insert(
+            corr_to_coordinator,
+            PendingVerification { client, client_correlation_id: corr, partition, batch, guard },
+        );
+        // The coordinator is on this broker in a single-broker cluster.
+        effects.send(&self.id, &self.id, corr_to_coordinator, request);
+        None
+    }
+
+    fn complete_verification(&mut self, now_ms: TimeMs, corr: u64, result: Result<(), KafkaError>, effects: &mut Effects) {
+        let Some(pending) = self.pending_verifications.remove(&corr) else { return };
+        let pid = pending.batch.producer.expect("verified batches are transactional").producer_id;
+        let current_guard = self.verification_guards.get(&(pending.partition.clone(), pid)).copied();
+        let result = match result {
+            // A marker since the verification cleared the guard: the transaction it verified is over.
+            Ok(()) if current_guard != Some(pending.guard) => Err(KafkaError::InvalidTxnState),
+            Ok(()) => self.append_client_batch(now_ms, &pending.partition, &pending.batch),
+            // The producer's epoch is stale at the coordinator: a zombie's batch.
+            Err(KafkaError::ProducerFenced) => Err(KafkaError::InvalidProducerEpoch),
+            Err(e) => Err(e),
+        };
+        if self.partitions[&pending.partition].producer_state.entry(pid).is_some_and(|e| e.current_txn_first_offset.is_some()) {
+            // The transaction has begun on this partition: the guard has done its job.
+            self.verification_guards.remove(&(pending.partition.clone(), pid));
+        }
+        let message = Message::ProduceResponse { partition: pending.partition, result };
+        effects.send(&self.id, &pending.client, pending.client_correlation_id, message);
+    }
+
+    fn append_client_batch(
+        &mut self,
+        now_ms: TimeMs,
+        partition: &TopicPartition,
+        batch: &ProduceBatch,
+    ) -> Result<ProduceAck, KafkaError> {
+        let log = self.partitions.get_mut(partition).expect("caller checked the partition");
+        let info = log.append_data(batch, AppendOrigin::Client, now_ms, &self.config.mutations)?;
+        self.advance_high_watermark(partition);
+        Ok(ProduceAck { first_offset: info.first_offset, last_offset: info.last_offset, duplicate: info.duplicate })
+    }
+
+    /// `handleWriteTxnMarkersRequest`: one control batch per partition, origin COORDINATOR.
+    fn handle_write_txn_markers(
+        &mut self,
+        now_ms: TimeMs,
+        markers: &[TxnMarkerEntry],
+    ) -> Vec<(ProducerId, TopicPartition, Result<u64, KafkaError>)> {
+        let mut results = Vec::new();
+        for m in markers {
+            for tp in &m.partitions {
+                let marker = EndTxnMarker { result: m.result, coordinator_epoch: m.coordinator_epoch };
+                let result = match self.partitions.get_mut(tp) {
+                    None => Err(KafkaError::UnknownTopicOrPartition),
+                    Some(log) => log.append_marker(
+                        m.producer_id,
+                        m.producer_epoch,
+                        marker,
+                        AppendOrigin::Coordinator,
+                        now_ms,
+                        &self.config.mutations,
+                    ),
+                };
+                if result.is_ok() {
+                    self.verification_guards.remove(&(tp.clone(), m.producer_id));
+                    self.advance_high_watermark(tp);
+                }
+                results.push((m.producer_id, tp.clone(), result));
+            }
+        }
+        results
+    }
+
+    /// With one replica in the ISR the HW follows the log end at once, unless the scenario moves it by hand.
+    pub fn advance_high_watermark(&mut self, tp: &TopicPartition) {
+        let log = self.partitions.get_mut(tp).expect("known partition");
+        if !self.config.manual_high_watermark {
+            let leo = log.log_end_offset();
+            log.update_high_watermark(leo, &self.config.mutations);
+        }
+        log.assert_offsets(&self.config.mutations);
+    }
+}

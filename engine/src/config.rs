@@ -1,0 +1,36 @@
+//! Cluster-wide configuration shared by every node.
+
+use crate::mutation::Mutations;
+use crate::types::{TimeMs, TransactionVersion};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct EngineConfig {
+    pub transaction_version: TransactionVersion,
+    /// KIP-890 part 1 (`transaction.partition.verification.enable`, default true since 3.6).
+    pub partition_verification: bool,
+    /// With one replica the HW follows the log end; a manual HW models a lagging follower.
+    pub manual_high_watermark: bool,
+    /// Producer `transaction.timeout.ms` (default 60000).
+    pub transaction_timeout_ms: TimeMs,
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms` (default 10000).
+    pub abort_timed_out_cleanup_interval_ms: TimeMs,
+    /// Client `retry.backoff.ms` (default 100).
+    pub retry_backoff_ms: TimeMs,
+    /// Historical bugs switched on; empty in every normal run.
+    pub mutations: Mutations,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            transaction_version: TransactionVersion::V1,
+            partition_verification: true,
+            manual_high_watermark: false,
+            transaction_timeout_ms: 60_000,
+            abort_timed_out_cleanup_interval_ms: 10_000,
+            retry_backoff_ms: 100,
+            mutations: Mutations::none(),
+        }
+    }
+}

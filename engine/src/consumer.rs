@@ -1,0 +1,193 @@
+//! The consumer client: position per partition, isolation level, and Kafka's `CompletedFetch` filter
+//! (KAFKA_SEMANTICS 1.9).
+
+use crate::config::EngineConfig;
+use crate::error::KafkaError;
+use crate::log::FetchPartitionData;
+use crate::mutation::{Mutation, Mutations};
+use crate::protocol::{Effects, Envelope, Message, NodeId};
+use crate::types::{IsolationLevel, Offset, ProducerId, TopicPartition, TransactionResult};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A record handed to the application.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ConsumerRecord {
+    pub partition: TopicPartition,
+    pub offset: Offset,
+    pub value: String,
+}
+
+/// What one fetch response yields: the delivered records and the next fetch offset.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct FetchedRecords {
+    pub records: Vec<(Offset, String)>,
+    pub next_fetch_offset: Offset,
+}
+
+/// `CompletedFetch.nextFetchedRecord` over a whole response. read_committed drops batches of aborted
+/// transactions (by the response's aborted list) and every control record; read_uncommitted drops only
+/// control records. The position moves past everything consumed, delivered or not (KAFKA-12980).
+pub fn filter_fetch(
+    isolation: IsolationLevel,
+    fetch_offset: Offset,
+    data: &FetchPartitionData,
+    mutations: &Mutations,
+) -> FetchedRecords {
+    let filter_aborted = isolation == IsolationLevel::ReadCommitted
+        || (mutations.has(Mutation::AbortedListForReadUncommitted) && data.aborted_transactions.is_some());
+    // The min-heap of aborted transactions by first offset, as a sorted list consumed from the front.
+    let mut aborted: Vec<(Offset, ProducerId)> = if filter_aborted {
+        data.aborted_transactions.iter().flatten().map(|a| (a.first_offset, a.producer_id)).collect()
+    } else {
+        Vec::new()
+    };
+    aborted.sort();
+    let mut aborted = aborted.into_iter().peekable();
+    let mut aborted_pids: BTreeSet<ProducerId> = BTreeSet::new();
+    let mut next_fetch_offset = fetch_offset;
+    let mut records = Vec::new();
+    let advance_over_skipped = !mutations.has(Mutation::NoPositionAdvanceOverControl);
+    let mut last_batch_skipped = false;
+    for batch in &data.batches {
+        last_batch_skipped = batch.is_control();
+        if filter_aborted {
+            if let Some(pid) = batch.producer_id() {
+                while let Some(&(first, apid)) = aborted.peek() {
+                    if first > batch.last_offset {
+                        break;
+                    }
+                    aborted_pids.insert(apid);
+                    aborted.next();
+                }
+                if batch.marker().is_some_and(|m| m.result == TransactionResult::Abort) {
+                    aborted_pids.remove(&pid);
+                } else if batch.is_transactional && aborted_pids.contains(&pid) {
+                    last_batch_skipped = true;
+                    if advance_over_skipped {
+                        next_fetch_offset = next_fetch_offset.max(batch.next_offset());
+                    }
+                    continue;
+                }
+            }
+        }
+        if batch.is_control() {
+            // Control records are never delivered, at any isolation level; the marker sits at the base offset.
+            if batch.marker().is_some() && batch.base_offset >= next_fetch_offset && advance_over_skipped {
+                next_fetch_offset = batch.base_offset + 1;
+            }
+            continue;
+        }
+        for record in batch.records() {
+            if record.offset >= next_fetch_offset {
+                records.push((record.offset, record.value.clone()));
+                next_fetch_offset = record.offset + 1;
+            }
+        }
+    }
+    // Format v2 keeps a batch's last offset through compaction: after the last batch the position moves to
+    // its next offset so the same batch is not fetched again.
+    if let Some(last) = data.batches.last() {
+        if advance_over_skipped || !last_batch_skipped {
+            next_fetch_offset = next_fetch_offset.max(last.next_offset());
+        }
+    }
+    FetchedRecords { records, next_fetch_offset }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Consumer {
+    pub id: NodeId,
+    pub isolation: IsolationLevel,
+    broker: NodeId,
+    config: EngineConfig,
+    /// `position()` per assigned partition.
+    positions: BTreeMap<TopicPartition, Offset>,
+    in_flight: BTreeMap<u64, TopicPartition>,
+    next_correlation_id: u64,
+    delivered: Vec<ConsumerRecord>,
+    errors: Vec<(TopicPartition, KafkaError)>,
+    /// Fetches answered with no batches: the consumer has caught up to the bound.
+    caught_up: BTreeSet<TopicPartition>,
+}
+
+impl Consumer {
+    pub fn new(name: &str, isolation: IsolationLevel, broker: NodeId, config: EngineConfig) -> Self {
+        Consumer {
+            id: NodeId::Client(name.to_string()),
+            isolation,
+            broker,
+            config,
+            positions: BTreeMap::new(),
+            in_flight: BTreeMap::new(),
+            next_correlation_id: 0,
+            delivered: Vec::new(),
+            errors: Vec::new(),
+            caught_up: BTreeSet::new(),
+        }
+    }
+
+    /// `assign` + `seek`.
+    pub fn seek(&mut self, partition: TopicPartition, offset: Offset) {
+        self.caught_up.remove(&partition);
+        self.positions.insert(partition, offset);
+    }
+
+    pub fn position(&self, partition: &TopicPartition) -> Option<Offset> {
+        self.positions.get(partition).copied()
+    }
+
+    pub fn is_caught_up(&self, partition: &TopicPartition) -> bool {
+        self.caught_up.contains(partition)
+    }
+
+    pub fn take_delivered(&mut self) -> Vec<ConsumerRecord> {
+        std::mem::take(&mut self.delivered)
+    }
+
+    pub fn take_errors(&mut self) -> Vec<(TopicPartition, KafkaError)> {
+        std::mem::take(&mut self.errors)
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.in_flight.is_empty()
+    }
+
+    /// One fetch at the current position of `partition`.
+    pub fn poll(&mut self, partition: &TopicPartition) -> Effects {
+        let mut effects = Effects::default();
+        let offset = *self.positions.get(partition).expect("poll of an assigned partition");
+        self.next_correlation_id += 1;
+        self.in_flight.insert(self.next_correlation_id, partition.clone());
+        let message = Message::FetchRequest { partition: partition.clone(), fetch_offset: offset, isolation: Some(self.isolation) };
+        effects.send(&self.id, &self.broker, self.next_correlation_id, message);
+        effects
+    }
+
+    pub fn on_message(&mut self, env: Envelope) -> Effects {
+        let Some(partition) = self.in_flight.remove(&env.correlation_id) else {
+            return Effects::default();
+        };
+        let Message::FetchResponse { fetch_offset, result, .. } = env.message else {
+            unreachable!("{}: consumers send only Fetch", self.id)
+        };
+        if self.positions.get(&partition) != Some(&fetch_offset) {
+            return Effects::default(); // The position moved (seek) since the fetch: drop the stale answer.
+        }
+        match result {
+            Err(e) => self.errors.push((partition, e)),
+            Ok(data) => {
+                if data.batches.is_empty() {
+                    self.caught_up.insert(partition.clone());
+                }
+                let fetched = filter_fetch(self.isolation, fetch_offset, &data, &self.config.mutations);
+                assert!(fetched.next_fetch_offset >= fetch_offset, "the position never moves back");
+                for (offset, value) in fetched.records {
+                    self.delivered.push(ConsumerRecord { partition: partition.clone(), offset, value });
+                }
+                self.positions.insert(partition, fetched.next_fetch_offset);
+            }
+        }
+        Effects::default()
+    }
+}

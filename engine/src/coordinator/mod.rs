@@ -1,0 +1,408 @@
+//! The transaction coordinator (`TransactionCoordinator`, `TransactionStateManager`,
+//! `TransactionMarkerChannelManager`): InitProducerId, AddPartitionsToTxn, EndTxn, markers and timeouts.
+
+mod transaction_metadata;
+
+pub use transaction_metadata::{TransactionMetadata, TransactionState};
+
+use crate::config::EngineConfig;
+use crate::error::KafkaError;
+use crate::mutation::Mutation;
+use crate::protocol::{Effects, Message, NodeId, TxnMarkerEntry};
+use crate::types::{
+    CoordinatorEpoch, ProducerId, ProducerIdAndEpoch, TimeMs, TopicPartition, TransactionResult,
+};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// `transaction.max.timeout.ms` (default 900000).
+pub const TRANSACTION_MAX_TIMEOUT_MS: TimeMs = 900_000;
+/// The first producer id handed out; ids then increase by one per InitProducerId that needs a new one.
+pub const FIRST_PRODUCER_ID: ProducerId = 1000;
+
+/// Markers of one decided transaction still to be acknowledged by partition leaders.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PendingCompletion {
+    pub transactional_id: String,
+    pub result: TransactionResult,
+    pub producer: ProducerIdAndEpoch,
+    pub remaining: BTreeSet<TopicPartition>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TransactionCoordinator {
+    pub coordinator_epoch: CoordinatorEpoch,
+    next_producer_id: ProducerId,
+    pub txns: BTreeMap<String, TransactionMetadata>,
+    /// Keyed by producer id: WriteTxnMarkers responses name the producer, not the transactional id.
+    pub pending_completions: BTreeMap<ProducerId, PendingCompletion>,
+    next_correlation_id: u64,
+}
+
+impl Default for TransactionCoordinator {
+    fn default() -> Self {
+        TransactionCoordinator::new()
+    }
+}
+
+/// Where the coordinator's requests go: the leader of each partition.
+pub trait PartitionLeaders {
+    fn leader_of(&self, tp: &TopicPartition) -> Option<NodeId>;
+}
+
+impl TransactionCoordinator {
+    pub fn new() -> Self {
+        TransactionCoordinator {
+            coordinator_epoch: 0,
+            next_producer_id: FIRST_PRODUCER_ID,
+            txns: BTreeMap::new(),
+            pending_completions: BTreeMap::new(),
+            next_correlation_id: 0,
+        }
+    }
+
+    fn allocate_producer_id(&mut self) -> ProducerId {
+        let id = self.next_producer_id;
+        self.next_producer_id += 1;
+        id
+    }
+
+    /// `handleInitProducerId`. `Err(ConcurrentTransactions)` after a fence tells the client to retry.
+    pub fn handle_init_producer_id(
+        &mut self,
+        transactional_id: Option<&str>,
+        txn_timeout_ms: TimeMs,
+        now_ms: TimeMs,
+        config: &EngineConfig,
+        me: &NodeId,
+        leaders: &dyn PartitionLeaders,
+        effects: &mut Effects,
+    ) -> Result<ProducerIdAndEpoch, KafkaError> {
+        let Some(tid) = transactional_id else {
+            // An idempotent-only producer: a fresh id, epoch 0, no coordinator state.
+            return Ok(ProducerIdAndEpoch { producer_id: self.allocate_producer_id(), epoch: 0 });
+        };
+        if tid.is_empty() {
+            return Err(KafkaError::InvalidRequest);
+        }
+        if txn_timeout_ms > TRANSACTION_MAX_TIMEOUT_MS {
+            return Err(KafkaError::InvalidTransactionTimeout);
+        }
+        if !self.txns.contains_key(tid) {
+            let pid = self.allocate_producer_id();
+            self.txns.insert(tid.to_string(), TransactionMetadata::new(tid, pid, txn_timeout_ms, now_ms));
+        }
+        let meta = self.txns.get_mut(tid).expect("inserted above");
+        if meta.pending_transition_in_progress() {
+            return Err(KafkaError::ConcurrentTransactions);
+        }
+        match meta.state {
+            TransactionState::PrepareCommit | TransactionState::PrepareAbort => {
+                Err(KafkaError::ConcurrentTransactions)
+            }
+            TransactionState::Empty | TransactionState::CompleteCommit | TransactionState::CompleteAbort => {
+                // `prepareIncrementProducerEpoch`: the new session's epoch; the Empty record is durable at once.
+                meta.last_producer_epoch = -1;
+                meta.producer_epoch += 1;
+                meta.txn_timeout_ms = txn_timeout_ms;
+                meta.topic_partitions.clear();
+                meta.transition_to(TransactionState::Empty, now_ms);
+                Ok(ProducerIdAndEpoch { producer_id: meta.producer_id, epoch: meta.producer_epoch })
+            }
+            TransactionState::Ongoing => {
+                // Fence the old instance: bump the epoch, abort its transaction; the caller retries.
+                let fence = !config.mutations.has(Mutation::FenceAbortSameEpoch);
+                self.fence_and_abort(tid, fence, now_ms, config, me, leaders, effects);
+                Err(KafkaError::ConcurrentTransactions)
+            }
+            TransactionState::Dead | TransactionState::PrepareEpochFence => {
+                unreachable!("{tid}: {:?} is never a persisted state here", meta.state)
+            }
+        }
+    }
+
+    /// `prepareFenceProducerEpoch` then `endTransaction(ABORT, isFromClient = false)`: used by InitProducerId
+    /// fencing and by timeout aborts. The fencing epoch is never returned to a client.
+    fn fence_and_abort(
+        &mut self,
+        tid: &str,
+        bump_epoch: bool,
+        now_ms: TimeMs,
+        config: &EngineConfig,
+        me: &NodeId,
+        leaders: &dyn PartitionLeaders,
+        effects: &mut Effects,
+    ) {
+        let meta = self.txns.get_mut(tid).expect("fence of a known transactional id");
+        assert_eq!(meta.state, TransactionState::Ongoing, "{tid}: only an Ongoing transaction is fenced");
+        let before = meta.producer_epoch;
+        if bump_epoch {
+            meta.pending_state = Some(TransactionState::PrepareEpochFence);
+            meta.producer_epoch += 1;
+            meta.last_producer_epoch = -1;
+            meta.pending_state = None;
+            assert_eq!(meta.producer_epoch, before + 1, "a fence bumps the epoch by one");
+        }
+        self.prepare_abort_or_commit(tid, TransactionResult::Abort, now_ms, config, me, leaders, effects);
+    }
+
+    /// `prepareAbortOrCommit` + `sendTxnMarkersCallback`: the decision is durable, markers go out.
+    /// Under transaction version 2 the epoch is bumped here, so every transaction has its own epoch.
+    fn prepare_abort_or_commit(
+        &mut self,
+        tid: &str,
+        result: TransactionResult,
+        now_ms: TimeMs,
+        config: &EngineConfig,
+        me: &NodeId,
+        leaders: &dyn PartitionLeaders,
+        effects: &mut Effects,
+    ) {
+        let meta = self.txns.get_mut(tid).expect("decision on a known transactional id");
+        if config.transaction_version.supports_epoch_bump() {
+            meta.last_producer_epoch = meta.producer_epoch;
+            meta.producer_epoch += 1;
+        }
+        let prepare = match result {
+            TransactionResult::Commit => TransactionState::PrepareCommit,
+            TransactionResult::Abort => TransactionState::PrepareAbort,
+        };
+        meta.transition_to(prepare, now_ms);
+        let mut partitions = meta.topic_partitions.clone();
+        if config.mutations.has(Mutation::MarkersToSubsetOfPartitions) {
+            // The bug: only the first partition gets a marker, yet the transaction completes.
+            partitions = partitions.into_iter().take(1).collect();
+        }
+        let producer = ProducerIdAndEpoch { producer_id: meta.producer_id, epoch: meta.producer_epoch };
+        let pending = PendingCompletion {
+            transactional_id: tid.to_string(),
+            result,
+            producer,
+            remaining: partitions,
+        };
+        let previous = self.pending_completions.insert(producer.producer_id, pending);
+        assert!(previous.is_none(), "{tid}: two decided transactions of one producer id await markers");
+        self.send_markers(producer.producer_id, now_ms, me, leaders, effects);
+    }
+
+    /// `TransactionMarkerChannelManager.addTxnMarkersToSend`: one WriteTxnMarkers per leader.
+    fn send_markers(
+        &mut self,
+        producer_id: ProducerId,
+        now_ms: TimeMs,
+        me: &NodeId,
+        leaders: &dyn PartitionLeaders,
+        effects: &mut Effects,
+    ) {
+        let pending = self.pending_completions.get(&producer_id).expect("markers of a pending completion").clone();
+        if pending.remaining.is_empty() {
+            self.complete(producer_id, now_ms);
+            return;
+        }
+        let mut by_leader: BTreeMap<NodeId, Vec<TopicPartition>> = BTreeMap::new();
+        for tp in &pending.remaining {
+            // An unknown leader keeps the partition pending; it is retried with the next resend.
+            if let Some(leader) = leaders.leader_of(tp) {
+                by_leader.entry(leader).or_default().push(tp.clone());
+            }
+        }
+        for (leader, partitions) in by_leader {
+            self.next_correlation_id += 1;
+            let entry = TxnMarkerEntry {
+                producer_id,
+                producer_epoch: pending.producer.epoch,
+                result: pending.result,
+                partitions,
+                coordinator_epoch: self.coordinator_epoch,
+            };
+            effects.send(me, &leader, self.next_correlation_id, Message::WriteTxnMarkersRequest { markers: vec![entry] });
+        }
+    }
+
+    /// `TransactionMarkerRequestCompletionHandler`: acknowledged partitions leave the pending set; a retriable
+    /// error resends; a fencing error cancels the rest. When nothing remains, Complete* is written.
+    pub fn handle_write_txn_markers_response(
+        &mut self,
+        results: &[(ProducerId, TopicPartition, Result<u64, KafkaError>)],
+        now_ms: TimeMs,
+        me: &NodeId,
+        leaders: &dyn PartitionLeaders,
+        effects: &mut Effects,
+    ) {
+        let mut resend = BTreeSet::new();
+        for (pid, tp, result) in results {
+            let Some(pending) = self.pending_completions.get_mut(pid) else {
+                continue; // A late duplicate response after completion.
+            };
+            match result {
+                Ok(_) => {
+                    pending.remaining.remove(tp);
+                }
+                Err(KafkaError::InvalidProducerEpoch | KafkaError::TransactionCoordinatorFenced) => {
+                    pending.remaining.clear();
+                }
+                Err(_) => {
+                    resend.insert(*pid);
+                }
+            }
+        }
+        let pids: Vec<ProducerId> = results.iter().map(|r| r.0).collect::<BTreeSet<_>>().into_iter().collect();
+        for pid in pids {
+            let Some(pending) = self.pending_completions.get(&pid) else { continue };
+            if pending.remaining.is_empty() {
+                self.complete(pid, now_ms);
+            } else if resend.contains(&pid) {
+                self.send_markers(pid, now_ms, me, leaders, effects);
+            }
+        }
+    }
+
+    /// `maybeWriteTxnCompletion`: Prepare* -> Complete*, exactly once.
+    fn complete(&mut self, producer_id: ProducerId, now_ms: TimeMs) {
+        let pending = self.pending_completions.remove(&producer_id).expect("completion of a pending transaction");
+        let meta = self.txns.get_mut(&pending.transactional_id).expect("pending completion of a known id");
+        let to = match pending.result {
+            TransactionResult::Commit => TransactionState::CompleteCommit,
+            TransactionResult::Abort => TransactionState::CompleteAbort,
+        };
+        meta.transition_to(to, now_ms);
+        meta.topic_partitions.clear();
+    }
+
+    /// `handleAddPartitionsToTransaction`, and KIP-890's leader verification when `verify_only`.
+    pub fn handle_add_partitions(
+        &mut self,
+        tid: &str,
+        producer: ProducerIdAndEpoch,
+        partitions: &[TopicPartition],
+        verify_only: bool,
+        now_ms: TimeMs,
+    ) -> Result<(), KafkaError> {
+        let Some(meta) = self.txns.get_mut(tid) else {
+            return Err(KafkaError::InvalidProducerIdMapping);
+        };
+        if meta.producer_id != producer.producer_id {
+            return Err(KafkaError::InvalidProducerIdMapping);
+        }
+        if meta.producer_epoch != producer.epoch {
+            return Err(KafkaError::ProducerFenced);
+        }
+        if meta.pending_transition_in_progress()
+            || matches!(meta.state, TransactionState::PrepareCommit | TransactionState::PrepareAbort)
+        {
+            return Err(KafkaError::ConcurrentTransactions);
+        }
+        let all_known = partitions.iter().all(|tp| meta.topic_partitions.contains(tp));
+        if verify_only {
+            // The leader asks "is this partition in the ongoing transaction?" and appends only if so.
+            return if meta.state == TransactionState::Ongoing && all_known {
+                Ok(())
+            } else {
+                Err(KafkaError::InvalidTxnState)
+            };
+        }
+        if meta.state == TransactionState::Ongoing && all_known {
+            return Ok(());
+        }
+        if meta.state != TransactionState::Ongoing {
+            assert!(meta.is_complete_or_empty(), "{tid}: AddPartitions from {:?}", meta.state);
+            meta.txn_start_timestamp_ms = now_ms;
+        }
+        meta.topic_partitions.extend(partitions.iter().cloned());
+        meta.transition_to(TransactionState::Ongoing, now_ms);
+        Ok(())
+    }
+
+    /// `endTransaction` from a client (KAFKA_SEMANTICS 1.5). Answers once the decision is durable, before
+    /// any marker is written. Under transaction version 2 the answer carries the bumped epoch.
+    pub fn handle_end_txn(
+        &mut self,
+        tid: &str,
+        producer: ProducerIdAndEpoch,
+        result: TransactionResult,
+        now_ms: TimeMs,
+        config: &EngineConfig,
+        me: &NodeId,
+        leaders: &dyn PartitionLeaders,
+        effects: &mut Effects,
+    ) -> Result<Option<ProducerIdAndEpoch>, KafkaError> {
+        let Some(meta) = self.txns.get(tid) else {
+            return Err(KafkaError::InvalidProducerIdMapping);
+        };
+        if meta.producer_id != producer.producer_id {
+            return Err(KafkaError::InvalidProducerIdMapping);
+        }
+        let tv2 = config.transaction_version.supports_epoch_bump();
+        // TV2 recognises a retry of a completed EndTxn by `stored == request + 1` (`endTxnEpochBumped`).
+        let retry_of_bumped = tv2 && meta.producer_epoch == producer.epoch + 1;
+        let epoch_ok = meta.producer_epoch == producer.epoch
+            || retry_of_bumped
+            || config.mutations.has(Mutation::EndTxnSkipsEpochCheck);
+        if !epoch_ok {
+            return Err(KafkaError::ProducerFenced);
+        }
+        if meta.pending_transition_in_progress() {
+            return Err(KafkaError::ConcurrentTransactions);
+        }
+        let current = ProducerIdAndEpoch { producer_id: meta.producer_id, epoch: meta.producer_epoch };
+        use TransactionState::*;
+        match (meta.state, result) {
+            (Ongoing, _) if retry_of_bumped => Err(KafkaError::ProducerFenced),
+            (Ongoing, _) => {
+                self.prepare_abort_or_commit(tid, result, now_ms, config, me, leaders, effects);
+                let meta = &self.txns[tid];
+                Ok(tv2.then_some(ProducerIdAndEpoch { producer_id: meta.producer_id, epoch: meta.producer_epoch }))
+            }
+            (PrepareCommit, TransactionResult::Commit) | (PrepareAbort, TransactionResult::Abort) => {
+                Err(KafkaError::ConcurrentTransactions)
+            }
+            (CompleteCommit, TransactionResult::Commit) | (CompleteAbort, TransactionResult::Abort) => {
+                Ok(tv2.then_some(current))
+            }
+            _ => Err(KafkaError::InvalidTxnState),
+        }
+    }
+
+    /// `abortTimedOutTransactions` for one transactional id: fence (epoch + 1) and abort.
+    /// Returns false if the transaction is not Ongoing (nothing to time out).
+    pub fn abort_timed_out_transaction(
+        &mut self,
+        tid: &str,
+        now_ms: TimeMs,
+        config: &EngineConfig,
+        me: &NodeId,
+        leaders: &dyn PartitionLeaders,
+        effects: &mut Effects,
+    ) -> bool {
+        let Some(meta) = self.txns.get(tid) else { return false };
+        if meta.state != TransactionState::Ongoing || meta.pending_transition_in_progress() {
+            return false;
+        }
+        let bump = !config.mutations.has(Mutation::TimeoutAbortSameEpoch);
+        self.fence_and_abort(tid, bump, now_ms, config, me, leaders, effects);
+        true
+    }
+
+    /// The periodic scan: every Ongoing transaction older than its timeout is aborted.
+    pub fn abort_timed_out_transactions(
+        &mut self,
+        now_ms: TimeMs,
+        config: &EngineConfig,
+        me: &NodeId,
+        leaders: &dyn PartitionLeaders,
+        effects: &mut Effects,
+    ) {
+        let expired: Vec<String> = self
+            .txns
+            .values()
+            .filter(|m| m.state == TransactionState::Ongoing && m.txn_start_timestamp_ms + m.txn_timeout_ms < now_ms)
+            .map(|m| m.transactional_id.clone())
+            .collect();
+        for tid in expired {
+            self.abort_timed_out_transaction(&tid, now_ms, config, me, leaders, effects);
+        }
+    }
+
+    pub fn transactional_id_of(&self, producer_id: ProducerId) -> Option<&str> {
+        self.txns.values().find(|m| m.producer_id == producer_id).map(|m| m.transactional_id.as_str())
+    }
+}

@@ -1,0 +1,115 @@
+//! `TransactionMetadata` and its state machine (KAFKA_SEMANTICS 1.4, `TransactionMetadata.scala`).
+
+use crate::types::{ProducerEpoch, ProducerId, TimeMs, TopicPartition};
+use std::collections::BTreeSet;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TransactionState {
+    Empty,
+    Ongoing,
+    PrepareCommit,
+    PrepareAbort,
+    CompleteCommit,
+    CompleteAbort,
+    Dead,
+    /// Pending-only: never persisted, never completed into.
+    PrepareEpochFence,
+}
+
+impl TransactionState {
+    /// `TransactionState.validPreviousStates`.
+    pub fn valid_previous_states(self) -> &'static [TransactionState] {
+        use TransactionState::*;
+        match self {
+            Empty => &[Empty, CompleteCommit, CompleteAbort],
+            Ongoing => &[Ongoing, Empty, CompleteCommit, CompleteAbort],
+            PrepareCommit => &[Ongoing],
+            PrepareAbort => &[Ongoing, PrepareEpochFence],
+            CompleteCommit => &[PrepareCommit],
+            CompleteAbort => &[PrepareAbort],
+            Dead => &[Empty, CompleteCommit, CompleteAbort],
+            PrepareEpochFence => &[Ongoing],
+        }
+    }
+
+    pub fn is_valid_transition(from: TransactionState, to: TransactionState) -> bool {
+        to.valid_previous_states().contains(&from)
+    }
+
+    pub fn name(self) -> &'static str {
+        use TransactionState::*;
+        match self {
+            Empty => "Empty",
+            Ongoing => "Ongoing",
+            PrepareCommit => "PrepareCommit",
+            PrepareAbort => "PrepareAbort",
+            CompleteCommit => "CompleteCommit",
+            CompleteAbort => "CompleteAbort",
+            Dead => "Dead",
+            PrepareEpochFence => "PrepareEpochFence",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TransactionMetadata {
+    pub transactional_id: String,
+    pub producer_id: ProducerId,
+    /// `-1` for a metadata created by the first InitProducerId, before its Empty->Empty bump.
+    pub producer_epoch: ProducerEpoch,
+    pub last_producer_epoch: ProducerEpoch,
+    pub txn_timeout_ms: TimeMs,
+    pub state: TransactionState,
+    /// At most one transition in flight (`pendingState`); requests meanwhile get CONCURRENT_TRANSACTIONS.
+    pub pending_state: Option<TransactionState>,
+    pub topic_partitions: BTreeSet<TopicPartition>,
+    pub txn_start_timestamp_ms: TimeMs,
+    pub txn_last_update_timestamp_ms: TimeMs,
+    /// Every state this transactional id has completed into, in order (`__transaction_state` as a history).
+    pub transitions: Vec<TransactionState>,
+}
+
+impl TransactionMetadata {
+    pub fn new(transactional_id: &str, producer_id: ProducerId, txn_timeout_ms: TimeMs, now_ms: TimeMs) -> Self {
+        TransactionMetadata {
+            transactional_id: transactional_id.to_string(),
+            producer_id,
+            producer_epoch: -1,
+            last_producer_epoch: -1,
+            txn_timeout_ms,
+            state: TransactionState::Empty,
+            pending_state: None,
+            topic_partitions: BTreeSet::new(),
+            txn_start_timestamp_ms: now_ms,
+            txn_last_update_timestamp_ms: now_ms,
+            transitions: vec![TransactionState::Empty],
+        }
+    }
+
+    /// `completeTransitionTo`: the only way `state` changes; asserts Kafka's table.
+    pub fn transition_to(&mut self, to: TransactionState, now_ms: TimeMs) {
+        assert!(self.pending_state.is_none(), "{}: transition to {to:?} while {:?} is pending", self.transactional_id, self.pending_state);
+        assert!(
+            TransactionState::is_valid_transition(self.state, to),
+            "{}: invalid transition {:?} -> {to:?}",
+            self.transactional_id,
+            self.state
+        );
+        assert_ne!(to, TransactionState::PrepareEpochFence, "PrepareEpochFence is never completed into");
+        self.state = to;
+        self.txn_last_update_timestamp_ms = now_ms;
+        self.transitions.push(to);
+    }
+
+    pub fn pending_transition_in_progress(&self) -> bool {
+        self.pending_state.is_some()
+    }
+
+    /// `isExpirationAllowed` / a state from which a new transaction or InitProducerId may start.
+    pub fn is_complete_or_empty(&self) -> bool {
+        matches!(
+            self.state,
+            TransactionState::Empty | TransactionState::CompleteCommit | TransactionState::CompleteAbort
+        )
+    }
+}

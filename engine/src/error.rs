@@ -1,0 +1,112 @@
+//! Kafka's error codes (`org.apache.kafka.common.protocol.Errors`), the subset the transaction APIs use.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum KafkaError {
+    OffsetOutOfRange,
+    UnknownTopicOrPartition,
+    NotCoordinator,
+    CoordinatorLoadInProgress,
+    InvalidRequest,
+    OutOfOrderSequence,
+    DuplicateSequenceNumber,
+    InvalidProducerEpoch,
+    InvalidTxnState,
+    InvalidProducerIdMapping,
+    InvalidTransactionTimeout,
+    ConcurrentTransactions,
+    TransactionCoordinatorFenced,
+    ProducerFenced,
+    UnknownProducerId,
+}
+
+impl KafkaError {
+    pub const ALL: [KafkaError; 15] = [
+        KafkaError::OffsetOutOfRange,
+        KafkaError::UnknownTopicOrPartition,
+        KafkaError::NotCoordinator,
+        KafkaError::CoordinatorLoadInProgress,
+        KafkaError::InvalidRequest,
+        KafkaError::OutOfOrderSequence,
+        KafkaError::DuplicateSequenceNumber,
+        KafkaError::InvalidProducerEpoch,
+        KafkaError::InvalidTxnState,
+        KafkaError::InvalidProducerIdMapping,
+        KafkaError::InvalidTransactionTimeout,
+        KafkaError::ConcurrentTransactions,
+        KafkaError::TransactionCoordinatorFenced,
+        KafkaError::ProducerFenced,
+        KafkaError::UnknownProducerId,
+    ];
+
+    /// The wire code from `Errors.java`.
+    pub fn code(self) -> i16 {
+        match self {
+            KafkaError::OffsetOutOfRange => 1,
+            KafkaError::UnknownTopicOrPartition => 3,
+            KafkaError::CoordinatorLoadInProgress => 14,
+            KafkaError::NotCoordinator => 16,
+            KafkaError::InvalidRequest => 42,
+            KafkaError::OutOfOrderSequence => 45,
+            KafkaError::DuplicateSequenceNumber => 46,
+            KafkaError::InvalidProducerEpoch => 47,
+            KafkaError::InvalidTxnState => 48,
+            KafkaError::InvalidProducerIdMapping => 49,
+            KafkaError::InvalidTransactionTimeout => 50,
+            KafkaError::ConcurrentTransactions => 51,
+            KafkaError::TransactionCoordinatorFenced => 52,
+            KafkaError::UnknownProducerId => 59,
+            KafkaError::ProducerFenced => 90,
+        }
+    }
+
+    /// The name Kafka prints, e.g. `INVALID_TXN_STATE`.
+    pub fn name(self) -> &'static str {
+        match self {
+            KafkaError::OffsetOutOfRange => "OFFSET_OUT_OF_RANGE",
+            KafkaError::UnknownTopicOrPartition => "UNKNOWN_TOPIC_OR_PARTITION",
+            KafkaError::NotCoordinator => "NOT_COORDINATOR",
+            KafkaError::CoordinatorLoadInProgress => "COORDINATOR_LOAD_IN_PROGRESS",
+            KafkaError::InvalidRequest => "INVALID_REQUEST",
+            KafkaError::OutOfOrderSequence => "OUT_OF_ORDER_SEQUENCE_NUMBER",
+            KafkaError::DuplicateSequenceNumber => "DUPLICATE_SEQUENCE_NUMBER",
+            KafkaError::InvalidProducerEpoch => "INVALID_PRODUCER_EPOCH",
+            KafkaError::InvalidTxnState => "INVALID_TXN_STATE",
+            KafkaError::InvalidProducerIdMapping => "INVALID_PRODUCER_ID_MAPPING",
+            KafkaError::InvalidTransactionTimeout => "INVALID_TRANSACTION_TIMEOUT",
+            KafkaError::ConcurrentTransactions => "CONCURRENT_TRANSACTIONS",
+            KafkaError::TransactionCoordinatorFenced => "TRANSACTION_COORDINATOR_FENCED",
+            KafkaError::ProducerFenced => "PRODUCER_FENCED",
+            KafkaError::UnknownProducerId => "UNKNOWN_PRODUCER_ID",
+        }
+    }
+
+    /// Parses a name as scenarios write it. `OUT_OF_ORDER_SEQUENCE` is accepted for Kafka's
+    /// `OUT_OF_ORDER_SEQUENCE_NUMBER`, the form SCENARIOS.md uses.
+    pub fn from_name(name: &str) -> Option<KafkaError> {
+        if name == "OUT_OF_ORDER_SEQUENCE" {
+            return Some(KafkaError::OutOfOrderSequence);
+        }
+        KafkaError::ALL.into_iter().find(|e| e.name() == name)
+    }
+
+    /// Errors a client retries by itself (`RetriableException` subclasses on these APIs).
+    pub fn is_retriable(self) -> bool {
+        matches!(
+            self,
+            KafkaError::ConcurrentTransactions
+                | KafkaError::NotCoordinator
+                | KafkaError::CoordinatorLoadInProgress
+        )
+    }
+}
+
+impl fmt::Display for KafkaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::error::Error for KafkaError {}

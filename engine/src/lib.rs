@@ -1,0 +1,30 @@
+//! txnsim's engine: Kafka's transaction machinery, sans-io and deterministic.
+//!
+//! Nodes (`Broker`, `Producer`, `Consumer`) take a message or timer and `now_ms` and return `Effects`; they
+//! never read a clock, draw randomness or do I/O. The stateright model, the madsim harness, the proptests
+//! and the scenario runner all drive this same code. Names follow Kafka's classes (`ProducerStateManager`,
+//! `TransactionMetadata`, `AbortedTxn`, ...) so a reader of Kafka's source finds its rules here.
+
+pub mod broker;
+pub mod cluster;
+pub mod config;
+pub mod consumer;
+pub mod coordinator;
+pub mod error;
+pub mod log;
+pub mod mutation;
+pub mod producer;
+pub mod producer_state;
+pub mod protocol;
+pub mod record;
+pub mod types;
+
+pub use broker::Broker;
+pub use cluster::Cluster;
+pub use config::EngineConfig;
+pub use consumer::{filter_fetch, Consumer, ConsumerRecord, FetchedRecords};
+pub use error::KafkaError;
+pub use log::{AbortedTransaction, AbortedTxn, FetchPartitionData, PartitionLog};
+pub use mutation::{Mutation, Mutations};
+pub use producer::{Producer, ProducerKind, TxnManagerState};
+pub use types::*;

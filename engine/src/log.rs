@@ -1,0 +1,360 @@
+//! A partition's log: segments of record batches, the high watermark, the last stable offset and the
+//! aborted-transaction index (Kafka's `UnifiedLog`, `LocalLog`, `LogSegment`, `TransactionIndex`).
+
+use crate::error::KafkaError;
+use crate::mutation::{Mutation, Mutations};
+use crate::producer_state::{AppendCheck, AppendOrigin, CompletedTxn, ProducerStateManager};
+use crate::record::{BatchBody, BatchProducer, EndTxnMarker, ProduceBatch, Record, RecordBatch};
+use crate::types::{IsolationLevel, Offset, ProducerEpoch, ProducerId, TimeMs};
+use serde::{Deserialize, Serialize};
+
+/// An aborted-transaction index entry (`AbortedTxn`, 34 bytes on disk).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct AbortedTxn {
+    pub producer_id: ProducerId,
+    /// The transaction's first data offset on this partition.
+    pub first_offset: Offset,
+    /// The ABORT marker's offset.
+    pub last_offset: Offset,
+    /// The LSO right after the marker: the first offset of the earliest other ongoing transaction, else
+    /// `last_offset + 1`. A fetch may stop scanning the index at an entry with this at or past its upper bound.
+    pub last_stable_offset: Offset,
+}
+
+/// What a fetch response carries per aborted transaction (`FetchResponse.AbortedTransaction`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct AbortedTransaction {
+    pub producer_id: ProducerId,
+    pub first_offset: Offset,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LogSegment {
+    pub base_offset: Offset,
+    pub batches: Vec<RecordBatch>,
+    /// This segment's `TransactionIndex`: entries for aborted transactions whose marker is in this segment.
+    pub txn_index: Vec<AbortedTxn>,
+}
+
+/// What `append` reports (`LogAppendInfo`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogAppendInfo {
+    pub first_offset: Offset,
+    pub last_offset: Offset,
+    /// A retried batch found among the last five: nothing was appended, these are the original offsets.
+    pub duplicate: bool,
+}
+
+/// One partition's fetch result (`FetchPartitionData`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct FetchPartitionData {
+    pub high_watermark: Offset,
+    pub last_stable_offset: Offset,
+    pub log_start_offset: Offset,
+    pub batches: Vec<RecordBatch>,
+    /// `None` for read_uncommitted, as Kafka sends `null`.
+    pub aborted_transactions: Option<Vec<AbortedTransaction>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PartitionLog {
+    segments: Vec<LogSegment>,
+    log_start_offset: Offset,
+    log_end_offset: Offset,
+    high_watermark: Offset,
+    pub producer_state: ProducerStateManager,
+}
+
+impl Default for PartitionLog {
+    fn default() -> Self {
+        PartitionLog::new()
+    }
+}
+
+impl PartitionLog {
+    pub fn new() -> Self {
+        PartitionLog {
+            segments: vec![LogSegment { base_offset: 0, batches: Vec::new(), txn_index: Vec::new() }],
+            log_start_offset: 0,
+            log_end_offset: 0,
+            high_watermark: 0,
+            producer_state: ProducerStateManager::default(),
+        }
+    }
+
+    pub fn log_start_offset(&self) -> Offset {
+        self.log_start_offset
+    }
+    pub fn log_end_offset(&self) -> Offset {
+        self.log_end_offset
+    }
+    pub fn high_watermark(&self) -> Offset {
+        self.high_watermark
+    }
+    pub fn segments(&self) -> &[LogSegment] {
+        &self.segments
+    }
+    pub fn batches(&self) -> impl Iterator<Item = &RecordBatch> {
+        self.segments.iter().flat_map(|s| s.batches.iter())
+    }
+    /// Every index entry, oldest segment first.
+    pub fn aborted_index(&self) -> impl Iterator<Item = &AbortedTxn> {
+        self.segments.iter().flat_map(|s| s.txn_index.iter())
+    }
+
+    /// `firstUnstableOffset`, clamped to the log start offset.
+    pub fn first_unstable_offset(&self, mutations: &Mutations) -> Option<Offset> {
+        self.producer_state
+            .first_unstable_offset(mutations)
+            .map(|o| o.max(self.log_start_offset))
+    }
+
+    /// `UnifiedLog.lastStableOffset`: the first unstable offset if it is below the high watermark, else the HW.
+    pub fn last_stable_offset(&self, mutations: &Mutations) -> Offset {
+        match self.first_unstable_offset(mutations) {
+            Some(o) if o < self.high_watermark => o,
+            _ => self.high_watermark,
+        }
+    }
+
+    /// Appends a producer's batch as leader (or follower, with `AppendOrigin::Replication`).
+    pub fn append_data(
+        &mut self,
+        batch: &ProduceBatch,
+        origin: AppendOrigin,
+        now_ms: TimeMs,
+        mutations: &Mutations,
+    ) -> Result<LogAppendInfo, KafkaError> {
+        if batch.values.is_empty() {
+            return Err(KafkaError::InvalidRequest);
+        }
+        let count = batch.values.len() as u64;
+        if batch.is_transactional && batch.producer.is_none() {
+            return Err(KafkaError::InvalidRequest);
+        }
+        if let Some(p) = &batch.producer {
+            let check =
+                self.producer_state.check_data_batch(p, batch.is_transactional, count, origin, mutations)?;
+            if let AppendCheck::Duplicate(meta) = check {
+                return Ok(LogAppendInfo {
+                    first_offset: meta.first_offset,
+                    last_offset: meta.last_offset,
+                    duplicate: true,
+                });
+            }
+        }
+        let base = self.log_end_offset;
+        let records = batch
+            .values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| Record { offset: base + i as u64, value: v.clone() })
+            .collect();
+        let rb = RecordBatch {
+            base_offset: base,
+            last_offset: base + count - 1,
+            producer: batch.producer,
+            is_transactional: batch.is_transactional,
+            body: BatchBody::Data(records),
+        };
+        if rb.producer.is_some() {
+            self.producer_state.update_data(&rb, now_ms);
+        }
+        let info = LogAppendInfo { first_offset: rb.base_offset, last_offset: rb.last_offset, duplicate: false };
+        self.push_batch(rb);
+        Ok(info)
+    }
+
+    /// Appends a COMMIT/ABORT control batch (`ProducerAppendInfo.appendEndTxnMarker`, then `UnifiedLog.append`
+    /// lines that update the index before completing the transaction, KAFKA-7866).
+    pub fn append_marker(
+        &mut self,
+        producer_id: ProducerId,
+        epoch: ProducerEpoch,
+        marker: EndTxnMarker,
+        origin: AppendOrigin,
+        now_ms: TimeMs,
+        mutations: &Mutations,
+    ) -> Result<Offset, KafkaError> {
+        self.producer_state.check_marker(producer_id, epoch, &marker, origin, mutations)?;
+        let offset = self.log_end_offset;
+        let rb = RecordBatch {
+            base_offset: offset,
+            last_offset: offset,
+            producer: Some(BatchProducer { producer_id, epoch, base_sequence: -1 }),
+            is_transactional: true,
+            body: BatchBody::Control(Some(marker)),
+        };
+        let completed = self.producer_state.update_marker(&rb, now_ms);
+        self.push_batch(rb);
+        if let Some(completed) = completed {
+            self.complete_txn(&completed, mutations);
+        }
+        Ok(offset)
+    }
+
+    fn complete_txn(&mut self, completed: &CompletedTxn, mutations: &Mutations) {
+        if completed.is_aborted && !mutations.has(Mutation::NoAbortedIndexEntry) {
+            let entry = AbortedTxn {
+                producer_id: completed.producer_id,
+                first_offset: completed.first_offset,
+                last_offset: completed.last_offset,
+                last_stable_offset: self.producer_state.last_stable_offset_for(completed),
+            };
+            let segment = self.segments.last_mut().expect("a log has an active segment");
+            if let Some(prev) = segment.txn_index.last() {
+                // `TransactionIndex.append`: last offsets strictly increase.
+                assert!(prev.last_offset < entry.last_offset, "aborted index out of order: {prev:?} then {entry:?}");
+            }
+            segment.txn_index.push(entry);
+        }
+        self.producer_state.complete_txn(completed);
+        self.producer_state.remove_unreplicated_transactions(self.high_watermark);
+    }
+
+    fn push_batch(&mut self, rb: RecordBatch) {
+        assert_eq!(rb.base_offset, self.log_end_offset, "batches are appended at the log end");
+        self.log_end_offset = rb.next_offset();
+        self.segments.last_mut().expect("a log has an active segment").batches.push(rb);
+    }
+
+    /// `Partition.maybeIncrementLeaderHW` with a single replica, or a follower's HW from the leader.
+    pub fn update_high_watermark(&mut self, offset: Offset, mutations: &Mutations) {
+        let hw = offset.clamp(self.log_start_offset, self.log_end_offset);
+        self.high_watermark = hw;
+        self.producer_state.remove_unreplicated_transactions(hw);
+        self.assert_offsets(mutations);
+    }
+
+    /// `LSO <= HW <= LEO` and `log start <= LSO`, asserted after every change (TigerBeetle style).
+    pub fn assert_offsets(&self, mutations: &Mutations) {
+        let lso = self.last_stable_offset(mutations);
+        assert!(self.log_start_offset <= lso, "log start {} > LSO {lso}", self.log_start_offset);
+        assert!(lso <= self.high_watermark, "LSO {lso} > HW {}", self.high_watermark);
+        assert!(self.high_watermark <= self.log_end_offset, "HW {} > LEO {}", self.high_watermark, self.log_end_offset);
+    }
+
+    /// Starts a new active segment at the log end (`UnifiedLog.roll`); a no-op if the active one is empty.
+    pub fn roll_segment(&mut self) {
+        let active = self.segments.last().expect("a log has an active segment");
+        if active.batches.is_empty() {
+            return;
+        }
+        self.segments.push(LogSegment { base_offset: self.log_end_offset, batches: Vec::new(), txn_index: Vec::new() });
+    }
+
+    /// DeleteRecords (`UnifiedLog.maybeIncrementLogStartOffset`): raises the log start offset, then drops the
+    /// segments wholly below it with their index entries, as retention does.
+    pub fn delete_records(&mut self, before_offset: Offset, mutations: &Mutations) -> Result<Offset, KafkaError> {
+        if before_offset > self.high_watermark {
+            return Err(KafkaError::OffsetOutOfRange);
+        }
+        if before_offset > self.log_start_offset {
+            self.log_start_offset = before_offset;
+            self.producer_state.remove_unreplicated_transactions(before_offset);
+        }
+        while self.segments.len() > 1 && self.segments[1].base_offset <= self.log_start_offset {
+            self.segments.remove(0);
+        }
+        self.assert_offsets(mutations);
+        Ok(self.log_start_offset)
+    }
+
+    /// `ListOffsets` LATEST per isolation (KAFKA_SEMANTICS 1.13).
+    pub fn latest_offset(&self, isolation: IsolationLevel, mutations: &Mutations) -> Offset {
+        match isolation {
+            IsolationLevel::ReadCommitted => self.last_stable_offset(mutations),
+            IsolationLevel::ReadUncommitted => self.high_watermark,
+        }
+    }
+
+    fn segment_index_for(&self, offset: Offset) -> usize {
+        // The floor segment: the last one whose base offset is at or below `offset`.
+        self.segments.iter().rposition(|s| s.base_offset <= offset).unwrap_or(0)
+    }
+
+    /// `TransactionIndex.collectAbortedTxns` across segments (`LocalLog.collectAbortedTransactions`): entries with
+    /// `last_offset >= from` and `first_offset < upper_bound`, stopping at the first entry whose
+    /// `last_stable_offset >= upper_bound`.
+    pub fn collect_aborted_txns(&self, from: Offset, upper_bound: Offset) -> Vec<AbortedTxn> {
+        let mut out = Vec::new();
+        for segment in &self.segments[self.segment_index_for(from)..] {
+            for entry in &segment.txn_index {
+                if entry.last_offset >= from && entry.first_offset < upper_bound {
+                    out.push(*entry);
+                }
+                if entry.last_stable_offset >= upper_bound {
+                    return out;
+                }
+            }
+        }
+        out
+    }
+
+    /// `UnifiedLog.read`: whole batches from the segment holding `fetch_offset`, below the isolation's bound
+    /// (HW, LSO, or LEO for a follower when `isolation` is `None`), with the aborted list for read_committed.
+    pub fn read(
+        &self,
+        fetch_offset: Offset,
+        isolation: Option<IsolationLevel>,
+        mutations: &Mutations,
+    ) -> Result<FetchPartitionData, KafkaError> {
+        if fetch_offset < self.log_start_offset || fetch_offset > self.log_end_offset {
+            return Err(KafkaError::OffsetOutOfRange);
+        }
+        let lso = self.last_stable_offset(mutations);
+        let mut max_offset = match isolation {
+            None => self.log_end_offset,
+            Some(IsolationLevel::ReadUncommitted) => self.high_watermark,
+            Some(IsolationLevel::ReadCommitted) if mutations.has(Mutation::ReadCommittedBoundedByHw) => {
+                self.high_watermark
+            }
+            Some(IsolationLevel::ReadCommitted) => lso,
+        };
+        if isolation == Some(IsolationLevel::ReadCommitted) && mutations.has(Mutation::LsoInclusive) {
+            // The bug reads the LSO as the last readable offset: the batch starting there leaks.
+            max_offset = (max_offset + 1).min(self.high_watermark);
+        }
+        let mut batches = Vec::new();
+        let mut upper_bound = self.log_end_offset;
+        if fetch_offset < max_offset {
+            let first = self.segment_index_for(fetch_offset);
+            for (i, segment) in self.segments.iter().enumerate().skip(first) {
+                let found: Vec<&RecordBatch> = segment
+                    .batches
+                    .iter()
+                    .filter(|b| b.last_offset >= fetch_offset && b.base_offset < max_offset)
+                    .collect();
+                if found.is_empty() {
+                    continue;
+                }
+                batches = found.into_iter().cloned().collect();
+                upper_bound = self.segments.get(i + 1).map(|s| s.base_offset).unwrap_or(self.log_end_offset);
+                break;
+            }
+        }
+        let want_aborted = match isolation {
+            Some(IsolationLevel::ReadCommitted) => true,
+            Some(IsolationLevel::ReadUncommitted) => mutations.has(Mutation::AbortedListForReadUncommitted),
+            None => false,
+        };
+        let aborted_transactions = want_aborted.then(|| {
+            if batches.is_empty() || mutations.has(Mutation::SkipAbortedIndexOnFetch) {
+                Vec::new()
+            } else {
+                let from = fetch_offset.max(self.log_start_offset);
+                self.collect_aborted_txns(from, upper_bound)
+                    .into_iter()
+                    .map(|t| AbortedTransaction { producer_id: t.producer_id, first_offset: t.first_offset })
+                    .collect()
+            }
+        });
+        Ok(FetchPartitionData {
+            high_watermark: self.high_watermark,
+            last_stable_offset: lso,
+            log_start_offset: self.log_start_offset,
+            batches,
+            aborted_transactions,
+        })
+    }
+}

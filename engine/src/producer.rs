@@ -1,0 +1,490 @@
+//! The producer client: Kafka's `KafkaProducer` + `TransactionManager` (KAFKA_SEMANTICS 1.4 client side).
+//! Calls that Kafka's client would reject at once return `Err` immediately; the rest complete later as a
+//! `Completion` once the cluster has answered.
+
+use crate::config::EngineConfig;
+use crate::error::KafkaError;
+use crate::protocol::{Effects, Envelope, Message, NodeId, ProduceAck, Timer};
+use crate::record::{increment_sequence, BatchProducer, ProduceBatch};
+use crate::types::{ProducerIdAndEpoch, TimeMs, TopicPartition, TransactionResult};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Which kind of producer this is.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ProducerKind {
+    /// No producer id: batches carry no sequence and are never deduplicated.
+    Plain,
+    /// `enable.idempotence=true` without a transactional id.
+    Idempotent,
+    Transactional { transactional_id: String },
+}
+
+/// `TransactionManager.State`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum TxnManagerState {
+    Uninitialized,
+    Initializing,
+    Ready,
+    InTransaction,
+    CommittingTransaction,
+    AbortingTransaction,
+    AbortableError,
+    FatalError,
+}
+
+impl TxnManagerState {
+    /// `State.isTransitionValid`.
+    fn is_transition_valid(self, to: TxnManagerState) -> bool {
+        use TxnManagerState::*;
+        match to {
+            Uninitialized => false,
+            Initializing => matches!(self, Uninitialized | Ready | CommittingTransaction | AbortingTransaction | AbortableError),
+            Ready => matches!(self, Initializing | CommittingTransaction | AbortingTransaction),
+            InTransaction => self == Ready,
+            CommittingTransaction => self == InTransaction,
+            AbortingTransaction => matches!(self, InTransaction | AbortableError),
+            AbortableError => matches!(self, InTransaction | CommittingTransaction | AbortableError | Initializing),
+            FatalError => true,
+        }
+    }
+}
+
+/// Identifies one asynchronous call on this producer.
+pub type OpId = u64;
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum OpOutput {
+    Initialized(ProducerIdAndEpoch),
+    Sent { partition: TopicPartition, ack: ProduceAck },
+    Committed,
+    Aborted,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Completion {
+    pub op: OpId,
+    pub result: Result<OpOutput, KafkaError>,
+}
+
+/// A request awaiting its response, kept so a retriable error can resend it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum InFlight {
+    InitProducerId { op: OpId },
+    AddPartitions { partitions: Vec<TopicPartition> },
+    Produce { op: OpId, partition: TopicPartition, batch: ProduceBatch },
+    EndTxn { op: OpId, result: TransactionResult },
+}
+
+/// A send waiting for its partition to join the transaction (TV1's AddPartitionsToTxn first).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct QueuedSend {
+    op: OpId,
+    partition: TopicPartition,
+    values: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Producer {
+    pub id: NodeId,
+    pub kind: ProducerKind,
+    coordinator: NodeId,
+    leader: NodeId,
+    config: EngineConfig,
+    pub state: TxnManagerState,
+    /// The error that put the producer in `AbortableError` or `FatalError`.
+    pub last_error: Option<KafkaError>,
+    pub producer_id_and_epoch: Option<ProducerIdAndEpoch>,
+    /// Next sequence number per partition; reset when the epoch changes.
+    next_sequence: BTreeMap<TopicPartition, i32>,
+    /// Partitions the coordinator has acknowledged for the current transaction.
+    partitions_in_txn: BTreeSet<TopicPartition>,
+    /// Whether any partition joined the transaction; an empty one ends without an EndTxn (`transactionStarted`).
+    transaction_started: bool,
+    queued_sends: Vec<QueuedSend>,
+    /// An EndTxn waiting for in-flight sends to finish (commit and abort flush first).
+    pending_end: Option<(OpId, TransactionResult)>,
+    in_flight: BTreeMap<u64, InFlight>,
+    /// Requests waiting out `retry.backoff.ms`, by the correlation id of their retry timer.
+    backing_off: BTreeMap<u64, InFlight>,
+    next_correlation_id: u64,
+    next_op: OpId,
+    completions: Vec<Completion>,
+}
+
+impl Producer {
+    /// A producer whose coordinator and partition leader is `broker` (one broker for now).
+    pub fn new(name: &str, kind: ProducerKind, broker: NodeId, config: EngineConfig) -> Self {
+        let state = match kind {
+            ProducerKind::Plain => TxnManagerState::Ready,
+            _ => TxnManagerState::Uninitialized,
+        };
+        Producer {
+            id: NodeId::Client(name.to_string()),
+            kind,
+            coordinator: broker.clone(),
+            leader: broker,
+            config,
+            state,
+            last_error: None,
+            producer_id_and_epoch: None,
+            next_sequence: BTreeMap::new(),
+            partitions_in_txn: BTreeSet::new(),
+            transaction_started: false,
+            queued_sends: Vec::new(),
+            pending_end: None,
+            in_flight: BTreeMap::new(),
+            backing_off: BTreeMap::new(),
+            next_correlation_id: 0,
+            next_op: 0,
+            completions: Vec::new(),
+        }
+    }
+
+    pub fn transactional_id(&self) -> Option<&str> {
+        match &self.kind {
+            ProducerKind::Transactional { transactional_id } => Some(transactional_id),
+            _ => None,
+        }
+    }
+
+    /// Completed calls since the last take, in completion order.
+    pub fn take_completions(&mut self) -> Vec<Completion> {
+        std::mem::take(&mut self.completions)
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.in_flight.is_empty() && self.backing_off.is_empty() && self.queued_sends.is_empty() && self.pending_end.is_none()
+    }
+
+    fn transition(&mut self, to: TxnManagerState) {
+        assert!(self.state.is_transition_valid(to), "{}: producer state {:?} -> {to:?}", self.id, self.state);
+        self.state = to;
+    }
+
+    fn fail_fatal(&mut self, error: KafkaError) {
+        self.last_error = Some(error);
+        self.transition(TxnManagerState::FatalError);
+    }
+
+    fn fail_abortable(&mut self, error: KafkaError) {
+        if self.state == TxnManagerState::FatalError {
+            return;
+        }
+        self.last_error = Some(error);
+        self.transition(TxnManagerState::AbortableError);
+    }
+
+    /// `maybeFailWithError`: a producer in an error state rejects calls with that error.
+    fn check_not_failed(&self) -> Result<(), KafkaError> {
+        match self.state {
+            TxnManagerState::FatalError | TxnManagerState::AbortableError => {
+                Err(self.last_error.expect("error states record their error"))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn new_op(&mut self) -> OpId {
+        self.next_op += 1;
+        self.next_op
+    }
+
+    fn request(&mut self, to: NodeId, message: Message, in_flight: InFlight, effects: &mut Effects) {
+        self.next_correlation_id += 1;
+        let corr = self.next_correlation_id;
+        self.in_flight.insert(corr, in_flight);
+        effects.send(&self.id.clone(), &to, corr, message);
+    }
+
+    /// `initTransactions()` (or the idempotent producer's InitProducerId).
+    pub fn init_transactions(&mut self) -> Result<(OpId, Effects), KafkaError> {
+        self.check_not_failed()?;
+        if self.kind == ProducerKind::Plain {
+            return Err(KafkaError::InvalidRequest);
+        }
+        if self.state != TxnManagerState::Uninitialized {
+            return Err(KafkaError::InvalidTxnState);
+        }
+        self.transition(TxnManagerState::Initializing);
+        let op = self.new_op();
+        let mut effects = Effects::default();
+        self.send_init(op, &mut effects);
+        Ok((op, effects))
+    }
+
+    fn send_init(&mut self, op: OpId, effects: &mut Effects) {
+        let message = Message::InitProducerIdRequest {
+            transactional_id: self.transactional_id().map(str::to_string),
+            transaction_timeout_ms: self.config.transaction_timeout_ms,
+        };
+        self.request(self.coordinator.clone(), message, InFlight::InitProducerId { op }, effects);
+    }
+
+    /// `beginTransaction()`: client-side only; the coordinator learns of the transaction on its first partition.
+    pub fn begin_transaction(&mut self) -> Result<(), KafkaError> {
+        self.check_not_failed()?;
+        if self.transactional_id().is_none() || self.state != TxnManagerState::Ready {
+            return Err(KafkaError::InvalidTxnState);
+        }
+        self.transition(TxnManagerState::InTransaction);
+        self.partitions_in_txn.clear();
+        self.transaction_started = false;
+        Ok(())
+    }
+
+    /// `send()` of one batch of `values` to `partition`.
+    pub fn send(&mut self, partition: TopicPartition, values: Vec<String>) -> Result<(OpId, Effects), KafkaError> {
+        self.check_not_failed()?;
+        let mut effects = Effects::default();
+        match self.kind {
+            ProducerKind::Transactional { .. } => {
+                if self.state != TxnManagerState::InTransaction {
+                    return Err(KafkaError::InvalidTxnState);
+                }
+                let op = self.new_op();
+                let tv2 = self.config.transaction_version.supports_epoch_bump();
+                if tv2 || self.partitions_in_txn.contains(&partition) {
+                    // Under TV2 the partition leader adds the partition itself (KIP-890 part 2).
+                    self.transaction_started = true;
+                    self.send_batch(op, partition, values, &mut effects);
+                } else {
+                    let adding = self.queued_sends.iter().any(|q| q.partition == partition);
+                    self.queued_sends.push(QueuedSend { op, partition: partition.clone(), values });
+                    if !adding {
+                        let pie = self.producer_id_and_epoch.expect("in a transaction after init");
+                        let message = Message::AddPartitionsToTxnRequest {
+                            transactional_id: self.transactional_id().expect("transactional").to_string(),
+                            producer: pie,
+                            partitions: vec![partition.clone()],
+                            verify_only: false,
+                        };
+                        let in_flight = InFlight::AddPartitions { partitions: vec![partition] };
+                        self.request(self.coordinator.clone(), message, in_flight, &mut effects);
+                    }
+                }
+                Ok((op, effects))
+            }
+            ProducerKind::Idempotent if self.state != TxnManagerState::Ready => Err(KafkaError::InvalidTxnState),
+            ProducerKind::Idempotent | ProducerKind::Plain => {
+                let op = self.new_op();
+                self.send_batch(op, partition, values, &mut effects);
+                Ok((op, effects))
+            }
+        }
+    }
+
+    fn send_batch(&mut self, op: OpId, partition: TopicPartition, values: Vec<String>, effects: &mut Effects) {
+        let producer = self.producer_id_and_epoch.map(|pie| {
+            let seq = self.next_sequence.entry(partition.clone()).or_insert(0);
+            let base_sequence = *seq;
+            *seq = increment_sequence(base_sequence, values.len() as i64);
+            BatchProducer { producer_id: pie.producer_id, epoch: pie.epoch, base_sequence }
+        });
+        let batch = ProduceBatch {
+            producer,
+            is_transactional: matches!(self.kind, ProducerKind::Transactional { .. }),
+            values,
+        };
+        let message = Message::ProduceRequest {
+            transactional_id: self.transactional_id().map(str::to_string),
+            partition: partition.clone(),
+            batch: batch.clone(),
+        };
+        self.request(self.leader.clone(), message, InFlight::Produce { op, partition, batch }, effects);
+    }
+
+    /// `commitTransaction()`.
+    pub fn commit_transaction(&mut self) -> Result<(OpId, Effects), KafkaError> {
+        self.check_not_failed()?;
+        if self.transactional_id().is_none() || self.state != TxnManagerState::InTransaction {
+            return Err(KafkaError::InvalidTxnState);
+        }
+        self.transition(TxnManagerState::CommittingTransaction);
+        Ok(self.begin_end(TransactionResult::Commit))
+    }
+
+    /// `abortTransaction()`: allowed after an abortable error.
+    pub fn abort_transaction(&mut self) -> Result<(OpId, Effects), KafkaError> {
+        if self.state == TxnManagerState::FatalError {
+            return Err(self.last_error.expect("fatal state records its error"));
+        }
+        if self.transactional_id().is_none()
+            || !matches!(self.state, TxnManagerState::InTransaction | TxnManagerState::AbortableError)
+        {
+            return Err(KafkaError::InvalidTxnState);
+        }
+        self.transition(TxnManagerState::AbortingTransaction);
+        Ok(self.begin_end(TransactionResult::Abort))
+    }
+
+    fn begin_end(&mut self, result: TransactionResult) -> (OpId, Effects) {
+        let op = self.new_op();
+        assert!(self.pending_end.is_none(), "{}: one EndTxn at a time", self.id);
+        self.pending_end = Some((op, result));
+        let mut effects = Effects::default();
+        self.maybe_send_end_txn(&mut effects);
+        (op, effects)
+    }
+
+    /// EndTxn goes out once every send of the transaction has its answer (`flush` before commit).
+    fn maybe_send_end_txn(&mut self, effects: &mut Effects) {
+        let busy = self.in_flight.values().chain(self.backing_off.values()).any(|f| !matches!(f, InFlight::EndTxn { .. }))
+            || !self.queued_sends.is_empty();
+        if busy {
+            return;
+        }
+        let Some((op, result)) = self.pending_end.take() else { return };
+        if result == TransactionResult::Commit && self.state == TxnManagerState::AbortableError {
+            // A send failed while committing: the commit fails with that error and the app must abort.
+            self.completions.push(Completion { op, result: Err(self.last_error.expect("abortable error recorded")) });
+            return;
+        }
+        if !self.transaction_started {
+            // No partition joined: nothing to end at the coordinator.
+            self.finish_transaction(op, result);
+            return;
+        }
+        let message = Message::EndTxnRequest {
+            transactional_id: self.transactional_id().expect("transactional").to_string(),
+            producer: self.producer_id_and_epoch.expect("initialized"),
+            result,
+        };
+        self.request(self.coordinator.clone(), message, InFlight::EndTxn { op, result }, effects);
+    }
+
+    fn finish_transaction(&mut self, op: OpId, result: TransactionResult) {
+        self.transition(TxnManagerState::Ready);
+        self.partitions_in_txn.clear();
+        self.transaction_started = false;
+        let output = match result {
+            TransactionResult::Commit => OpOutput::Committed,
+            TransactionResult::Abort => OpOutput::Aborted,
+        };
+        self.completions.push(Completion { op, result: Ok(output) });
+    }
+
+    fn set_producer_id_and_epoch(&mut self, pie: ProducerIdAndEpoch) {
+        if self.producer_id_and_epoch != Some(pie) {
+            // A new epoch starts every partition's sequence at 0 (KAFKA_SEMANTICS 2.4, 32).
+            self.next_sequence.clear();
+        }
+        self.producer_id_and_epoch = Some(pie);
+    }
+
+    pub fn on_timer(&mut self, now_ms: TimeMs, timer: Timer) -> Effects {
+        let _ = now_ms;
+        let mut effects = Effects::default();
+        let Timer::RetryBackoff { correlation_id } = timer else {
+            unreachable!("producers set only retry timers")
+        };
+        let Some(in_flight) = self.backing_off.remove(&correlation_id) else { return effects };
+        match in_flight {
+            InFlight::InitProducerId { op } => self.send_init(op, &mut effects),
+            InFlight::EndTxn { op, result } => {
+                let message = Message::EndTxnRequest {
+                    transactional_id: self.transactional_id().expect("transactional").to_string(),
+                    producer: self.producer_id_and_epoch.expect("initialized"),
+                    result,
+                };
+                self.request(self.coordinator.clone(), message, InFlight::EndTxn { op, result }, &mut effects);
+            }
+            InFlight::AddPartitions { partitions } => {
+                let message = Message::AddPartitionsToTxnRequest {
+                    transactional_id: self.transactional_id().expect("transactional").to_string(),
+                    producer: self.producer_id_and_epoch.expect("initialized"),
+                    partitions: partitions.clone(),
+                    verify_only: false,
+                };
+                self.request(self.coordinator.clone(), message, InFlight::AddPartitions { partitions }, &mut effects);
+            }
+            InFlight::Produce { .. } => unreachable!("produce errors are not retried by backoff here"),
+        }
+        effects
+    }
+
+    fn back_off(&mut self, now_ms: TimeMs, in_flight: InFlight, effects: &mut Effects) {
+        self.next_correlation_id += 1;
+        let corr = self.next_correlation_id;
+        self.backing_off.insert(corr, in_flight);
+        effects.timers.push((now_ms + self.config.retry_backoff_ms, Timer::RetryBackoff { correlation_id: corr }));
+    }
+
+    pub fn on_message(&mut self, now_ms: TimeMs, env: Envelope) -> Effects {
+        let mut effects = Effects::default();
+        let Some(in_flight) = self.in_flight.remove(&env.correlation_id) else {
+            return effects; // A duplicate or late response: the request was already answered.
+        };
+        match (in_flight, env.message) {
+            (InFlight::InitProducerId { op }, Message::InitProducerIdResponse { result }) => match result {
+                Ok(pie) => {
+                    self.set_producer_id_and_epoch(pie);
+                    self.transition(TxnManagerState::Ready);
+                    self.completions.push(Completion { op, result: Ok(OpOutput::Initialized(pie)) });
+                }
+                Err(e) if e.is_retriable() => self.back_off(now_ms, InFlight::InitProducerId { op }, &mut effects),
+                Err(e) => {
+                    self.fail_fatal(e);
+                    self.completions.push(Completion { op, result: Err(e) });
+                }
+            },
+            (InFlight::AddPartitions { partitions }, Message::AddPartitionsToTxnResponse { result }) => match result {
+                Ok(()) => {
+                    self.partitions_in_txn.extend(partitions.iter().cloned());
+                    self.transaction_started = true;
+                    let ready: Vec<QueuedSend> = std::mem::take(&mut self.queued_sends);
+                    let (go, wait): (Vec<_>, Vec<_>) = ready.into_iter().partition(|q| partitions.contains(&q.partition));
+                    self.queued_sends = wait;
+                    for q in go {
+                        self.send_batch(q.op, q.partition, q.values, &mut effects);
+                    }
+                }
+                Err(e) if e.is_retriable() => self.back_off(now_ms, InFlight::AddPartitions { partitions }, &mut effects),
+                Err(e) => {
+                    if e == KafkaError::ProducerFenced {
+                        self.fail_fatal(e);
+                    } else {
+                        self.fail_abortable(e);
+                    }
+                    let failed: Vec<QueuedSend> = std::mem::take(&mut self.queued_sends);
+                    for q in failed {
+                        self.completions.push(Completion { op: q.op, result: Err(e) });
+                    }
+                }
+            },
+            (InFlight::Produce { op, partition, .. }, Message::ProduceResponse { result, .. }) => match result {
+                Ok(ack) => self.completions.push(Completion { op, result: Ok(OpOutput::Sent { partition, ack }) }),
+                Err(e) => {
+                    if self.transactional_id().is_some() {
+                        if e == KafkaError::ProducerFenced {
+                            self.fail_fatal(e);
+                        } else {
+                            self.fail_abortable(e);
+                        }
+                    }
+                    self.completions.push(Completion { op, result: Err(e) });
+                }
+            },
+            (InFlight::EndTxn { op, result: txn_result }, Message::EndTxnResponse { result }) => match result {
+                Ok(bumped) => {
+                    if let Some(pie) = bumped {
+                        self.set_producer_id_and_epoch(pie);
+                    }
+                    self.finish_transaction(op, txn_result);
+                }
+                Err(e) if e.is_retriable() => {
+                    self.back_off(now_ms, InFlight::EndTxn { op, result: txn_result }, &mut effects)
+                }
+                Err(e) => {
+                    self.fail_fatal(e);
+                    self.completions.push(Completion { op, result: Err(e) });
+                }
+            },
+            (in_flight, message) => {
+                unreachable!("{}: response {} does not answer {in_flight:?}", self.id, message.api_name())
+            }
+        }
+        self.maybe_send_end_txn(&mut effects);
+        effects
+    }
+}

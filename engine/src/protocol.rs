@@ -1,0 +1,130 @@
+//! Messages between nodes: Kafka's APIs by name, each with its Kafka error codes, plus node ids, timers
+//! and the `Effects` a handler returns (the engine is sans-io: drivers deliver these).
+
+use crate::error::KafkaError;
+use crate::log::FetchPartitionData;
+use crate::record::ProduceBatch;
+use crate::types::{
+    CoordinatorEpoch, IsolationLevel, Offset, ProducerEpoch, ProducerId, ProducerIdAndEpoch, TimeMs,
+    TopicPartition, TransactionResult,
+};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum NodeId {
+    Broker(u32),
+    Client(String),
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeId::Broker(id) => write!(f, "broker-{id}"),
+            NodeId::Client(name) => f.write_str(name),
+        }
+    }
+}
+
+/// One `WriteTxnMarkersRequest.WritableTxnMarker`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TxnMarkerEntry {
+    pub producer_id: ProducerId,
+    pub producer_epoch: ProducerEpoch,
+    pub result: TransactionResult,
+    pub partitions: Vec<TopicPartition>,
+    pub coordinator_epoch: CoordinatorEpoch,
+}
+
+/// A successful Produce: the batch's offsets, or the original ones for a retried duplicate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ProduceAck {
+    pub first_offset: Offset,
+    pub last_offset: Offset,
+    pub duplicate: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Message {
+    InitProducerIdRequest { transactional_id: Option<String>, transaction_timeout_ms: TimeMs },
+    InitProducerIdResponse { result: Result<ProducerIdAndEpoch, KafkaError> },
+    /// `verify_only` is KIP-890 part 1's leader-to-coordinator check (AddPartitionsToTxn v4).
+    AddPartitionsToTxnRequest {
+        transactional_id: String,
+        producer: ProducerIdAndEpoch,
+        partitions: Vec<TopicPartition>,
+        verify_only: bool,
+    },
+    AddPartitionsToTxnResponse { result: Result<(), KafkaError> },
+    ProduceRequest { transactional_id: Option<String>, partition: TopicPartition, batch: ProduceBatch },
+    ProduceResponse { partition: TopicPartition, result: Result<ProduceAck, KafkaError> },
+    EndTxnRequest { transactional_id: String, producer: ProducerIdAndEpoch, result: TransactionResult },
+    /// Under transaction version 2 the response carries the bumped epoch (EndTxn v5, KIP-890).
+    EndTxnResponse { result: Result<Option<ProducerIdAndEpoch>, KafkaError> },
+    WriteTxnMarkersRequest { markers: Vec<TxnMarkerEntry> },
+    WriteTxnMarkersResponse { results: Vec<(ProducerId, TopicPartition, Result<Offset, KafkaError>)> },
+    /// `isolation: None` is a follower's fetch (bounded by the log end).
+    FetchRequest { partition: TopicPartition, fetch_offset: Offset, isolation: Option<IsolationLevel> },
+    FetchResponse { partition: TopicPartition, fetch_offset: Offset, result: Result<FetchPartitionData, KafkaError> },
+    ListOffsetsRequest { partition: TopicPartition, isolation: IsolationLevel },
+    ListOffsetsResponse { partition: TopicPartition, result: Result<Offset, KafkaError> },
+}
+
+impl Message {
+    /// The API name, as Kafka's request logs print it.
+    pub fn api_name(&self) -> &'static str {
+        match self {
+            Message::InitProducerIdRequest { .. } | Message::InitProducerIdResponse { .. } => "InitProducerId",
+            Message::AddPartitionsToTxnRequest { .. } | Message::AddPartitionsToTxnResponse { .. } => {
+                "AddPartitionsToTxn"
+            }
+            Message::ProduceRequest { .. } | Message::ProduceResponse { .. } => "Produce",
+            Message::EndTxnRequest { .. } | Message::EndTxnResponse { .. } => "EndTxn",
+            Message::WriteTxnMarkersRequest { .. } | Message::WriteTxnMarkersResponse { .. } => "WriteTxnMarkers",
+            Message::FetchRequest { .. } | Message::FetchResponse { .. } => "Fetch",
+            Message::ListOffsetsRequest { .. } | Message::ListOffsetsResponse { .. } => "ListOffsets",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Envelope {
+    pub from: NodeId,
+    pub to: NodeId,
+    /// Chosen by the requester; a response carries its request's id.
+    pub correlation_id: u64,
+    pub message: Message,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Timer {
+    /// The coordinator's periodic scan (`transaction.abort.timed.out.transaction.cleanup.interval.ms`).
+    AbortTimedOutTransactions,
+    /// A client's `retry.backoff.ms` before resending the request it keeps under this correlation id.
+    RetryBackoff { correlation_id: u64 },
+}
+
+impl Timer {
+    /// Periodic background work that never lets a cluster go quiet; drivers fire it only as time advances.
+    pub fn is_background(&self) -> bool {
+        matches!(self, Timer::AbortTimedOutTransactions)
+    }
+}
+
+/// What a handler asks its driver to do.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Effects {
+    pub sends: Vec<Envelope>,
+    /// `(due_ms, timer)`.
+    pub timers: Vec<(TimeMs, Timer)>,
+}
+
+impl Effects {
+    pub fn send(&mut self, from: &NodeId, to: &NodeId, correlation_id: u64, message: Message) {
+        self.sends.push(Envelope { from: from.clone(), to: to.clone(), correlation_id, message });
+    }
+    pub fn extend(&mut self, other: Effects) {
+        self.sends.extend(other.sends);
+        self.timers.extend(other.timers);
+    }
+}

@@ -1,0 +1,96 @@
+//! Record batches as a partition log stores them (`DefaultRecordBatch`, `EndTransactionMarker`).
+
+use crate::types::{CoordinatorEpoch, Offset, ProducerEpoch, ProducerId, TransactionResult};
+use serde::{Deserialize, Serialize};
+
+/// One data record. Offsets are explicit because compaction leaves gaps inside a batch.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Record {
+    pub offset: Offset,
+    pub value: String,
+}
+
+/// The one record of a control batch: `ControlRecordType` ABORT (0) / COMMIT (1) with the coordinator epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct EndTxnMarker {
+    pub result: TransactionResult,
+    pub coordinator_epoch: CoordinatorEpoch,
+}
+
+/// The producer fields of a batch header. A plain producer's batch has none (`NO_PRODUCER_ID`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct BatchProducer {
+    pub producer_id: ProducerId,
+    pub epoch: ProducerEpoch,
+    /// `-1` (`NO_SEQUENCE`) on control batches.
+    pub base_sequence: i32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum BatchBody {
+    Data(Vec<Record>),
+    /// A control batch holds exactly one marker at `base_offset`, or (after compaction, KAFKA-10702's
+    /// "empty control batch") none at all.
+    Control(Option<EndTxnMarker>),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct RecordBatch {
+    pub base_offset: Offset,
+    /// Inclusive; from the header, so it survives compaction of trailing records.
+    pub last_offset: Offset,
+    pub producer: Option<BatchProducer>,
+    pub is_transactional: bool,
+    pub body: BatchBody,
+}
+
+impl RecordBatch {
+    pub fn is_control(&self) -> bool {
+        matches!(self.body, BatchBody::Control(_))
+    }
+    pub fn next_offset(&self) -> Offset {
+        self.last_offset + 1
+    }
+    pub fn producer_id(&self) -> Option<ProducerId> {
+        self.producer.map(|p| p.producer_id)
+    }
+    pub fn marker(&self) -> Option<EndTxnMarker> {
+        match self.body {
+            BatchBody::Control(m) => m,
+            BatchBody::Data(_) => None,
+        }
+    }
+    pub fn records(&self) -> &[Record] {
+        match &self.body {
+            BatchBody::Data(r) => r,
+            BatchBody::Control(_) => &[],
+        }
+    }
+    /// Inclusive last sequence number, with Kafka's wrap at `i32::MAX` (`DefaultRecordBatch.incrementSequence`).
+    pub fn last_sequence(&self) -> Option<i32> {
+        let p = self.producer?;
+        if p.base_sequence < 0 {
+            return None;
+        }
+        let delta = (self.last_offset - self.base_offset) as i64;
+        Some(increment_sequence(p.base_sequence, delta))
+    }
+}
+
+/// `DefaultRecordBatch.incrementSequence`: sequences wrap from `i32::MAX` to 0.
+pub fn increment_sequence(sequence: i32, increment: i64) -> i32 {
+    let next = sequence as i64 + increment;
+    if next > i32::MAX as i64 {
+        (next - i32::MAX as i64 - 1) as i32
+    } else {
+        next as i32
+    }
+}
+
+/// What a producer sends: values without offsets (the leader assigns them).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ProduceBatch {
+    pub producer: Option<BatchProducer>,
+    pub is_transactional: bool,
+    pub values: Vec<String>,
+}

@@ -1,0 +1,379 @@
+//! Scenario files: scripted experiments with exact expected outcomes (shared/SCENARIOS.md).
+//! `load` parses and validates strictly; `run` drives the engine and returns the first difference.
+
+mod format;
+mod runner;
+mod show;
+
+pub use format::{Layer, Op, FORMAT};
+pub use runner::{run, Difference, RunOptions};
+
+use format::{strip_descriptive, MultiExpect, PartitionExpect, ScenarioHeader};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use txnsim_engine::{KafkaError, TransactionVersion};
+
+/// Bad input: the file, scenario, op and field it is about, and what is wrong. Exit code 2.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScenarioError {
+    pub file: String,
+    pub scenario: Option<String>,
+    pub op_index: Option<usize>,
+    pub field: Option<String>,
+    pub message: String,
+}
+
+impl fmt::Display for ScenarioError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file)?;
+        if let Some(s) = &self.scenario {
+            write!(f, ": scenario '{s}'")?;
+        }
+        if let Some(i) = self.op_index {
+            write!(f, ": op {i}")?;
+        }
+        if let Some(field) = &self.field {
+            write!(f, ": field '{field}'")?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+impl std::error::Error for ScenarioError {}
+
+/// The scenario-level expectation: one partition, or several.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Expectation {
+    One(PartitionExpect),
+    Many(Vec<PartitionExpect>),
+}
+
+impl Expectation {
+    pub fn partitions(&self) -> Vec<&PartitionExpect> {
+        match self {
+            Expectation::One(p) => vec![p],
+            Expectation::Many(ps) => ps.iter().collect(),
+        }
+    }
+}
+
+/// A parsed and validated scenario.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scenario {
+    pub file: String,
+    pub name: String,
+    pub source: Option<String>,
+    pub layer: Layer,
+    pub topics: BTreeMap<String, u32>,
+    pub manual_high_watermark: bool,
+    pub transaction_version: TransactionVersion,
+    pub ops: Vec<Op>,
+    pub expect: Option<Expectation>,
+}
+
+impl Scenario {
+    fn error(&self, op_index: Option<usize>, field: &str, message: impl Into<String>) -> ScenarioError {
+        ScenarioError {
+            file: self.file.clone(),
+            scenario: Some(self.name.clone()),
+            op_index,
+            field: Some(field.to_string()),
+            message: message.into(),
+        }
+    }
+}
+
+/// The scenario files under `path`: the file itself, or every `*.json` below a folder, sorted.
+pub fn collect_files(path: &Path) -> Result<Vec<PathBuf>, ScenarioError> {
+    let unreadable = |message: String| ScenarioError {
+        file: path.display().to_string(),
+        scenario: None,
+        op_index: None,
+        field: None,
+        message,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| unreadable(format!("cannot read: {e}")))?;
+    if meta.is_file() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut files = Vec::new();
+    let mut stack = vec![path.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let entries = std::fs::read_dir(&dir).map_err(|e| unreadable(format!("cannot list {}: {e}", dir.display())))?;
+        for entry in entries {
+            let p = entry.map_err(|e| unreadable(format!("cannot list {}: {e}", dir.display())))?.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|e| e == "json") {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Reads and validates every scenario of one file.
+pub fn load(path: &Path) -> Result<Vec<Scenario>, ScenarioError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
+        file: file.clone(),
+        scenario: None,
+        op_index: None,
+        field: None,
+        message: format!("cannot read: {e}"),
+    })?;
+    parse(&file, &text)
+}
+
+fn file_error(file: &str, field: Option<&str>, message: impl Into<String>) -> ScenarioError {
+    ScenarioError {
+        file: file.to_string(),
+        scenario: None,
+        op_index: None,
+        field: field.map(str::to_string),
+        message: message.into(),
+    }
+}
+
+/// Parses a scenario file's text; `file` names it in errors.
+pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ScenarioError> {
+    let mut root: Value = serde_json::from_str(text).map_err(|e| file_error(file, None, format!("malformed JSON: {e}")))?;
+    strip_descriptive(&mut root);
+    let Value::Object(mut map) = root else {
+        return Err(file_error(file, None, "the file must be a JSON object with 'format' and 'scenarios'"));
+    };
+    match map.remove("format") {
+        Some(Value::String(f)) if f == FORMAT => {}
+        Some(other) => return Err(file_error(file, Some("format"), format!("expected \"{FORMAT}\", found {other}"))),
+        None => return Err(file_error(file, Some("format"), "missing field")),
+    }
+    let Some(Value::Array(scenarios)) = map.remove("scenarios") else {
+        return Err(file_error(file, Some("scenarios"), "missing or not a list"));
+    };
+    if let Some(extra) = map.keys().next() {
+        return Err(file_error(file, Some(extra), "unknown field"));
+    }
+    let mut out = Vec::new();
+    let mut names = BTreeSet::new();
+    for (i, value) in scenarios.into_iter().enumerate() {
+        let label = value.get("name").and_then(Value::as_str).map(str::to_string).unwrap_or(format!("#{i}"));
+        let header: ScenarioHeader = serde_json::from_value(value).map_err(|e| ScenarioError {
+            file: file.to_string(),
+            scenario: Some(label.clone()),
+            op_index: None,
+            field: serde_field(&e.to_string()),
+            message: e.to_string(),
+        })?;
+        if !names.insert(header.name.clone()) {
+            return Err(ScenarioError {
+                file: file.to_string(),
+                scenario: Some(header.name),
+                op_index: None,
+                field: Some("name".into()),
+                message: "two scenarios in one file have this name".into(),
+            });
+        }
+        out.push(build(file, header)?);
+    }
+    if out.is_empty() {
+        return Err(file_error(file, Some("scenarios"), "the list is empty"));
+    }
+    Ok(out)
+}
+
+/// serde names the offending field in backquotes; pull it out for the error's `field`.
+fn serde_field(message: &str) -> Option<String> {
+    let start = message.find('`')? + 1;
+    let len = message[start..].find('`')?;
+    Some(message[start..start + len].to_string())
+}
+
+fn build(file: &str, h: ScenarioHeader) -> Result<Scenario, ScenarioError> {
+    let transaction_version = match h.transaction_version {
+        None => TransactionVersion::V1,
+        Some(v) => TransactionVersion::from_number(v).ok_or_else(|| ScenarioError {
+            file: file.to_string(),
+            scenario: Some(h.name.clone()),
+            op_index: None,
+            field: Some("transaction_version".into()),
+            message: format!("must be 1 or 2, found {v}"),
+        })?,
+    };
+    let mut sc = Scenario {
+        file: file.to_string(),
+        name: h.name,
+        source: h.source,
+        layer: h.layer,
+        topics: h.topics.unwrap_or_else(|| [("t".to_string(), 1)].into_iter().collect()),
+        manual_high_watermark: h.manual_high_watermark,
+        transaction_version,
+        ops: Vec::new(),
+        expect: None,
+    };
+    for (i, value) in h.ops.into_iter().enumerate() {
+        let op: Op = serde_json::from_value(value).map_err(|e| {
+            let msg = e.to_string();
+            let field = serde_field(&msg).map(|f| if msg.starts_with("unknown variant") { "op".to_string() } else { f });
+            ScenarioError { file: file.to_string(), scenario: Some(sc.name.clone()), op_index: Some(i), field, message: msg }
+        })?;
+        sc.ops.push(op);
+    }
+    if let Some(value) = h.expect {
+        let expectation = if value.get("partitions").is_some() {
+            Expectation::Many(
+                serde_json::from_value::<MultiExpect>(value)
+                    .map_err(|e| sc.error(None, &format!("expect.{}", serde_field(&e.to_string()).unwrap_or_default()), e.to_string()))?
+                    .partitions,
+            )
+        } else {
+            Expectation::One(
+                serde_json::from_value::<PartitionExpect>(value)
+                    .map_err(|e| sc.error(None, &format!("expect.{}", serde_field(&e.to_string()).unwrap_or_default()), e.to_string()))?,
+            )
+        };
+        sc.expect = Some(expectation);
+    }
+    validate(&sc)?;
+    Ok(sc)
+}
+
+fn check_error_name(sc: &Scenario, i: Option<usize>, field: &str, name: Option<&str>) -> Result<(), ScenarioError> {
+    match name {
+        Some(n) if KafkaError::from_name(n).is_none() => Err(sc.error(i, field, format!("'{n}' is not a Kafka error name this engine knows"))),
+        _ => Ok(()),
+    }
+}
+
+/// Checks what can be checked before running: layers, topics, producer lifecycles, error names.
+fn validate(sc: &Scenario) -> Result<(), ScenarioError> {
+    for (t, n) in &sc.topics {
+        if *n == 0 {
+            return Err(sc.error(None, "topics", format!("topic '{t}' has no partitions")));
+        }
+    }
+    let check_partition = |i: Option<usize>, topic: Option<&str>, partition: u32| -> Result<(), ScenarioError> {
+        let topic = topic.unwrap_or("t");
+        match sc.topics.get(topic) {
+            None => Err(sc.error(i, "topic", format!("unknown topic '{topic}' (topics: {:?})", sc.topics.keys().collect::<Vec<_>>()))),
+            Some(n) if partition >= *n => Err(sc.error(i, "partition", format!("topic '{topic}' has {n} partition(s), no partition {partition}"))),
+            Some(_) => Ok(()),
+        }
+    };
+    #[derive(PartialEq)]
+    enum Life {
+        Live,
+        Crashed,
+    }
+    let mut transactional: BTreeMap<&str, Life> = BTreeMap::new();
+    let mut idempotent: BTreeSet<&str> = BTreeSet::new();
+    for (i, op) in sc.ops.iter().enumerate() {
+        let at = Some(i);
+        if !op.allowed_in(sc.layer) {
+            return Err(sc.error(at, "op", format!("'{}' is not an op of the {} layer", op.name(), sc.layer.name())));
+        }
+        if let Some((topic, partition)) = op.partition() {
+            check_partition(at, topic, partition)?;
+        }
+        check_error_name(sc, at, "expect_error", op.expect_error())?;
+        match op {
+            Op::InitProducer { producer, .. } => {
+                if idempotent.contains(producer.as_str()) {
+                    return Err(sc.error(at, "producer", format!("'{producer}' already names an idempotent producer")));
+                }
+                transactional.insert(producer, Life::Live);
+            }
+            Op::Begin { producer, .. }
+            | Op::Commit { producer, .. }
+            | Op::Abort { producer, .. }
+            | Op::Produce { producer, .. }
+            | Op::CrashProducer { producer } => match transactional.get(producer.as_str()) {
+                None => {
+                    return Err(sc.error(at, "producer", format!("no producer '{producer}': it needs an init_producer first")))
+                }
+                Some(Life::Crashed) => {
+                    return Err(sc.error(at, "producer", format!("'{producer}' crashed: only init_producer or expire_txn may name it")))
+                }
+                Some(Life::Live) => {
+                    if matches!(op, Op::CrashProducer { .. }) {
+                        transactional.insert(producer, Life::Crashed);
+                    }
+                }
+            },
+            Op::ExpireTxn { producer, .. } => {
+                if !transactional.contains_key(producer.as_str()) {
+                    return Err(sc.error(at, "producer", format!("no producer '{producer}': it needs an init_producer first")));
+                }
+            }
+            Op::ProduceNontxn { producer: Some(p), .. } => {
+                if transactional.contains_key(p.as_str()) {
+                    return Err(sc.error(at, "producer", format!("'{p}' names a transactional producer; idempotent ones need their own names")));
+                }
+                idempotent.insert(p);
+            }
+            Op::AppendBatch { producer_id, epoch, base_sequence, transactional: txn, expect, .. } => {
+                if producer_id.is_some() != epoch.is_some() || producer_id.is_some() != base_sequence.is_some() {
+                    return Err(sc.error(at, "producer_id", "producer_id, epoch and base_sequence go together"));
+                }
+                if *txn && producer_id.is_none() {
+                    return Err(sc.error(at, "transactional", "a transactional batch needs a producer_id"));
+                }
+                check_error_name(sc, at, "expect.error", expect.as_ref().and_then(|e| e.error.as_deref()))?;
+            }
+            Op::AppendMarker { expect, .. } => {
+                check_error_name(sc, at, "expect.error", expect.as_ref().and_then(|e| e.error.as_deref()))?
+            }
+            Op::DeleteRecords { expect, .. } => {
+                check_error_name(sc, at, "expect.error", expect.as_ref().and_then(|e| e.error.as_deref()))?
+            }
+            Op::DeliverFetch { batches, .. } => {
+                for (b, batch) in batches.iter().enumerate() {
+                    let field = format!("batches[{b}]");
+                    if batch.last_offset < batch.base_offset {
+                        return Err(sc.error(at, &field, "last_offset is below base_offset"));
+                    }
+                    if batch.control.is_some() && !batch.records.is_empty() {
+                        return Err(sc.error(at, &field, "a control batch lists no records (its marker sits at base_offset)"));
+                    }
+                    if matches!(batch.control, Some(format::ControlType::Commit | format::ControlType::Abort)) && batch.producer_id.is_none() {
+                        return Err(sc.error(at, &field, "a COMMIT/ABORT control batch needs a producer_id"));
+                    }
+                    if batch.records.iter().any(|(o, _)| *o < batch.base_offset || *o > batch.last_offset) {
+                        return Err(sc.error(at, &field, "a record offset lies outside [base_offset, last_offset]"));
+                    }
+                    if batch.records.windows(2).any(|w| w[0].0 >= w[1].0) {
+                        return Err(sc.error(at, &field, "record offsets must increase"));
+                    }
+                }
+            }
+            Op::AbortedTxns { expect, .. } => validate_aborted(sc, at, "expect", expect)?,
+            _ => {}
+        }
+    }
+    if let Some(expect) = &sc.expect {
+        for p in expect.partitions() {
+            check_partition(None, p.topic.as_deref(), p.partition_number()).map_err(|mut e| {
+                e.field = Some(format!("expect.{}", e.field.unwrap_or_default()));
+                e
+            })?;
+            if let Some(entries) = &p.aborted_txns {
+                validate_aborted(sc, None, "expect.aborted_txns", entries)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn validate_aborted(sc: &Scenario, at: Option<usize>, field: &str, entries: &[format::AbortedTxnExpect]) -> Result<(), ScenarioError> {
+    for (k, e) in entries.iter().enumerate() {
+        if e.producer.is_some() == e.producer_id.is_some() {
+            return Err(sc.error(at, &format!("{field}[{k}]"), "name the producer by exactly one of 'producer' or 'producer_id'"));
+        }
+        if e.producer.is_some() && sc.layer != Layer::Producer {
+            return Err(sc.error(at, &format!("{field}[{k}].producer"), "only producer-layer scenarios have named producers; use producer_id"));
+        }
+    }
+    Ok(())
+}
