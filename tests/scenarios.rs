@@ -1,0 +1,115 @@
+//! Every scenario under seeds/scenarios passes on the engine, and the CLI rejects bad input with a
+//! one-line error (exit 2) instead of a panic.
+
+use std::path::Path;
+use std::process::Command;
+use txnsim::scenario::{self, RunOptions};
+
+fn corpus() -> Vec<scenario::Scenario> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds/scenarios");
+    let files = scenario::collect_files(&root).expect("seeds/scenarios is readable");
+    assert!(!files.is_empty(), "no scenario files under {}", root.display());
+    files.iter().flat_map(|f| scenario::load(f).unwrap_or_else(|e| panic!("{e}"))).collect()
+}
+
+#[test]
+fn every_corpus_scenario_passes() {
+    let scenarios = corpus();
+    assert!(scenarios.len() >= 31, "the corpus holds the seed experiment and at least 30 more, found {}", scenarios.len());
+    let failures: Vec<String> = scenarios
+        .iter()
+        .filter_map(|sc| scenario::run(sc, &RunOptions::default()).difference.map(|d| format!("{} ({}): {d}", sc.name, sc.file)))
+        .collect();
+    assert!(failures.is_empty(), "scenarios departed from their expectations:\n{}", failures.join("\n"));
+}
+
+#[test]
+fn seed_experiment_table_shows_both_readers() {
+    let sc = corpus().into_iter().find(|s| s.name == "open-then-commit-then-abort").expect("the seed experiment is in the corpus");
+    let report = scenario::run(&sc, &RunOptions { show: true, ..RunOptions::default() });
+    assert_eq!(report.difference, None);
+    let table = report.table.join("\n");
+    // While the first transaction is open: read_uncommitted 3 records, read_committed 0 ("0 vs 3").
+    assert!(table.contains("read_uncommitted from 0: 3 record(s) [0:inflight-0 1:inflight-1 2:inflight-2]  position 3"), "{table}");
+    assert!(table.contains("read_committed   from 0: 0 record(s) []  position 0"), "{table}");
+    // After the abort: the offset gap and the index entry (4, 7).
+    assert!(table.contains("aborted index: (p first 4 last 7 lso 8)"), "{table}");
+    assert!(table.contains("read_committed   from 0: 3 record(s) [0:inflight-0 1:inflight-1 2:inflight-2]  position 8"), "{table}");
+    assert!(
+        table.contains("read_uncommitted from 0: 6 record(s) [0:inflight-0 1:inflight-1 2:inflight-2 4:aborted-0 5:aborted-1 6:aborted-2]  position 8"),
+        "{table}"
+    );
+}
+
+fn run_cli(file_text: &str) -> (i32, String, String) {
+    let dir = std::env::temp_dir().join(format!("txnsim-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join(format!("case-{:x}.json", file_text.len() * 31 + file_text.bytes().map(|b| b as usize).sum::<usize>()));
+    std::fs::write(&path, file_text).expect("write temp scenario");
+    let out = Command::new(env!("CARGO_BIN_EXE_txnsim")).arg("scenario").arg(&path).output().expect("run txnsim");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+fn assert_input_error(text: &str, must_contain: &[&str]) {
+    let (code, _, stderr) = run_cli(text);
+    assert_eq!(code, 2, "bad input must exit 2; stderr: {stderr}");
+    assert!(!stderr.contains("panicked"), "bad input must not panic: {stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one line of error: {stderr}");
+    for needle in must_contain {
+        assert!(stderr.contains(needle), "error should mention {needle:?}: {stderr}");
+    }
+}
+
+const HEAD: &str = r#"{"format": "txnsim-scenario/v1", "scenarios": [{"name": "s", "layer": "producer", "ops": "#;
+
+#[test]
+fn malformed_json_is_an_input_error() {
+    assert_input_error("{\"format\": ", &["malformed JSON"]);
+}
+
+#[test]
+fn unknown_op_is_an_input_error() {
+    assert_input_error(&format!("{HEAD}[{{\"op\": \"teleport\"}}]}}]}}"), &["scenario 's'", "op 0", "field 'op'", "teleport"]);
+}
+
+#[test]
+fn unknown_field_is_an_input_error() {
+    let text = format!("{HEAD}[{{\"op\": \"init_producer\", \"producer\": \"p\", \"colour\": 1}}]}}]}}");
+    assert_input_error(&text, &["op 0", "field 'colour'"]);
+}
+
+#[test]
+fn missing_producer_name_is_an_input_error() {
+    let text = format!("{HEAD}[{{\"op\": \"init_producer\", \"producer\": \"p\"}}, {{\"op\": \"begin\"}}]}}]}}");
+    assert_input_error(&text, &["op 1", "field 'producer'"]);
+}
+
+#[test]
+fn unknown_topic_is_an_input_error() {
+    let text = format!(
+        "{HEAD}[{{\"op\": \"init_producer\", \"producer\": \"p\"}}, {{\"op\": \"begin\", \"producer\": \"p\"}}, \
+         {{\"op\": \"produce\", \"producer\": \"p\", \"topic\": \"nope\", \"partition\": 0, \"values\": [\"v\"]}}]}}]}}"
+    );
+    assert_input_error(&text, &["op 2", "field 'topic'", "unknown topic 'nope'"]);
+}
+
+#[test]
+fn op_on_a_crashed_producer_is_an_input_error() {
+    let text = format!(
+        "{HEAD}[{{\"op\": \"init_producer\", \"producer\": \"p\"}}, {{\"op\": \"crash_producer\", \"producer\": \"p\"}}, \
+         {{\"op\": \"begin\", \"producer\": \"p\"}}]}}]}}"
+    );
+    assert_input_error(&text, &["op 2", "crashed"]);
+}
+
+#[test]
+fn a_wrong_expectation_fails_with_exit_1_and_names_the_difference() {
+    let text = format!(
+        "{HEAD}[{{\"op\": \"init_producer\", \"producer\": \"p\"}}, {{\"op\": \"begin\", \"producer\": \"p\"}}, \
+         {{\"op\": \"produce\", \"producer\": \"p\", \"partition\": 0, \"values\": [\"v\"], \"expect\": {{\"first_offset\": 1, \"last_offset\": 1}}}}]}}]}}"
+    );
+    let (code, stdout, _) = run_cli(&text);
+    assert_eq!(code, 1, "a failing scenario exits 1: {stdout}");
+    assert!(stdout.contains("FAIL s"), "{stdout}");
+    assert!(stdout.contains("op 2 (produce): expect.first_offset: expected 1, actual 0"), "{stdout}");
+}
