@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::process::Command;
 use txnsim::scenario::{self, RunOptions};
+use txnsim_engine::{Mutation, Mutations};
 
 fn corpus() -> Vec<scenario::Scenario> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds/scenarios");
@@ -112,4 +113,23 @@ fn a_wrong_expectation_fails_with_exit_1_and_names_the_difference() {
     assert_eq!(code, 1, "a failing scenario exits 1: {stdout}");
     assert!(stdout.contains("FAIL s"), "{stdout}");
     assert!(stdout.contains("op 2 (produce): expect.first_offset: expected 1, actual 0"), "{stdout}");
+}
+
+/// Mutations only faults or the passage of time reach (duplicated marker answers, restarts, timeouts);
+/// the scenario layer has none, so other suites prove these bite.
+const NEEDS_FAULTS: [Mutation; 3] = [Mutation::DoubleComplete, Mutation::NoTimeoutAbort, Mutation::DropPendingMarkersOnRestart];
+
+#[test]
+fn every_scenario_reachable_mutation_fails_some_scenario() {
+    let scenarios = corpus();
+    for m in Mutation::ALL.into_iter().filter(|m| !NEEDS_FAULTS.contains(m)) {
+        let opts = RunOptions { mutations: Mutations::one(m), show: false };
+        let caught = scenarios.iter().find(|sc| scenario::run(sc, &opts).difference.is_some());
+        assert!(caught.is_some(), "mutation {} passes every scenario: the corpus does not bite it", m.name());
+    }
+    for m in NEEDS_FAULTS {
+        let opts = RunOptions { mutations: Mutations::one(m), show: false };
+        let caught = scenarios.iter().find(|sc| scenario::run(sc, &opts).difference.is_some());
+        assert!(caught.is_none(), "mutation {} now fails scenario {:?}: move it out of NEEDS_FAULTS", m.name(), caught.map(|s| &s.name));
+    }
 }

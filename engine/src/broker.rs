@@ -85,13 +85,31 @@ impl Broker {
         match timer {
             Timer::AbortTimedOutTransactions => {
                 let leaders = SelfLeader { id: &self.id, partitions: &self.partitions };
-                self.coordinator.abort_timed_out_transactions(now_ms, &self.config, &self.id, &leaders, &mut effects);
+                if !self.config.mutations.has(crate::mutation::Mutation::NoTimeoutAbort) {
+                    self.coordinator.abort_timed_out_transactions(now_ms, &self.config, &self.id, &leaders, &mut effects);
+                }
                 effects
                     .timers
                     .push((now_ms + self.config.abort_timed_out_cleanup_interval_ms, Timer::AbortTimedOutTransactions));
             }
-            Timer::RetryBackoff { .. } => unreachable!("brokers set no retry timers"),
+            Timer::ResendTxnMarkers { decision } => {
+                let leaders = SelfLeader { id: &self.id, partitions: &self.partitions };
+                self.coordinator.on_resend_markers(decision, now_ms, &self.id, &leaders, &mut effects);
+            }
+            Timer::RetryBackoff { .. } | Timer::RequestTimeout { .. } => unreachable!("brokers set no client timers"),
         }
+        effects
+    }
+
+    /// A crash and restart: logs, producer state (rebuilt from the log in Kafka; identical here) and the
+    /// coordinator's `__transaction_state` survive; requests in flight and verification guards do not.
+    /// The coordinator reloads under a new epoch and resends the markers of decided transactions.
+    pub fn restart(&mut self, now_ms: TimeMs) -> Effects {
+        self.pending_verifications.clear();
+        self.verification_guards.clear();
+        let mut effects = self.on_start(now_ms);
+        let leaders = SelfLeader { id: &self.id, partitions: &self.partitions };
+        self.coordinator.on_load(now_ms, &self.config, &self.id, &leaders, &mut effects);
         effects
     }
 
@@ -157,7 +175,7 @@ impl Broker {
                 Some(Message::WriteTxnMarkersResponse { results: self.handle_write_txn_markers(now_ms, &markers) })
             }
             Message::WriteTxnMarkersResponse { results } => {
-                self.coordinator.handle_write_txn_markers_response(&results, now_ms, &self.id, &leaders, &mut effects);
+                self.coordinator.handle_write_txn_markers_response(&results, now_ms, &self.config, &self.id, &leaders, &mut effects);
                 None
             }
             Message::AddPartitionsToTxnResponse { result } => {

@@ -109,10 +109,15 @@ impl Cluster {
         }
         let effects = match &node {
             NodeId::Broker(_) => self.broker.on_timer(self.now_ms, timer),
-            NodeId::Client(name) => match self.producers.get_mut(name) {
-                Some(p) => p.on_timer(self.now_ms, timer),
-                None => Effects::default(),
-            },
+            NodeId::Client(name) => {
+                if let Some(p) = self.producers.get_mut(name) {
+                    p.on_timer(self.now_ms, timer)
+                } else if let Some(c) = self.consumers.get_mut(name) {
+                    c.on_timer(timer)
+                } else {
+                    Effects::default()
+                }
+            }
         };
         self.apply(&node, effects);
     }
@@ -158,10 +163,11 @@ impl Cluster {
     pub fn call_producer(
         &mut self,
         name: &str,
-        call: impl FnOnce(&mut Producer) -> Result<(OpId, Effects), KafkaError>,
+        call: impl FnOnce(&mut Producer, TimeMs) -> Result<(OpId, Effects), KafkaError>,
     ) -> Result<Option<OpOutput>, KafkaError> {
+        let now = self.now_ms;
         let producer = self.producers.get_mut(name).unwrap_or_else(|| panic!("no producer named {name}"));
-        let (op, effects) = call(producer)?;
+        let (op, effects) = call(producer, now)?;
         let node = producer.id.clone();
         self.apply(&node, effects);
         self.run_until_quiet();
@@ -190,7 +196,8 @@ impl Cluster {
         let mut result = None;
         let mut position = from;
         for _ in 0..max_polls {
-            let effects = self.consumers.get_mut(READER).expect("reader").poll(partition);
+            let now = self.now_ms;
+            let effects = self.consumers.get_mut(READER).expect("reader").poll(now, partition);
             self.apply(&NodeId::Client(READER.to_string()), effects);
             self.run_until_quiet();
             let c = self.consumers.get_mut(READER).expect("reader");

@@ -17,6 +17,10 @@ pub struct EngineConfig {
     pub abort_timed_out_cleanup_interval_ms: TimeMs,
     /// Client `retry.backoff.ms` (default 100).
     pub retry_backoff_ms: TimeMs,
+    /// Client `request.timeout.ms` (default 30000).
+    pub request_timeout_ms: TimeMs,
+    /// Sends of one batch before the producer gives up on it (`delivery.timeout.ms` / `request.timeout.ms`).
+    pub delivery_attempts_max: u32,
     /// Historical bugs switched on; empty in every normal run.
     pub mutations: Mutations,
 }
@@ -30,6 +34,8 @@ impl Default for EngineConfig {
             transaction_timeout_ms: 60_000,
             abort_timed_out_cleanup_interval_ms: 10_000,
             retry_backoff_ms: 100,
+            request_timeout_ms: 30_000,
+            delivery_attempts_max: 4,
             mutations: Mutations::none(),
         }
     }

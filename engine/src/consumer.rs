@@ -5,8 +5,8 @@ use crate::config::EngineConfig;
 use crate::error::KafkaError;
 use crate::log::FetchPartitionData;
 use crate::mutation::{Mutation, Mutations};
-use crate::protocol::{Effects, Envelope, Message, NodeId};
-use crate::types::{IsolationLevel, Offset, ProducerId, TopicPartition, TransactionResult};
+use crate::protocol::{Effects, Envelope, Message, NodeId, Timer};
+use crate::types::{IsolationLevel, Offset, ProducerId, TimeMs, TopicPartition, TransactionResult};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -61,7 +61,9 @@ pub fn filter_fetch(
                     aborted.next();
                 }
                 if batch.marker().is_some_and(|m| m.result == TransactionResult::Abort) {
-                    aborted_pids.remove(&pid);
+                    if !mutations.has(Mutation::AbortedPidNotClearedOnMarker) {
+                        aborted_pids.remove(&pid);
+                    }
                 } else if batch.is_transactional && aborted_pids.contains(&pid) {
                     last_batch_skipped = true;
                     if advance_over_skipped {
@@ -90,6 +92,14 @@ pub fn filter_fetch(
     if let Some(last) = data.batches.last() {
         if advance_over_skipped || !last_batch_skipped {
             next_fetch_offset = next_fetch_offset.max(last.next_offset());
+        }
+    }
+    if mutations.has(Mutation::PositionSkipsToHighWatermark) {
+        next_fetch_offset = next_fetch_offset.max(data.high_watermark);
+    }
+    if mutations.has(Mutation::RedeliverLastRecord) {
+        if let Some(&(last, _)) = records.last() {
+            next_fetch_offset = last;
         }
     }
     FetchedRecords { records, next_fetch_offset }
@@ -153,15 +163,29 @@ impl Consumer {
         self.in_flight.is_empty()
     }
 
-    /// One fetch at the current position of `partition`.
-    pub fn poll(&mut self, partition: &TopicPartition) -> Effects {
+    pub fn has_fetch_in_flight(&self, partition: &TopicPartition) -> bool {
+        self.in_flight.values().any(|p| p == partition)
+    }
+
+    /// One fetch at the current position of `partition`, answered or timed out before the next.
+    pub fn poll(&mut self, now_ms: TimeMs, partition: &TopicPartition) -> Effects {
         let mut effects = Effects::default();
         let offset = *self.positions.get(partition).expect("poll of an assigned partition");
         self.next_correlation_id += 1;
-        self.in_flight.insert(self.next_correlation_id, partition.clone());
+        let corr = self.next_correlation_id;
+        self.in_flight.insert(corr, partition.clone());
         let message = Message::FetchRequest { partition: partition.clone(), fetch_offset: offset, isolation: Some(self.isolation) };
-        effects.send(&self.id, &self.broker, self.next_correlation_id, message);
+        effects.send(&self.id, &self.broker, corr, message);
+        effects.timers.push((now_ms + self.config.request_timeout_ms, Timer::RequestTimeout { correlation_id: corr }));
         effects
+    }
+
+    /// A fetch that got no answer in `request.timeout.ms` is forgotten; the next poll sends a new one.
+    pub fn on_timer(&mut self, timer: Timer) -> Effects {
+        if let Timer::RequestTimeout { correlation_id } = timer {
+            self.in_flight.remove(&correlation_id);
+        }
+        Effects::default()
     }
 
     pub fn on_message(&mut self, env: Envelope) -> Effects {

@@ -20,10 +20,11 @@ pub enum KafkaError {
     TransactionCoordinatorFenced,
     ProducerFenced,
     UnknownProducerId,
+    RequestTimedOut,
 }
 
 impl KafkaError {
-    pub const ALL: [KafkaError; 15] = [
+    pub const ALL: [KafkaError; 16] = [
         KafkaError::OffsetOutOfRange,
         KafkaError::UnknownTopicOrPartition,
         KafkaError::NotCoordinator,
@@ -39,12 +40,14 @@ impl KafkaError {
         KafkaError::TransactionCoordinatorFenced,
         KafkaError::ProducerFenced,
         KafkaError::UnknownProducerId,
+        KafkaError::RequestTimedOut,
     ];
 
     /// The wire code from `Errors.java`.
     pub fn code(self) -> i16 {
         match self {
             KafkaError::OffsetOutOfRange => 1,
+            KafkaError::RequestTimedOut => 7,
             KafkaError::UnknownTopicOrPartition => 3,
             KafkaError::CoordinatorLoadInProgress => 14,
             KafkaError::NotCoordinator => 16,
@@ -80,6 +83,7 @@ impl KafkaError {
             KafkaError::TransactionCoordinatorFenced => "TRANSACTION_COORDINATOR_FENCED",
             KafkaError::ProducerFenced => "PRODUCER_FENCED",
             KafkaError::UnknownProducerId => "UNKNOWN_PRODUCER_ID",
+            KafkaError::RequestTimedOut => "REQUEST_TIMED_OUT",
         }
     }
 

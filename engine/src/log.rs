@@ -111,6 +111,10 @@ impl PartitionLog {
 
     /// `UnifiedLog.lastStableOffset`: the first unstable offset if it is below the high watermark, else the HW.
     pub fn last_stable_offset(&self, mutations: &Mutations) -> Offset {
+        if mutations.has(Mutation::LsoNotClampedToHw) {
+            // The bug: visibility computed against the log end, as if every append were replicated.
+            return self.first_unstable_offset(mutations).unwrap_or(self.log_end_offset);
+        }
         match self.first_unstable_offset(mutations) {
             Some(o) if o < self.high_watermark => o,
             _ => self.high_watermark,
@@ -136,6 +140,11 @@ impl PartitionLog {
             let check =
                 self.producer_state.check_data_batch(p, batch.is_transactional, count, origin, mutations)?;
             if let AppendCheck::Duplicate(meta) = check {
+                if mutations.has(Mutation::DuplicateReturnsWrongOffsets) {
+                    // The bug answers with where the batch would go now, not where it went.
+                    let first = self.log_end_offset;
+                    return Ok(LogAppendInfo { first_offset: first, last_offset: first + count - 1, duplicate: true });
+                }
                 return Ok(LogAppendInfo {
                     first_offset: meta.first_offset,
                     last_offset: meta.last_offset,
@@ -230,7 +239,10 @@ impl PartitionLog {
     pub fn assert_offsets(&self, mutations: &Mutations) {
         let lso = self.last_stable_offset(mutations);
         assert!(self.log_start_offset <= lso, "log start {} > LSO {lso}", self.log_start_offset);
-        assert!(lso <= self.high_watermark, "LSO {lso} > HW {}", self.high_watermark);
+        // Under the mutation that breaks it on purpose, the invariant checkers must catch it instead.
+        if !mutations.has(Mutation::LsoNotClampedToHw) {
+            assert!(lso <= self.high_watermark, "LSO {lso} > HW {}", self.high_watermark);
+        }
         assert!(self.high_watermark <= self.log_end_offset, "HW {} > LEO {}", self.high_watermark, self.log_end_offset);
     }
 

@@ -6,56 +6,82 @@ use std::collections::BTreeSet;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Mutation {
-    /// M3 (Redpanda #3036 generalised): read_committed fetches are bounded by the high watermark, not the LSO.
+    /// M3 (Redpanda #3036, generalised): read_committed fetches are bounded by the high watermark, not the LSO.
     ReadCommittedBoundedByHw,
-    /// M3: the LSO is treated as an inclusive bound, so the batch starting at the LSO is returned.
+    /// M3: the LSO is read as the last readable offset, so the batch starting at the LSO leaks to read_committed.
     LsoInclusive,
-    /// M7: the LSO ignores ongoing transactions (first unstable offset taken from unreplicated markers only).
+    /// M7: the first unstable offset ignores ongoing transactions.
     LsoIgnoresOngoingTxns,
-    /// M7: the LSO ignores decided transactions whose marker is not yet below the high watermark.
+    /// M7: the first unstable offset ignores decided transactions whose marker is not yet below the HW.
     LsoIgnoresUnreplicatedTxns,
-    /// M5: the fetch path does not consult the aborted-transaction index.
+    /// M7/M20: the LSO is not clamped to the high watermark (visibility computed from the log end).
+    LsoNotClampedToHw,
+    /// M5 (KAFKA-5376): a fetch does not consult the aborted-transaction index.
     SkipAbortedIndexOnFetch,
-    /// M6/M14: an aborted transaction gets no entry in the aborted-transaction index.
+    /// M6/M14 (KAFKA-13727, KAFKA-7866): an aborted transaction gets no index entry.
     NoAbortedIndexEntry,
-    /// M16: the coordinator writes markers to the first partition only and completes the transaction.
+    /// KAFKA_SEMANTICS 1.1 step 5 dropped: non-transactional data from a producer with an open transaction is appended.
+    AllowNonTxnWriteInOpenTxn,
+    /// Idempotence off at the leader: a retried batch is appended again.
+    NoDedup,
+    /// A detected duplicate is answered with the log end instead of the original batch's offsets.
+    DuplicateReturnsWrongOffsets,
+    /// Zombie fencing off at the leader: batches with an epoch below the producer's current one are appended.
+    SkipProducerEpochCheck,
+    /// KAFKA-9144 family: markers from a stale coordinator epoch are accepted.
+    SkipCoordinatorEpochCheck,
+    /// M16: the coordinator writes markers to the first partition only, then completes the transaction.
     MarkersToSubsetOfPartitions,
+    /// M11 (KAFKA-10080): a late marker acknowledgement writes Complete* again, unchecked, over whatever state the id is in.
+    DoubleComplete,
     /// M8 (KAFKA-6119): a timeout abort keeps the producer's epoch.
     TimeoutAbortSameEpoch,
     /// M9 (KAFKA-5231): an InitProducerId fence aborts with the old epoch.
     FenceAbortSameEpoch,
-    /// M1: the partition leader appends a transactional batch without KIP-890 verification.
+    /// The coordinator's timeout scan never aborts anything: a dead producer's transaction hangs.
+    NoTimeoutAbort,
+    /// M12 (KAFKA-16352): a restarted coordinator does not resend the markers of PrepareCommit/PrepareAbort transactions.
+    DropPendingMarkersOnRestart,
+    /// M1 (KIP-890 motivation): the leader appends a transactional batch without asking the coordinator.
     NoTxnVerification,
-    /// M15 (KAFKA-12980): the consumer does not move its position past control batches and aborted batches.
+    /// M15 (KAFKA-12980): the consumer's position does not move past control batches and skipped aborted batches.
     NoPositionAdvanceOverControl,
-    /// M21: the consumer filters aborted batches at read_uncommitted when a list is present, and the
-    /// broker attaches the list at read_uncommitted.
+    /// The consumer keeps a producer in its aborted set after that producer's ABORT marker, dropping its later batches.
+    AbortedPidNotClearedOnMarker,
+    /// The consumer moves its position to the response's high watermark, past records it never delivered.
+    PositionSkipsToHighWatermark,
+    /// The consumer sets its position to the last delivered offset instead of the one after it.
+    RedeliverLastRecord,
+    /// M21: the broker attaches the aborted list at read_uncommitted and the consumer filters with it.
     AbortedListForReadUncommitted,
-    /// Idempotence: the leader does not detect duplicate batches.
-    NoDedup,
-    /// Zombie fencing: the leader accepts batches with an epoch below the producer's current one.
-    SkipProducerEpochCheck,
-    /// M10 (KAFKA-9600): the coordinator accepts EndTxn with any epoch at least the current one... and below.
-    EndTxnSkipsEpochCheck,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 15] = [
+    pub const ALL: [Mutation; 24] = [
         Mutation::ReadCommittedBoundedByHw,
         Mutation::LsoInclusive,
         Mutation::LsoIgnoresOngoingTxns,
         Mutation::LsoIgnoresUnreplicatedTxns,
+        Mutation::LsoNotClampedToHw,
         Mutation::SkipAbortedIndexOnFetch,
         Mutation::NoAbortedIndexEntry,
+        Mutation::AllowNonTxnWriteInOpenTxn,
+        Mutation::NoDedup,
+        Mutation::DuplicateReturnsWrongOffsets,
+        Mutation::SkipProducerEpochCheck,
+        Mutation::SkipCoordinatorEpochCheck,
         Mutation::MarkersToSubsetOfPartitions,
+        Mutation::DoubleComplete,
         Mutation::TimeoutAbortSameEpoch,
         Mutation::FenceAbortSameEpoch,
+        Mutation::NoTimeoutAbort,
+        Mutation::DropPendingMarkersOnRestart,
         Mutation::NoTxnVerification,
         Mutation::NoPositionAdvanceOverControl,
+        Mutation::AbortedPidNotClearedOnMarker,
+        Mutation::PositionSkipsToHighWatermark,
+        Mutation::RedeliverLastRecord,
         Mutation::AbortedListForReadUncommitted,
-        Mutation::NoDedup,
-        Mutation::SkipProducerEpochCheck,
-        Mutation::EndTxnSkipsEpochCheck,
     ];
 
     /// The kebab-case name used on the command line and in seed files.
@@ -65,17 +91,26 @@ impl Mutation {
             Mutation::LsoInclusive => "lso-inclusive",
             Mutation::LsoIgnoresOngoingTxns => "lso-ignores-ongoing-txns",
             Mutation::LsoIgnoresUnreplicatedTxns => "lso-ignores-unreplicated-txns",
+            Mutation::LsoNotClampedToHw => "lso-not-clamped-to-hw",
             Mutation::SkipAbortedIndexOnFetch => "skip-aborted-index-on-fetch",
             Mutation::NoAbortedIndexEntry => "no-aborted-index-entry",
+            Mutation::AllowNonTxnWriteInOpenTxn => "allow-non-txn-write-in-open-txn",
+            Mutation::NoDedup => "no-dedup",
+            Mutation::DuplicateReturnsWrongOffsets => "duplicate-returns-wrong-offsets",
+            Mutation::SkipProducerEpochCheck => "skip-producer-epoch-check",
+            Mutation::SkipCoordinatorEpochCheck => "skip-coordinator-epoch-check",
             Mutation::MarkersToSubsetOfPartitions => "markers-to-subset-of-partitions",
+            Mutation::DoubleComplete => "double-complete",
             Mutation::TimeoutAbortSameEpoch => "timeout-abort-same-epoch",
             Mutation::FenceAbortSameEpoch => "fence-abort-same-epoch",
+            Mutation::NoTimeoutAbort => "no-timeout-abort",
+            Mutation::DropPendingMarkersOnRestart => "drop-pending-markers-on-restart",
             Mutation::NoTxnVerification => "no-txn-verification",
             Mutation::NoPositionAdvanceOverControl => "no-position-advance-over-control",
+            Mutation::AbortedPidNotClearedOnMarker => "aborted-pid-not-cleared-on-marker",
+            Mutation::PositionSkipsToHighWatermark => "position-skips-to-high-watermark",
+            Mutation::RedeliverLastRecord => "redeliver-last-record",
             Mutation::AbortedListForReadUncommitted => "aborted-list-for-read-uncommitted",
-            Mutation::NoDedup => "no-dedup",
-            Mutation::SkipProducerEpochCheck => "skip-producer-epoch-check",
-            Mutation::EndTxnSkipsEpochCheck => "end-txn-skips-epoch-check",
         }
     }
 

@@ -110,6 +110,10 @@ pub struct Producer {
     next_correlation_id: u64,
     next_op: OpId,
     completions: Vec<Completion>,
+    /// Sends of each produce op so far, for `delivery_attempts_max`.
+    attempts: BTreeMap<OpId, u32>,
+    /// The time of the latest input; requests' timeouts count from it.
+    now_ms: TimeMs,
 }
 
 impl Producer {
@@ -138,6 +142,8 @@ impl Producer {
             next_correlation_id: 0,
             next_op: 0,
             completions: Vec::new(),
+            attempts: BTreeMap::new(),
+            now_ms: 0,
         }
     }
 
@@ -193,12 +199,52 @@ impl Producer {
     fn request(&mut self, to: NodeId, message: Message, in_flight: InFlight, effects: &mut Effects) {
         self.next_correlation_id += 1;
         let corr = self.next_correlation_id;
+        if let InFlight::Produce { op, .. } = &in_flight {
+            *self.attempts.entry(*op).or_insert(0) += 1;
+        }
         self.in_flight.insert(corr, in_flight);
         effects.send(&self.id.clone(), &to, corr, message);
+        let due = self.now_ms + self.config.request_timeout_ms;
+        effects.timers.push((due, Timer::RequestTimeout { correlation_id: corr }));
+    }
+
+    /// Sends the request behind `in_flight` again (after a backoff or a timeout).
+    fn resend(&mut self, in_flight: InFlight, effects: &mut Effects) {
+        let transactional_id = || self.transactional_id().expect("transactional").to_string();
+        let message = match &in_flight {
+            InFlight::InitProducerId { op } => {
+                let op = *op;
+                self.send_init(op, effects);
+                return;
+            }
+            InFlight::EndTxn { result, .. } => Message::EndTxnRequest {
+                transactional_id: transactional_id(),
+                producer: self.producer_id_and_epoch.expect("initialized"),
+                result: *result,
+            },
+            InFlight::AddPartitions { partitions } => Message::AddPartitionsToTxnRequest {
+                transactional_id: transactional_id(),
+                producer: self.producer_id_and_epoch.expect("initialized"),
+                partitions: partitions.clone(),
+                verify_only: false,
+            },
+            // The same batch with the same sequence: the leader deduplicates it if the first copy landed.
+            InFlight::Produce { partition, batch, .. } => Message::ProduceRequest {
+                transactional_id: self.transactional_id().map(str::to_string),
+                partition: partition.clone(),
+                batch: batch.clone(),
+            },
+        };
+        let to = match in_flight {
+            InFlight::Produce { .. } => self.leader.clone(),
+            _ => self.coordinator.clone(),
+        };
+        self.request(to, message, in_flight, effects);
     }
 
     /// `initTransactions()` (or the idempotent producer's InitProducerId).
-    pub fn init_transactions(&mut self) -> Result<(OpId, Effects), KafkaError> {
+    pub fn init_transactions(&mut self, now_ms: TimeMs) -> Result<(OpId, Effects), KafkaError> {
+        self.now_ms = now_ms;
         self.check_not_failed()?;
         if self.kind == ProducerKind::Plain {
             return Err(KafkaError::InvalidRequest);
@@ -234,7 +280,8 @@ impl Producer {
     }
 
     /// `send()` of one batch of `values` to `partition`.
-    pub fn send(&mut self, partition: TopicPartition, values: Vec<String>) -> Result<(OpId, Effects), KafkaError> {
+    pub fn send(&mut self, now_ms: TimeMs, partition: TopicPartition, values: Vec<String>) -> Result<(OpId, Effects), KafkaError> {
+        self.now_ms = now_ms;
         self.check_not_failed()?;
         let mut effects = Effects::default();
         match self.kind {
@@ -295,7 +342,8 @@ impl Producer {
     }
 
     /// `commitTransaction()`.
-    pub fn commit_transaction(&mut self) -> Result<(OpId, Effects), KafkaError> {
+    pub fn commit_transaction(&mut self, now_ms: TimeMs) -> Result<(OpId, Effects), KafkaError> {
+        self.now_ms = now_ms;
         self.check_not_failed()?;
         if self.transactional_id().is_none() || self.state != TxnManagerState::InTransaction {
             return Err(KafkaError::InvalidTxnState);
@@ -305,7 +353,8 @@ impl Producer {
     }
 
     /// `abortTransaction()`: allowed after an abortable error.
-    pub fn abort_transaction(&mut self) -> Result<(OpId, Effects), KafkaError> {
+    pub fn abort_transaction(&mut self, now_ms: TimeMs) -> Result<(OpId, Effects), KafkaError> {
+        self.now_ms = now_ms;
         if self.state == TxnManagerState::FatalError {
             return Err(self.last_error.expect("fatal state records its error"));
         }
@@ -373,32 +422,32 @@ impl Producer {
     }
 
     pub fn on_timer(&mut self, now_ms: TimeMs, timer: Timer) -> Effects {
-        let _ = now_ms;
+        self.now_ms = now_ms;
         let mut effects = Effects::default();
-        let Timer::RetryBackoff { correlation_id } = timer else {
-            unreachable!("producers set only retry timers")
-        };
-        let Some(in_flight) = self.backing_off.remove(&correlation_id) else { return effects };
-        match in_flight {
-            InFlight::InitProducerId { op } => self.send_init(op, &mut effects),
-            InFlight::EndTxn { op, result } => {
-                let message = Message::EndTxnRequest {
-                    transactional_id: self.transactional_id().expect("transactional").to_string(),
-                    producer: self.producer_id_and_epoch.expect("initialized"),
-                    result,
-                };
-                self.request(self.coordinator.clone(), message, InFlight::EndTxn { op, result }, &mut effects);
+        match timer {
+            Timer::RetryBackoff { correlation_id } => {
+                if let Some(in_flight) = self.backing_off.remove(&correlation_id) {
+                    self.resend(in_flight, &mut effects);
+                }
             }
-            InFlight::AddPartitions { partitions } => {
-                let message = Message::AddPartitionsToTxnRequest {
-                    transactional_id: self.transactional_id().expect("transactional").to_string(),
-                    producer: self.producer_id_and_epoch.expect("initialized"),
-                    partitions: partitions.clone(),
-                    verify_only: false,
-                };
-                self.request(self.coordinator.clone(), message, InFlight::AddPartitions { partitions }, &mut effects);
+            Timer::RequestTimeout { correlation_id } => {
+                let Some(in_flight) = self.in_flight.remove(&correlation_id) else { return effects };
+                match in_flight {
+                    InFlight::Produce { op, .. } if self.attempts.get(&op).copied().unwrap_or(0) >= self.config.delivery_attempts_max => {
+                        // `delivery.timeout.ms` passed: the batch fails, though a copy may still be in the network.
+                        self.attempts.remove(&op);
+                        if self.transactional_id().is_some() {
+                            self.fail_abortable(KafkaError::RequestTimedOut);
+                        }
+                        self.completions.push(Completion { op, result: Err(KafkaError::RequestTimedOut) });
+                    }
+                    other => self.resend(other, &mut effects),
+                }
+                self.maybe_send_end_txn(&mut effects);
             }
-            InFlight::Produce { .. } => unreachable!("produce errors are not retried by backoff here"),
+            Timer::AbortTimedOutTransactions | Timer::ResendTxnMarkers { .. } => {
+                unreachable!("producers set only client timers")
+            }
         }
         effects
     }
@@ -411,6 +460,7 @@ impl Producer {
     }
 
     pub fn on_message(&mut self, now_ms: TimeMs, env: Envelope) -> Effects {
+        self.now_ms = now_ms;
         let mut effects = Effects::default();
         let Some(in_flight) = self.in_flight.remove(&env.correlation_id) else {
             return effects; // A duplicate or late response: the request was already answered.
@@ -453,8 +503,12 @@ impl Producer {
                 }
             },
             (InFlight::Produce { op, partition, .. }, Message::ProduceResponse { result, .. }) => match result {
-                Ok(ack) => self.completions.push(Completion { op, result: Ok(OpOutput::Sent { partition, ack }) }),
+                Ok(ack) => {
+                    self.attempts.remove(&op);
+                    self.completions.push(Completion { op, result: Ok(OpOutput::Sent { partition, ack }) })
+                }
                 Err(e) => {
+                    self.attempts.remove(&op);
                     if self.transactional_id().is_some() {
                         if e == KafkaError::ProducerFenced {
                             self.fail_fatal(e);

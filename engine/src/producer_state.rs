@@ -168,7 +168,7 @@ impl ProducerStateManager {
             }
         }
         // `appendDataBatch`: no non-transactional data from a producer with an open transaction.
-        if !is_transactional && entry.current_txn_first_offset.is_some() {
+        if !is_transactional && entry.current_txn_first_offset.is_some() && !mutations.has(Mutation::AllowNonTxnWriteInOpenTxn) {
             return Err(KafkaError::InvalidTxnState);
         }
         Ok(AppendCheck::Append)
@@ -188,7 +188,7 @@ impl ProducerStateManager {
         };
         if origin != AppendOrigin::Replication {
             self.check_producer_epoch(entry, epoch, mutations)?;
-            if entry.coordinator_epoch > marker.coordinator_epoch {
+            if entry.coordinator_epoch > marker.coordinator_epoch && !mutations.has(Mutation::SkipCoordinatorEpochCheck) {
                 return Err(KafkaError::TransactionCoordinatorFenced);
             }
         }
@@ -290,6 +290,7 @@ impl ProducerStateManager {
 
     /// `firstUnstableOffset`: the earliest first offset of an ongoing or not yet replicated transaction.
     pub fn first_unstable_offset(&self, mutations: &Mutations) -> Option<Offset> {
+        // Both LSO mutations bend this one function; everything else derives from it.
         let ongoing = if mutations.has(Mutation::LsoIgnoresOngoingTxns) {
             None
         } else {

@@ -102,12 +102,17 @@ pub enum Timer {
     AbortTimedOutTransactions,
     /// A client's `retry.backoff.ms` before resending the request it keeps under this correlation id.
     RetryBackoff { correlation_id: u64 },
+    /// `request.timeout.ms` of a client request: no answer yet, so resend or give up.
+    RequestTimeout { correlation_id: u64 },
+    /// The coordinator's marker channel retry for one decision (index into its decision log).
+    ResendTxnMarkers { decision: usize },
 }
 
 impl Timer {
-    /// Periodic background work that never lets a cluster go quiet; drivers fire it only as time advances.
+    /// Work that only matters when messages are lost or time passes: the in-process cluster, which loses
+    /// nothing, fires these only when told to advance time.
     pub fn is_background(&self) -> bool {
-        matches!(self, Timer::AbortTimedOutTransactions)
+        !matches!(self, Timer::RetryBackoff { .. })
     }
 }
 

@@ -178,7 +178,7 @@ impl Runner<'_> {
                 let tid = transactional_id.clone().unwrap_or_else(|| producer.clone());
                 let before = self.log_ends();
                 self.cluster.add_producer(producer, ProducerKind::Transactional { transactional_id: tid.clone() });
-                let result = self.cluster.call_producer(producer, |p| p.init_transactions());
+                let result = self.cluster.call_producer(producer, |p, now| p.init_transactions(now));
                 let result = self.completed(i, op, result)?;
                 if self.check_result(i, op, &result, expect_error.as_deref(), false)? {
                     for (name, inst) in self.instances.iter_mut() {
@@ -231,11 +231,11 @@ impl Runner<'_> {
                 let commit = matches!(op, Op::Commit { .. });
                 let tid = self.instances[producer].transactional_id.clone();
                 let before = self.log_ends();
-                let result = self.cluster.call_producer(producer, |p| {
+                let result = self.cluster.call_producer(producer, |p, now| {
                     if commit {
-                        p.commit_transaction()
+                        p.commit_transaction(now)
                     } else {
-                        p.abort_transaction()
+                        p.abort_transaction(now)
                     }
                 });
                 let result = self.fenced_view(producer, self.completed(i, op, result)?);
@@ -267,7 +267,7 @@ impl Runner<'_> {
             }
             Op::Produce { producer, topic, partition, values, expect, expect_error } => {
                 let tp = self.tp(topic, *partition);
-                let result = self.cluster.call_producer(producer, |p| p.send(tp, values.clone()));
+                let result = self.cluster.call_producer(producer, |p, now| p.send(now, tp, values.clone()));
                 let result = self.fenced_view(producer, self.completed(i, op, result)?);
                 self.check_write(i, op, result.map(sent_ack), expect.as_ref(), expect_error.as_deref(), true)
             }
@@ -278,7 +278,7 @@ impl Runner<'_> {
                     let kind = if producer.is_some() { ProducerKind::Idempotent } else { ProducerKind::Plain };
                     self.cluster.add_producer(&name, kind);
                     if producer.is_some() {
-                        let init = self.cluster.call_producer(&name, |p| p.init_transactions());
+                        let init = self.cluster.call_producer(&name, |p, now| p.init_transactions(now));
                         if let Err(d) = self.completed(i, op, init).and_then(|r| {
                             self.check_result(i, op, &r, None, false).map(|_| ())
                         }) {
@@ -287,7 +287,7 @@ impl Runner<'_> {
                         self.idempotent.insert(name.clone());
                     }
                 }
-                let result = self.cluster.call_producer(&name, |p| p.send(tp, values.clone()));
+                let result = self.cluster.call_producer(&name, |p, now| p.send(now, tp, values.clone()));
                 let result = self.completed(i, op, result)?;
                 self.check_write(i, op, result.map(sent_ack), expect.as_ref(), expect_error.as_deref(), true)
             }
@@ -433,9 +433,7 @@ impl Runner<'_> {
     /// first; a success stays a success, so a zombie write the engine wrongly accepts is still caught.
     fn fenced_view<T>(&self, producer: &str, result: Result<T, KafkaError>) -> Result<T, KafkaError> {
         match result {
-            Err(e) if self.instances.get(producer).is_some_and(|i| i.superseded) && e != KafkaError::InvalidProducerEpoch => {
-                Err(KafkaError::ProducerFenced)
-            }
+            Err(_) if self.instances.get(producer).is_some_and(|i| i.superseded) => Err(KafkaError::ProducerFenced),
             other => other,
         }
     }

@@ -9,15 +9,49 @@ use crate::config::EngineConfig;
 use crate::error::KafkaError;
 use crate::mutation::Mutation;
 use crate::protocol::{Effects, Message, NodeId, TxnMarkerEntry};
+use crate::protocol::Timer;
 use crate::types::{
-    CoordinatorEpoch, ProducerId, ProducerIdAndEpoch, TimeMs, TopicPartition, TransactionResult,
+    CoordinatorEpoch, ProducerEpoch, ProducerId, ProducerIdAndEpoch, TimeMs, TopicPartition, TransactionResult,
 };
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// `transaction.max.timeout.ms` (default 900000).
 pub const TRANSACTION_MAX_TIMEOUT_MS: TimeMs = 900_000;
 /// The first producer id handed out; ids then increase by one per InitProducerId that needs a new one.
 pub const FIRST_PRODUCER_ID: ProducerId = 1000;
+/// How long the marker channel waits for WriteTxnMarkers answers before resending (`request.timeout.ms`).
+pub const MARKER_RETRY_MS: TimeMs = 30_000;
+
+/// Why a transaction was decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum DecisionCause {
+    /// EndTxn from the producer.
+    Client,
+    /// InitProducerId of a new instance fenced the open transaction.
+    Fence,
+    /// The coordinator's timeout scan.
+    Timeout,
+}
+
+/// A durable decision (the PrepareCommit / PrepareAbort record of `__transaction_state`), kept as the
+/// ground truth the invariants compare partition markers against.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TxnDecision {
+    pub transactional_id: String,
+    pub producer_id: ProducerId,
+    /// The epoch the transaction's data was written with.
+    pub data_epoch: ProducerEpoch,
+    /// The epoch stamped on the markers (higher after a fence, a timeout, or under TV2).
+    pub marker_epoch: ProducerEpoch,
+    pub result: TransactionResult,
+    /// The coordinator's partition set at decision time: every partition must get a marker.
+    pub partitions: BTreeSet<TopicPartition>,
+    pub cause: DecisionCause,
+    pub coordinator_epoch: CoordinatorEpoch,
+    /// CompleteCommit / CompleteAbort has been written.
+    pub completed: bool,
+}
 
 /// Markers of one decided transaction still to be acknowledged by partition leaders.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -26,6 +60,8 @@ pub struct PendingCompletion {
     pub result: TransactionResult,
     pub producer: ProducerIdAndEpoch,
     pub remaining: BTreeSet<TopicPartition>,
+    /// Index into `decisions`.
+    pub decision: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -35,6 +71,8 @@ pub struct TransactionCoordinator {
     pub txns: BTreeMap<String, TransactionMetadata>,
     /// Keyed by producer id: WriteTxnMarkers responses name the producer, not the transactional id.
     pub pending_completions: BTreeMap<ProducerId, PendingCompletion>,
+    /// Every decision ever made, in order (durable).
+    pub decisions: Vec<TxnDecision>,
     next_correlation_id: u64,
 }
 
@@ -56,6 +94,7 @@ impl TransactionCoordinator {
             next_producer_id: FIRST_PRODUCER_ID,
             txns: BTreeMap::new(),
             pending_completions: BTreeMap::new(),
+            decisions: Vec::new(),
             next_correlation_id: 0,
         }
     }
@@ -111,7 +150,7 @@ impl TransactionCoordinator {
             TransactionState::Ongoing => {
                 // Fence the old instance: bump the epoch, abort its transaction; the caller retries.
                 let fence = !config.mutations.has(Mutation::FenceAbortSameEpoch);
-                self.fence_and_abort(tid, fence, now_ms, config, me, leaders, effects);
+                self.fence_and_abort(tid, fence, DecisionCause::Fence, now_ms, config, me, leaders, effects);
                 Err(KafkaError::ConcurrentTransactions)
             }
             TransactionState::Dead | TransactionState::PrepareEpochFence => {
@@ -122,10 +161,12 @@ impl TransactionCoordinator {
 
     /// `prepareFenceProducerEpoch` then `endTransaction(ABORT, isFromClient = false)`: used by InitProducerId
     /// fencing and by timeout aborts. The fencing epoch is never returned to a client.
+    #[allow(clippy::too_many_arguments)]
     fn fence_and_abort(
         &mut self,
         tid: &str,
         bump_epoch: bool,
+        cause: DecisionCause,
         now_ms: TimeMs,
         config: &EngineConfig,
         me: &NodeId,
@@ -142,15 +183,18 @@ impl TransactionCoordinator {
             meta.pending_state = None;
             assert_eq!(meta.producer_epoch, before + 1, "a fence bumps the epoch by one");
         }
-        self.prepare_abort_or_commit(tid, TransactionResult::Abort, now_ms, config, me, leaders, effects);
+        self.prepare_abort_or_commit(tid, TransactionResult::Abort, cause, before, now_ms, config, me, leaders, effects);
     }
 
     /// `prepareAbortOrCommit` + `sendTxnMarkersCallback`: the decision is durable, markers go out.
     /// Under transaction version 2 the epoch is bumped here, so every transaction has its own epoch.
+    #[allow(clippy::too_many_arguments)]
     fn prepare_abort_or_commit(
         &mut self,
         tid: &str,
         result: TransactionResult,
+        cause: DecisionCause,
+        data_epoch: ProducerEpoch,
         now_ms: TimeMs,
         config: &EngineConfig,
         me: &NodeId,
@@ -173,11 +217,23 @@ impl TransactionCoordinator {
             partitions = partitions.into_iter().take(1).collect();
         }
         let producer = ProducerIdAndEpoch { producer_id: meta.producer_id, epoch: meta.producer_epoch };
+        self.decisions.push(TxnDecision {
+            transactional_id: tid.to_string(),
+            producer_id: producer.producer_id,
+            data_epoch,
+            marker_epoch: producer.epoch,
+            result,
+            partitions: meta.topic_partitions.clone(),
+            cause,
+            coordinator_epoch: self.coordinator_epoch,
+            completed: false,
+        });
         let pending = PendingCompletion {
             transactional_id: tid.to_string(),
             result,
             producer,
             remaining: partitions,
+            decision: self.decisions.len() - 1,
         };
         let previous = self.pending_completions.insert(producer.producer_id, pending);
         assert!(previous.is_none(), "{tid}: two decided transactions of one producer id await markers");
@@ -216,14 +272,34 @@ impl TransactionCoordinator {
             };
             effects.send(me, &leader, self.next_correlation_id, Message::WriteTxnMarkersRequest { markers: vec![entry] });
         }
+        // The marker channel retries until every partition has answered (lost requests, dead leaders).
+        effects.timers.push((now_ms + MARKER_RETRY_MS, Timer::ResendTxnMarkers { decision: pending.decision }));
+    }
+
+    /// A marker retry timer: resend what is still unacknowledged for that decision.
+    pub fn on_resend_markers(
+        &mut self,
+        decision: usize,
+        now_ms: TimeMs,
+        me: &NodeId,
+        leaders: &dyn PartitionLeaders,
+        effects: &mut Effects,
+    ) {
+        let pid = self.decisions.get(decision).map(|d| d.producer_id);
+        let Some(pid) = pid else { return };
+        if self.pending_completions.get(&pid).is_some_and(|p| p.decision == decision) {
+            self.send_markers(pid, now_ms, me, leaders, effects);
+        }
     }
 
     /// `TransactionMarkerRequestCompletionHandler`: acknowledged partitions leave the pending set; a retriable
     /// error resends; a fencing error cancels the rest. When nothing remains, Complete* is written.
+    #[allow(clippy::too_many_arguments)]
     pub fn handle_write_txn_markers_response(
         &mut self,
         results: &[(ProducerId, TopicPartition, Result<u64, KafkaError>)],
         now_ms: TimeMs,
+        config: &EngineConfig,
         me: &NodeId,
         leaders: &dyn PartitionLeaders,
         effects: &mut Effects,
@@ -231,6 +307,9 @@ impl TransactionCoordinator {
         let mut resend = BTreeSet::new();
         for (pid, tp, result) in results {
             let Some(pending) = self.pending_completions.get_mut(pid) else {
+                if config.mutations.has(Mutation::DoubleComplete) {
+                    self.write_completion_again(*pid, now_ms);
+                }
                 continue; // A late duplicate response after completion.
             };
             match result {
@@ -256,6 +335,45 @@ impl TransactionCoordinator {
         }
     }
 
+    /// The `DoubleComplete` bug: a second completion write for this producer's last decision, unchecked,
+    /// over whatever state the transactional id is in now (possibly a newer Ongoing transaction).
+    fn write_completion_again(&mut self, producer_id: ProducerId, now_ms: TimeMs) {
+        let Some(d) = self.decisions.iter().rev().find(|d| d.producer_id == producer_id) else { return };
+        let to = match d.result {
+            TransactionResult::Commit => TransactionState::CompleteCommit,
+            TransactionResult::Abort => TransactionState::CompleteAbort,
+        };
+        let meta = self.txns.get_mut(&d.transactional_id).expect("decided ids have metadata");
+        meta.state = to;
+        meta.txn_last_update_timestamp_ms = now_ms;
+        meta.transitions.push(to);
+        meta.topic_partitions.clear();
+    }
+
+    /// Coordinator failover or broker restart (`loadTransactionsForTxnTopicPartition`): the durable state
+    /// (metadata, decisions) is reloaded under a new coordinator epoch; Prepare* transactions get their
+    /// markers again, with the new epoch; Ongoing ones stay Ongoing (later fenced or timed out).
+    pub fn on_load(&mut self, now_ms: TimeMs, config: &EngineConfig, me: &NodeId, leaders: &dyn PartitionLeaders, effects: &mut Effects) {
+        self.coordinator_epoch += 1;
+        let pending: Vec<ProducerId> = self.pending_completions.keys().copied().collect();
+        if config.mutations.has(Mutation::DropPendingMarkersOnRestart) {
+            // The bug: the in-memory pending set is gone and nothing rebuilds it.
+            self.pending_completions.clear();
+            return;
+        }
+        for pid in pending {
+            let p = self.pending_completions.get_mut(&pid).expect("listed above");
+            let decision = &self.decisions[p.decision];
+            // Everything not known to be acknowledged is resent.
+            p.remaining = if config.mutations.has(Mutation::MarkersToSubsetOfPartitions) {
+                decision.partitions.iter().take(1).cloned().collect()
+            } else {
+                decision.partitions.clone()
+            };
+            self.send_markers(pid, now_ms, me, leaders, effects);
+        }
+    }
+
     /// `maybeWriteTxnCompletion`: Prepare* -> Complete*, exactly once.
     fn complete(&mut self, producer_id: ProducerId, now_ms: TimeMs) {
         let pending = self.pending_completions.remove(&producer_id).expect("completion of a pending transaction");
@@ -266,6 +384,7 @@ impl TransactionCoordinator {
         };
         meta.transition_to(to, now_ms);
         meta.topic_partitions.clear();
+        self.decisions[pending.decision].completed = true;
     }
 
     /// `handleAddPartitionsToTransaction`, and KIP-890's leader verification when `verify_only`.
@@ -334,10 +453,7 @@ impl TransactionCoordinator {
         let tv2 = config.transaction_version.supports_epoch_bump();
         // TV2 recognises a retry of a completed EndTxn by `stored == request + 1` (`endTxnEpochBumped`).
         let retry_of_bumped = tv2 && meta.producer_epoch == producer.epoch + 1;
-        let epoch_ok = meta.producer_epoch == producer.epoch
-            || retry_of_bumped
-            || config.mutations.has(Mutation::EndTxnSkipsEpochCheck);
-        if !epoch_ok {
+        if meta.producer_epoch != producer.epoch && !retry_of_bumped {
             return Err(KafkaError::ProducerFenced);
         }
         if meta.pending_transition_in_progress() {
@@ -348,7 +464,8 @@ impl TransactionCoordinator {
         match (meta.state, result) {
             (Ongoing, _) if retry_of_bumped => Err(KafkaError::ProducerFenced),
             (Ongoing, _) => {
-                self.prepare_abort_or_commit(tid, result, now_ms, config, me, leaders, effects);
+                let data_epoch = producer.epoch;
+                self.prepare_abort_or_commit(tid, result, DecisionCause::Client, data_epoch, now_ms, config, me, leaders, effects);
                 let meta = &self.txns[tid];
                 Ok(tv2.then_some(ProducerIdAndEpoch { producer_id: meta.producer_id, epoch: meta.producer_epoch }))
             }
@@ -378,7 +495,7 @@ impl TransactionCoordinator {
             return false;
         }
         let bump = !config.mutations.has(Mutation::TimeoutAbortSameEpoch);
-        self.fence_and_abort(tid, bump, now_ms, config, me, leaders, effects);
+        self.fence_and_abort(tid, bump, DecisionCause::Timeout, now_ms, config, me, leaders, effects);
         true
     }
 
