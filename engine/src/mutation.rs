@@ -42,6 +42,8 @@ pub enum Mutation {
     NoTimeoutAbort,
     /// M12 (KAFKA-16352): a restarted coordinator does not resend the markers of PrepareCommit/PrepareAbort transactions.
     DropPendingMarkersOnRestart,
+    /// KIP-98 decision irrevocability broken on failover: a reloaded coordinator resends a PrepareCommit's markers as ABORT.
+    RestartAbortsPreparedCommits,
     /// M1 (KIP-890 motivation): the leader appends a transactional batch without asking the coordinator.
     NoTxnVerification,
     /// M15 (KAFKA-12980): the consumer's position does not move past control batches and skipped aborted batches.
@@ -57,7 +59,7 @@ pub enum Mutation {
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 24] = [
+    pub const ALL: [Mutation; 25] = [
         Mutation::ReadCommittedBoundedByHw,
         Mutation::LsoInclusive,
         Mutation::LsoIgnoresOngoingTxns,
@@ -76,6 +78,7 @@ impl Mutation {
         Mutation::FenceAbortSameEpoch,
         Mutation::NoTimeoutAbort,
         Mutation::DropPendingMarkersOnRestart,
+        Mutation::RestartAbortsPreparedCommits,
         Mutation::NoTxnVerification,
         Mutation::NoPositionAdvanceOverControl,
         Mutation::AbortedPidNotClearedOnMarker,
@@ -105,6 +108,7 @@ impl Mutation {
             Mutation::FenceAbortSameEpoch => "fence-abort-same-epoch",
             Mutation::NoTimeoutAbort => "no-timeout-abort",
             Mutation::DropPendingMarkersOnRestart => "drop-pending-markers-on-restart",
+            Mutation::RestartAbortsPreparedCommits => "restart-aborts-prepared-commits",
             Mutation::NoTxnVerification => "no-txn-verification",
             Mutation::NoPositionAdvanceOverControl => "no-position-advance-over-control",
             Mutation::AbortedPidNotClearedOnMarker => "aborted-pid-not-cleared-on-marker",

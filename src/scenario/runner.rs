@@ -103,6 +103,17 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> RunReport {
             difference = Some(d);
             break;
         }
+        // Every state invariant holds after every op, or the scenario fails there.
+        if let Some(v) = runner.state_violations().into_iter().next() {
+            difference = Some(Difference {
+                op_index: Some(i),
+                op: op.name().to_string(),
+                field: format!("invariant {}", v.invariant.name()),
+                expected: "holds".into(),
+                actual: v.witness,
+            });
+            break;
+        }
     }
     if difference.is_none() {
         if let Some(expect) = &sc.expect {
@@ -147,6 +158,17 @@ impl Runner<'_> {
             expected: to_value(expected).to_string(),
             actual: to_value(actual).to_string(),
         }
+    }
+
+    fn state_violations(&self) -> Vec<txnsim_properties::Violation> {
+        let broker = &self.cluster.broker;
+        let view = txnsim_properties::ClusterView {
+            partitions: &broker.partitions,
+            // Log-layer writes bypass the coordinator, so its decisions say nothing about them.
+            coordinator: (self.sc.layer == Layer::Producer).then_some(&broker.coordinator),
+            mutations: &broker.config.mutations,
+        };
+        txnsim_properties::check_state(&view)
     }
 
     fn mutations(&self) -> &Mutations {

@@ -364,6 +364,10 @@ impl TransactionCoordinator {
         for pid in pending {
             let p = self.pending_completions.get_mut(&pid).expect("listed above");
             let decision = &self.decisions[p.decision];
+            if config.mutations.has(Mutation::RestartAbortsPreparedCommits) {
+                // The bug: the reloaded coordinator treats an unfinished commit as an abort.
+                p.result = TransactionResult::Abort;
+            }
             // Everything not known to be acknowledged is resent.
             p.remaining = if config.mutations.has(Mutation::MarkersToSubsetOfPartitions) {
                 decision.partitions.iter().take(1).cloned().collect()
@@ -378,7 +382,8 @@ impl TransactionCoordinator {
     fn complete(&mut self, producer_id: ProducerId, now_ms: TimeMs) {
         let pending = self.pending_completions.remove(&producer_id).expect("completion of a pending transaction");
         let meta = self.txns.get_mut(&pending.transactional_id).expect("pending completion of a known id");
-        let to = match pending.result {
+        // The durable decision names the completion, whatever the markers said.
+        let to = match self.decisions[pending.decision].result {
             TransactionResult::Commit => TransactionState::CompleteCommit,
             TransactionResult::Abort => TransactionState::CompleteAbort,
         };

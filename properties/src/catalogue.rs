@@ -1,0 +1,267 @@
+//! The one catalogue of invariants. Every checker in txnsim (proptest, the stateright model, the madsim
+//! sim, the scenario tests) names invariants from here; none is stated twice. Numbers in the statements
+//! are KAFKA_SEMANTICS.md section 2's.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use txnsim_engine::Mutation;
+
+/// When an invariant can be checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Kind {
+    /// Over a snapshot of the cluster's nodes, at any moment.
+    State,
+    /// Over what clients observed (the history), with the final logs as ground truth.
+    History,
+    /// At the end of a run, after faults stop and time passes (TigerBeetle's liveness check).
+    Liveness,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Invariant {
+    LsoBounds,
+    LsoIsFirstUnstableOffset,
+    NothingUndecidedBelowLso,
+    MarkerMatchesDecision,
+    OneOutcomePerTransaction,
+    AbortedIndexExact,
+    NoNonTransactionalWriteInOpenTxn,
+    ProducerEpochMonotonic,
+    NoDuplicateAppends,
+    CoordinatorEpochMonotonic,
+    ValidCoordinatorTransitions,
+    DecisionIrrevocable,
+    PartitionCoverage,
+    EpochBumpOnFenceAndTimeout,
+    AbortedRead,
+    PrecommittedRead,
+    PartialRead,
+    LostWrite,
+    Duplicate,
+    InconsistentOffsets,
+    PollSkip,
+    NonmonotonicPoll,
+    NonmonotonicSend,
+    PositionReachesLso,
+    UncommittedSupersetOfCommitted,
+    DecidedTransactionsComplete,
+    LsoReachesHighWatermark,
+    OpenTransactionsTimeOut,
+    ReaderCatchesUp,
+}
+
+impl Invariant {
+    pub const ALL: [Invariant; 29] = [
+        Invariant::LsoBounds,
+        Invariant::LsoIsFirstUnstableOffset,
+        Invariant::NothingUndecidedBelowLso,
+        Invariant::MarkerMatchesDecision,
+        Invariant::OneOutcomePerTransaction,
+        Invariant::AbortedIndexExact,
+        Invariant::NoNonTransactionalWriteInOpenTxn,
+        Invariant::ProducerEpochMonotonic,
+        Invariant::NoDuplicateAppends,
+        Invariant::CoordinatorEpochMonotonic,
+        Invariant::ValidCoordinatorTransitions,
+        Invariant::DecisionIrrevocable,
+        Invariant::PartitionCoverage,
+        Invariant::EpochBumpOnFenceAndTimeout,
+        Invariant::AbortedRead,
+        Invariant::PrecommittedRead,
+        Invariant::PartialRead,
+        Invariant::LostWrite,
+        Invariant::Duplicate,
+        Invariant::InconsistentOffsets,
+        Invariant::PollSkip,
+        Invariant::NonmonotonicPoll,
+        Invariant::NonmonotonicSend,
+        Invariant::PositionReachesLso,
+        Invariant::UncommittedSupersetOfCommitted,
+        Invariant::DecidedTransactionsComplete,
+        Invariant::LsoReachesHighWatermark,
+        Invariant::OpenTransactionsTimeOut,
+        Invariant::ReaderCatchesUp,
+    ];
+
+    /// The stable name: Jepsen's where one exists.
+    pub fn name(self) -> &'static str {
+        use Invariant::*;
+        match self {
+            LsoBounds => "lso-bounds",
+            LsoIsFirstUnstableOffset => "lso-is-first-unstable-offset",
+            NothingUndecidedBelowLso => "nothing-undecided-below-lso",
+            MarkerMatchesDecision => "marker-matches-decision",
+            OneOutcomePerTransaction => "one-outcome-per-transaction",
+            AbortedIndexExact => "aborted-index-exact",
+            NoNonTransactionalWriteInOpenTxn => "no-non-transactional-write-in-open-txn",
+            ProducerEpochMonotonic => "producer-epoch-monotonic",
+            NoDuplicateAppends => "no-duplicate-appends",
+            CoordinatorEpochMonotonic => "coordinator-epoch-monotonic",
+            ValidCoordinatorTransitions => "valid-coordinator-transitions",
+            DecisionIrrevocable => "decision-irrevocable",
+            PartitionCoverage => "partition-coverage",
+            EpochBumpOnFenceAndTimeout => "epoch-bump-on-fence-and-timeout",
+            AbortedRead => "aborted-read",
+            PrecommittedRead => "precommitted-read",
+            PartialRead => "partial-read",
+            LostWrite => "lost-write",
+            Duplicate => "duplicate",
+            InconsistentOffsets => "inconsistent-offsets",
+            PollSkip => "poll-skip",
+            NonmonotonicPoll => "nonmonotonic-poll",
+            NonmonotonicSend => "nonmonotonic-send",
+            PositionReachesLso => "position-reaches-lso",
+            UncommittedSupersetOfCommitted => "read-uncommitted-superset",
+            DecidedTransactionsComplete => "decided-transactions-complete",
+            LsoReachesHighWatermark => "lso-reaches-high-watermark",
+            OpenTransactionsTimeOut => "open-transactions-time-out",
+            ReaderCatchesUp => "reader-catches-up",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Invariant> {
+        Invariant::ALL.into_iter().find(|i| i.name() == name)
+    }
+
+    pub fn kind(self) -> Kind {
+        use Invariant::*;
+        match self {
+            LsoBounds | LsoIsFirstUnstableOffset | NothingUndecidedBelowLso | MarkerMatchesDecision
+            | OneOutcomePerTransaction | AbortedIndexExact | NoNonTransactionalWriteInOpenTxn
+            | ProducerEpochMonotonic | NoDuplicateAppends | CoordinatorEpochMonotonic
+            | ValidCoordinatorTransitions | DecisionIrrevocable | PartitionCoverage
+            | EpochBumpOnFenceAndTimeout => Kind::State,
+            AbortedRead | PrecommittedRead | PartialRead | LostWrite | Duplicate | InconsistentOffsets
+            | PollSkip | NonmonotonicPoll | NonmonotonicSend | PositionReachesLso
+            | UncommittedSupersetOfCommitted => Kind::History,
+            DecidedTransactionsComplete | LsoReachesHighWatermark | OpenTransactionsTimeOut | ReaderCatchesUp => {
+                Kind::Liveness
+            }
+        }
+    }
+
+    /// One line: what must hold.
+    pub fn statement(self) -> &'static str {
+        use Invariant::*;
+        match self {
+            LsoBounds => "log start <= LSO <= HW <= LEO on every partition, and the LSO and HW never go back (2.1 #1)",
+            LsoIsFirstUnstableOffset => "LSO = min(HW, first offset of the earliest transaction with no marker below the HW) (2.1 #2)",
+            NothingUndecidedBelowLso => "every transactional batch below the LSO has its producer's marker after it and below the HW (2.1 #3)",
+            MarkerMatchesDecision => "every COMMIT/ABORT marker carries the coordinator's durable decision for that transaction (2.1 #4)",
+            OneOutcomePerTransaction => "a completed transaction has a marker of its one outcome on every partition it wrote (2.1 #5)",
+            AbortedIndexExact => "the aborted index holds exactly one entry per aborted non-empty transaction, with Kafka's fields, and none for others (2.1 #6)",
+            NoNonTransactionalWriteInOpenTxn => "no non-transactional batch from a producer with an open transaction on the partition (2.1 #7)",
+            ProducerEpochMonotonic => "a producer's epochs on a partition never decrease: zombies are fenced (2.1 #8)",
+            NoDuplicateAppends => "a (producer, epoch, sequence range) is appended once, and sequences within an epoch are contiguous (2.1 #9)",
+            CoordinatorEpochMonotonic => "a producer's markers on a partition carry non-decreasing coordinator epochs (2.1 #10)",
+            ValidCoordinatorTransitions => "every state a transactional id completes into follows Kafka's table (2.2 #11)",
+            DecisionIrrevocable => "once Prepare* is durable the transactional id's state is that decision until it completes as it (2.2 #15)",
+            PartitionCoverage => "every partition holding an open transaction's data is in the coordinator's partition set for it (2.2 #16)",
+            EpochBumpOnFenceAndTimeout => "an abort from a fence or a timeout writes markers with an epoch above the fenced producer's (2.2 #17)",
+            AbortedRead => "no read_committed consumer delivers a record of an aborted transaction (2.3 #20, Jepsen G1a)",
+            PrecommittedRead => "no read_committed consumer delivers a record before its transaction's COMMIT marker is below the HW (2.3 #21)",
+            PartialRead => "a read_committed consumer that passes a committed transaction on a partition delivers all of its records there (2.3 #22)",
+            LostWrite => "an acknowledged, committed write is delivered by every consumer whose position passes it (2.3 #23)",
+            Duplicate => "a value is stored at one offset only (2.3 #24, idempotence)",
+            InconsistentOffsets => "each (partition, offset) maps to one value across acks, polls and the log (2.3 #25)",
+            PollSkip => "a poll delivers every record its isolation level admits between its fetch offset and its new position (2.3 #26)",
+            NonmonotonicPoll => "a consumer's delivered offsets on a partition strictly increase (2.3 #27; gaps allowed)",
+            NonmonotonicSend => "a producer's successive acknowledged sends to a partition get increasing offsets (2.3 #28)",
+            PositionReachesLso => "a read_committed poll that makes no progress has its position at the LSO (2.3 #30, KAFKA-12980)",
+            UncommittedSupersetOfCommitted => "from the same offset and state, read_uncommitted delivers a superset of read_committed (1.9)",
+            DecidedTransactionsComplete => "after healing, every decided transaction is complete with markers on all its partitions (L1)",
+            LsoReachesHighWatermark => "after healing, producers stopped and timeouts passed, LSO = HW on every partition (L2)",
+            OpenTransactionsTimeOut => "after healing and the transaction timeout, no transaction is Ongoing (L3)",
+            ReaderCatchesUp => "after healing, a read_committed consumer that keeps polling reaches position = LSO = HW (L6)",
+        }
+    }
+
+    /// Where the rule comes from in Kafka.
+    pub fn source(self) -> &'static str {
+        use Invariant::*;
+        match self {
+            LsoBounds | LsoIsFirstUnstableOffset => "UnifiedLog.lastStableOffset, ProducerStateManager.firstUnstableOffset",
+            NothingUndecidedBelowLso => "ProducerStateManager.ongoingTxns/unreplicatedTxns; KIP-98",
+            MarkerMatchesDecision => "TransactionMarkerChannelManager.addTxnMarkersToSend",
+            OneOutcomePerTransaction => "TransactionCoordinator.endTransaction + maybeWriteTxnCompletion; KIP-98",
+            AbortedIndexExact => "LogSegment.updateTxnIndex, TransactionIndex.append, AbortedTxn",
+            NoNonTransactionalWriteInOpenTxn => "ProducerAppendInfo.appendDataBatch",
+            ProducerEpochMonotonic => "ProducerAppendInfo.checkProducerEpoch",
+            NoDuplicateAppends => "ProducerStateEntry.findDuplicateBatch, ProducerAppendInfo.checkSequence",
+            CoordinatorEpochMonotonic => "ProducerAppendInfo.appendEndTxnMarker (TransactionCoordinatorFencedException)",
+            ValidCoordinatorTransitions => "TransactionState.validPreviousStates, TransactionMetadata.completeTransitionTo",
+            DecisionIrrevocable => "TransactionMetadata.prepareComplete; TransactionStateManager.loadTransactions",
+            PartitionCoverage => "KIP-890 part 1 (AddPartitionsToTxnManager verification)",
+            EpochBumpOnFenceAndTimeout => "TransactionMetadata.prepareFenceProducerEpoch (KAFKA-6119, KAFKA-5231)",
+            AbortedRead | PrecommittedRead | PartialRead | LostWrite | Duplicate | InconsistentOffsets | PollSkip
+            | NonmonotonicPoll | NonmonotonicSend => "jepsen/tests/kafka.clj",
+            PositionReachesLso => "CompletedFetch.nextFetchedRecord, FetchCollector (KAFKA-12980)",
+            UncommittedSupersetOfCommitted => "UnifiedLog.read (FetchIsolation), CompletedFetch",
+            DecidedTransactionsComplete => "TransactionMarkerChannelManager retries; KAFKA-16352",
+            LsoReachesHighWatermark => "KIP-890 (hanging transactions), UnifiedLog.hasLateTransaction",
+            OpenTransactionsTimeOut => "TransactionCoordinator.abortTimedOutTransactions",
+            ReaderCatchesUp => "CompletedFetch; KAFKA-12980, KAFKA-6607",
+        }
+    }
+
+    /// The injected bug that proves a checker of this invariant can fire.
+    pub fn mutation(self) -> Mutation {
+        use Invariant::*;
+        match self {
+            LsoBounds => Mutation::LsoNotClampedToHw,
+            LsoIsFirstUnstableOffset => Mutation::LsoIgnoresUnreplicatedTxns,
+            NothingUndecidedBelowLso => Mutation::LsoIgnoresOngoingTxns,
+            MarkerMatchesDecision => Mutation::RestartAbortsPreparedCommits,
+            OneOutcomePerTransaction => Mutation::MarkersToSubsetOfPartitions,
+            AbortedIndexExact => Mutation::NoAbortedIndexEntry,
+            NoNonTransactionalWriteInOpenTxn => Mutation::AllowNonTxnWriteInOpenTxn,
+            ProducerEpochMonotonic => Mutation::SkipProducerEpochCheck,
+            NoDuplicateAppends => Mutation::NoDedup,
+            CoordinatorEpochMonotonic => Mutation::SkipCoordinatorEpochCheck,
+            ValidCoordinatorTransitions => Mutation::DoubleComplete,
+            DecisionIrrevocable => Mutation::DoubleComplete,
+            PartitionCoverage => Mutation::NoTxnVerification,
+            EpochBumpOnFenceAndTimeout => Mutation::TimeoutAbortSameEpoch,
+            AbortedRead => Mutation::SkipAbortedIndexOnFetch,
+            PrecommittedRead => Mutation::ReadCommittedBoundedByHw,
+            PartialRead => Mutation::LsoInclusive,
+            LostWrite => Mutation::AbortedPidNotClearedOnMarker,
+            Duplicate => Mutation::NoDedup,
+            InconsistentOffsets => Mutation::DuplicateReturnsWrongOffsets,
+            PollSkip => Mutation::PositionSkipsToHighWatermark,
+            NonmonotonicPoll => Mutation::RedeliverLastRecord,
+            NonmonotonicSend => Mutation::NoDedup,
+            PositionReachesLso => Mutation::NoPositionAdvanceOverControl,
+            UncommittedSupersetOfCommitted => Mutation::LsoNotClampedToHw,
+            DecidedTransactionsComplete => Mutation::DropPendingMarkersOnRestart,
+            LsoReachesHighWatermark => Mutation::MarkersToSubsetOfPartitions,
+            OpenTransactionsTimeOut => Mutation::NoTimeoutAbort,
+            ReaderCatchesUp => Mutation::NoPositionAdvanceOverControl,
+        }
+    }
+}
+
+impl fmt::Display for Invariant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A violated invariant and its minimal witness, written for a person (offsets, records, producers).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Violation {
+    pub invariant: Invariant,
+    pub witness: String,
+}
+
+impl Violation {
+    pub fn new(invariant: Invariant, witness: impl Into<String>) -> Self {
+        Violation { invariant, witness: witness.into() }
+    }
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.invariant.name(), self.witness)
+    }
+}

@@ -1,0 +1,322 @@
+//! What clients observed, as Jepsen records it, and the history invariants over it. The final partition
+//! logs are the ground truth for each record's transaction and outcome.
+
+use crate::catalogue::{Invariant, Violation};
+use crate::log_facts::LogFacts;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use txnsim_engine::{IsolationLevel, Offset, PartitionLog, TimeMs, TopicPartition, TransactionResult};
+
+/// A producer call, as invoked.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(tag = "call", rename_all = "snake_case")]
+pub enum ProducerCall {
+    Init,
+    Begin,
+    Send { partition: TopicPartition, values: Vec<String> },
+    Commit,
+    Abort,
+}
+
+/// How a producer call ended.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum CallOutcome {
+    Ok,
+    /// A send's acknowledgement: where its records went.
+    Sent { first_offset: Offset, last_offset: Offset, duplicate: bool },
+    /// Kafka's error name.
+    Failed { error: String },
+    /// No answer (the process crashed, or the run ended first): it may or may not have taken effect.
+    Unknown,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    /// A producer call began. `call_id` pairs it with its completion.
+    Invoke { time_ms: TimeMs, process: String, call_id: u64, call: ProducerCall },
+    Complete { time_ms: TimeMs, process: String, call_id: u64, outcome: CallOutcome },
+    /// One consumer poll of one partition: the fetch it answered and what it delivered.
+    Poll {
+        time_ms: TimeMs,
+        consumer: String,
+        isolation: IsolationLevel,
+        partition: TopicPartition,
+        fetch_offset: Offset,
+        /// HW and LSO from the fetch response.
+        high_watermark: Offset,
+        last_stable_offset: Offset,
+        /// `(offset, value)` in delivery order.
+        records: Vec<(Offset, String)>,
+        position_after: Offset,
+    },
+    /// The consumer was (re)assigned and sought: its delivered sequence restarts here.
+    Seek { time_ms: TimeMs, consumer: String, partition: TopicPartition, offset: Offset },
+}
+
+/// A whole run's observations, in order.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct History {
+    pub events: Vec<Event>,
+}
+
+impl History {
+    pub fn push(&mut self, e: Event) {
+        self.events.push(e);
+    }
+
+    /// Acknowledged sends: `(process, partition, values, first_offset, duplicate)`, in completion order.
+    fn acks(&self) -> Vec<(String, TopicPartition, Vec<String>, Offset, bool)> {
+        let mut invoked: BTreeMap<(String, u64), (TopicPartition, Vec<String>)> = BTreeMap::new();
+        let mut out = Vec::new();
+        for e in &self.events {
+            match e {
+                Event::Invoke { process, call_id, call: ProducerCall::Send { partition, values }, .. } => {
+                    invoked.insert((process.clone(), *call_id), (partition.clone(), values.clone()));
+                }
+                Event::Complete { process, call_id, outcome: CallOutcome::Sent { first_offset, duplicate, .. }, .. } => {
+                    if let Some((tp, values)) = invoked.get(&(process.clone(), *call_id)) {
+                        out.push((process.clone(), tp.clone(), values.clone(), *first_offset, *duplicate));
+                    }
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+}
+
+/// Checks every history invariant against the final logs. `logs` are the partition leaders' logs at the end.
+pub fn check_history(history: &History, logs: &BTreeMap<TopicPartition, PartitionLog>) -> Vec<Violation> {
+    let facts: BTreeMap<&TopicPartition, LogFacts> = logs.iter().map(|(tp, l)| (tp, LogFacts::of(l))).collect();
+    let mut out = Vec::new();
+    check_offsets_and_values(history, &facts, &mut out);
+    check_sends(history, &mut out);
+    check_polls(history, &facts, &mut out);
+    out
+}
+
+/// `duplicate` and `inconsistent-offsets`: one offset per value, one value per offset.
+fn check_offsets_and_values(history: &History, facts: &BTreeMap<&TopicPartition, LogFacts>, out: &mut Vec<Violation>) {
+    let mut at: BTreeMap<(TopicPartition, Offset), (String, String)> = BTreeMap::new();
+    let mut claim = |tp: &TopicPartition, offset: Offset, value: &str, who: String, out: &mut Vec<Violation>| {
+        match at.get(&(tp.clone(), offset)) {
+            Some((v, by)) if v != value => out.push(Violation::new(
+                Invariant::InconsistentOffsets,
+                format!("{tp} offset {offset}: {by} says {v:?}, {who} says {value:?}"),
+            )),
+            Some(_) => {}
+            None => {
+                at.insert((tp.clone(), offset), (value.to_string(), who));
+            }
+        }
+    };
+    for (tp, f) in facts {
+        for (o, v) in &f.values {
+            claim(tp, *o, v, "the log".into(), out);
+        }
+    }
+    for (process, tp, values, first, _) in history.acks() {
+        for (i, v) in values.iter().enumerate() {
+            claim(&tp, first + i as u64, v, format!("{process}'s ack"), out);
+        }
+    }
+    for e in &history.events {
+        if let Event::Poll { consumer, partition, records, .. } = e {
+            for (o, v) in records {
+                claim(partition, *o, v, format!("{consumer}'s poll"), out);
+            }
+        }
+    }
+    for (tp, f) in facts {
+        let mut first_at: BTreeMap<&str, Offset> = BTreeMap::new();
+        for (o, v) in &f.values {
+            if let Some(prev) = first_at.insert(v, *o) {
+                out.push(Violation::new(Invariant::Duplicate, format!("{tp}: value {v:?} stored at offsets {prev} and {o}")));
+                break;
+            }
+        }
+    }
+}
+
+/// `nonmonotonic-send`: successive acknowledged sends of one producer to one partition, in the order
+/// they were invoked, land at increasing offsets.
+fn check_sends(history: &History, out: &mut Vec<Violation>) {
+    let mut order: Vec<(String, u64, TopicPartition)> = Vec::new();
+    let mut acked: BTreeMap<(String, u64), Offset> = BTreeMap::new();
+    for e in &history.events {
+        match e {
+            Event::Invoke { process, call_id, call: ProducerCall::Send { partition, .. }, .. } => {
+                order.push((process.clone(), *call_id, partition.clone()));
+            }
+            Event::Complete { process, call_id, outcome: CallOutcome::Sent { first_offset, .. }, .. } => {
+                acked.insert((process.clone(), *call_id), *first_offset);
+            }
+            _ => {}
+        }
+    }
+    let mut last: BTreeMap<(String, TopicPartition), (u64, Offset)> = BTreeMap::new();
+    for (process, call_id, tp) in order {
+        let Some(&offset) = acked.get(&(process.clone(), call_id)) else { continue };
+        let key = (process.clone(), tp.clone());
+        if let Some(&(prev_call, prev)) = last.get(&key) {
+            if offset <= prev {
+                out.push(Violation::new(
+                    Invariant::NonmonotonicSend,
+                    format!("{process} -> {tp}: send #{call_id} acknowledged at offset {offset}, after send #{prev_call} at {prev}"),
+                ));
+            }
+        }
+        last.insert(key, (call_id, offset));
+    }
+}
+
+fn check_polls(history: &History, facts: &BTreeMap<&TopicPartition, LogFacts>, out: &mut Vec<Violation>) {
+    // Per consumer and partition: the offsets delivered since the last seek, and where that run began.
+    let mut delivered: BTreeMap<(String, TopicPartition), (Offset, Vec<Offset>)> = BTreeMap::new();
+    let empty = LogFacts::default();
+    for e in &history.events {
+        match e {
+            Event::Seek { consumer, partition, offset, .. } => {
+                delivered.insert((consumer.clone(), partition.clone()), (*offset, Vec::new()));
+            }
+            Event::Poll { consumer, isolation, partition, fetch_offset, high_watermark, last_stable_offset, records, position_after, .. } => {
+                let f = facts.get(partition).unwrap_or(&empty);
+                let who = format!("{consumer} ({}) on {partition}", isolation.name());
+                let run = delivered.entry((consumer.clone(), partition.clone())).or_insert((*fetch_offset, Vec::new()));
+                for (o, v) in records {
+                    if let Some(&prev) = run.1.last() {
+                        if *o <= prev {
+                            out.push(Violation::new(Invariant::NonmonotonicPoll, format!("{who}: delivered offset {o} ({v:?}) after {prev}")));
+                        }
+                    }
+                    run.1.push(*o);
+                    if *isolation == IsolationLevel::ReadCommitted {
+                        check_committed_read(&who, *o, v, *high_watermark, *last_stable_offset, f, out);
+                    }
+                }
+                // Everything this isolation level admits between the fetch offset and the new position
+                // must have been delivered by this poll.
+                let got: BTreeSet<Offset> = records.iter().map(|r| r.0).collect();
+                let admits = |o: Offset| match isolation {
+                    IsolationLevel::ReadUncommitted => true,
+                    IsolationLevel::ReadCommitted => f.is_committed_data(o),
+                };
+                if let Some((o, v)) = f.values.range(*fetch_offset..*position_after).find(|(o, _)| admits(**o) && !got.contains(o)) {
+                    out.push(Violation::new(
+                        Invariant::PollSkip,
+                        format!("{who}: poll from {fetch_offset} moved to {position_after} without delivering offset {o} ({v:?})"),
+                    ));
+                }
+                let no_progress = *position_after == *fetch_offset && records.is_empty();
+                let bound = match isolation {
+                    IsolationLevel::ReadCommitted => *last_stable_offset,
+                    IsolationLevel::ReadUncommitted => *high_watermark,
+                };
+                if no_progress && *fetch_offset < bound {
+                    out.push(Violation::new(
+                        Invariant::PositionReachesLso,
+                        format!("{who}: stuck at position {fetch_offset} below the fetch bound {bound} (HW {high_watermark}, LSO {last_stable_offset})"),
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    check_passed_transactions(history, facts, out);
+}
+
+/// `aborted-read` and `precommitted-read` for one record a read_committed consumer delivered.
+fn check_committed_read(who: &str, offset: Offset, value: &str, hw: Offset, lso: Offset, f: &LogFacts, out: &mut Vec<Violation>) {
+    if let Some(t) = f.txn_of(offset) {
+        match t.marker {
+            Some(m) if m.result == TransactionResult::Abort => out.push(Violation::new(
+                Invariant::AbortedRead,
+                format!("{who}: delivered offset {offset} ({value:?}) of producer {}'s transaction aborted at {}", t.producer_id, m.offset),
+            )),
+            Some(m) if m.offset >= hw => out.push(Violation::new(
+                Invariant::PrecommittedRead,
+                format!("{who}: delivered offset {offset} ({value:?}) while its COMMIT marker at {} was not below the HW {hw}", m.offset),
+            )),
+            None => out.push(Violation::new(
+                Invariant::PrecommittedRead,
+                format!("{who}: delivered offset {offset} ({value:?}) of producer {}'s transaction, which has no marker", t.producer_id),
+            )),
+            Some(_) => {}
+        }
+    }
+    if offset >= lso {
+        out.push(Violation::new(Invariant::PrecommittedRead, format!("{who}: delivered offset {offset} ({value:?}) at or above the LSO {lso}")));
+    }
+}
+
+/// `partial-read` and `lost-write`: judged over each consumer's whole run on a partition, once its
+/// position has passed a transaction or an acknowledged write.
+fn check_passed_transactions(history: &History, facts: &BTreeMap<&TopicPartition, LogFacts>, out: &mut Vec<Violation>) {
+    let mut runs: BTreeMap<(String, TopicPartition), (IsolationLevel, Offset, Offset, BTreeSet<Offset>)> = BTreeMap::new();
+    let mut finished = Vec::new();
+    for e in &history.events {
+        match e {
+            Event::Seek { consumer, partition, offset, .. } => {
+                if let Some(run) = runs.remove(&(consumer.clone(), partition.clone())) {
+                    finished.push(((consumer.clone(), partition.clone()), run));
+                }
+                let _ = offset;
+            }
+            Event::Poll { consumer, isolation, partition, fetch_offset, records, position_after, .. } => {
+                let run = runs.entry((consumer.clone(), partition.clone())).or_insert((*isolation, *fetch_offset, *fetch_offset, BTreeSet::new()));
+                run.2 = run.2.max(*position_after);
+                run.3.extend(records.iter().map(|r| r.0));
+            }
+            _ => {}
+        }
+    }
+    finished.extend(runs);
+    let acks = history.acks();
+    let empty = LogFacts::default();
+    for ((consumer, tp), (isolation, start, end, got)) in finished {
+        let f = facts.get(&tp).unwrap_or(&empty);
+        let who = format!("{consumer} ({}) on {tp}", isolation.name());
+        if isolation == IsolationLevel::ReadCommitted {
+            for t in f.txns.iter().filter(|t| t.outcome() == Some(TransactionResult::Commit)) {
+                let want: Vec<Offset> = t.record_offsets.iter().copied().filter(|o| *o >= start && *o < end).collect();
+                let read = want.iter().filter(|o| got.contains(o)).count();
+                if read > 0 && read < want.len() {
+                    let missing = want.iter().find(|o| !got.contains(o)).expect("some missing");
+                    out.push(Violation::new(
+                        Invariant::PartialRead,
+                        format!("{who}: delivered {read} of the {} records of producer {}'s committed transaction from {}, not offset {missing}", want.len(), t.producer_id, t.first_offset),
+                    ));
+                }
+            }
+        }
+        for (process, atp, values, first, _) in acks.iter().filter(|a| a.1 == tp) {
+            for (i, v) in values.iter().enumerate() {
+                let o = first + i as u64;
+                let visible = match isolation {
+                    IsolationLevel::ReadCommitted => f.is_committed_data(o),
+                    IsolationLevel::ReadUncommitted => f.values.contains_key(&o),
+                };
+                if o >= start && o < end && visible && f.values.get(&o) == Some(v) && !got.contains(&o) {
+                    out.push(Violation::new(
+                        Invariant::LostWrite,
+                        format!("{who}: passed offset {o} ({v:?}, acknowledged to {process} on {atp}) without delivering it (read {start}..{end})"),
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// `read-uncommitted-superset`: two fresh reads from the same offset and state.
+pub fn check_read_superset(tp: &TopicPartition, from: Offset, uncommitted: &[(Offset, String)], committed: &[(Offset, String)]) -> Vec<Violation> {
+    let ru: BTreeSet<&(Offset, String)> = uncommitted.iter().collect();
+    match committed.iter().find(|r| !ru.contains(r)) {
+        Some((o, v)) => vec![Violation::new(
+            Invariant::UncommittedSupersetOfCommitted,
+            format!("{tp} from {from}: read_committed delivered offset {o} ({v:?}), read_uncommitted did not"),
+        )],
+        None => Vec::new(),
+    }
+}

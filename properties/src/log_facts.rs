@@ -1,0 +1,164 @@
+//! An independent reading of a partition log: which transactions it holds, where they start and end,
+//! and how each ended. Invariants compare the engine's own bookkeeping (producer state, LSO, aborted
+//! index) against this, recomputed from the batches alone.
+
+use std::collections::BTreeMap;
+use txnsim_engine::record::{BatchBody, RecordBatch};
+use txnsim_engine::{
+    CoordinatorEpoch, Offset, PartitionLog, ProducerEpoch, ProducerId, TransactionResult,
+};
+
+/// A marker as found in the log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MarkerAt {
+    pub offset: Offset,
+    pub producer_id: ProducerId,
+    pub epoch: ProducerEpoch,
+    pub result: TransactionResult,
+    pub coordinator_epoch: CoordinatorEpoch,
+}
+
+/// One transaction on one partition: its data batches and the marker that closed it, if any.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TxnSpan {
+    pub producer_id: ProducerId,
+    pub first_offset: Offset,
+    /// `(base_offset, last_offset)` of each data batch.
+    pub batches: Vec<(Offset, Offset)>,
+    /// Offsets of the records it holds (compaction may leave gaps).
+    pub record_offsets: Vec<Offset>,
+    pub marker: Option<MarkerAt>,
+    /// No earlier batch or marker of this producer is in the log: if segments were dropped, the
+    /// transaction may have begun in one of them.
+    pub first_of_producer: bool,
+    /// The AbortedTxn `last_stable_offset` Kafka would write for it if aborted: the first offset of the
+    /// earliest other producer's open transaction when the marker was appended, else marker + 1.
+    pub index_lso: Option<Offset>,
+}
+
+impl TxnSpan {
+    pub fn outcome(&self) -> Option<TransactionResult> {
+        self.marker.map(|m| m.result)
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LogFacts {
+    /// Every transaction, in order of first offset.
+    pub txns: Vec<TxnSpan>,
+    /// Markers that closed nothing (empty transactions on this partition, or resends).
+    pub stray_markers: Vec<MarkerAt>,
+    /// Non-transactional batches from a producer that had a transaction open: `(offset, pid)`.
+    pub nontxn_in_open_txn: Vec<(Offset, ProducerId)>,
+    /// Which transaction (index into `txns`) each data record belongs to, by offset; `None` for
+    /// non-transactional records.
+    pub record_txn: BTreeMap<Offset, Option<usize>>,
+    /// Value of each data record, by offset.
+    pub values: BTreeMap<Offset, String>,
+}
+
+impl LogFacts {
+    pub fn of(log: &PartitionLog) -> LogFacts {
+        LogFacts::of_batches(log.batches())
+    }
+
+    pub fn of_batches<'a>(batches: impl Iterator<Item = &'a RecordBatch>) -> LogFacts {
+        let mut facts = LogFacts::default();
+        let mut open: BTreeMap<ProducerId, usize> = BTreeMap::new();
+        let mut seen: std::collections::BTreeSet<ProducerId> = std::collections::BTreeSet::new();
+        for b in batches {
+            let first_of_producer = b.producer_id().is_some_and(|pid| seen.insert(pid));
+            match &b.body {
+                BatchBody::Data(records) => {
+                    let pid = b.producer_id();
+                    let txn = match (pid, b.is_transactional) {
+                        (Some(pid), true) => {
+                            let idx = *open.entry(pid).or_insert_with(|| {
+                                facts.txns.push(TxnSpan {
+                                    producer_id: pid,
+                                    first_offset: b.base_offset,
+                                    batches: Vec::new(),
+                                    record_offsets: Vec::new(),
+                                    marker: None,
+                                    first_of_producer,
+                                    index_lso: None,
+                                });
+                                facts.txns.len() - 1
+                            });
+                            facts.txns[idx].batches.push((b.base_offset, b.last_offset));
+                            facts.txns[idx].record_offsets.extend(records.iter().map(|r| r.offset));
+                            Some(idx)
+                        }
+                        (Some(pid), false) => {
+                            if open.contains_key(&pid) {
+                                facts.nontxn_in_open_txn.push((b.base_offset, pid));
+                            }
+                            None
+                        }
+                        (None, _) => None,
+                    };
+                    for r in records {
+                        facts.record_txn.insert(r.offset, txn);
+                        facts.values.insert(r.offset, r.value.clone());
+                    }
+                }
+                BatchBody::Control(marker) => {
+                    let (Some(m), Some(p)) = (marker, b.producer) else { continue };
+                    let at = MarkerAt {
+                        offset: b.base_offset,
+                        producer_id: p.producer_id,
+                        epoch: p.epoch,
+                        result: m.result,
+                        coordinator_epoch: m.coordinator_epoch,
+                    };
+                    match open.remove(&p.producer_id) {
+                        Some(idx) => {
+                            let other_open = open.values().map(|&i| facts.txns[i].first_offset).min();
+                            facts.txns[idx].marker = Some(at);
+                            facts.txns[idx].index_lso = Some(other_open.unwrap_or(at.offset + 1));
+                        }
+                        None => facts.stray_markers.push(at),
+                    }
+                }
+            }
+        }
+        facts
+    }
+
+    /// Every marker in offset order.
+    pub fn markers(&self) -> Vec<MarkerAt> {
+        let mut all: Vec<MarkerAt> = self.txns.iter().filter_map(|t| t.marker).chain(self.stray_markers.iter().copied()).collect();
+        all.sort_by_key(|m| m.offset);
+        all
+    }
+
+    /// The LSO Kafka's rules give: the first offset of the earliest transaction without a marker below
+    /// `high_watermark`, clamped to `[log_start, high_watermark]`.
+    pub fn expected_lso(&self, log_start: Offset, high_watermark: Offset) -> Offset {
+        let first_unstable = self
+            .txns
+            .iter()
+            .filter(|t| t.marker.is_none_or(|m| m.offset >= high_watermark))
+            .map(|t| t.first_offset)
+            .min()
+            .map(|o| o.max(log_start));
+        match first_unstable {
+            Some(o) if o < high_watermark => o,
+            _ => high_watermark,
+        }
+    }
+
+    /// The transaction a record at `offset` belongs to, if it is transactional.
+    pub fn txn_of(&self, offset: Offset) -> Option<&TxnSpan> {
+        self.record_txn.get(&offset).copied().flatten().map(|i| &self.txns[i])
+    }
+
+    /// Whether a read_committed reader may deliver the record at `offset` once it is below the LSO.
+    pub fn is_committed_data(&self, offset: Offset) -> bool {
+        match self.record_txn.get(&offset) {
+            None => false,
+            Some(None) => true,
+            Some(Some(i)) => self.txns[*i].outcome() == Some(TransactionResult::Commit),
+        }
+    }
+}
