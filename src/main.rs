@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use txnsim::scenario::{self, RunOptions};
 use txnsim_engine::{Mutation, Mutations};
+use txnsim_properties::Invariant;
 
 #[derive(Parser)]
 #[command(name = "txnsim", version, about = "Deterministic simulation and model checking of Kafka's transactional read isolation")]
@@ -29,6 +30,16 @@ enum Command {
     },
     /// List the injectable historical bugs.
     Mutations,
+    /// List the invariants: name, kind, statement, Kafka source, and the mutation that proves each bites.
+    Invariants,
+    /// Exhaustively check the stateright model (bounds as flags).
+    Check(txnsim_model::cli::CheckArgs),
+    /// Serve stateright's Explorer web UI for the model.
+    Explore(txnsim_model::cli::ExploreArgs),
+    /// Run a seed sweep of the madsim simulation: workloads, faults, history checking.
+    Sweep(txnsim_sim::cli::SweepArgs),
+    /// Replay one seed as a one-line-per-event timeline.
+    Replay(txnsim_sim::cli::ReplayArgs),
 }
 
 fn parse_mutation(s: &str) -> Result<Mutation, String> {
@@ -48,6 +59,17 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
+        Command::Invariants => {
+            for i in Invariant::ALL {
+                println!("{:<40} {:<9} {}", i.name(), format!("{:?}", i.kind()), i.statement());
+                println!("{:<40} {:<9} source: {}; bites with mutation {}", "", "", i.source(), i.mutation().name());
+            }
+            ExitCode::SUCCESS
+        }
+        Command::Check(args) => txnsim_model::cli::run_check(&args),
+        Command::Explore(args) => txnsim_model::cli::run_explore(&args),
+        Command::Sweep(args) => txnsim_sim::cli::run_sweep(&args),
+        Command::Replay(args) => txnsim_sim::cli::run_replay(&args),
     }
 }
 
