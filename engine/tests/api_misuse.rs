@@ -1,0 +1,110 @@
+//! API misuse gets Kafka's error code, never a panic; the engine's own assertions guard its invariants.
+
+use std::collections::BTreeMap;
+use txnsim_engine::coordinator::{TransactionMetadata, TransactionState};
+use txnsim_engine::producer::OpOutput;
+use txnsim_engine::producer_state::AppendOrigin;
+use txnsim_engine::record::{BatchProducer, ProduceBatch};
+use txnsim_engine::{Cluster, EngineConfig, KafkaError, Mutations, PartitionLog, ProducerKind, TopicPartition};
+
+fn cluster() -> Cluster {
+    let topics: BTreeMap<String, u32> = [("t".to_string(), 2)].into_iter().collect();
+    Cluster::new(&topics, EngineConfig::default())
+}
+
+fn init(c: &mut Cluster, name: &str) {
+    c.add_producer(name, ProducerKind::Transactional { transactional_id: name.to_string() });
+    let r = c.call_producer(name, |p, now| p.init_transactions(now));
+    assert!(matches!(r, Ok(Some(OpOutput::Initialized(_)))), "init of {name} succeeds: {r:?}");
+}
+
+fn tp(p: u32) -> TopicPartition {
+    TopicPartition::new("t", p)
+}
+
+#[test]
+fn produce_outside_a_transaction_is_invalid_txn_state() {
+    let mut c = cluster();
+    init(&mut c, "p");
+    let r = c.call_producer("p", |p, now| p.send(now, tp(0), vec!["v".into()]));
+    assert_eq!(r, Err(KafkaError::InvalidTxnState), "a transactional producer must begin before it sends");
+    assert_eq!(KafkaError::InvalidTxnState.code(), 48, "Kafka's wire code for INVALID_TXN_STATE");
+    assert_eq!(c.broker.partition(&tp(0)).unwrap().log_end_offset(), 0, "a rejected send writes nothing");
+}
+
+#[test]
+fn commit_and_abort_without_a_transaction_are_invalid_txn_state() {
+    let mut c = cluster();
+    init(&mut c, "p");
+    assert_eq!(c.call_producer("p", |p, now| p.commit_transaction(now)), Err(KafkaError::InvalidTxnState));
+    assert_eq!(c.call_producer("p", |p, now| p.abort_transaction(now)), Err(KafkaError::InvalidTxnState));
+}
+
+#[test]
+fn begin_inside_a_transaction_is_invalid_txn_state_and_keeps_it_open() {
+    let mut c = cluster();
+    init(&mut c, "p");
+    c.producers.get_mut("p").unwrap().begin_transaction().expect("first begin");
+    assert_eq!(c.producers.get_mut("p").unwrap().begin_transaction(), Err(KafkaError::InvalidTxnState));
+    let r = c.call_producer("p", |p, now| p.send(now, tp(0), vec!["v".into()]));
+    assert!(matches!(r, Ok(Some(OpOutput::Sent { .. }))), "the transaction is still open: {r:?}");
+}
+
+#[test]
+fn calls_before_init_are_rejected() {
+    let mut c = cluster();
+    c.add_producer("p", ProducerKind::Transactional { transactional_id: "p".into() });
+    assert_eq!(c.producers.get_mut("p").unwrap().begin_transaction(), Err(KafkaError::InvalidTxnState));
+    assert_eq!(c.call_producer("p", |p, now| p.send(now, tp(0), vec!["v".into()])), Err(KafkaError::InvalidTxnState));
+}
+
+#[test]
+fn idempotent_producer_cannot_begin() {
+    let mut c = cluster();
+    c.add_producer("i", ProducerKind::Idempotent);
+    assert!(matches!(c.call_producer("i", |p, now| p.init_transactions(now)), Ok(Some(OpOutput::Initialized(_)))));
+    assert_eq!(c.producers.get_mut("i").unwrap().begin_transaction(), Err(KafkaError::InvalidTxnState));
+}
+
+#[test]
+fn produce_to_an_unknown_partition_is_unknown_topic_or_partition() {
+    let mut c = cluster();
+    init(&mut c, "p");
+    c.producers.get_mut("p").unwrap().begin_transaction().unwrap();
+    let r = c.call_producer("p", |p, now| p.send(now, TopicPartition::new("nope", 0), vec!["v".into()]));
+    assert_eq!(r, Err(KafkaError::UnknownTopicOrPartition), "AddPartitionsToTxn names a partition the cluster lacks");
+}
+
+#[test]
+fn non_transactional_write_while_a_transaction_is_open_is_invalid_txn_state() {
+    let mut log = PartitionLog::new();
+    let m = Mutations::none();
+    let txn = ProduceBatch { producer: Some(BatchProducer { producer_id: 7, epoch: 0, base_sequence: 0 }), is_transactional: true, values: vec!["a".into()] };
+    log.append_data(&txn, AppendOrigin::Client, 0, &m).expect("a transaction begins");
+    let plain = ProduceBatch { producer: Some(BatchProducer { producer_id: 7, epoch: 0, base_sequence: 1 }), is_transactional: false, values: vec!["b".into()] };
+    assert_eq!(log.append_data(&plain, AppendOrigin::Client, 0, &m), Err(KafkaError::InvalidTxnState));
+    assert_eq!(log.log_end_offset(), 1, "the rejected batch took no offset");
+}
+
+#[test]
+fn empty_produce_is_invalid_request() {
+    let mut log = PartitionLog::new();
+    let batch = ProduceBatch { producer: None, is_transactional: false, values: vec![] };
+    assert_eq!(log.append_data(&batch, AppendOrigin::Client, 0, &Mutations::none()), Err(KafkaError::InvalidRequest));
+}
+
+#[test]
+fn every_error_name_round_trips() {
+    for e in KafkaError::ALL {
+        assert_eq!(KafkaError::from_name(e.name()), Some(e), "{} parses back", e.name());
+    }
+    assert_eq!(KafkaError::from_name("OUT_OF_ORDER_SEQUENCE"), Some(KafkaError::OutOfOrderSequence), "SCENARIOS.md's short form");
+}
+
+#[test]
+#[should_panic(expected = "invalid transition Empty -> PrepareCommit")]
+fn coordinator_asserts_kafkas_transition_table() {
+    let mut meta = TransactionMetadata::new("t", 1, 60_000, 0);
+    meta.transition_to(TransactionState::PrepareCommit, 1);
+}
+
