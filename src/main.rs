@@ -28,6 +28,12 @@ enum Command {
         #[arg(long, value_parser = parse_mutation)]
         mutation: Option<Mutation>,
     },
+    /// The main job: every scenario, a small exhaustive model check and a seed sweep, with one summary.
+    Run {
+        /// Where the scenario files are.
+        #[arg(long, default_value = DEFAULT_SCENARIOS)]
+        scenarios: PathBuf,
+    },
     /// List the injectable historical bugs.
     Mutations,
     /// List the invariants: name, kind, statement, Kafka source, and the mutation that proves each bites.
@@ -42,6 +48,9 @@ enum Command {
     Replay(txnsim_sim::cli::ReplayArgs),
 }
 
+/// The corpus in this checkout, so `txnsim run` works from any directory.
+const DEFAULT_SCENARIOS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/seeds/scenarios");
+
 fn parse_mutation(s: &str) -> Result<Mutation, String> {
     Mutation::from_name(s).ok_or_else(|| {
         let names: Vec<&str> = Mutation::ALL.iter().map(|m| m.name()).collect();
@@ -50,9 +59,15 @@ fn parse_mutation(s: &str) -> Result<Mutation, String> {
 }
 
 fn main() -> ExitCode {
+    // Die quietly when a pager or `head` closes stdout, as Unix tools do, instead of panicking.
+    // SAFETY: resetting a signal disposition to its default before any other thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Scenario { paths, show, mutation } => run_scenarios(&paths, show, mutation),
+        Command::Run { scenarios } => main_job(&scenarios),
         Command::Mutations => {
             for m in Mutation::ALL {
                 println!("{}", m.name());
@@ -128,5 +143,38 @@ fn run_scenarios(paths: &[PathBuf], show: bool, mutation: Option<Mutation>) -> E
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// `txnsim run`: the three checkers with their defaults, then one summary; exit 1 if any found a problem.
+fn main_job(scenarios: &std::path::Path) -> ExitCode {
+    let started = std::time::Instant::now();
+    println!("== scenarios ({})", scenarios.display());
+    let code = run_scenarios(&[scenarios.to_path_buf()], false, None);
+    let scenario_line = if code == ExitCode::SUCCESS { "scenarios: all passed".to_string() } else { "scenarios: FAILED (see above)".to_string() };
+    let mut ok = code == ExitCode::SUCCESS;
+    let mut summary = vec![scenario_line];
+    for (title, job) in [("model check (small)", txnsim_model::cli::main_job as fn() -> Result<Vec<String>, Vec<String>>), ("seed sweep", txnsim_sim::cli::main_job)] {
+        println!("== {title}");
+        let (passed, lines) = match job() {
+            Ok(lines) => (true, lines),
+            Err(lines) => (false, lines),
+        };
+        for l in &lines {
+            println!("{l}");
+        }
+        ok &= passed;
+        summary.push(format!("{title}: {}", if passed { "passed" } else { "FAILED" }));
+    }
+    println!("== summary ({:.1} s)", started.elapsed().as_secs_f64());
+    for l in &summary {
+        println!("  {l}");
+    }
+    if ok {
+        println!("all checks passed");
+        ExitCode::SUCCESS
+    } else {
+        println!("some checks FAILED");
+        ExitCode::from(1)
     }
 }
