@@ -8,7 +8,11 @@ use txnsim_engine::{Mutation, Mutations};
 use txnsim_properties::Invariant;
 
 #[derive(Parser)]
-#[command(name = "txnsim", version, about = "Deterministic simulation and model checking of Kafka's transactional read isolation")]
+#[command(
+    name = "txnsim",
+    version,
+    about = "Deterministic simulation and model checking of Kafka's transactional read isolation"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -100,7 +104,10 @@ fn run_scenarios(paths: &[PathBuf], show: bool, mutation: Option<Mutation>) -> E
         }
     }
     if files.is_empty() {
-        eprintln!("error: no scenario files (*.json) under {}", paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "));
+        eprintln!(
+            "error: no scenario files (*.json) under {}",
+            paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        );
         return ExitCode::from(2);
     }
     // Parse everything first: bad input is reported before anything runs.
@@ -151,10 +158,17 @@ fn main_job(scenarios: &std::path::Path) -> ExitCode {
     let started = std::time::Instant::now();
     println!("== scenarios ({})", scenarios.display());
     let code = run_scenarios(&[scenarios.to_path_buf()], false, None);
-    let scenario_line = if code == ExitCode::SUCCESS { "scenarios: all passed".to_string() } else { "scenarios: FAILED (see above)".to_string() };
+    let scenario_line = if code == ExitCode::SUCCESS {
+        "scenarios: all passed".to_string()
+    } else {
+        "scenarios: FAILED (see above)".to_string()
+    };
     let mut ok = code == ExitCode::SUCCESS;
     let mut summary = vec![scenario_line];
-    for (title, job) in [("model check (small)", txnsim_model::cli::main_job as fn() -> Result<Vec<String>, Vec<String>>), ("seed sweep", txnsim_sim::cli::main_job)] {
+    for (title, job) in [
+        ("model check (small)", txnsim_model::cli::main_job as fn() -> Result<Vec<String>, Vec<String>>),
+        ("seed sweep", txnsim_sim::cli::main_job),
+    ] {
         println!("== {title}");
         let (passed, lines) = match job() {
             Ok(lines) => (true, lines),

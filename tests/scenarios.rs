@@ -16,26 +16,41 @@ fn corpus() -> Vec<scenario::Scenario> {
 #[test]
 fn every_corpus_scenario_passes() {
     let scenarios = corpus();
-    assert!(scenarios.len() >= 31, "the corpus holds the seed experiment and at least 30 more, found {}", scenarios.len());
+    assert!(
+        scenarios.len() >= 31,
+        "the corpus holds the seed experiment and at least 30 more, found {}",
+        scenarios.len()
+    );
     let failures: Vec<String> = scenarios
         .iter()
-        .filter_map(|sc| scenario::run(sc, &RunOptions::default()).difference.map(|d| format!("{} ({}): {d}", sc.name, sc.file)))
+        .filter_map(|sc| {
+            scenario::run(sc, &RunOptions::default()).difference.map(|d| format!("{} ({}): {d}", sc.name, sc.file))
+        })
         .collect();
     assert!(failures.is_empty(), "scenarios departed from their expectations:\n{}", failures.join("\n"));
 }
 
 #[test]
 fn seed_experiment_table_shows_both_readers() {
-    let sc = corpus().into_iter().find(|s| s.name == "open-then-commit-then-abort").expect("the seed experiment is in the corpus");
+    let sc = corpus()
+        .into_iter()
+        .find(|s| s.name == "open-then-commit-then-abort")
+        .expect("the seed experiment is in the corpus");
     let report = scenario::run(&sc, &RunOptions { show: true, ..RunOptions::default() });
     assert_eq!(report.difference, None);
     let table = report.table.join("\n");
     // While the first transaction is open: read_uncommitted 3 records, read_committed 0 ("0 vs 3").
-    assert!(table.contains("read_uncommitted from 0: 3 record(s) [0:inflight-0 1:inflight-1 2:inflight-2]  position 3"), "{table}");
+    assert!(
+        table.contains("read_uncommitted from 0: 3 record(s) [0:inflight-0 1:inflight-1 2:inflight-2]  position 3"),
+        "{table}"
+    );
     assert!(table.contains("read_committed   from 0: 0 record(s) []  position 0"), "{table}");
     // After the abort: the offset gap and the index entry (4, 7).
     assert!(table.contains("aborted index: (p first 4 last 7 lso 8)"), "{table}");
-    assert!(table.contains("read_committed   from 0: 3 record(s) [0:inflight-0 1:inflight-1 2:inflight-2]  position 8"), "{table}");
+    assert!(
+        table.contains("read_committed   from 0: 3 record(s) [0:inflight-0 1:inflight-1 2:inflight-2]  position 8"),
+        "{table}"
+    );
     assert!(
         table.contains("read_uncommitted from 0: 6 record(s) [0:inflight-0 1:inflight-1 2:inflight-2 4:aborted-0 5:aborted-1 6:aborted-2]  position 8"),
         "{table}"
@@ -45,10 +60,15 @@ fn seed_experiment_table_shows_both_readers() {
 fn run_cli(file_text: &str) -> (i32, String, String) {
     let dir = std::env::temp_dir().join(format!("txnsim-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let path = dir.join(format!("case-{:x}.json", file_text.len() * 31 + file_text.bytes().map(|b| b as usize).sum::<usize>()));
+    let path = dir
+        .join(format!("case-{:x}.json", file_text.len() * 31 + file_text.bytes().map(|b| b as usize).sum::<usize>()));
     std::fs::write(&path, file_text).expect("write temp scenario");
     let out = Command::new(env!("CARGO_BIN_EXE_txnsim")).arg("scenario").arg(&path).output().expect("run txnsim");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 fn assert_input_error(text: &str, must_contain: &[&str]) {
@@ -70,7 +90,10 @@ fn malformed_json_is_an_input_error() {
 
 #[test]
 fn unknown_op_is_an_input_error() {
-    assert_input_error(&format!("{HEAD}[{{\"op\": \"teleport\"}}]}}]}}"), &["scenario 's'", "op 0", "field 'op'", "teleport"]);
+    assert_input_error(
+        &format!("{HEAD}[{{\"op\": \"teleport\"}}]}}]}}"),
+        &["scenario 's'", "op 0", "field 'op'", "teleport"],
+    );
 }
 
 #[test]
@@ -135,6 +158,11 @@ fn every_scenario_reachable_mutation_fails_some_scenario() {
     for m in NEEDS_FAULTS {
         let opts = RunOptions { mutations: Mutations::one(m), show: false };
         let caught = scenarios.iter().find(|sc| scenario::run(sc, &opts).difference.is_some());
-        assert!(caught.is_none(), "mutation {} now fails scenario {:?}: move it out of NEEDS_FAULTS", m.name(), caught.map(|s| &s.name));
+        assert!(
+            caught.is_none(),
+            "mutation {} now fails scenario {:?}: move it out of NEEDS_FAULTS",
+            m.name(),
+            caught.map(|s| &s.name)
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! coordinator. A sans-io node: it takes a message and `now`, and returns messages and timers.
 
 use crate::config::EngineConfig;
-use crate::coordinator::{PartitionLeaders, TransactionCoordinator};
+use crate::coordinator::{Ctx, PartitionLeaders, TransactionCoordinator};
 use crate::error::KafkaError;
 use crate::log::PartitionLog;
 use crate::producer_state::AppendOrigin;
@@ -68,8 +68,22 @@ impl Broker {
     /// The coordinator's periodic timeout scan starts with the broker.
     pub fn on_start(&mut self, now_ms: TimeMs) -> Effects {
         let mut effects = Effects::default();
-        effects.timers.push((now_ms + self.config.abort_timed_out_cleanup_interval_ms, Timer::AbortTimedOutTransactions));
         effects
+            .timers
+            .push((now_ms + self.config.abort_timed_out_cleanup_interval_ms, Timer::AbortTimedOutTransactions));
+        effects
+    }
+
+    /// Runs a coordinator handler with this broker as its context (time, config, leaders, outbox).
+    fn coordinate<R>(
+        &mut self,
+        now_ms: TimeMs,
+        effects: &mut Effects,
+        handler: impl FnOnce(&mut TransactionCoordinator, &mut Ctx<'_>) -> R,
+    ) -> R {
+        let leaders = SelfLeader { id: &self.id, partitions: &self.partitions };
+        let mut ctx = Ctx { now_ms, config: &self.config, me: &self.id, leaders: &leaders, effects };
+        handler(&mut self.coordinator, &mut ctx)
     }
 
     pub fn partition(&self, tp: &TopicPartition) -> Option<&PartitionLog> {
@@ -84,19 +98,19 @@ impl Broker {
         let mut effects = Effects::default();
         match timer {
             Timer::AbortTimedOutTransactions => {
-                let leaders = SelfLeader { id: &self.id, partitions: &self.partitions };
                 if !self.config.mutations.has(crate::mutation::Mutation::NoTimeoutAbort) {
-                    self.coordinator.abort_timed_out_transactions(now_ms, &self.config, &self.id, &leaders, &mut effects);
+                    self.coordinate(now_ms, &mut effects, |c, ctx| c.abort_timed_out_transactions(ctx));
                 }
                 effects
                     .timers
                     .push((now_ms + self.config.abort_timed_out_cleanup_interval_ms, Timer::AbortTimedOutTransactions));
             }
             Timer::ResendTxnMarkers { decision } => {
-                let leaders = SelfLeader { id: &self.id, partitions: &self.partitions };
-                self.coordinator.on_resend_markers(decision, now_ms, &self.id, &leaders, &mut effects);
+                self.coordinate(now_ms, &mut effects, |c, ctx| c.on_resend_markers(decision, ctx));
             }
-            Timer::RetryBackoff { .. } | Timer::RequestTimeout { .. } => unreachable!("brokers set no client timers"),
+            Timer::RetryBackoff { .. } | Timer::RequestTimeout { .. } => {
+                unreachable!("brokers set no client timers")
+            }
         }
         effects
     }
@@ -108,23 +122,15 @@ impl Broker {
         self.pending_verifications.clear();
         self.verification_guards.clear();
         let mut effects = self.on_start(now_ms);
-        let leaders = SelfLeader { id: &self.id, partitions: &self.partitions };
-        self.coordinator.on_load(now_ms, &self.config, &self.id, &leaders, &mut effects);
+        self.coordinate(now_ms, &mut effects, |c, ctx| c.on_load(ctx));
         effects
     }
 
     /// Times out one transactional id now, as the periodic scan would once its timeout passed.
     pub fn expire_transaction(&mut self, transactional_id: &str, now_ms: TimeMs) -> (bool, Effects) {
         let mut effects = Effects::default();
-        let leaders = SelfLeader { id: &self.id, partitions: &self.partitions };
-        let expired = self.coordinator.abort_timed_out_transaction(
-            transactional_id,
-            now_ms,
-            &self.config,
-            &self.id,
-            &leaders,
-            &mut effects,
-        );
+        let expired =
+            self.coordinate(now_ms, &mut effects, |c, ctx| c.abort_timed_out_transaction(transactional_id, ctx));
         (expired, effects)
     }
 
@@ -132,50 +138,41 @@ impl Broker {
         let mut effects = Effects::default();
         let reply_to = env.from.clone();
         let corr = env.correlation_id;
-        let leaders = SelfLeader { id: &self.id, partitions: &self.partitions };
         let reply = match env.message {
             Message::InitProducerIdRequest { transactional_id, transaction_timeout_ms } => {
-                let result = self.coordinator.handle_init_producer_id(
-                    transactional_id.as_deref(),
-                    transaction_timeout_ms,
-                    now_ms,
-                    &self.config,
-                    &self.id,
-                    &leaders,
-                    &mut effects,
-                );
+                let result = self.coordinate(now_ms, &mut effects, |c, ctx| {
+                    c.handle_init_producer_id(transactional_id.as_deref(), transaction_timeout_ms, ctx)
+                });
                 Some(Message::InitProducerIdResponse { result })
             }
             Message::AddPartitionsToTxnRequest { transactional_id, producer, partitions, verify_only } => {
                 let result = if partitions.iter().all(|tp| self.partitions.contains_key(tp)) {
-                    self.coordinator.handle_add_partitions(&transactional_id, producer, &partitions, verify_only, now_ms)
+                    self.coordinator.handle_add_partitions(
+                        &transactional_id,
+                        producer,
+                        &partitions,
+                        verify_only,
+                        now_ms,
+                    )
                 } else {
                     Err(KafkaError::UnknownTopicOrPartition)
                 };
                 Some(Message::AddPartitionsToTxnResponse { result })
             }
             Message::EndTxnRequest { transactional_id, producer, result } => {
-                let result = self.coordinator.handle_end_txn(
-                    &transactional_id,
-                    producer,
-                    result,
-                    now_ms,
-                    &self.config,
-                    &self.id,
-                    &leaders,
-                    &mut effects,
-                );
+                let result = self.coordinate(now_ms, &mut effects, |c, ctx| {
+                    c.handle_end_txn(&transactional_id, producer, result, ctx)
+                });
                 Some(Message::EndTxnResponse { result })
             }
-            Message::ProduceRequest { transactional_id, partition, batch } => {
-                self.handle_produce(now_ms, reply_to.clone(), corr, transactional_id, partition, batch, &mut effects)
-                    .map(|(partition, result)| Message::ProduceResponse { partition, result })
-            }
+            Message::ProduceRequest { transactional_id, partition, batch } => self
+                .handle_produce(now_ms, reply_to.clone(), corr, transactional_id, partition, batch, &mut effects)
+                .map(|(partition, result)| Message::ProduceResponse { partition, result }),
             Message::WriteTxnMarkersRequest { markers } => {
                 Some(Message::WriteTxnMarkersResponse { results: self.handle_write_txn_markers(now_ms, &markers) })
             }
             Message::WriteTxnMarkersResponse { results } => {
-                self.coordinator.handle_write_txn_markers_response(&results, now_ms, &self.config, &self.id, &leaders, &mut effects);
+                self.coordinate(now_ms, &mut effects, |c, ctx| c.handle_write_txn_markers_response(&results, ctx));
                 None
             }
             Message::AddPartitionsToTxnResponse { result } => {
@@ -242,10 +239,7 @@ impl Broker {
         self.next_correlation_id += 1;
         let corr_to_coordinator = self.next_correlation_id;
         // `maybeStartTransactionVerification`: an existing guard is reused, so pipelined batches share it.
-        let guard = *self
-            .verification_guards
-            .entry((partition.clone(), p.producer_id))
-            .or_insert(corr_to_coordinator);
+        let guard = *self.verification_guards.entry((partition.clone(), p.producer_id)).or_insert(corr_to_coordinator);
         let verify_only = !self.config.transaction_version.supports_epoch_bump();
         let request = Message::AddPartitionsToTxnRequest {
             transactional_id: tid,
@@ -262,8 +256,16 @@ impl Broker {
         None
     }
 
-    fn complete_verification(&mut self, now_ms: TimeMs, corr: u64, result: Result<(), KafkaError>, effects: &mut Effects) {
-        let Some(pending) = self.pending_verifications.remove(&corr) else { return };
+    fn complete_verification(
+        &mut self,
+        now_ms: TimeMs,
+        corr: u64,
+        result: Result<(), KafkaError>,
+        effects: &mut Effects,
+    ) {
+        let Some(pending) = self.pending_verifications.remove(&corr) else {
+            return;
+        };
         let pid = pending.batch.producer.expect("verified batches are transactional").producer_id;
         let current_guard = self.verification_guards.get(&(pending.partition.clone(), pid)).copied();
         let result = match result {
@@ -274,7 +276,11 @@ impl Broker {
             Err(KafkaError::ProducerFenced) => Err(KafkaError::InvalidProducerEpoch),
             Err(e) => Err(e),
         };
-        if self.partitions[&pending.partition].producer_state.entry(pid).is_some_and(|e| e.current_txn_first_offset.is_some()) {
+        if self.partitions[&pending.partition]
+            .producer_state
+            .entry(pid)
+            .is_some_and(|e| e.current_txn_first_offset.is_some())
+        {
             // The transaction has begun on this partition: the guard has done its job.
             self.verification_guards.remove(&(pending.partition.clone(), pid));
         }

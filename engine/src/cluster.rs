@@ -146,7 +146,9 @@ impl Cluster {
             if !self.run_until_quiet() {
                 return false;
             }
-            let Some((&key, _)) = self.timers.iter().next() else { break };
+            let Some((&key, _)) = self.timers.iter().next() else {
+                break;
+            };
             if key.0 > until {
                 break;
             }
@@ -171,7 +173,9 @@ impl Cluster {
         let node = producer.id.clone();
         self.apply(&node, effects);
         self.run_until_quiet();
-        let Some(producer) = self.producers.get_mut(name) else { return Ok(None) };
+        let Some(producer) = self.producers.get_mut(name) else {
+            return Ok(None);
+        };
         let completions = producer.take_completions();
         match completions.into_iter().find(|c| c.op == op) {
             Some(c) => c.result.map(Some),

@@ -174,7 +174,11 @@ impl Consumer {
         self.next_correlation_id += 1;
         let corr = self.next_correlation_id;
         self.in_flight.insert(corr, partition.clone());
-        let message = Message::FetchRequest { partition: partition.clone(), fetch_offset: offset, isolation: Some(self.isolation) };
+        let message = Message::FetchRequest {
+            partition: partition.clone(),
+            fetch_offset: offset,
+            isolation: Some(self.isolation),
+        };
         effects.send(&self.id, &self.broker, corr, message);
         effects.timers.push((now_ms + self.config.request_timeout_ms, Timer::RequestTimeout { correlation_id: corr }));
         effects

@@ -100,9 +100,7 @@ impl KafkaError {
     pub fn is_retriable(self) -> bool {
         matches!(
             self,
-            KafkaError::ConcurrentTransactions
-                | KafkaError::NotCoordinator
-                | KafkaError::CoordinatorLoadInProgress
+            KafkaError::ConcurrentTransactions | KafkaError::NotCoordinator | KafkaError::CoordinatorLoadInProgress
         )
     }
 }

@@ -104,9 +104,7 @@ impl PartitionLog {
 
     /// `firstUnstableOffset`, clamped to the log start offset.
     pub fn first_unstable_offset(&self, mutations: &Mutations) -> Option<Offset> {
-        self.producer_state
-            .first_unstable_offset(mutations)
-            .map(|o| o.max(self.log_start_offset))
+        self.producer_state.first_unstable_offset(mutations).map(|o| o.max(self.log_start_offset))
     }
 
     /// `UnifiedLog.lastStableOffset`: the first unstable offset if it is below the high watermark, else the HW.
@@ -137,8 +135,7 @@ impl PartitionLog {
             return Err(KafkaError::InvalidRequest);
         }
         if let Some(p) = &batch.producer {
-            let check =
-                self.producer_state.check_data_batch(p, batch.is_transactional, count, origin, mutations)?;
+            let check = self.producer_state.check_data_batch(p, batch.is_transactional, count, origin, mutations)?;
             if let AppendCheck::Duplicate(meta) = check {
                 if mutations.has(Mutation::DuplicateReturnsWrongOffsets) {
                     // The bug answers with where the batch would go now, not where it went.

@@ -17,7 +17,9 @@ pub enum ProducerKind {
     Plain,
     /// `enable.idempotence=true` without a transactional id.
     Idempotent,
-    Transactional { transactional_id: String },
+    Transactional {
+        transactional_id: String,
+    },
 }
 
 /// `TransactionManager.State`.
@@ -39,7 +41,9 @@ impl TxnManagerState {
         use TxnManagerState::*;
         match to {
             Uninitialized => false,
-            Initializing => matches!(self, Uninitialized | Ready | CommittingTransaction | AbortingTransaction | AbortableError),
+            Initializing => {
+                matches!(self, Uninitialized | Ready | CommittingTransaction | AbortingTransaction | AbortableError)
+            }
             Ready => matches!(self, Initializing | CommittingTransaction | AbortingTransaction),
             InTransaction => self == Ready,
             CommittingTransaction => self == InTransaction,
@@ -160,7 +164,10 @@ impl Producer {
     }
 
     pub fn is_idle(&self) -> bool {
-        self.in_flight.is_empty() && self.backing_off.is_empty() && self.queued_sends.is_empty() && self.pending_end.is_none()
+        self.in_flight.is_empty()
+            && self.backing_off.is_empty()
+            && self.queued_sends.is_empty()
+            && self.pending_end.is_none()
     }
 
     fn transition(&mut self, to: TxnManagerState) {
@@ -280,7 +287,12 @@ impl Producer {
     }
 
     /// `send()` of one batch of `values` to `partition`.
-    pub fn send(&mut self, now_ms: TimeMs, partition: TopicPartition, values: Vec<String>) -> Result<(OpId, Effects), KafkaError> {
+    pub fn send(
+        &mut self,
+        now_ms: TimeMs,
+        partition: TopicPartition,
+        values: Vec<String>,
+    ) -> Result<(OpId, Effects), KafkaError> {
         self.now_ms = now_ms;
         self.check_not_failed()?;
         let mut effects = Effects::default();
@@ -378,12 +390,15 @@ impl Producer {
 
     /// EndTxn goes out once every send of the transaction has its answer (`flush` before commit).
     fn maybe_send_end_txn(&mut self, effects: &mut Effects) {
-        let busy = self.in_flight.values().chain(self.backing_off.values()).any(|f| !matches!(f, InFlight::EndTxn { .. }))
-            || !self.queued_sends.is_empty();
+        let busy =
+            self.in_flight.values().chain(self.backing_off.values()).any(|f| !matches!(f, InFlight::EndTxn { .. }))
+                || !self.queued_sends.is_empty();
         if busy {
             return;
         }
-        let Some((op, result)) = self.pending_end.take() else { return };
+        let Some((op, result)) = self.pending_end.take() else {
+            return;
+        };
         if result == TransactionResult::Commit && self.state == TxnManagerState::AbortableError {
             // A send failed while committing: the commit fails with that error and the app must abort.
             self.completions.push(Completion { op, result: Err(self.last_error.expect("abortable error recorded")) });
@@ -431,9 +446,13 @@ impl Producer {
                 }
             }
             Timer::RequestTimeout { correlation_id } => {
-                let Some(in_flight) = self.in_flight.remove(&correlation_id) else { return effects };
+                let Some(in_flight) = self.in_flight.remove(&correlation_id) else {
+                    return effects;
+                };
                 match in_flight {
-                    InFlight::Produce { op, .. } if self.attempts.get(&op).copied().unwrap_or(0) >= self.config.delivery_attempts_max => {
+                    InFlight::Produce { op, .. }
+                        if self.attempts.get(&op).copied().unwrap_or(0) >= self.config.delivery_attempts_max =>
+                    {
                         // `delivery.timeout.ms` passed: the batch fails, though a copy may still be in the network.
                         self.attempts.remove(&op);
                         if self.transactional_id().is_some() {
@@ -483,13 +502,16 @@ impl Producer {
                     self.partitions_in_txn.extend(partitions.iter().cloned());
                     self.transaction_started = true;
                     let ready: Vec<QueuedSend> = std::mem::take(&mut self.queued_sends);
-                    let (go, wait): (Vec<_>, Vec<_>) = ready.into_iter().partition(|q| partitions.contains(&q.partition));
+                    let (go, wait): (Vec<_>, Vec<_>) =
+                        ready.into_iter().partition(|q| partitions.contains(&q.partition));
                     self.queued_sends = wait;
                     for q in go {
                         self.send_batch(q.op, q.partition, q.values, &mut effects);
                     }
                 }
-                Err(e) if e.is_retriable() => self.back_off(now_ms, InFlight::AddPartitions { partitions }, &mut effects),
+                Err(e) if e.is_retriable() => {
+                    self.back_off(now_ms, InFlight::AddPartitions { partitions }, &mut effects)
+                }
                 Err(e) => {
                     if e == KafkaError::ProducerFenced {
                         self.fail_fatal(e);

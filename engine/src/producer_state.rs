@@ -4,10 +4,7 @@
 use crate::error::KafkaError;
 use crate::mutation::{Mutation, Mutations};
 use crate::record::{BatchProducer, EndTxnMarker, RecordBatch};
-use crate::types::{
-    CoordinatorEpoch, Offset, ProducerEpoch, ProducerId, TimeMs, TransactionResult,
-    NO_PRODUCER_EPOCH,
-};
+use crate::types::{CoordinatorEpoch, Offset, ProducerEpoch, ProducerId, TimeMs, TransactionResult, NO_PRODUCER_EPOCH};
 use std::collections::{BTreeMap, VecDeque};
 
 /// `ProducerStateEntry.NUM_BATCHES_TO_RETAIN`: dedup covers the last five batches, matching
@@ -80,10 +77,7 @@ impl ProducerStateEntry {
         if epoch != self.producer_epoch {
             return None;
         }
-        self.batch_metadata
-            .iter()
-            .find(|b| b.first_seq == first_seq && b.last_seq == last_seq)
-            .copied()
+        self.batch_metadata.iter().find(|b| b.first_seq == first_seq && b.last_seq == last_seq).copied()
     }
 }
 
@@ -168,7 +162,10 @@ impl ProducerStateManager {
             }
         }
         // `appendDataBatch`: no non-transactional data from a producer with an open transaction.
-        if !is_transactional && entry.current_txn_first_offset.is_some() && !mutations.has(Mutation::AllowNonTxnWriteInOpenTxn) {
+        if !is_transactional
+            && entry.current_txn_first_offset.is_some()
+            && !mutations.has(Mutation::AllowNonTxnWriteInOpenTxn)
+        {
             return Err(KafkaError::InvalidTxnState);
         }
         Ok(AppendCheck::Append)
@@ -188,7 +185,8 @@ impl ProducerStateManager {
         };
         if origin != AppendOrigin::Replication {
             self.check_producer_epoch(entry, epoch, mutations)?;
-            if entry.coordinator_epoch > marker.coordinator_epoch && !mutations.has(Mutation::SkipCoordinatorEpochCheck) {
+            if entry.coordinator_epoch > marker.coordinator_epoch && !mutations.has(Mutation::SkipCoordinatorEpochCheck)
+            {
                 return Err(KafkaError::TransactionCoordinatorFenced);
             }
         }
@@ -271,21 +269,19 @@ impl ProducerStateManager {
     /// `completeTxn`: the transaction leaves `ongoing_txns` and waits in `unreplicated_txns` until its
     /// marker is below the high watermark.
     pub fn complete_txn(&mut self, completed: &CompletedTxn) {
-        let txn = self
-            .ongoing_txns
-            .remove(&completed.first_offset)
-            .expect("a completed transaction was ongoing");
-        assert_eq!(txn.producer_id, completed.producer_id, "ongoing txn at {} belongs to another producer", completed.first_offset);
-        self.unreplicated_txns.insert(
-            completed.first_offset,
-            TxnMetadata { last_offset: Some(completed.last_offset), ..txn },
+        let txn = self.ongoing_txns.remove(&completed.first_offset).expect("a completed transaction was ongoing");
+        assert_eq!(
+            txn.producer_id, completed.producer_id,
+            "ongoing txn at {} belongs to another producer",
+            completed.first_offset
         );
+        self.unreplicated_txns
+            .insert(completed.first_offset, TxnMetadata { last_offset: Some(completed.last_offset), ..txn });
     }
 
     /// `onHighWatermarkUpdated` / `removeUnreplicatedTransactions`: markers below `offset` are stable.
     pub fn remove_unreplicated_transactions(&mut self, offset: Offset) {
-        self.unreplicated_txns
-            .retain(|_, t| t.last_offset.expect("unreplicated txns have markers") >= offset);
+        self.unreplicated_txns.retain(|_, t| t.last_offset.expect("unreplicated txns have markers") >= offset);
     }
 
     /// `firstUnstableOffset`: the earliest first offset of an ongoing or not yet replicated transaction.

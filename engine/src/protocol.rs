@@ -5,8 +5,8 @@ use crate::error::KafkaError;
 use crate::log::FetchPartitionData;
 use crate::record::ProduceBatch;
 use crate::types::{
-    CoordinatorEpoch, IsolationLevel, Offset, ProducerEpoch, ProducerId, ProducerIdAndEpoch, TimeMs,
-    TopicPartition, TransactionResult,
+    CoordinatorEpoch, IsolationLevel, Offset, ProducerEpoch, ProducerId, ProducerIdAndEpoch, TimeMs, TopicPartition,
+    TransactionResult,
 };
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -46,8 +46,13 @@ pub struct ProduceAck {
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Message {
-    InitProducerIdRequest { transactional_id: Option<String>, transaction_timeout_ms: TimeMs },
-    InitProducerIdResponse { result: Result<ProducerIdAndEpoch, KafkaError> },
+    InitProducerIdRequest {
+        transactional_id: Option<String>,
+        transaction_timeout_ms: TimeMs,
+    },
+    InitProducerIdResponse {
+        result: Result<ProducerIdAndEpoch, KafkaError>,
+    },
     /// `verify_only` is KIP-890 part 1's leader-to-coordinator check (AddPartitionsToTxn v4).
     AddPartitionsToTxnRequest {
         transactional_id: String,
@@ -55,19 +60,52 @@ pub enum Message {
         partitions: Vec<TopicPartition>,
         verify_only: bool,
     },
-    AddPartitionsToTxnResponse { result: Result<(), KafkaError> },
-    ProduceRequest { transactional_id: Option<String>, partition: TopicPartition, batch: ProduceBatch },
-    ProduceResponse { partition: TopicPartition, result: Result<ProduceAck, KafkaError> },
-    EndTxnRequest { transactional_id: String, producer: ProducerIdAndEpoch, result: TransactionResult },
+    AddPartitionsToTxnResponse {
+        result: Result<(), KafkaError>,
+    },
+    ProduceRequest {
+        transactional_id: Option<String>,
+        partition: TopicPartition,
+        batch: ProduceBatch,
+    },
+    ProduceResponse {
+        partition: TopicPartition,
+        result: Result<ProduceAck, KafkaError>,
+    },
+    EndTxnRequest {
+        transactional_id: String,
+        producer: ProducerIdAndEpoch,
+        result: TransactionResult,
+    },
     /// Under transaction version 2 the response carries the bumped epoch (EndTxn v5, KIP-890).
-    EndTxnResponse { result: Result<Option<ProducerIdAndEpoch>, KafkaError> },
-    WriteTxnMarkersRequest { markers: Vec<TxnMarkerEntry> },
-    WriteTxnMarkersResponse { results: Vec<(ProducerId, TopicPartition, Result<Offset, KafkaError>)> },
+    EndTxnResponse {
+        result: Result<Option<ProducerIdAndEpoch>, KafkaError>,
+    },
+    WriteTxnMarkersRequest {
+        markers: Vec<TxnMarkerEntry>,
+    },
+    WriteTxnMarkersResponse {
+        results: Vec<(ProducerId, TopicPartition, Result<Offset, KafkaError>)>,
+    },
     /// `isolation: None` is a follower's fetch (bounded by the log end).
-    FetchRequest { partition: TopicPartition, fetch_offset: Offset, isolation: Option<IsolationLevel> },
-    FetchResponse { partition: TopicPartition, fetch_offset: Offset, result: Result<FetchPartitionData, KafkaError> },
-    ListOffsetsRequest { partition: TopicPartition, isolation: IsolationLevel },
-    ListOffsetsResponse { partition: TopicPartition, result: Result<Offset, KafkaError> },
+    FetchRequest {
+        partition: TopicPartition,
+        fetch_offset: Offset,
+        isolation: Option<IsolationLevel>,
+    },
+    FetchResponse {
+        partition: TopicPartition,
+        fetch_offset: Offset,
+        result: Result<FetchPartitionData, KafkaError>,
+    },
+    ListOffsetsRequest {
+        partition: TopicPartition,
+        isolation: IsolationLevel,
+    },
+    ListOffsetsResponse {
+        partition: TopicPartition,
+        result: Result<Offset, KafkaError>,
+    },
 }
 
 impl Message {

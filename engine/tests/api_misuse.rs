@@ -79,9 +79,17 @@ fn produce_to_an_unknown_partition_is_unknown_topic_or_partition() {
 fn non_transactional_write_while_a_transaction_is_open_is_invalid_txn_state() {
     let mut log = PartitionLog::new();
     let m = Mutations::none();
-    let txn = ProduceBatch { producer: Some(BatchProducer { producer_id: 7, epoch: 0, base_sequence: 0 }), is_transactional: true, values: vec!["a".into()] };
+    let txn = ProduceBatch {
+        producer: Some(BatchProducer { producer_id: 7, epoch: 0, base_sequence: 0 }),
+        is_transactional: true,
+        values: vec!["a".into()],
+    };
     log.append_data(&txn, AppendOrigin::Client, 0, &m).expect("a transaction begins");
-    let plain = ProduceBatch { producer: Some(BatchProducer { producer_id: 7, epoch: 0, base_sequence: 1 }), is_transactional: false, values: vec!["b".into()] };
+    let plain = ProduceBatch {
+        producer: Some(BatchProducer { producer_id: 7, epoch: 0, base_sequence: 1 }),
+        is_transactional: false,
+        values: vec!["b".into()],
+    };
     assert_eq!(log.append_data(&plain, AppendOrigin::Client, 0, &m), Err(KafkaError::InvalidTxnState));
     assert_eq!(log.log_end_offset(), 1, "the rejected batch took no offset");
 }
@@ -98,7 +106,11 @@ fn every_error_name_round_trips() {
     for e in KafkaError::ALL {
         assert_eq!(KafkaError::from_name(e.name()), Some(e), "{} parses back", e.name());
     }
-    assert_eq!(KafkaError::from_name("OUT_OF_ORDER_SEQUENCE"), Some(KafkaError::OutOfOrderSequence), "SCENARIOS.md's short form");
+    assert_eq!(
+        KafkaError::from_name("OUT_OF_ORDER_SEQUENCE"),
+        Some(KafkaError::OutOfOrderSequence),
+        "SCENARIOS.md's short form"
+    );
 }
 
 #[test]
@@ -107,4 +119,3 @@ fn coordinator_asserts_kafkas_transition_table() {
     let mut meta = TransactionMetadata::new("t", 1, 60_000, 0);
     meta.transition_to(TransactionState::PrepareCommit, 1);
 }
-

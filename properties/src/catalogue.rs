@@ -126,13 +126,30 @@ impl Invariant {
     pub fn kind(self) -> Kind {
         use Invariant::*;
         match self {
-            LsoBounds | LsoIsFirstUnstableOffset | NothingUndecidedBelowLso | MarkerMatchesDecision
-            | OneOutcomePerTransaction | AbortedIndexExact | NoNonTransactionalWriteInOpenTxn
-            | ProducerEpochMonotonic | NoDuplicateAppends | CoordinatorEpochMonotonic
-            | ValidCoordinatorTransitions | DecisionIrrevocable | PartitionCoverage
+            LsoBounds
+            | LsoIsFirstUnstableOffset
+            | NothingUndecidedBelowLso
+            | MarkerMatchesDecision
+            | OneOutcomePerTransaction
+            | AbortedIndexExact
+            | NoNonTransactionalWriteInOpenTxn
+            | ProducerEpochMonotonic
+            | NoDuplicateAppends
+            | CoordinatorEpochMonotonic
+            | ValidCoordinatorTransitions
+            | DecisionIrrevocable
+            | PartitionCoverage
             | EpochBumpOnFenceAndTimeout => Kind::State,
-            AbortedRead | PrecommittedRead | PartialRead | LostWrite | Duplicate | InconsistentOffsets
-            | PollSkip | NonmonotonicPoll | NonmonotonicSend | PositionReachesLso
+            AbortedRead
+            | PrecommittedRead
+            | PartialRead
+            | LostWrite
+            | Duplicate
+            | InconsistentOffsets
+            | PollSkip
+            | NonmonotonicPoll
+            | NonmonotonicSend
+            | PositionReachesLso
             | UncommittedSupersetOfCommitted => Kind::History,
             DecidedTransactionsComplete | LsoReachesHighWatermark | OpenTransactionsTimeOut | ReaderCatchesUp => {
                 Kind::Liveness
@@ -180,7 +197,9 @@ impl Invariant {
     pub fn source(self) -> &'static str {
         use Invariant::*;
         match self {
-            LsoBounds | LsoIsFirstUnstableOffset => "UnifiedLog.lastStableOffset, ProducerStateManager.firstUnstableOffset",
+            LsoBounds | LsoIsFirstUnstableOffset => {
+                "UnifiedLog.lastStableOffset, ProducerStateManager.firstUnstableOffset"
+            }
             NothingUndecidedBelowLso => "ProducerStateManager.ongoingTxns/unreplicatedTxns; KIP-98",
             MarkerMatchesDecision => "TransactionMarkerChannelManager.addTxnMarkersToSend",
             OneOutcomePerTransaction => "TransactionCoordinator.endTransaction + maybeWriteTxnCompletion; KIP-98",
@@ -188,8 +207,12 @@ impl Invariant {
             NoNonTransactionalWriteInOpenTxn => "ProducerAppendInfo.appendDataBatch",
             ProducerEpochMonotonic => "ProducerAppendInfo.checkProducerEpoch",
             NoDuplicateAppends => "ProducerStateEntry.findDuplicateBatch, ProducerAppendInfo.checkSequence",
-            CoordinatorEpochMonotonic => "ProducerAppendInfo.appendEndTxnMarker (TransactionCoordinatorFencedException)",
-            ValidCoordinatorTransitions => "TransactionState.validPreviousStates, TransactionMetadata.completeTransitionTo",
+            CoordinatorEpochMonotonic => {
+                "ProducerAppendInfo.appendEndTxnMarker (TransactionCoordinatorFencedException)"
+            }
+            ValidCoordinatorTransitions => {
+                "TransactionState.validPreviousStates, TransactionMetadata.completeTransitionTo"
+            }
             DecisionIrrevocable => "TransactionMetadata.prepareComplete; TransactionStateManager.loadTransactions",
             PartitionCoverage => "KIP-890 part 1 (AddPartitionsToTxnManager verification)",
             EpochBumpOnFenceAndTimeout => "TransactionMetadata.prepareFenceProducerEpoch (KAFKA-6119, KAFKA-5231)",

@@ -24,9 +24,15 @@ pub enum ProducerCall {
 pub enum CallOutcome {
     Ok,
     /// A send's acknowledgement: where its records went.
-    Sent { first_offset: Offset, last_offset: Offset, duplicate: bool },
+    Sent {
+        first_offset: Offset,
+        last_offset: Offset,
+        duplicate: bool,
+    },
     /// Kafka's error name.
-    Failed { error: String },
+    Failed {
+        error: String,
+    },
     /// No answer (the process crashed, or the run ended first): it may or may not have taken effect.
     Unknown,
 }
@@ -35,8 +41,18 @@ pub enum CallOutcome {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Event {
     /// A producer call began. `call_id` pairs it with its completion.
-    Invoke { time_ms: TimeMs, process: String, call_id: u64, call: ProducerCall },
-    Complete { time_ms: TimeMs, process: String, call_id: u64, outcome: CallOutcome },
+    Invoke {
+        time_ms: TimeMs,
+        process: String,
+        call_id: u64,
+        call: ProducerCall,
+    },
+    Complete {
+        time_ms: TimeMs,
+        process: String,
+        call_id: u64,
+        outcome: CallOutcome,
+    },
     /// One consumer poll of one partition: the fetch it answered and what it delivered.
     Poll {
         time_ms: TimeMs,
@@ -52,7 +68,12 @@ pub enum Event {
         position_after: Offset,
     },
     /// The consumer was (re)assigned and sought: its delivered sequence restarts here.
-    Seek { time_ms: TimeMs, consumer: String, partition: TopicPartition, offset: Offset },
+    Seek {
+        time_ms: TimeMs,
+        consumer: String,
+        partition: TopicPartition,
+        offset: Offset,
+    },
 }
 
 /// A whole run's observations, in order.
@@ -75,7 +96,12 @@ impl History {
                 Event::Invoke { process, call_id, call: ProducerCall::Send { partition, values }, .. } => {
                     invoked.insert((process.clone(), *call_id), (partition.clone(), values.clone()));
                 }
-                Event::Complete { process, call_id, outcome: CallOutcome::Sent { first_offset, duplicate, .. }, .. } => {
+                Event::Complete {
+                    process,
+                    call_id,
+                    outcome: CallOutcome::Sent { first_offset, duplicate, .. },
+                    ..
+                } => {
                     if let Some((tp, values)) = invoked.get(&(process.clone(), *call_id)) {
                         out.push((process.clone(), tp.clone(), values.clone(), *first_offset, *duplicate));
                     }
@@ -100,16 +126,16 @@ pub fn check_history(history: &History, logs: &BTreeMap<TopicPartition, Partitio
 /// `duplicate` and `inconsistent-offsets`: one offset per value, one value per offset.
 fn check_offsets_and_values(history: &History, facts: &BTreeMap<&TopicPartition, LogFacts>, out: &mut Vec<Violation>) {
     let mut at: BTreeMap<(TopicPartition, Offset), (String, String)> = BTreeMap::new();
-    let mut claim = |tp: &TopicPartition, offset: Offset, value: &str, who: String, out: &mut Vec<Violation>| {
-        match at.get(&(tp.clone(), offset)) {
-            Some((v, by)) if v != value => out.push(Violation::new(
-                Invariant::InconsistentOffsets,
-                format!("{tp} offset {offset}: {by} says {v:?}, {who} says {value:?}"),
-            )),
-            Some(_) => {}
-            None => {
-                at.insert((tp.clone(), offset), (value.to_string(), who));
-            }
+    let mut claim = |tp: &TopicPartition, offset: Offset, value: &str, who: String, out: &mut Vec<Violation>| match at
+        .get(&(tp.clone(), offset))
+    {
+        Some((v, by)) if v != value => out.push(Violation::new(
+            Invariant::InconsistentOffsets,
+            format!("{tp} offset {offset}: {by} says {v:?}, {who} says {value:?}"),
+        )),
+        Some(_) => {}
+        None => {
+            at.insert((tp.clone(), offset), (value.to_string(), who));
         }
     };
     for (tp, f) in facts {
@@ -133,7 +159,10 @@ fn check_offsets_and_values(history: &History, facts: &BTreeMap<&TopicPartition,
         let mut first_at: BTreeMap<&str, Offset> = BTreeMap::new();
         for (o, v) in &f.values {
             if let Some(prev) = first_at.insert(v, *o) {
-                out.push(Violation::new(Invariant::Duplicate, format!("{tp}: value {v:?} stored at offsets {prev} and {o}")));
+                out.push(Violation::new(
+                    Invariant::Duplicate,
+                    format!("{tp}: value {v:?} stored at offsets {prev} and {o}"),
+                ));
                 break;
             }
         }
@@ -181,14 +210,27 @@ fn check_polls(history: &History, facts: &BTreeMap<&TopicPartition, LogFacts>, o
             Event::Seek { consumer, partition, offset, .. } => {
                 delivered.insert((consumer.clone(), partition.clone()), (*offset, Vec::new()));
             }
-            Event::Poll { consumer, isolation, partition, fetch_offset, high_watermark, last_stable_offset, records, position_after, .. } => {
+            Event::Poll {
+                consumer,
+                isolation,
+                partition,
+                fetch_offset,
+                high_watermark,
+                last_stable_offset,
+                records,
+                position_after,
+                ..
+            } => {
                 let f = facts.get(partition).unwrap_or(&empty);
                 let who = format!("{consumer} ({}) on {partition}", isolation.name());
                 let run = delivered.entry((consumer.clone(), partition.clone())).or_insert((*fetch_offset, Vec::new()));
                 for (o, v) in records {
                     if let Some(&prev) = run.1.last() {
                         if *o <= prev {
-                            out.push(Violation::new(Invariant::NonmonotonicPoll, format!("{who}: delivered offset {o} ({v:?}) after {prev}")));
+                            out.push(Violation::new(
+                                Invariant::NonmonotonicPoll,
+                                format!("{who}: delivered offset {o} ({v:?}) after {prev}"),
+                            ));
                         }
                     }
                     run.1.push(*o);
@@ -203,7 +245,9 @@ fn check_polls(history: &History, facts: &BTreeMap<&TopicPartition, LogFacts>, o
                     IsolationLevel::ReadUncommitted => true,
                     IsolationLevel::ReadCommitted => f.is_committed_data(o),
                 };
-                if let Some((o, v)) = f.values.range(*fetch_offset..*position_after).find(|(o, _)| admits(**o) && !got.contains(o)) {
+                if let Some((o, v)) =
+                    f.values.range(*fetch_offset..*position_after).find(|(o, _)| admits(**o) && !got.contains(o))
+                {
                     out.push(Violation::new(
                         Invariant::PollSkip,
                         format!("{who}: poll from {fetch_offset} moved to {position_after} without delivering offset {o} ({v:?})"),
@@ -228,7 +272,15 @@ fn check_polls(history: &History, facts: &BTreeMap<&TopicPartition, LogFacts>, o
 }
 
 /// `aborted-read` and `precommitted-read` for one record a read_committed consumer delivered.
-fn check_committed_read(who: &str, offset: Offset, value: &str, hw: Offset, lso: Offset, f: &LogFacts, out: &mut Vec<Violation>) {
+fn check_committed_read(
+    who: &str,
+    offset: Offset,
+    value: &str,
+    hw: Offset,
+    lso: Offset,
+    f: &LogFacts,
+    out: &mut Vec<Violation>,
+) {
     if let Some(t) = f.txn_of(offset) {
         match t.marker {
             Some(m) if m.result == TransactionResult::Abort => out.push(Violation::new(
@@ -247,14 +299,18 @@ fn check_committed_read(who: &str, offset: Offset, value: &str, hw: Offset, lso:
         }
     }
     if offset >= lso {
-        out.push(Violation::new(Invariant::PrecommittedRead, format!("{who}: delivered offset {offset} ({value:?}) at or above the LSO {lso}")));
+        out.push(Violation::new(
+            Invariant::PrecommittedRead,
+            format!("{who}: delivered offset {offset} ({value:?}) at or above the LSO {lso}"),
+        ));
     }
 }
 
 /// `partial-read` and `lost-write`: judged over each consumer's whole run on a partition, once its
 /// position has passed a transaction or an acknowledged write.
 fn check_passed_transactions(history: &History, facts: &BTreeMap<&TopicPartition, LogFacts>, out: &mut Vec<Violation>) {
-    let mut runs: BTreeMap<(String, TopicPartition), (IsolationLevel, Offset, Offset, BTreeSet<Offset>)> = BTreeMap::new();
+    let mut runs: BTreeMap<(String, TopicPartition), (IsolationLevel, Offset, Offset, BTreeSet<Offset>)> =
+        BTreeMap::new();
     let mut finished = Vec::new();
     for e in &history.events {
         match e {
@@ -265,7 +321,12 @@ fn check_passed_transactions(history: &History, facts: &BTreeMap<&TopicPartition
                 let _ = offset;
             }
             Event::Poll { consumer, isolation, partition, fetch_offset, records, position_after, .. } => {
-                let run = runs.entry((consumer.clone(), partition.clone())).or_insert((*isolation, *fetch_offset, *fetch_offset, BTreeSet::new()));
+                let run = runs.entry((consumer.clone(), partition.clone())).or_insert((
+                    *isolation,
+                    *fetch_offset,
+                    *fetch_offset,
+                    BTreeSet::new(),
+                ));
                 run.2 = run.2.max(*position_after);
                 run.3.extend(records.iter().map(|r| r.0));
             }
@@ -310,7 +371,12 @@ fn check_passed_transactions(history: &History, facts: &BTreeMap<&TopicPartition
 }
 
 /// `read-uncommitted-superset`: two fresh reads from the same offset and state.
-pub fn check_read_superset(tp: &TopicPartition, from: Offset, uncommitted: &[(Offset, String)], committed: &[(Offset, String)]) -> Vec<Violation> {
+pub fn check_read_superset(
+    tp: &TopicPartition,
+    from: Offset,
+    uncommitted: &[(Offset, String)],
+    committed: &[(Offset, String)],
+) -> Vec<Violation> {
     let ru: BTreeSet<&(Offset, String)> = uncommitted.iter().collect();
     match committed.iter().find(|r| !ru.contains(r)) {
         Some((o, v)) => vec![Violation::new(

@@ -13,14 +13,22 @@ pub fn check_liveness(view: &ClusterView, readers: &[(String, TopicPartition, Of
         for (i, d) in c.decisions.iter().enumerate().filter(|(_, d)| !d.completed) {
             out.push(Violation::new(
                 Invariant::DecidedTransactionsComplete,
-                format!("decision #{i}: '{}' {} over {:?} never completed", d.transactional_id, d.result.name(), d.partitions.iter().map(|p| p.to_string()).collect::<Vec<_>>()),
+                format!(
+                    "decision #{i}: '{}' {} over {:?} never completed",
+                    d.transactional_id,
+                    d.result.name(),
+                    d.partitions.iter().map(|p| p.to_string()).collect::<Vec<_>>()
+                ),
             ));
         }
         for (tid, meta) in &c.txns {
             if meta.state == TransactionState::Ongoing {
                 out.push(Violation::new(
                     Invariant::OpenTransactionsTimeOut,
-                    format!("'{tid}' is still Ongoing since {} ms (timeout {} ms)", meta.txn_start_timestamp_ms, meta.txn_timeout_ms),
+                    format!(
+                        "'{tid}' is still Ongoing since {} ms (timeout {} ms)",
+                        meta.txn_start_timestamp_ms, meta.txn_timeout_ms
+                    ),
                 ));
             }
         }
@@ -28,15 +36,27 @@ pub fn check_liveness(view: &ClusterView, readers: &[(String, TopicPartition, Of
     for (tp, log) in view.partitions {
         let (lso, hw) = (log.last_stable_offset(view.mutations), log.high_watermark());
         if lso != hw {
-            let holder = log.producer_state.ongoing_txns.values().next().map(|t| format!(": producer {}'s transaction open from {}", t.producer_id, t.first_offset)).unwrap_or_default();
-            out.push(Violation::new(Invariant::LsoReachesHighWatermark, format!("{tp}: LSO {lso} below HW {hw}{holder}")));
+            let holder = log
+                .producer_state
+                .ongoing_txns
+                .values()
+                .next()
+                .map(|t| format!(": producer {}'s transaction open from {}", t.producer_id, t.first_offset))
+                .unwrap_or_default();
+            out.push(Violation::new(
+                Invariant::LsoReachesHighWatermark,
+                format!("{tp}: LSO {lso} below HW {hw}{holder}"),
+            ));
         }
     }
     for (consumer, tp, position) in readers {
         let Some(log) = view.partitions.get(tp) else { continue };
         let (lso, hw) = (log.last_stable_offset(view.mutations), log.high_watermark());
         if *position != lso || lso != hw {
-            out.push(Violation::new(Invariant::ReaderCatchesUp, format!("{consumer} on {tp}: position {position}, LSO {lso}, HW {hw}")));
+            out.push(Violation::new(
+                Invariant::ReaderCatchesUp,
+                format!("{consumer} on {tp}: position {position}, LSO {lso}, HW {hw}"),
+            ));
         }
     }
     out

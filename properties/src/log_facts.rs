@@ -4,9 +4,7 @@
 
 use std::collections::BTreeMap;
 use txnsim_engine::record::{BatchBody, RecordBatch};
-use txnsim_engine::{
-    CoordinatorEpoch, Offset, PartitionLog, ProducerEpoch, ProducerId, TransactionResult,
-};
+use txnsim_engine::{CoordinatorEpoch, Offset, PartitionLog, ProducerEpoch, ProducerId, TransactionResult};
 
 /// A marker as found in the log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,7 +125,8 @@ impl LogFacts {
 
     /// Every marker in offset order.
     pub fn markers(&self) -> Vec<MarkerAt> {
-        let mut all: Vec<MarkerAt> = self.txns.iter().filter_map(|t| t.marker).chain(self.stray_markers.iter().copied()).collect();
+        let mut all: Vec<MarkerAt> =
+            self.txns.iter().filter_map(|t| t.marker).chain(self.stray_markers.iter().copied()).collect();
         all.sort_by_key(|m| m.offset);
         all
     }

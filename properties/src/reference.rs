@@ -16,8 +16,13 @@ pub enum Outcome {
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Entry {
     /// A data record; `txn` is `None` for non-transactional writes.
-    Data { value: String, txn: Option<usize> },
-    Marker { txn: usize },
+    Data {
+        value: String,
+        txn: Option<usize>,
+    },
+    Marker {
+        txn: usize,
+    },
 }
 
 #[derive(Clone, Debug, Default)]
@@ -50,15 +55,23 @@ pub struct ReferenceModel {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Predicted {
     Ok,
-    Wrote { first_offset: Offset, last_offset: Offset },
+    Wrote {
+        first_offset: Offset,
+        last_offset: Offset,
+    },
     /// The markers written, by partition.
-    Ended { markers: BTreeMap<TopicPartition, Offset> },
+    Ended {
+        markers: BTreeMap<TopicPartition, Offset>,
+    },
     Fails,
 }
 
 impl ReferenceModel {
     pub fn new(partitions: impl IntoIterator<Item = TopicPartition>) -> Self {
-        ReferenceModel { partitions: partitions.into_iter().map(|tp| (tp, Partition::default())).collect(), ..Default::default() }
+        ReferenceModel {
+            partitions: partitions.into_iter().map(|tp| (tp, Partition::default())).collect(),
+            ..Default::default()
+        }
     }
 
     fn append(&mut self, tp: &TopicPartition, entry: Entry) -> Offset {
@@ -83,7 +96,13 @@ impl ReferenceModel {
         }
         self.instances.insert(
             name.to_string(),
-            Instance { transactional_id: tid.to_string(), in_txn: false, touched: BTreeSet::new(), fenced: false, poisoned: false },
+            Instance {
+                transactional_id: tid.to_string(),
+                in_txn: false,
+                touched: BTreeSet::new(),
+                fenced: false,
+                poisoned: false,
+            },
         );
         Predicted::Ended { markers }
     }
@@ -186,7 +205,12 @@ impl ReferenceModel {
 
     /// What a fresh consumer of `isolation` delivers from `from` once it has drained the partition, and
     /// its position then; `None` if `from` is past the log end.
-    pub fn read(&self, tp: &TopicPartition, isolation: IsolationLevel, from: Offset) -> Option<(Vec<(Offset, String)>, Offset)> {
+    pub fn read(
+        &self,
+        tp: &TopicPartition,
+        isolation: IsolationLevel,
+        from: Offset,
+    ) -> Option<(Vec<(Offset, String)>, Offset)> {
         let p = &self.partitions[tp];
         if from > p.entries.len() as Offset {
             return None;

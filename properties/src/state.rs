@@ -18,7 +18,11 @@ pub struct ClusterView<'a> {
 
 impl<'a> ClusterView<'a> {
     pub fn of_broker(broker: &'a Broker) -> Self {
-        ClusterView { partitions: &broker.partitions, coordinator: Some(&broker.coordinator), mutations: &broker.config.mutations }
+        ClusterView {
+            partitions: &broker.partitions,
+            coordinator: Some(&broker.coordinator),
+            mutations: &broker.config.mutations,
+        }
     }
 }
 
@@ -41,7 +45,13 @@ pub fn check_state(view: &ClusterView) -> Vec<Violation> {
     out
 }
 
-fn check_lso(tp: &TopicPartition, log: &PartitionLog, facts: &LogFacts, mutations: &Mutations, out: &mut Vec<Violation>) {
+fn check_lso(
+    tp: &TopicPartition,
+    log: &PartitionLog,
+    facts: &LogFacts,
+    mutations: &Mutations,
+    out: &mut Vec<Violation>,
+) {
     let (start, lso, hw, leo) =
         (log.log_start_offset(), log.last_stable_offset(mutations), log.high_watermark(), log.log_end_offset());
     if !(start <= lso && lso <= hw && hw <= leo) {
@@ -58,7 +68,13 @@ fn check_lso(tp: &TopicPartition, log: &PartitionLog, facts: &LogFacts, mutation
         .txns
         .iter()
         .filter(|t| t.marker.is_none_or(|m| m.offset >= hw))
-        .map(|t| if t.marker.is_none() && t.first_of_producer && began_before_start(t.producer_id) { start } else { t.first_offset.max(start) })
+        .map(|t| {
+            if t.marker.is_none() && t.first_of_producer && began_before_start(t.producer_id) {
+                start
+            } else {
+                t.first_offset.max(start)
+            }
+        })
         .min();
     let expected = match first_unstable {
         Some(o) if o < hw => o,
@@ -69,7 +85,10 @@ fn check_lso(tp: &TopicPartition, log: &PartitionLog, facts: &LogFacts, mutation
             Some(o) => format!("the earliest transaction without a marker below the HW starts at {o}"),
             None => "every transaction has its marker below the HW".to_string(),
         };
-        out.push(Violation::new(Invariant::LsoIsFirstUnstableOffset, format!("{tp}: LSO {lso}, expected {expected}: {why}, HW {hw}")));
+        out.push(Violation::new(
+            Invariant::LsoIsFirstUnstableOffset,
+            format!("{tp}: LSO {lso}, expected {expected}: {why}, HW {hw}"),
+        ));
     }
     for t in &facts.txns {
         let decided_below_hw = t.marker.is_some_and(|m| m.offset < hw);
@@ -82,7 +101,10 @@ fn check_lso(tp: &TopicPartition, log: &PartitionLog, facts: &LogFacts, mutation
                 };
                 out.push(Violation::new(
                     Invariant::NothingUndecidedBelowLso,
-                    format!("{tp}: batch {base}..{last} of producer {} lies below the LSO {lso} but {state}", t.producer_id),
+                    format!(
+                        "{tp}: batch {base}..{last} of producer {} lies below the LSO {lso} but {state}",
+                        t.producer_id
+                    ),
                 ));
             }
         }
@@ -99,8 +121,9 @@ fn check_aborted_index(tp: &TopicPartition, log: &PartitionLog, facts: &LogFacts
             let m = t.marker?;
             // A transaction may have begun in a dropped segment: its first offset is then unknown here.
             let maybe_truncated = first_segment > 0 && t.first_of_producer;
-            (m.result == txnsim_engine::TransactionResult::Abort && m.offset >= first_segment)
-                .then(|| (t.producer_id, t.first_offset, m.offset, t.index_lso.expect("closed txns have one"), maybe_truncated))
+            (m.result == txnsim_engine::TransactionResult::Abort && m.offset >= first_segment).then(|| {
+                (t.producer_id, t.first_offset, m.offset, t.index_lso.expect("closed txns have one"), maybe_truncated)
+            })
         })
         .collect();
     let actual: Vec<(ProducerId, Offset, Offset, Offset)> =
@@ -108,7 +131,8 @@ fn check_aborted_index(tp: &TopicPartition, log: &PartitionLog, facts: &LogFacts
     let same = |e: &(ProducerId, Offset, Offset, Offset, bool), a: &(ProducerId, Offset, Offset, Offset)| {
         e.0 == a.0 && e.2 == a.2 && (e.1 == a.1 || (e.4 && a.1 <= e.1)) && (e.3 == a.3 || e.4)
     };
-    let show = |e: (ProducerId, Offset, Offset, Offset)| format!("(pid {} first {} last {} lso {})", e.0, e.1, e.2, e.3);
+    let show =
+        |e: (ProducerId, Offset, Offset, Offset)| format!("(pid {} first {} last {} lso {})", e.0, e.1, e.2, e.3);
     if let Some(missing) = expected.iter().find(|e| !actual.iter().any(|a| same(e, a))) {
         out.push(Violation::new(
             Invariant::AbortedIndexExact,
@@ -119,9 +143,15 @@ fn check_aborted_index(tp: &TopicPartition, log: &PartitionLog, facts: &LogFacts
             ),
         ));
     } else if let Some(extra) = actual.iter().find(|a| !expected.iter().any(|e| same(e, a))) {
-        out.push(Violation::new(Invariant::AbortedIndexExact, format!("{tp}: index entry {} matches no aborted transaction in the log", show(*extra))));
+        out.push(Violation::new(
+            Invariant::AbortedIndexExact,
+            format!("{tp}: index entry {} matches no aborted transaction in the log", show(*extra)),
+        ));
     } else if actual.len() != expected.len() {
-        out.push(Violation::new(Invariant::AbortedIndexExact, format!("{tp}: {} index entries for {} aborted transactions", actual.len(), expected.len())));
+        out.push(Violation::new(
+            Invariant::AbortedIndexExact,
+            format!("{tp}: {} index entries for {} aborted transactions", actual.len(), expected.len()),
+        ));
     }
     for (offset, pid) in &facts.nontxn_in_open_txn {
         out.push(Violation::new(
@@ -144,11 +174,20 @@ fn check_producer_sequences(tp: &TopicPartition, log: &PartitionLog, facts: &Log
     let mut seen: BTreeMap<ProducerId, Seen> = BTreeMap::new();
     for b in log.batches() {
         let Some(p) = b.producer else { continue };
-        let s = seen.entry(p.producer_id).or_insert(Seen { epoch: p.epoch, epoch_at: b.base_offset, coordinator_epoch: None, last_seq: None, ranges: Vec::new() });
+        let s = seen.entry(p.producer_id).or_insert(Seen {
+            epoch: p.epoch,
+            epoch_at: b.base_offset,
+            coordinator_epoch: None,
+            last_seq: None,
+            ranges: Vec::new(),
+        });
         if p.epoch < s.epoch {
             out.push(Violation::new(
                 Invariant::ProducerEpochMonotonic,
-                format!("{tp}: producer {} wrote epoch {} at {} after epoch {} at {}", p.producer_id, p.epoch, b.base_offset, s.epoch, s.epoch_at),
+                format!(
+                    "{tp}: producer {} wrote epoch {} at {} after epoch {} at {}",
+                    p.producer_id, p.epoch, b.base_offset, s.epoch, s.epoch_at
+                ),
             ));
         } else {
             s.epoch = p.epoch;
@@ -159,7 +198,10 @@ fn check_producer_sequences(tp: &TopicPartition, log: &PartitionLog, facts: &Log
                 if m.coordinator_epoch < ce {
                     out.push(Violation::new(
                         Invariant::CoordinatorEpochMonotonic,
-                        format!("{tp}: marker at {} for producer {} has coordinator epoch {} after {ce} at {at}", m.offset, m.producer_id, m.coordinator_epoch),
+                        format!(
+                            "{tp}: marker at {} for producer {} has coordinator epoch {} after {ce} at {at}",
+                            m.offset, m.producer_id, m.coordinator_epoch
+                        ),
                     ));
                 }
             }
@@ -171,14 +213,20 @@ fn check_producer_sequences(tp: &TopicPartition, log: &PartitionLog, facts: &Log
         if let Some(&(_, f, l, at)) = s.ranges.iter().find(|r| r.0 == p.epoch && r.1 == first_seq && r.2 == last_seq) {
             out.push(Violation::new(
                 Invariant::NoDuplicateAppends,
-                format!("{tp}: producer {} epoch {} sequences {f}..{l} appended at {at} and again at {}", p.producer_id, p.epoch, b.base_offset),
+                format!(
+                    "{tp}: producer {} epoch {} sequences {f}..{l} appended at {at} and again at {}",
+                    p.producer_id, p.epoch, b.base_offset
+                ),
             ));
         } else if let Some((epoch, prev_last, at)) = s.last_seq {
             let contiguous = first_seq as i64 == prev_last as i64 + 1 || (first_seq == 0 && prev_last == i32::MAX);
             if epoch == p.epoch && !contiguous {
                 out.push(Violation::new(
                     Invariant::NoDuplicateAppends,
-                    format!("{tp}: producer {} epoch {} sequence {first_seq} at {} does not follow {prev_last} at {at}", p.producer_id, p.epoch, b.base_offset),
+                    format!(
+                        "{tp}: producer {} epoch {} sequence {first_seq} at {} does not follow {prev_last} at {at}",
+                        p.producer_id, p.epoch, b.base_offset
+                    ),
                 ));
             }
         }
@@ -187,14 +235,21 @@ fn check_producer_sequences(tp: &TopicPartition, log: &PartitionLog, facts: &Log
     }
 }
 
-fn check_partition_coverage(tp: &TopicPartition, facts: &LogFacts, c: &TransactionCoordinator, out: &mut Vec<Violation>) {
+fn check_partition_coverage(
+    tp: &TopicPartition,
+    facts: &LogFacts,
+    c: &TransactionCoordinator,
+    out: &mut Vec<Violation>,
+) {
     for t in facts.txns.iter().filter(|t| t.marker.is_none()) {
         let Some(tid) = c.transactional_id_of(t.producer_id) else { continue };
         let meta = &c.txns[tid];
         let pending = c.pending_completions.get(&t.producer_id).map(|p| &c.decisions[p.decision]);
         let covered = match meta.state {
             TransactionState::Ongoing => meta.topic_partitions.contains(tp),
-            TransactionState::PrepareCommit | TransactionState::PrepareAbort => pending.is_some_and(|d| d.partitions.contains(tp)),
+            TransactionState::PrepareCommit | TransactionState::PrepareAbort => {
+                pending.is_some_and(|d| d.partitions.contains(tp))
+            }
             _ => false,
         };
         if !covered {
@@ -214,15 +269,23 @@ fn check_partition_coverage(tp: &TopicPartition, facts: &LogFacts, c: &Transacti
 
 /// Pairs each partition's markers with the coordinator's decisions for that producer and partition, in
 /// order; an identical marker right after its decision's is a resend.
-fn check_decisions(partitions: &BTreeMap<TopicPartition, PartitionLog>, c: &TransactionCoordinator, out: &mut Vec<Violation>) {
+fn check_decisions(
+    partitions: &BTreeMap<TopicPartition, PartitionLog>,
+    c: &TransactionCoordinator,
+    out: &mut Vec<Violation>,
+) {
     // (decision index, partition) pairs that have their marker.
     let mut marked: Vec<(usize, &TopicPartition)> = Vec::new();
     for (tp, log) in partitions {
         let facts = LogFacts::of(log);
         let mut next: BTreeMap<ProducerId, usize> = BTreeMap::new();
         for m in facts.markers() {
-            let mine: Vec<(usize, &TxnDecision)> =
-                c.decisions.iter().enumerate().filter(|(_, d)| d.producer_id == m.producer_id && d.partitions.contains(tp)).collect();
+            let mine: Vec<(usize, &TxnDecision)> = c
+                .decisions
+                .iter()
+                .enumerate()
+                .filter(|(_, d)| d.producer_id == m.producer_id && d.partitions.contains(tp))
+                .collect();
             if mine.is_empty() && c.transactional_id_of(m.producer_id).is_none() {
                 continue; // A producer this coordinator never knew (log-layer writes).
             }
@@ -239,12 +302,20 @@ fn check_decisions(partitions: &BTreeMap<TopicPartition, PartitionLog>, c: &Tran
                 continue; // A resend of the previous decision's marker.
             }
             let expected = match mine.get(*k) {
-                Some((_, d)) => format!("the next decision for it here is {} with epoch {}", d.result.name(), d.marker_epoch),
+                Some((_, d)) => {
+                    format!("the next decision for it here is {} with epoch {}", d.result.name(), d.marker_epoch)
+                }
                 None => "no decision for it covers this partition".to_string(),
             };
             out.push(Violation::new(
                 Invariant::MarkerMatchesDecision,
-                format!("{tp}: {} marker at {} for producer {} epoch {}, but {expected}", m.result.name(), m.offset, m.producer_id, m.epoch),
+                format!(
+                    "{tp}: {} marker at {} for producer {} epoch {}, but {expected}",
+                    m.result.name(),
+                    m.offset,
+                    m.producer_id,
+                    m.epoch
+                ),
             ));
         }
     }
@@ -265,7 +336,10 @@ fn check_decisions(partitions: &BTreeMap<TopicPartition, PartitionLog>, c: &Tran
         if matches!(d.cause, DecisionCause::Fence | DecisionCause::Timeout) && d.marker_epoch <= d.data_epoch {
             out.push(Violation::new(
                 Invariant::EpochBumpOnFenceAndTimeout,
-                format!("'{}' {:?} abort wrote markers with epoch {}, the fenced producer's epoch was {}", d.transactional_id, d.cause, d.marker_epoch, d.data_epoch),
+                format!(
+                    "'{}' {:?} abort wrote markers with epoch {}, the fenced producer's epoch was {}",
+                    d.transactional_id, d.cause, d.marker_epoch, d.data_epoch
+                ),
             ));
         }
     }
@@ -274,25 +348,42 @@ fn check_decisions(partitions: &BTreeMap<TopicPartition, PartitionLog>, c: &Tran
 fn check_coordinator_states(c: &TransactionCoordinator, out: &mut Vec<Violation>) {
     for (tid, meta) in &c.txns {
         if let Some(w) = meta.transitions.windows(2).find(|w| !TransactionState::is_valid_transition(w[0], w[1])) {
-            out.push(Violation::new(Invariant::ValidCoordinatorTransitions, format!("'{tid}': {} -> {} is not a transition Kafka allows", w[0].name(), w[1].name())));
+            out.push(Violation::new(
+                Invariant::ValidCoordinatorTransitions,
+                format!("'{tid}': {} -> {} is not a transition Kafka allows", w[0].name(), w[1].name()),
+            ));
         }
         let Some(last) = c.decisions.iter().rev().find(|d| &d.transactional_id == tid) else { continue };
         let (prepare, complete) = match last.result {
-            txnsim_engine::TransactionResult::Commit => (TransactionState::PrepareCommit, TransactionState::CompleteCommit),
-            txnsim_engine::TransactionResult::Abort => (TransactionState::PrepareAbort, TransactionState::CompleteAbort),
+            txnsim_engine::TransactionResult::Commit => {
+                (TransactionState::PrepareCommit, TransactionState::CompleteCommit)
+            }
+            txnsim_engine::TransactionResult::Abort => {
+                (TransactionState::PrepareAbort, TransactionState::CompleteAbort)
+            }
         };
         let ok = if last.completed {
             // After completion the id may move on (Empty, Ongoing), never to the other outcome or a
             // Prepare* without a new decision.
-            let opposite = if complete == TransactionState::CompleteCommit { TransactionState::CompleteAbort } else { TransactionState::CompleteCommit };
-            !matches!(meta.state, TransactionState::PrepareCommit | TransactionState::PrepareAbort) && meta.state != opposite
+            let opposite = if complete == TransactionState::CompleteCommit {
+                TransactionState::CompleteAbort
+            } else {
+                TransactionState::CompleteCommit
+            };
+            !matches!(meta.state, TransactionState::PrepareCommit | TransactionState::PrepareAbort)
+                && meta.state != opposite
         } else {
             meta.state == prepare
         };
         if !ok {
             out.push(Violation::new(
                 Invariant::DecisionIrrevocable,
-                format!("'{tid}': last decision {} ({}) but the state is {}", last.result.name(), if last.completed { "completed" } else { "pending" }, meta.state.name()),
+                format!(
+                    "'{tid}': last decision {} ({}) but the state is {}",
+                    last.result.name(),
+                    if last.completed { "completed" } else { "pending" },
+                    meta.state.name()
+                ),
             ));
         }
     }
@@ -311,7 +402,10 @@ impl MonotonicityChecker {
             let now = (log.last_stable_offset(view.mutations), log.high_watermark());
             if let Some(&(lso, hw)) = self.last.get(tp) {
                 if now.0 < lso || now.1 < hw {
-                    out.push(Violation::new(Invariant::LsoBounds, format!("{tp}: LSO/HW went from {lso}/{hw} back to {}/{}", now.0, now.1)));
+                    out.push(Violation::new(
+                        Invariant::LsoBounds,
+                        format!("{tp}: LSO/HW went from {lso}/{hw} back to {}/{}", now.0, now.1),
+                    ));
                 }
             }
             self.last.insert(tp.clone(), now);

@@ -140,7 +140,8 @@ fn file_error(file: &str, field: Option<&str>, message: impl Into<String>) -> Sc
 
 /// Parses a scenario file's text; `file` names it in errors.
 pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ScenarioError> {
-    let mut root: Value = serde_json::from_str(text).map_err(|e| file_error(file, None, format!("malformed JSON: {e}")))?;
+    let mut root: Value =
+        serde_json::from_str(text).map_err(|e| file_error(file, None, format!("malformed JSON: {e}")))?;
     strip_descriptive(&mut root);
     let Value::Object(mut map) = root else {
         return Err(file_error(file, None, "the file must be a JSON object with 'format' and 'scenarios'"));
@@ -216,8 +217,15 @@ fn build(file: &str, h: ScenarioHeader) -> Result<Scenario, ScenarioError> {
     for (i, value) in h.ops.into_iter().enumerate() {
         let op: Op = serde_json::from_value(value).map_err(|e| {
             let msg = e.to_string();
-            let field = serde_field(&msg).map(|f| if msg.starts_with("unknown variant") { "op".to_string() } else { f });
-            ScenarioError { file: file.to_string(), scenario: Some(sc.name.clone()), op_index: Some(i), field, message: msg }
+            let field =
+                serde_field(&msg).map(|f| if msg.starts_with("unknown variant") { "op".to_string() } else { f });
+            ScenarioError {
+                file: file.to_string(),
+                scenario: Some(sc.name.clone()),
+                op_index: Some(i),
+                field,
+                message: msg,
+            }
         })?;
         sc.ops.push(op);
     }
@@ -225,14 +233,19 @@ fn build(file: &str, h: ScenarioHeader) -> Result<Scenario, ScenarioError> {
         let expectation = if value.get("partitions").is_some() {
             Expectation::Many(
                 serde_json::from_value::<MultiExpect>(value)
-                    .map_err(|e| sc.error(None, &format!("expect.{}", serde_field(&e.to_string()).unwrap_or_default()), e.to_string()))?
+                    .map_err(|e| {
+                        sc.error(
+                            None,
+                            &format!("expect.{}", serde_field(&e.to_string()).unwrap_or_default()),
+                            e.to_string(),
+                        )
+                    })?
                     .partitions,
             )
         } else {
-            Expectation::One(
-                serde_json::from_value::<PartitionExpect>(value)
-                    .map_err(|e| sc.error(None, &format!("expect.{}", serde_field(&e.to_string()).unwrap_or_default()), e.to_string()))?,
-            )
+            Expectation::One(serde_json::from_value::<PartitionExpect>(value).map_err(|e| {
+                sc.error(None, &format!("expect.{}", serde_field(&e.to_string()).unwrap_or_default()), e.to_string())
+            })?)
         };
         sc.expect = Some(expectation);
     }
@@ -242,7 +255,9 @@ fn build(file: &str, h: ScenarioHeader) -> Result<Scenario, ScenarioError> {
 
 fn check_error_name(sc: &Scenario, i: Option<usize>, field: &str, name: Option<&str>) -> Result<(), ScenarioError> {
     match name {
-        Some(n) if KafkaError::from_name(n).is_none() => Err(sc.error(i, field, format!("'{n}' is not a Kafka error name this engine knows"))),
+        Some(n) if KafkaError::from_name(n).is_none() => {
+            Err(sc.error(i, field, format!("'{n}' is not a Kafka error name this engine knows")))
+        }
         _ => Ok(()),
     }
 }
@@ -257,8 +272,14 @@ fn validate(sc: &Scenario) -> Result<(), ScenarioError> {
     let check_partition = |i: Option<usize>, topic: Option<&str>, partition: u32| -> Result<(), ScenarioError> {
         let topic = topic.unwrap_or("t");
         match sc.topics.get(topic) {
-            None => Err(sc.error(i, "topic", format!("unknown topic '{topic}' (topics: {:?})", sc.topics.keys().collect::<Vec<_>>()))),
-            Some(n) if partition >= *n => Err(sc.error(i, "partition", format!("topic '{topic}' has {n} partition(s), no partition {partition}"))),
+            None => Err(sc.error(
+                i,
+                "topic",
+                format!("unknown topic '{topic}' (topics: {:?})", sc.topics.keys().collect::<Vec<_>>()),
+            )),
+            Some(n) if partition >= *n => {
+                Err(sc.error(i, "partition", format!("topic '{topic}' has {n} partition(s), no partition {partition}")))
+            }
             Some(_) => Ok(()),
         }
     };
@@ -291,10 +312,18 @@ fn validate(sc: &Scenario) -> Result<(), ScenarioError> {
             | Op::Produce { producer, .. }
             | Op::CrashProducer { producer } => match transactional.get(producer.as_str()) {
                 None => {
-                    return Err(sc.error(at, "producer", format!("no producer '{producer}': it needs an init_producer first")))
+                    return Err(sc.error(
+                        at,
+                        "producer",
+                        format!("no producer '{producer}': it needs an init_producer first"),
+                    ))
                 }
                 Some(Life::Crashed) => {
-                    return Err(sc.error(at, "producer", format!("'{producer}' crashed: only init_producer or expire_txn may name it")))
+                    return Err(sc.error(
+                        at,
+                        "producer",
+                        format!("'{producer}' crashed: only init_producer or expire_txn may name it"),
+                    ))
                 }
                 Some(Life::Live) => {
                     if matches!(op, Op::CrashProducer { .. }) {
@@ -304,12 +333,20 @@ fn validate(sc: &Scenario) -> Result<(), ScenarioError> {
             },
             Op::ExpireTxn { producer, .. } => {
                 if !transactional.contains_key(producer.as_str()) {
-                    return Err(sc.error(at, "producer", format!("no producer '{producer}': it needs an init_producer first")));
+                    return Err(sc.error(
+                        at,
+                        "producer",
+                        format!("no producer '{producer}': it needs an init_producer first"),
+                    ));
                 }
             }
             Op::ProduceNontxn { producer: Some(p), .. } => {
                 if transactional.contains_key(p.as_str()) {
-                    return Err(sc.error(at, "producer", format!("'{p}' names a transactional producer; idempotent ones need their own names")));
+                    return Err(sc.error(
+                        at,
+                        "producer",
+                        format!("'{p}' names a transactional producer; idempotent ones need their own names"),
+                    ));
                 }
                 idempotent.insert(p);
             }
@@ -335,9 +372,15 @@ fn validate(sc: &Scenario) -> Result<(), ScenarioError> {
                         return Err(sc.error(at, &field, "last_offset is below base_offset"));
                     }
                     if batch.control.is_some() && !batch.records.is_empty() {
-                        return Err(sc.error(at, &field, "a control batch lists no records (its marker sits at base_offset)"));
+                        return Err(sc.error(
+                            at,
+                            &field,
+                            "a control batch lists no records (its marker sits at base_offset)",
+                        ));
                     }
-                    if matches!(batch.control, Some(format::ControlType::Commit | format::ControlType::Abort)) && batch.producer_id.is_none() {
+                    if matches!(batch.control, Some(format::ControlType::Commit | format::ControlType::Abort))
+                        && batch.producer_id.is_none()
+                    {
                         return Err(sc.error(at, &field, "a COMMIT/ABORT control batch needs a producer_id"));
                     }
                     if batch.records.iter().any(|(o, _)| *o < batch.base_offset || *o > batch.last_offset) {
@@ -366,13 +409,26 @@ fn validate(sc: &Scenario) -> Result<(), ScenarioError> {
     Ok(())
 }
 
-fn validate_aborted(sc: &Scenario, at: Option<usize>, field: &str, entries: &[format::AbortedTxnExpect]) -> Result<(), ScenarioError> {
+fn validate_aborted(
+    sc: &Scenario,
+    at: Option<usize>,
+    field: &str,
+    entries: &[format::AbortedTxnExpect],
+) -> Result<(), ScenarioError> {
     for (k, e) in entries.iter().enumerate() {
         if e.producer.is_some() == e.producer_id.is_some() {
-            return Err(sc.error(at, &format!("{field}[{k}]"), "name the producer by exactly one of 'producer' or 'producer_id'"));
+            return Err(sc.error(
+                at,
+                &format!("{field}[{k}]"),
+                "name the producer by exactly one of 'producer' or 'producer_id'",
+            ));
         }
         if e.producer.is_some() && sc.layer != Layer::Producer {
-            return Err(sc.error(at, &format!("{field}[{k}].producer"), "only producer-layer scenarios have named producers; use producer_id"));
+            return Err(sc.error(
+                at,
+                &format!("{field}[{k}].producer"),
+                "only producer-layer scenarios have named producers; use producer_id",
+            ));
         }
     }
     Ok(())

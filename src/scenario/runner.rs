@@ -91,7 +91,9 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> RunReport {
         if let Some(t) = runner.table.as_mut() {
             let summary = match &outcome {
                 Ok(s) => s.clone(),
-                Err(d) => format!("{} <-- DIFFERS: {}: expected {}, actual {}", d.actual, d.field, d.expected, d.actual),
+                Err(d) => {
+                    format!("{} <-- DIFFERS: {}: expected {}, actual {}", d.actual, d.field, d.expected, d.actual)
+                }
             };
             t.push(show::op_line(i, op, &summary));
             if sc.layer != Layer::ConsumerFetch {
@@ -150,7 +152,14 @@ impl Runner<'_> {
         TopicPartition::new(topic.as_deref().unwrap_or("t"), partition)
     }
 
-    fn diff(&self, i: Option<usize>, op: &str, field: &str, expected: impl serde::Serialize, actual: impl serde::Serialize) -> Difference {
+    fn diff(
+        &self,
+        i: Option<usize>,
+        op: &str,
+        field: &str,
+        expected: impl serde::Serialize,
+        actual: impl serde::Serialize,
+    ) -> Difference {
         Difference {
             op_index: i,
             op: op.to_string(),
@@ -208,7 +217,8 @@ impl Runner<'_> {
                             inst.superseded = true;
                         }
                     }
-                    self.instances.insert(producer.clone(), Instance { transactional_id: tid.clone(), superseded: false });
+                    self.instances
+                        .insert(producer.clone(), Instance { transactional_id: tid.clone(), superseded: false });
                 }
                 let markers = self.markers_since(&before, &tid);
                 let pie = match &result {
@@ -233,7 +243,9 @@ impl Runner<'_> {
                     }
                 }
                 Ok(match (pie, result) {
-                    (Some(pie), _) => format!("producer_id {} epoch {}{}", pie.producer_id, pie.epoch, markers_note(&markers)),
+                    (Some(pie), _) => {
+                        format!("producer_id {} epoch {}{}", pie.producer_id, pie.epoch, markers_note(&markers))
+                    }
                     (None, Err(e)) => error_name(e),
                     (None, Ok(_)) => unreachable!("init completes with Initialized"),
                 })
@@ -301,9 +313,10 @@ impl Runner<'_> {
                     self.cluster.add_producer(&name, kind);
                     if producer.is_some() {
                         let init = self.cluster.call_producer(&name, |p, now| p.init_transactions(now));
-                        if let Err(d) = self.completed(i, op, init).and_then(|r| {
-                            self.check_result(i, op, &r, None, false).map(|_| ())
-                        }) {
+                        if let Err(d) = self
+                            .completed(i, op, init)
+                            .and_then(|r| self.check_result(i, op, &r, None, false).map(|_| ()))
+                        {
                             return Err(Difference { field: "init (idempotent producer)".into(), ..d });
                         }
                         self.idempotent.insert(name.clone());
@@ -313,7 +326,17 @@ impl Runner<'_> {
                 let result = self.completed(i, op, result)?;
                 self.check_write(i, op, result.map(sent_ack), expect.as_ref(), expect_error.as_deref(), true)
             }
-            Op::AppendBatch { topic, partition, producer_id, epoch, base_sequence, transactional, values, expect, expect_error } => {
+            Op::AppendBatch {
+                topic,
+                partition,
+                producer_id,
+                epoch,
+                base_sequence,
+                transactional,
+                values,
+                expect,
+                expect_error,
+            } => {
                 let tp = self.tp(topic, *partition);
                 let batch = ProduceBatch {
                     producer: producer_id.map(|pid| BatchProducer {
@@ -336,7 +359,16 @@ impl Runner<'_> {
                 });
                 self.check_write(i, op, result, expect.as_ref(), expect_error.as_deref(), false)
             }
-            Op::AppendMarker { topic, partition, producer_id, epoch, marker_type, coordinator_epoch, expect, expect_error } => {
+            Op::AppendMarker {
+                topic,
+                partition,
+                producer_id,
+                epoch,
+                marker_type,
+                coordinator_epoch,
+                expect,
+                expect_error,
+            } => {
                 let tp = self.tp(topic, *partition);
                 let marker = EndTxnMarker {
                     result: match marker_type {
@@ -348,7 +380,8 @@ impl Runner<'_> {
                 let now = self.cluster.now_ms;
                 let mutations = self.mutations().clone();
                 let log = self.cluster.broker.partition_mut(&tp).expect("validated partition");
-                let result = log.append_marker(*producer_id, *epoch, marker, AppendOrigin::Coordinator, now, &mutations);
+                let result =
+                    log.append_marker(*producer_id, *epoch, marker, AppendOrigin::Coordinator, now, &mutations);
                 self.cluster.broker.advance_high_watermark(&tp);
                 let expected_error = expect_error.clone().or(expect.as_ref().and_then(|e| e.error.clone()));
                 self.check_result(i, op, &result, expected_error.as_deref(), false)?;
@@ -385,7 +418,16 @@ impl Runner<'_> {
                 }
                 Ok(result.map(|o| format!("log start offset {o}")).unwrap_or_else(error_name))
             }
-            Op::DeliverFetch { isolation, partition, fetch_offset, high_watermark, last_stable_offset, batches, aborted_transactions, expect } => {
+            Op::DeliverFetch {
+                isolation,
+                partition,
+                fetch_offset,
+                high_watermark,
+                last_stable_offset,
+                batches,
+                aborted_transactions,
+                expect,
+            } => {
                 let tp = TopicPartition::new("t", *partition);
                 let data = FetchPartitionData {
                     high_watermark: *high_watermark,
@@ -443,11 +485,22 @@ impl Runner<'_> {
     }
 
     /// An op that never completed is itself a difference: the cluster stayed busy or lost the answer.
-    fn completed(&self, i: usize, op: &Op, result: Result<Option<OpOutput>, KafkaError>) -> Result<Result<OpOutput, KafkaError>, Difference> {
+    fn completed(
+        &self,
+        i: usize,
+        op: &Op,
+        result: Result<Option<OpOutput>, KafkaError>,
+    ) -> Result<Result<OpOutput, KafkaError>, Difference> {
         match result {
             Ok(Some(out)) => Ok(Ok(out)),
             Err(e) => Ok(Err(e)),
-            Ok(None) => Err(self.diff(Some(i), op.name(), "completion", "the call completes", "no answer once the cluster went quiet")),
+            Ok(None) => Err(self.diff(
+                Some(i),
+                op.name(),
+                "completion",
+                "the call completes",
+                "no answer once the cluster went quiet",
+            )),
         }
     }
 
@@ -473,7 +526,10 @@ impl Runner<'_> {
         if self.check_result(i, op, &result, expected_error, is_send)? {
             let ack = result.expect("checked above");
             if let Some(e) = expect {
-                let fields = [("first_offset", e.first_offset, ack.first_offset), ("last_offset", e.last_offset, ack.last_offset)];
+                let fields = [
+                    ("first_offset", e.first_offset, ack.first_offset),
+                    ("last_offset", e.last_offset, ack.last_offset),
+                ];
                 for (field, want, got) in fields {
                     if let Some(w) = want {
                         if w != got {
@@ -492,7 +548,13 @@ impl Runner<'_> {
         Ok(result.map(|_| String::new()).unwrap_or_else(error_name))
     }
 
-    fn check_markers(&self, i: usize, op: &Op, expect: Option<&BTreeMap<String, u64>>, actual: &BTreeMap<String, u64>) -> Result<(), Difference> {
+    fn check_markers(
+        &self,
+        i: usize,
+        op: &Op,
+        expect: Option<&BTreeMap<String, u64>>,
+        actual: &BTreeMap<String, u64>,
+    ) -> Result<(), Difference> {
         match expect {
             Some(want) if want != actual => Err(self.diff(Some(i), op.name(), "expect.marker_offsets", want, actual)),
             _ => Ok(()),
@@ -522,7 +584,14 @@ impl Runner<'_> {
         Ok(())
     }
 
-    fn check_offsets(&self, i: Option<usize>, op: &str, prefix: &str, tp: &TopicPartition, e: &PartitionExpect) -> Result<(), Difference> {
+    fn check_offsets(
+        &self,
+        i: Option<usize>,
+        op: &str,
+        prefix: &str,
+        tp: &TopicPartition,
+        e: &PartitionExpect,
+    ) -> Result<(), Difference> {
         let log = self.cluster.broker.partition(tp).expect("validated partition");
         let fields = [
             ("lso", e.lso, log.last_stable_offset(self.mutations())),
@@ -552,7 +621,14 @@ impl Runner<'_> {
     }
 
     /// Renders index entries the way the expectation names producers, so the two compare as data.
-    fn check_aborted(&self, i: Option<usize>, op: &str, field: &str, expect: &[AbortedTxnExpect], actual: &[AbortedTxn]) -> Result<(), Difference> {
+    fn check_aborted(
+        &self,
+        i: Option<usize>,
+        op: &str,
+        field: &str,
+        expect: &[AbortedTxnExpect],
+        actual: &[AbortedTxn],
+    ) -> Result<(), Difference> {
         let want: Vec<Value> = expect
             .iter()
             .map(|e| {
@@ -598,7 +674,10 @@ impl Runner<'_> {
         } else {
             "expect".to_string()
         };
-        let reads = [("read_committed", &e.read_committed, IsolationLevel::ReadCommitted), ("read_uncommitted", &e.read_uncommitted, IsolationLevel::ReadUncommitted)];
+        let reads = [
+            ("read_committed", &e.read_committed, IsolationLevel::ReadCommitted),
+            ("read_uncommitted", &e.read_uncommitted, IsolationLevel::ReadUncommitted),
+        ];
         for (name, read, isolation) in reads {
             let Some(r) = read else { continue };
             let rtp = TopicPartition::new(&tp.topic, r.partition.unwrap_or(tp.partition));
@@ -626,7 +705,11 @@ impl Runner<'_> {
     }
 
     /// Markers appended since `before` for producer ids of `transactional_id`, as `{"topic/partition": offset}`.
-    fn markers_since(&self, before: &BTreeMap<TopicPartition, Offset>, transactional_id: &str) -> BTreeMap<String, u64> {
+    fn markers_since(
+        &self,
+        before: &BTreeMap<TopicPartition, Offset>,
+        transactional_id: &str,
+    ) -> BTreeMap<String, u64> {
         let mut out = BTreeMap::new();
         for (tp, log) in &self.cluster.broker.partitions {
             let from = before.get(tp).copied().unwrap_or(0);

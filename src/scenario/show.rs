@@ -59,7 +59,9 @@ fn describe(op: &Op) -> String {
             tp(topic, partition)
         ),
         Op::RollSegment { topic, partition } => format!("roll_segment {}", tp(topic, partition)),
-        Op::SetHighWatermark { topic, partition, offset } => format!("set_high_watermark {} {offset}", tp(topic, partition)),
+        Op::SetHighWatermark { topic, partition, offset } => {
+            format!("set_high_watermark {} {offset}", tp(topic, partition))
+        }
         Op::DeleteRecords { topic, partition, before_offset, .. } => {
             format!("delete_records {} before {before_offset}", tp(topic, partition))
         }
@@ -150,11 +152,17 @@ fn partition(cluster: &mut Cluster, tp: &TopicPartition) -> Vec<String> {
         lines.push(format!("          aborted index: {}", index.join(" ")));
     }
     let from = log.log_start_offset();
-    for (label, isolation) in [("read_uncommitted", IsolationLevel::ReadUncommitted), ("read_committed  ", IsolationLevel::ReadCommitted)] {
+    for (label, isolation) in
+        [("read_uncommitted", IsolationLevel::ReadUncommitted), ("read_committed  ", IsolationLevel::ReadCommitted)]
+    {
         let line = match cluster.read(isolation, tp, from) {
             Ok((records, position)) => {
                 let shown: Vec<String> = records.iter().map(|r| format!("{}:{}", r.offset, r.value)).collect();
-                format!("          {label} from {from}: {} record(s) [{}]  position {position}", records.len(), shown.join(" "))
+                format!(
+                    "          {label} from {from}: {} record(s) [{}]  position {position}",
+                    records.len(),
+                    shown.join(" ")
+                )
             }
             Err(e) => format!("          {label} from {from}: {e}"),
         };

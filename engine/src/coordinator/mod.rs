@@ -8,8 +8,8 @@ pub use transaction_metadata::{TransactionMetadata, TransactionState};
 use crate::config::EngineConfig;
 use crate::error::KafkaError;
 use crate::mutation::Mutation;
-use crate::protocol::{Effects, Message, NodeId, TxnMarkerEntry};
 use crate::protocol::Timer;
+use crate::protocol::{Effects, Message, NodeId, TxnMarkerEntry};
 use crate::types::{
     CoordinatorEpoch, ProducerEpoch, ProducerId, ProducerIdAndEpoch, TimeMs, TopicPartition, TransactionResult,
 };
@@ -87,6 +87,16 @@ pub trait PartitionLeaders {
     fn leader_of(&self, tp: &TopicPartition) -> Option<NodeId>;
 }
 
+/// What every coordinator handler needs from its broker: the time, the config, its own id, where each
+/// partition leads, and where outgoing messages and timers go.
+pub struct Ctx<'a> {
+    pub now_ms: TimeMs,
+    pub config: &'a EngineConfig,
+    pub me: &'a NodeId,
+    pub leaders: &'a dyn PartitionLeaders,
+    pub effects: &'a mut Effects,
+}
+
 impl TransactionCoordinator {
     pub fn new() -> Self {
         TransactionCoordinator {
@@ -110,11 +120,7 @@ impl TransactionCoordinator {
         &mut self,
         transactional_id: Option<&str>,
         txn_timeout_ms: TimeMs,
-        now_ms: TimeMs,
-        config: &EngineConfig,
-        me: &NodeId,
-        leaders: &dyn PartitionLeaders,
-        effects: &mut Effects,
+        ctx: &mut Ctx<'_>,
     ) -> Result<ProducerIdAndEpoch, KafkaError> {
         let Some(tid) = transactional_id else {
             // An idempotent-only producer: a fresh id, epoch 0, no coordinator state.
@@ -128,29 +134,27 @@ impl TransactionCoordinator {
         }
         if !self.txns.contains_key(tid) {
             let pid = self.allocate_producer_id();
-            self.txns.insert(tid.to_string(), TransactionMetadata::new(tid, pid, txn_timeout_ms, now_ms));
+            self.txns.insert(tid.to_string(), TransactionMetadata::new(tid, pid, txn_timeout_ms, ctx.now_ms));
         }
         let meta = self.txns.get_mut(tid).expect("inserted above");
         if meta.pending_transition_in_progress() {
             return Err(KafkaError::ConcurrentTransactions);
         }
         match meta.state {
-            TransactionState::PrepareCommit | TransactionState::PrepareAbort => {
-                Err(KafkaError::ConcurrentTransactions)
-            }
+            TransactionState::PrepareCommit | TransactionState::PrepareAbort => Err(KafkaError::ConcurrentTransactions),
             TransactionState::Empty | TransactionState::CompleteCommit | TransactionState::CompleteAbort => {
                 // `prepareIncrementProducerEpoch`: the new session's epoch; the Empty record is durable at once.
                 meta.last_producer_epoch = -1;
                 meta.producer_epoch += 1;
                 meta.txn_timeout_ms = txn_timeout_ms;
                 meta.topic_partitions.clear();
-                meta.transition_to(TransactionState::Empty, now_ms);
+                meta.transition_to(TransactionState::Empty, ctx.now_ms);
                 Ok(ProducerIdAndEpoch { producer_id: meta.producer_id, epoch: meta.producer_epoch })
             }
             TransactionState::Ongoing => {
                 // Fence the old instance: bump the epoch, abort its transaction; the caller retries.
-                let fence = !config.mutations.has(Mutation::FenceAbortSameEpoch);
-                self.fence_and_abort(tid, fence, DecisionCause::Fence, now_ms, config, me, leaders, effects);
+                let fence = !ctx.config.mutations.has(Mutation::FenceAbortSameEpoch);
+                self.fence_and_abort(tid, fence, DecisionCause::Fence, ctx);
                 Err(KafkaError::ConcurrentTransactions)
             }
             TransactionState::Dead | TransactionState::PrepareEpochFence => {
@@ -162,17 +166,7 @@ impl TransactionCoordinator {
     /// `prepareFenceProducerEpoch` then `endTransaction(ABORT, isFromClient = false)`: used by InitProducerId
     /// fencing and by timeout aborts. The fencing epoch is never returned to a client.
     #[allow(clippy::too_many_arguments)]
-    fn fence_and_abort(
-        &mut self,
-        tid: &str,
-        bump_epoch: bool,
-        cause: DecisionCause,
-        now_ms: TimeMs,
-        config: &EngineConfig,
-        me: &NodeId,
-        leaders: &dyn PartitionLeaders,
-        effects: &mut Effects,
-    ) {
+    fn fence_and_abort(&mut self, tid: &str, bump_epoch: bool, cause: DecisionCause, ctx: &mut Ctx<'_>) {
         let meta = self.txns.get_mut(tid).expect("fence of a known transactional id");
         assert_eq!(meta.state, TransactionState::Ongoing, "{tid}: only an Ongoing transaction is fenced");
         let before = meta.producer_epoch;
@@ -183,7 +177,7 @@ impl TransactionCoordinator {
             meta.pending_state = None;
             assert_eq!(meta.producer_epoch, before + 1, "a fence bumps the epoch by one");
         }
-        self.prepare_abort_or_commit(tid, TransactionResult::Abort, cause, before, now_ms, config, me, leaders, effects);
+        self.prepare_abort_or_commit(tid, TransactionResult::Abort, cause, before, ctx);
     }
 
     /// `prepareAbortOrCommit` + `sendTxnMarkersCallback`: the decision is durable, markers go out.
@@ -195,14 +189,10 @@ impl TransactionCoordinator {
         result: TransactionResult,
         cause: DecisionCause,
         data_epoch: ProducerEpoch,
-        now_ms: TimeMs,
-        config: &EngineConfig,
-        me: &NodeId,
-        leaders: &dyn PartitionLeaders,
-        effects: &mut Effects,
+        ctx: &mut Ctx<'_>,
     ) {
         let meta = self.txns.get_mut(tid).expect("decision on a known transactional id");
-        if config.transaction_version.supports_epoch_bump() {
+        if ctx.config.transaction_version.supports_epoch_bump() {
             meta.last_producer_epoch = meta.producer_epoch;
             meta.producer_epoch += 1;
         }
@@ -210,9 +200,9 @@ impl TransactionCoordinator {
             TransactionResult::Commit => TransactionState::PrepareCommit,
             TransactionResult::Abort => TransactionState::PrepareAbort,
         };
-        meta.transition_to(prepare, now_ms);
+        meta.transition_to(prepare, ctx.now_ms);
         let mut partitions = meta.topic_partitions.clone();
-        if config.mutations.has(Mutation::MarkersToSubsetOfPartitions) {
+        if ctx.config.mutations.has(Mutation::MarkersToSubsetOfPartitions) {
             // The bug: only the first partition gets a marker, yet the transaction completes.
             partitions = partitions.into_iter().take(1).collect();
         }
@@ -237,27 +227,20 @@ impl TransactionCoordinator {
         };
         let previous = self.pending_completions.insert(producer.producer_id, pending);
         assert!(previous.is_none(), "{tid}: two decided transactions of one producer id await markers");
-        self.send_markers(producer.producer_id, now_ms, me, leaders, effects);
+        self.send_markers(producer.producer_id, ctx);
     }
 
     /// `TransactionMarkerChannelManager.addTxnMarkersToSend`: one WriteTxnMarkers per leader.
-    fn send_markers(
-        &mut self,
-        producer_id: ProducerId,
-        now_ms: TimeMs,
-        me: &NodeId,
-        leaders: &dyn PartitionLeaders,
-        effects: &mut Effects,
-    ) {
+    fn send_markers(&mut self, producer_id: ProducerId, ctx: &mut Ctx<'_>) {
         let pending = self.pending_completions.get(&producer_id).expect("markers of a pending completion").clone();
         if pending.remaining.is_empty() {
-            self.complete(producer_id, now_ms);
+            self.complete(producer_id, ctx.now_ms);
             return;
         }
         let mut by_leader: BTreeMap<NodeId, Vec<TopicPartition>> = BTreeMap::new();
         for tp in &pending.remaining {
             // An unknown leader keeps the partition pending; it is retried with the next resend.
-            if let Some(leader) = leaders.leader_of(tp) {
+            if let Some(leader) = ctx.leaders.leader_of(tp) {
                 by_leader.entry(leader).or_default().push(tp.clone());
             }
         }
@@ -270,25 +253,23 @@ impl TransactionCoordinator {
                 partitions,
                 coordinator_epoch: self.coordinator_epoch,
             };
-            effects.send(me, &leader, self.next_correlation_id, Message::WriteTxnMarkersRequest { markers: vec![entry] });
+            ctx.effects.send(
+                ctx.me,
+                &leader,
+                self.next_correlation_id,
+                Message::WriteTxnMarkersRequest { markers: vec![entry] },
+            );
         }
-        // The marker channel retries until every partition has answered (lost requests, dead leaders).
-        effects.timers.push((now_ms + MARKER_RETRY_MS, Timer::ResendTxnMarkers { decision: pending.decision }));
+        // The marker channel retries until every partition has answered (lost requests, dead ctx.leaders).
+        ctx.effects.timers.push((ctx.now_ms + MARKER_RETRY_MS, Timer::ResendTxnMarkers { decision: pending.decision }));
     }
 
     /// A marker retry timer: resend what is still unacknowledged for that decision.
-    pub fn on_resend_markers(
-        &mut self,
-        decision: usize,
-        now_ms: TimeMs,
-        me: &NodeId,
-        leaders: &dyn PartitionLeaders,
-        effects: &mut Effects,
-    ) {
+    pub fn on_resend_markers(&mut self, decision: usize, ctx: &mut Ctx<'_>) {
         let pid = self.decisions.get(decision).map(|d| d.producer_id);
         let Some(pid) = pid else { return };
         if self.pending_completions.get(&pid).is_some_and(|p| p.decision == decision) {
-            self.send_markers(pid, now_ms, me, leaders, effects);
+            self.send_markers(pid, ctx);
         }
     }
 
@@ -298,17 +279,13 @@ impl TransactionCoordinator {
     pub fn handle_write_txn_markers_response(
         &mut self,
         results: &[(ProducerId, TopicPartition, Result<u64, KafkaError>)],
-        now_ms: TimeMs,
-        config: &EngineConfig,
-        me: &NodeId,
-        leaders: &dyn PartitionLeaders,
-        effects: &mut Effects,
+        ctx: &mut Ctx<'_>,
     ) {
         let mut resend = BTreeSet::new();
         for (pid, tp, result) in results {
             let Some(pending) = self.pending_completions.get_mut(pid) else {
-                if config.mutations.has(Mutation::DoubleComplete) {
-                    self.write_completion_again(*pid, now_ms);
+                if ctx.config.mutations.has(Mutation::DoubleComplete) {
+                    self.write_completion_again(*pid, ctx.now_ms);
                 }
                 continue; // A late duplicate response after completion.
             };
@@ -326,11 +303,13 @@ impl TransactionCoordinator {
         }
         let pids: Vec<ProducerId> = results.iter().map(|r| r.0).collect::<BTreeSet<_>>().into_iter().collect();
         for pid in pids {
-            let Some(pending) = self.pending_completions.get(&pid) else { continue };
+            let Some(pending) = self.pending_completions.get(&pid) else {
+                continue;
+            };
             if pending.remaining.is_empty() {
-                self.complete(pid, now_ms);
+                self.complete(pid, ctx.now_ms);
             } else if resend.contains(&pid) {
-                self.send_markers(pid, now_ms, me, leaders, effects);
+                self.send_markers(pid, ctx);
             }
         }
     }
@@ -338,7 +317,9 @@ impl TransactionCoordinator {
     /// The `DoubleComplete` bug: a second completion write for this producer's last decision, unchecked,
     /// over whatever state the transactional id is in now (possibly a newer Ongoing transaction).
     fn write_completion_again(&mut self, producer_id: ProducerId, now_ms: TimeMs) {
-        let Some(d) = self.decisions.iter().rev().find(|d| d.producer_id == producer_id) else { return };
+        let Some(d) = self.decisions.iter().rev().find(|d| d.producer_id == producer_id) else {
+            return;
+        };
         let to = match d.result {
             TransactionResult::Commit => TransactionState::CompleteCommit,
             TransactionResult::Abort => TransactionState::CompleteAbort,
@@ -353,10 +334,10 @@ impl TransactionCoordinator {
     /// Coordinator failover or broker restart (`loadTransactionsForTxnTopicPartition`): the durable state
     /// (metadata, decisions) is reloaded under a new coordinator epoch; Prepare* transactions get their
     /// markers again, with the new epoch; Ongoing ones stay Ongoing (later fenced or timed out).
-    pub fn on_load(&mut self, now_ms: TimeMs, config: &EngineConfig, me: &NodeId, leaders: &dyn PartitionLeaders, effects: &mut Effects) {
+    pub fn on_load(&mut self, ctx: &mut Ctx<'_>) {
         self.coordinator_epoch += 1;
         let pending: Vec<ProducerId> = self.pending_completions.keys().copied().collect();
-        if config.mutations.has(Mutation::DropPendingMarkersOnRestart) {
+        if ctx.config.mutations.has(Mutation::DropPendingMarkersOnRestart) {
             // The bug: the in-memory pending set is gone and nothing rebuilds it.
             self.pending_completions.clear();
             return;
@@ -364,17 +345,17 @@ impl TransactionCoordinator {
         for pid in pending {
             let p = self.pending_completions.get_mut(&pid).expect("listed above");
             let decision = &self.decisions[p.decision];
-            if config.mutations.has(Mutation::RestartAbortsPreparedCommits) {
+            if ctx.config.mutations.has(Mutation::RestartAbortsPreparedCommits) {
                 // The bug: the reloaded coordinator treats an unfinished commit as an abort.
                 p.result = TransactionResult::Abort;
             }
             // Everything not known to be acknowledged is resent.
-            p.remaining = if config.mutations.has(Mutation::MarkersToSubsetOfPartitions) {
+            p.remaining = if ctx.config.mutations.has(Mutation::MarkersToSubsetOfPartitions) {
                 decision.partitions.iter().take(1).cloned().collect()
             } else {
                 decision.partitions.clone()
             };
-            self.send_markers(pid, now_ms, me, leaders, effects);
+            self.send_markers(pid, ctx);
         }
     }
 
@@ -443,11 +424,7 @@ impl TransactionCoordinator {
         tid: &str,
         producer: ProducerIdAndEpoch,
         result: TransactionResult,
-        now_ms: TimeMs,
-        config: &EngineConfig,
-        me: &NodeId,
-        leaders: &dyn PartitionLeaders,
-        effects: &mut Effects,
+        ctx: &mut Ctx<'_>,
     ) -> Result<Option<ProducerIdAndEpoch>, KafkaError> {
         let Some(meta) = self.txns.get(tid) else {
             return Err(KafkaError::InvalidProducerIdMapping);
@@ -455,7 +432,7 @@ impl TransactionCoordinator {
         if meta.producer_id != producer.producer_id {
             return Err(KafkaError::InvalidProducerIdMapping);
         }
-        let tv2 = config.transaction_version.supports_epoch_bump();
+        let tv2 = ctx.config.transaction_version.supports_epoch_bump();
         // TV2 recognises a retry of a completed EndTxn by `stored == request + 1` (`endTxnEpochBumped`).
         let retry_of_bumped = tv2 && meta.producer_epoch == producer.epoch + 1;
         if meta.producer_epoch != producer.epoch && !retry_of_bumped {
@@ -470,7 +447,7 @@ impl TransactionCoordinator {
             (Ongoing, _) if retry_of_bumped => Err(KafkaError::ProducerFenced),
             (Ongoing, _) => {
                 let data_epoch = producer.epoch;
-                self.prepare_abort_or_commit(tid, result, DecisionCause::Client, data_epoch, now_ms, config, me, leaders, effects);
+                self.prepare_abort_or_commit(tid, result, DecisionCause::Client, data_epoch, ctx);
                 let meta = &self.txns[tid];
                 Ok(tv2.then_some(ProducerIdAndEpoch { producer_id: meta.producer_id, epoch: meta.producer_epoch }))
             }
@@ -486,41 +463,30 @@ impl TransactionCoordinator {
 
     /// `abortTimedOutTransactions` for one transactional id: fence (epoch + 1) and abort.
     /// Returns false if the transaction is not Ongoing (nothing to time out).
-    pub fn abort_timed_out_transaction(
-        &mut self,
-        tid: &str,
-        now_ms: TimeMs,
-        config: &EngineConfig,
-        me: &NodeId,
-        leaders: &dyn PartitionLeaders,
-        effects: &mut Effects,
-    ) -> bool {
-        let Some(meta) = self.txns.get(tid) else { return false };
+    pub fn abort_timed_out_transaction(&mut self, tid: &str, ctx: &mut Ctx<'_>) -> bool {
+        let Some(meta) = self.txns.get(tid) else {
+            return false;
+        };
         if meta.state != TransactionState::Ongoing || meta.pending_transition_in_progress() {
             return false;
         }
-        let bump = !config.mutations.has(Mutation::TimeoutAbortSameEpoch);
-        self.fence_and_abort(tid, bump, DecisionCause::Timeout, now_ms, config, me, leaders, effects);
+        let bump = !ctx.config.mutations.has(Mutation::TimeoutAbortSameEpoch);
+        self.fence_and_abort(tid, bump, DecisionCause::Timeout, ctx);
         true
     }
 
     /// The periodic scan: every Ongoing transaction older than its timeout is aborted.
-    pub fn abort_timed_out_transactions(
-        &mut self,
-        now_ms: TimeMs,
-        config: &EngineConfig,
-        me: &NodeId,
-        leaders: &dyn PartitionLeaders,
-        effects: &mut Effects,
-    ) {
+    pub fn abort_timed_out_transactions(&mut self, ctx: &mut Ctx<'_>) {
         let expired: Vec<String> = self
             .txns
             .values()
-            .filter(|m| m.state == TransactionState::Ongoing && m.txn_start_timestamp_ms + m.txn_timeout_ms < now_ms)
+            .filter(|m| {
+                m.state == TransactionState::Ongoing && m.txn_start_timestamp_ms + m.txn_timeout_ms < ctx.now_ms
+            })
             .map(|m| m.transactional_id.clone())
             .collect();
         for tid in expired {
-            self.abort_timed_out_transaction(&tid, now_ms, config, me, leaders, effects);
+            self.abort_timed_out_transaction(&tid, ctx);
         }
     }
 

@@ -88,7 +88,12 @@ impl TransactionMetadata {
 
     /// `completeTransitionTo`: the only way `state` changes; asserts Kafka's table.
     pub fn transition_to(&mut self, to: TransactionState, now_ms: TimeMs) {
-        assert!(self.pending_state.is_none(), "{}: transition to {to:?} while {:?} is pending", self.transactional_id, self.pending_state);
+        assert!(
+            self.pending_state.is_none(),
+            "{}: transition to {to:?} while {:?} is pending",
+            self.transactional_id,
+            self.pending_state
+        );
         assert!(
             TransactionState::is_valid_transition(self.state, to),
             "{}: invalid transition {:?} -> {to:?}",
