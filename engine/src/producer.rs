@@ -181,7 +181,8 @@ impl Producer {
     }
 
     fn fail_abortable(&mut self, error: KafkaError) {
-        if self.state == TxnManagerState::FatalError {
+        // `transitionToAbortableError`: an abort already under way stays under way (and a fatal error stays fatal).
+        if matches!(self.state, TxnManagerState::FatalError | TxnManagerState::AbortingTransaction) {
             return;
         }
         self.last_error = Some(error);
@@ -399,6 +400,12 @@ impl Producer {
         let Some((op, result)) = self.pending_end.take() else {
             return;
         };
+        if self.state == TxnManagerState::FatalError {
+            // A fatal error (fenced) while flushing: the pending commit or abort fails with it.
+            let error = self.last_error.expect("fatal state records its error");
+            self.completions.push(Completion { op, result: Err(error) });
+            return;
+        }
         if result == TransactionResult::Commit && self.state == TxnManagerState::AbortableError {
             // A send failed while committing: the commit fails with that error and the app must abort.
             self.completions.push(Completion { op, result: Err(self.last_error.expect("abortable error recorded")) });

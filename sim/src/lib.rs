@@ -1,7 +1,24 @@
-//! The madsim harness: seeded workloads, faults, history checking and seed replay.
-//! (Being built: see issue 5.)
+//! The madsim harness: engine nodes as simulated hosts on madsim's network, a seeded workload with a
+//! swarm of faults, the `properties` invariants checked during and after each run, seed sweeps and
+//! seed replay (issue 5).
+//!
+//! - `profile`: workload profiles and the fault mix each seed draws.
+//! - `world`: the shared state each madsim task steps: engine nodes, history, trace.
+//! - `run`: one seed on its own runtime and thread: hosts, workload, faults, healing, checks.
+//! - `sweep`: many seeds, in parallel jobs, with a summary.
+//! - `seeds`: the `seeds/*.toml` regression corpus.
+//! - `cli`: `txnsim sweep` and `txnsim replay`.
 
 #[cfg(not(madsim))]
 compile_error!("build with --cfg madsim (see .cargo/config.toml); a RUSTFLAGS variable replaces it");
 
 pub mod cli;
+pub mod profile;
+pub mod rng;
+pub mod run;
+pub mod seeds;
+pub mod sweep;
+pub mod world;
+
+pub use profile::Profile;
+pub use run::{run_seed, RunReport, RunSpec};

@@ -1,0 +1,307 @@
+//! Workload profiles (chosen by flag) and the swarm-style fault mix each seed draws for itself.
+
+use crate::rng::SimRng;
+use std::fmt;
+use txnsim_engine::{IsolationLevel, ProducerKind, TimeMs, TransactionVersion};
+
+/// A named workload shape. Every profile runs the same harness; they differ in topology, pacing and
+/// which faults they favour.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Profile {
+    /// Three partitions, distinct and shared transactional ids, idempotent and plain writers, both readers.
+    Standard,
+    /// One partition, many producers on few transactional ids: fencing and interleaving on one log.
+    Contention,
+    /// Few producers, transactions of many sends that stay open long: LSO held back, readers wait.
+    LongTxns,
+    /// A short `transaction.timeout.ms`, producers that stall and pauses past the timeout: the
+    /// coordinator's timeout aborts and the fencing of the stalled producer (seed document: unverified).
+    Timeouts,
+    /// Two topics, every transaction spans 2-4 partitions, broker restarts between decision and markers:
+    /// multi-partition atomicity (seed document: unverified).
+    Atomicity,
+}
+
+impl Profile {
+    pub const ALL: [Profile; 5] =
+        [Profile::Standard, Profile::Contention, Profile::LongTxns, Profile::Timeouts, Profile::Atomicity];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Profile::Standard => "standard",
+            Profile::Contention => "contention",
+            Profile::LongTxns => "long-txns",
+            Profile::Timeouts => "timeouts",
+            Profile::Atomicity => "atomicity",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Profile> {
+        Profile::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    pub fn names() -> String {
+        Profile::ALL.iter().map(|p| p.name()).collect::<Vec<_>>().join(", ")
+    }
+
+    pub fn params(self) -> ProfileParams {
+        let base = ProfileParams {
+            topics: vec![("t".to_string(), 3)],
+            producers: vec![
+                txn("p0", "tx-a"),
+                txn("p1", "tx-b"),
+                txn("p2", "tx-s"),
+                txn("p3", "tx-s"),
+                ProducerSpec { name: "i0".into(), kind: ProducerKind::Idempotent },
+                ProducerSpec { name: "n0".into(), kind: ProducerKind::Plain },
+            ],
+            consumers: vec![
+                ConsumerSpec { name: "rc0".into(), isolation: IsolationLevel::ReadCommitted, seeks: false },
+                ConsumerSpec { name: "ru0".into(), isolation: IsolationLevel::ReadUncommitted, seeks: false },
+                ConsumerSpec { name: "rc1".into(), isolation: IsolationLevel::ReadCommitted, seeks: true },
+            ],
+            ticks: 160,
+            tick_ms: (1, 15),
+            sends_per_txn: (1, 4),
+            values_per_send: (1, 3),
+            partitions_per_txn: (1, 2),
+            commit_ratio: 0.7,
+            poll_ratio: 0.45,
+            stall_prob: 0.03,
+            stall_ms: (100, 2_000),
+            txn_timeout_ms: 4_000,
+            cleanup_interval_ms: 1_000,
+            request_timeout_ms: 400,
+            retry_backoff_ms: 50,
+            tv2_prob: 0.5,
+            fault_enable_prob: FaultKind::ALL.map(|_| 0.5),
+            fault_rate: (0.01, 0.06),
+        };
+        match self {
+            Profile::Standard => base,
+            Profile::Contention => ProfileParams {
+                topics: vec![("t".to_string(), 1)],
+                producers: vec![
+                    txn("p0", "tx-a"),
+                    txn("p1", "tx-a"),
+                    txn("p2", "tx-a"),
+                    txn("p3", "tx-b"),
+                    txn("p4", "tx-b"),
+                    txn("p5", "tx-c"),
+                ],
+                consumers: vec![
+                    ConsumerSpec { name: "rc0".into(), isolation: IsolationLevel::ReadCommitted, seeks: true },
+                    ConsumerSpec { name: "ru0".into(), isolation: IsolationLevel::ReadUncommitted, seeks: false },
+                ],
+                ticks: 140,
+                tick_ms: (0, 6),
+                sends_per_txn: (1, 3),
+                partitions_per_txn: (1, 1),
+                ..base
+            },
+            Profile::LongTxns => ProfileParams {
+                topics: vec![("t".to_string(), 2)],
+                producers: vec![
+                    txn("p0", "tx-a"),
+                    txn("p1", "tx-b"),
+                    txn("p2", "tx-c"),
+                    ProducerSpec { name: "i0".into(), kind: ProducerKind::Idempotent },
+                ],
+                ticks: 180,
+                tick_ms: (5, 40),
+                sends_per_txn: (6, 20),
+                partitions_per_txn: (1, 2),
+                txn_timeout_ms: 20_000,
+                cleanup_interval_ms: 2_000,
+                ..base
+            },
+            Profile::Timeouts => {
+                let mut fault_enable_prob = base.fault_enable_prob;
+                fault_enable_prob[FaultKind::PauseProducer as usize] = 1.0;
+                ProfileParams {
+                    topics: vec![("t".to_string(), 2)],
+                    producers: vec![
+                        txn("p0", "tx-a"),
+                        txn("p1", "tx-b"),
+                        txn("p2", "tx-a"),
+                        ProducerSpec { name: "n0".into(), kind: ProducerKind::Plain },
+                    ],
+                    ticks: 140,
+                    tick_ms: (2, 20),
+                    stall_prob: 0.25,
+                    stall_ms: (300, 2_500),
+                    txn_timeout_ms: 800,
+                    cleanup_interval_ms: 200,
+                    fault_enable_prob,
+                    fault_rate: (0.02, 0.08),
+                    ..base
+                }
+            }
+            Profile::Atomicity => {
+                let mut fault_enable_prob = base.fault_enable_prob;
+                fault_enable_prob[FaultKind::BrokerRestart as usize] = 0.8;
+                ProfileParams {
+                    topics: vec![("a".to_string(), 2), ("b".to_string(), 2)],
+                    producers: vec![txn("p0", "tx-a"), txn("p1", "tx-b"), txn("p2", "tx-a")],
+                    sends_per_txn: (2, 6),
+                    partitions_per_txn: (2, 4),
+                    fault_enable_prob,
+                    ..base
+                }
+            }
+        }
+    }
+}
+
+impl fmt::Display for Profile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+fn txn(name: &str, tid: &str) -> ProducerSpec {
+    ProducerSpec { name: name.to_string(), kind: ProducerKind::Transactional { transactional_id: tid.to_string() } }
+}
+
+#[derive(Clone, Debug)]
+pub struct ProducerSpec {
+    pub name: String,
+    pub kind: ProducerKind,
+}
+
+#[derive(Clone, Debug)]
+pub struct ConsumerSpec {
+    pub name: String,
+    pub isolation: IsolationLevel,
+    /// Seeks back now and then (a fresh read from an earlier offset).
+    pub seeks: bool,
+}
+
+/// The shape of a profile's workload; all ranges are inclusive.
+#[derive(Clone, Debug)]
+pub struct ProfileParams {
+    pub topics: Vec<(String, u32)>,
+    pub producers: Vec<ProducerSpec>,
+    pub consumers: Vec<ConsumerSpec>,
+    /// Workload steps before healing.
+    pub ticks: u32,
+    /// Simulated time between steps.
+    pub tick_ms: (TimeMs, TimeMs),
+    pub sends_per_txn: (u32, u32),
+    pub values_per_send: (u32, u32),
+    pub partitions_per_txn: (u32, u32),
+    /// Of finished transactions, the share the producer commits (the rest it aborts).
+    pub commit_ratio: f64,
+    /// Share of steps that are consumer polls rather than producer calls.
+    pub poll_ratio: f64,
+    /// Chance that a producer, after a send, goes quiet inside its transaction for `stall_ms`.
+    pub stall_prob: f64,
+    pub stall_ms: (TimeMs, TimeMs),
+    pub txn_timeout_ms: TimeMs,
+    pub cleanup_interval_ms: TimeMs,
+    pub request_timeout_ms: TimeMs,
+    pub retry_backoff_ms: TimeMs,
+    /// Chance that the seed runs transaction.version 2 instead of 1.
+    pub tv2_prob: f64,
+    /// Per fault kind, the chance a seed switches it on.
+    pub fault_enable_prob: [f64; FaultKind::COUNT],
+    /// Range of the per-step chance of injecting one of the enabled faults.
+    pub fault_rate: (f64, f64),
+}
+
+/// The faults the swarm may switch on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FaultKind {
+    /// Kill the broker (logs and `__transaction_state` survive) and restart it a little later.
+    BrokerRestart,
+    /// Clog every link of one node for a while (messages are dropped).
+    ClogNode,
+    /// Clog one direction of one link for a while.
+    ClogLink,
+    /// Packet loss on the whole network for a while.
+    PacketLoss,
+    /// Higher latency on the whole network for a while.
+    Latency,
+    /// Pause a transactional producer past its transaction timeout (a GC pause), then resume it.
+    PauseProducer,
+    /// Hold a transactional Produce in the network until after its transaction ended.
+    DelayProduce,
+    /// Hold any message in the network for a long while (reordering, late duplicates of retries).
+    DelayMessage,
+    /// Kill a producer process and start a new instance with the same transactional id.
+    ProducerRestart,
+}
+
+impl FaultKind {
+    pub const COUNT: usize = 9;
+    pub const ALL: [FaultKind; FaultKind::COUNT] = [
+        FaultKind::BrokerRestart,
+        FaultKind::ClogNode,
+        FaultKind::ClogLink,
+        FaultKind::PacketLoss,
+        FaultKind::Latency,
+        FaultKind::PauseProducer,
+        FaultKind::DelayProduce,
+        FaultKind::DelayMessage,
+        FaultKind::ProducerRestart,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::BrokerRestart => "broker-restart",
+            FaultKind::ClogNode => "clog-node",
+            FaultKind::ClogLink => "clog-link",
+            FaultKind::PacketLoss => "packet-loss",
+            FaultKind::Latency => "latency",
+            FaultKind::PauseProducer => "pause-producer",
+            FaultKind::DelayProduce => "delay-produce",
+            FaultKind::DelayMessage => "delay-message",
+            FaultKind::ProducerRestart => "producer-restart",
+        }
+    }
+}
+
+/// What one seed drew: the fault mix and a few knobs.
+#[derive(Clone, Debug)]
+pub struct Swarm {
+    pub enabled: Vec<FaultKind>,
+    /// Per-step chance of injecting one enabled fault.
+    pub fault_rate: f64,
+    /// Chance that a transactional Produce is held back (when `DelayProduce` is on).
+    pub delay_produce_prob: f64,
+    /// Chance that any message is held back (when `DelayMessage` is on).
+    pub delay_message_prob: f64,
+    pub transaction_version: TransactionVersion,
+}
+
+impl Swarm {
+    pub fn draw(params: &ProfileParams, rng: &mut SimRng) -> Swarm {
+        let enabled: Vec<FaultKind> =
+            FaultKind::ALL.into_iter().filter(|k| rng.chance(params.fault_enable_prob[*k as usize])).collect();
+        let fault_rate = rng.range_f64(params.fault_rate.0, params.fault_rate.1);
+        let delay_produce_prob = rng.range_f64(0.02, 0.15);
+        let delay_message_prob = rng.range_f64(0.002, 0.02);
+        let transaction_version =
+            if rng.chance(params.tv2_prob) { TransactionVersion::V2 } else { TransactionVersion::V1 };
+        Swarm { enabled, fault_rate, delay_produce_prob, delay_message_prob, transaction_version }
+    }
+
+    pub fn has(&self, k: FaultKind) -> bool {
+        self.enabled.contains(&k)
+    }
+
+    pub fn describe(&self) -> String {
+        let faults = if self.enabled.is_empty() {
+            "none".to_string()
+        } else {
+            self.enabled.iter().map(|k| k.name()).collect::<Vec<_>>().join(",")
+        };
+        format!(
+            "TV{} faults [{faults}] rate {:.3} delay-produce {:.3} delay-message {:.4}",
+            self.transaction_version.number(),
+            self.fault_rate,
+            self.delay_produce_prob,
+            self.delay_message_prob
+        )
+    }
+}

@@ -1,0 +1,572 @@
+//! One seed: build the madsim hosts, run the seeded workload with its swarm of faults, heal, then check
+//! every invariant from `properties` (state invariants after each broker step, history and liveness at
+//! the end). Each seed runs its own madsim runtime on a fresh OS thread.
+
+use crate::profile::{FaultKind, Profile, Swarm};
+use crate::rng::SimRng;
+use crate::world::{broker_name, lock, send_all, Found, Outgoing, Shared, Stats, World, BROKER};
+use madsim::net::{Endpoint, NetSim};
+use madsim::runtime::{Handle, Runtime};
+use madsim::time::{sleep, Duration};
+use serde::Serialize;
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex, Once};
+use txnsim_engine::coordinator::{DecisionCause, MARKER_RETRY_MS};
+use txnsim_engine::{
+    filter_fetch, EngineConfig, IsolationLevel, Mutation, Mutations, Offset, PartitionLog, TransactionResult,
+    TxnManagerState,
+};
+use txnsim_properties::{check_history, check_liveness, check_read_superset, ClusterView, History};
+
+/// What to run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunSpec {
+    pub seed: u64,
+    pub profile: Profile,
+    pub mutation: Option<Mutation>,
+    /// Keep the one-line-per-event timeline (replay, determinism test).
+    pub trace: bool,
+    /// Keep the history in the report (replay --json).
+    pub keep_history: bool,
+}
+
+impl RunSpec {
+    pub fn new(seed: u64, profile: Profile, mutation: Option<Mutation>) -> Self {
+        RunSpec { seed, profile, mutation, trace: false, keep_history: false }
+    }
+
+    /// The command that replays this run.
+    pub fn replay_command(&self) -> String {
+        let mut cmd = format!("txnsim replay --seed {} --profile {}", self.seed, self.profile.name());
+        if let Some(m) = self.mutation {
+            cmd.push_str(&format!(" --mutation {}", m.name()));
+        }
+        cmd
+    }
+}
+
+/// What one seed found.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunReport {
+    pub seed: u64,
+    pub profile: String,
+    pub mutation: Option<String>,
+    /// The fault mix and version the seed drew.
+    pub swarm: String,
+    /// Violated invariants (first witness of each), or `engine-panic`.
+    pub found: Vec<Found>,
+    pub stats: Stats,
+    pub timeline: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub history: Option<History>,
+}
+
+impl RunReport {
+    pub fn passed(&self) -> bool {
+        self.found.is_empty()
+    }
+}
+
+/// The invariant name a panic is reported under (an engine `assert!` fired).
+pub const ENGINE_PANIC: &str = "engine-panic";
+
+thread_local! {
+    static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Seed threads keep their panic message (with its location) for the report instead of printing it.
+fn install_panic_hook() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let on_seed_thread = std::thread::current().name().is_some_and(|n| n.starts_with("txnsim-seed-"));
+            if !on_seed_thread {
+                previous(info);
+                return;
+            }
+            let msg = if let Some(s) = info.payload().downcast_ref::<&str>() {
+                s.to_string()
+            } else if let Some(s) = info.payload().downcast_ref::<String>() {
+                s.clone()
+            } else {
+                "panic".to_string()
+            };
+            let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+            LAST_PANIC.with(|p| *p.borrow_mut() = Some(format!("{msg}{at}")));
+        }));
+    });
+}
+
+/// glibc gives every new thread an arena and trims it when the thread is done; a sweep starts a thread per
+/// seed, so a quarter of its time went to page faults re-growing arenas. Keep freed memory instead.
+fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        static ONCE: Once = Once::new();
+        ONCE.call_once(|| {
+            extern "C" {
+                fn mallopt(param: i32, value: i32) -> i32;
+            }
+            const M_TRIM_THRESHOLD: i32 = -1;
+            const M_MMAP_THRESHOLD: i32 = -3;
+            // SAFETY: mallopt only tunes glibc's allocator; called once, before the seed threads start.
+            unsafe {
+                mallopt(M_TRIM_THRESHOLD, 512 << 20);
+                mallopt(M_MMAP_THRESHOLD, 64 << 20);
+            }
+        });
+    }
+}
+
+/// Runs one seed on a fresh OS thread (madsim needs one per runtime).
+pub fn run_seed(spec: &RunSpec) -> RunReport {
+    install_panic_hook();
+    keep_freed_memory();
+    let s = spec.clone();
+    let joined = std::thread::Builder::new()
+        .name(format!("txnsim-seed-{}", spec.seed))
+        .spawn(move || run_on_this_thread(&s))
+        .expect("spawn a seed thread")
+        .join();
+    match joined {
+        Ok(report) => report,
+        Err(_) => RunReport {
+            seed: spec.seed,
+            profile: spec.profile.name().to_string(),
+            mutation: spec.mutation.map(|m| m.name().to_string()),
+            swarm: String::new(),
+            found: vec![Found {
+                invariant: ENGINE_PANIC.into(),
+                witness: "the seed thread died".into(),
+                at_ms: 0,
+                count: 1,
+            }],
+            stats: Stats::default(),
+            timeline: Vec::new(),
+            history: None,
+        },
+    }
+}
+
+fn engine_config(profile: Profile, swarm: &Swarm, mutation: Option<Mutation>) -> EngineConfig {
+    let p = profile.params();
+    EngineConfig {
+        transaction_version: swarm.transaction_version,
+        transaction_timeout_ms: p.txn_timeout_ms,
+        abort_timed_out_cleanup_interval_ms: p.cleanup_interval_ms,
+        request_timeout_ms: p.request_timeout_ms,
+        retry_backoff_ms: p.retry_backoff_ms,
+        mutations: mutation.map(Mutations::one).unwrap_or_default(),
+        ..EngineConfig::default()
+    }
+}
+
+fn run_on_this_thread(spec: &RunSpec) -> RunReport {
+    let params = spec.profile.params();
+    let mut rng = SimRng::new(spec.seed);
+    let swarm = Swarm::draw(&params, &mut rng);
+    let config = engine_config(spec.profile, &swarm, spec.mutation);
+    let swarm_text = swarm.describe();
+    let rt = Runtime::with_seed_and_config(spec.seed, madsim::Config::default());
+    let trace = spec.trace;
+    let world = rt.block_on(async move { World::new(params, swarm, config, rng, trace) });
+    let shared: Shared = Arc::new(Mutex::new(world));
+    LAST_PANIC.with(|p| p.borrow_mut().take());
+    let result = std::panic::catch_unwind(AssertUnwindSafe(|| rt.block_on(supervisor(shared.clone()))));
+    let panicked = result.is_err();
+    let report = {
+        let mut w = lock(&shared);
+        if panicked {
+            let msg = LAST_PANIC.with(|p| p.borrow_mut().take()).unwrap_or_else(|| "panic".into());
+            let line = format!("PANIC {msg}");
+            w.trace("engine", || line);
+            w.found.push(Found { invariant: ENGINE_PANIC.into(), witness: msg, at_ms: 0, count: 1 });
+        }
+        RunReport {
+            seed: spec.seed,
+            profile: spec.profile.name().to_string(),
+            mutation: spec.mutation.map(|m| m.name().to_string()),
+            swarm: swarm_text,
+            found: w.found.clone(),
+            stats: w.stats.clone(),
+            timeline: w.trace.take().unwrap_or_default(),
+            history: spec.keep_history.then(|| w.history.clone()),
+        }
+    };
+    if panicked {
+        // The runtime unwound mid-step: do not run its destructors.
+        std::mem::forget(shared);
+        std::mem::forget(rt);
+    } else {
+        drop(shared);
+        drop(rt);
+    }
+    report
+}
+
+/// A node's process: bind, start (or restart) the engine node, then deliver every message it receives.
+async fn node_main(shared: Shared, name: String) {
+    let addr = lock(&shared).nodes[&name].addr;
+    let endpoint = Endpoint::bind(addr).await.expect("bind the node's address");
+    let out = {
+        let mut w = lock(&shared);
+        w.on_node_start(&shared, &name, endpoint.clone())
+    };
+    send_all(&shared, out).await;
+    loop {
+        let Ok((payload, _from)) = endpoint.recv_from_raw(crate::world::TAG).await else {
+            std::future::pending::<()>().await;
+            return;
+        };
+        let wire = *payload.downcast::<crate::world::Wire>().expect("only Wire travels on the sim network");
+        let out = {
+            let mut w = lock(&shared);
+            w.on_wire(&shared, &name, wire)
+        };
+        send_all(&shared, out).await;
+    }
+}
+
+async fn supervisor(shared: Shared) {
+    let handle = Handle::current();
+    let wire = handle.create_node().name("wire").ip([10, 0, 250, 1].into()).build();
+    let nodes: Vec<(String, std::net::IpAddr)> = {
+        let mut w = lock(&shared);
+        w.wire_node = Some(wire.id());
+        w.nodes.iter().map(|(n, s)| (n.clone(), s.addr.ip())).collect()
+    };
+    for (name, ip) in nodes {
+        let s = shared.clone();
+        let n = name.clone();
+        let node = handle.create_node().name(name.clone()).ip(ip).init(move || node_main(s.clone(), n.clone())).build();
+        lock(&shared).nodes.get_mut(&name).expect("known").id = Some(node.id());
+    }
+    sleep(Duration::from_millis(1)).await;
+
+    let ticks = lock(&shared).params.ticks;
+    for _ in 0..ticks {
+        let pause_ms = {
+            let mut w = lock(&shared);
+            let (lo, hi) = w.params.tick_ms;
+            w.rng.range(lo, hi).max(1)
+        };
+        sleep(Duration::from_millis(pause_ms)).await;
+        let out = {
+            let mut w = lock(&shared);
+            w.workload_step(&shared)
+        };
+        send_all(&shared, out).await;
+    }
+    heal(&shared).await;
+    lock(&shared).final_checks();
+}
+
+/// Faults off, producers stop, time runs past the transaction timeout, the coordinator's scan and the
+/// marker retries; then consumers poll to the end.
+async fn heal(shared: &Shared) {
+    lock(shared).heal();
+    for _ in 0..600 {
+        sleep(Duration::from_millis(100)).await;
+        let w = lock(shared);
+        if w.producers.values().all(|s| s.producer.as_ref().is_none_or(|p| p.is_idle())) {
+            break;
+        }
+    }
+    let wait_ms = {
+        let w = lock(shared);
+        w.params.txn_timeout_ms + 2 * w.params.cleanup_interval_ms + MARKER_RETRY_MS + 6_000
+    };
+    sleep(Duration::from_millis(wait_ms)).await;
+    lock(shared).trace("sim", || "consumers poll to the end".to_string());
+    for _ in 0..400 {
+        let (done, out) = {
+            let mut w = lock(shared);
+            w.poll_to_end(shared)
+        };
+        if done {
+            break;
+        }
+        send_all(shared, out).await;
+        sleep(Duration::from_millis(20)).await;
+    }
+}
+
+impl World {
+    /// One workload step: maybe a fault, then a consumer poll or a producer call.
+    fn workload_step(&mut self, shared: &Shared) -> Vec<Outgoing> {
+        if self.rng.chance(self.swarm.fault_rate) {
+            self.inject_fault(shared);
+        }
+        if self.rng.chance(self.params.poll_ratio) {
+            let names: Vec<String> = self.consumers.keys().cloned().collect();
+            let name = self.rng.pick(&names).clone();
+            self.consumer_step(shared, &name)
+        } else {
+            let names: Vec<String> = self.producers.keys().cloned().collect();
+            let name = self.rng.pick(&names).clone();
+            self.producer_step(shared, &name)
+        }
+    }
+
+    /// Runs `f` on the world after `delay_ms`, from the network's own host (it outlives node restarts).
+    fn schedule(&self, shared: &Shared, delay_ms: u64, f: impl FnOnce(&mut World) + Send + 'static) {
+        let Some(handle) = self.wire_node.and_then(|id| Handle::current().get_node(id)) else { return };
+        let shared = shared.clone();
+        handle.spawn(async move {
+            sleep(Duration::from_millis(delay_ms)).await;
+            let mut w = lock(&shared);
+            f(&mut w);
+        });
+    }
+
+    fn node_id(&self, name: &str) -> madsim::task::NodeId {
+        self.nodes[name].id.expect("nodes are built before the workload")
+    }
+
+    fn inject_fault(&mut self, shared: &Shared) {
+        // Delays act per message in `dispatch`; the rest are events.
+        let kinds: Vec<FaultKind> = self
+            .swarm
+            .enabled
+            .iter()
+            .copied()
+            .filter(|k| !matches!(k, FaultKind::DelayProduce | FaultKind::DelayMessage))
+            .collect();
+        if kinds.is_empty() || self.healing {
+            return;
+        }
+        let kind = *self.rng.pick(&kinds);
+        let handle = Handle::current();
+        let net = NetSim::current();
+        match kind {
+            FaultKind::BrokerRestart => {
+                if self.broker_down {
+                    return;
+                }
+                let down_ms = self.rng.range(5, 800);
+                let broker = broker_name(BROKER);
+                let id = self.node_id(&broker);
+                handle.kill(id);
+                self.broker_down = true;
+                self.nodes.get_mut(&broker).expect("known").endpoint = None;
+                self.trace(&broker, || format!("FAULT kill; restart in {down_ms} ms"));
+                self.schedule(shared, down_ms, move |w| {
+                    if w.broker_down && !w.healing {
+                        Handle::current().restart(id);
+                    }
+                });
+            }
+            FaultKind::ClogNode => {
+                let names: Vec<String> =
+                    self.nodes.keys().filter(|n| !self.clogged_nodes.contains(*n)).cloned().collect();
+                if names.is_empty() {
+                    return;
+                }
+                let name = self.rng.pick(&names).clone();
+                let ms = self.rng.range(10, 1_000);
+                net.clog_node(self.node_id(&name));
+                self.clogged_nodes.insert(name.clone());
+                self.trace(&name, || format!("FAULT clog node for {ms} ms"));
+                self.schedule(shared, ms, move |w| {
+                    if w.clogged_nodes.remove(&name) {
+                        NetSim::current().unclog_node(w.node_id(&name));
+                        w.trace(&name, || "unclog node".to_string());
+                    }
+                });
+            }
+            FaultKind::ClogLink => {
+                let clients: Vec<String> = self.nodes.keys().filter(|n| **n != broker_name(BROKER)).cloned().collect();
+                let client = self.rng.pick(&clients).clone();
+                let roll = self.rng.f64();
+                let (src, dst) = if roll < 0.2 {
+                    // The broker's link to itself: its markers and KIP-890 verifications are lost.
+                    (broker_name(BROKER), broker_name(BROKER))
+                } else if roll < 0.6 {
+                    (client, broker_name(BROKER))
+                } else {
+                    (broker_name(BROKER), client)
+                };
+                if self.clogged_links.contains(&(src.clone(), dst.clone())) {
+                    return;
+                }
+                let ms = self.rng.range(10, 1_000);
+                net.clog_link(self.node_id(&src), self.node_id(&dst));
+                self.clogged_links.insert((src.clone(), dst.clone()));
+                let text = format!("FAULT clog link {src} -> {dst} for {ms} ms");
+                self.trace("net", || text);
+                self.schedule(shared, ms, move |w| {
+                    if w.clogged_links.remove(&(src.clone(), dst.clone())) {
+                        NetSim::current().unclog_link(w.node_id(&src), w.node_id(&dst));
+                        let text = format!("unclog link {src} -> {dst}");
+                        w.trace("net", || text);
+                    }
+                });
+            }
+            FaultKind::PacketLoss | FaultKind::Latency => {
+                self.net_fault_generation += 1;
+                let generation = self.net_fault_generation;
+                let ms = self.rng.range(50, 1_000);
+                let text = if kind == FaultKind::PacketLoss {
+                    let rate = self.rng.range_f64(0.02, 0.3);
+                    net.update_config(|c| c.packet_loss_rate = rate);
+                    format!("FAULT packet loss {:.0}% for {ms} ms", rate * 100.0)
+                } else {
+                    let hi = self.rng.range(20, 400);
+                    net.update_config(|c| c.send_latency = Duration::from_millis(1)..Duration::from_millis(hi));
+                    format!("FAULT latency 1-{hi} ms for {ms} ms")
+                };
+                self.trace("net", || text);
+                self.schedule(shared, ms, move |w| {
+                    if w.net_fault_generation == generation && !w.healing {
+                        NetSim::current().update_config(|c| *c = madsim::net::Config::default());
+                        w.trace("net", || "network back to normal".to_string());
+                    }
+                });
+            }
+            FaultKind::PauseProducer => {
+                let candidates: Vec<String> = self
+                    .producers
+                    .iter()
+                    .filter(|(n, s)| {
+                        !self.paused.contains(*n)
+                            && s.spec.kind != txnsim_engine::ProducerKind::Plain
+                            && s.producer.as_ref().is_some_and(|p| p.transactional_id().is_some())
+                    })
+                    .map(|(n, _)| n.clone())
+                    .collect();
+                if candidates.is_empty() {
+                    return;
+                }
+                let name = self.rng.pick(&candidates).clone();
+                let ms = self.params.txn_timeout_ms + self.params.cleanup_interval_ms + self.rng.range(100, 2_000);
+                handle.pause(self.node_id(&name));
+                self.paused.insert(name.clone());
+                self.trace(&name, || format!("FAULT pause process for {ms} ms (past the transaction timeout)"));
+                self.schedule(shared, ms, move |w| {
+                    if w.paused.remove(&name) {
+                        Handle::current().resume(w.node_id(&name));
+                        w.trace(&name, || "resume process".to_string());
+                    }
+                });
+            }
+            FaultKind::ProducerRestart => {
+                let candidates: Vec<String> = self
+                    .producers
+                    .iter()
+                    .filter(|(n, s)| !self.paused.contains(*n) && s.producer.is_some())
+                    .map(|(n, _)| n.clone())
+                    .collect();
+                if candidates.is_empty() {
+                    return;
+                }
+                let name = self.rng.pick(&candidates).clone();
+                self.restart_producer(&name, "FAULT kill");
+            }
+            FaultKind::DelayProduce | FaultKind::DelayMessage => unreachable!("filtered above"),
+        }
+        self.stats.faults += 1;
+    }
+
+    fn heal(&mut self) {
+        self.healing = true;
+        self.trace("sim", || "HEAL: faults off, producers stop".to_string());
+        let net = NetSim::current();
+        let handle = Handle::current();
+        for name in std::mem::take(&mut self.clogged_nodes) {
+            net.unclog_node(self.node_id(&name));
+        }
+        for (src, dst) in std::mem::take(&mut self.clogged_links) {
+            net.unclog_link(self.node_id(&src), self.node_id(&dst));
+        }
+        net.update_config(|c| *c = madsim::net::Config::default());
+        for name in std::mem::take(&mut self.paused) {
+            handle.resume(self.node_id(&name));
+        }
+        if self.broker_down {
+            handle.restart(self.node_id(&broker_name(BROKER)));
+        }
+    }
+
+    /// Polls every partition of every consumer that is not yet at its bound; true when all are.
+    fn poll_to_end(&mut self, shared: &Shared) -> (bool, Vec<Outgoing>) {
+        let mut done = true;
+        let mut out = Vec::new();
+        let names: Vec<String> = self.consumers.keys().cloned().collect();
+        for name in names {
+            for tp in self.partitions.clone() {
+                let c = &self.consumers[&name].consumer;
+                let bound = self.consumer_bound(c.isolation, &tp);
+                let at_end = c.position(&tp) == Some(bound) && !c.has_fetch_in_flight(&tp);
+                if !at_end {
+                    done = false;
+                    out.extend(self.poll(shared, &name, &tp));
+                }
+            }
+        }
+        (done, out)
+    }
+
+    fn final_checks(&mut self) {
+        let names: Vec<String> = self.producers.keys().cloned().collect();
+        for name in &names {
+            self.abandon_pending(name);
+        }
+        self.check_broker();
+        let readers: Vec<(String, txnsim_engine::TopicPartition, Offset)> = self
+            .consumers
+            .iter()
+            .filter(|(_, s)| s.consumer.isolation == IsolationLevel::ReadCommitted)
+            .flat_map(|(n, s)| {
+                self.partitions.iter().map(move |tp| (n.clone(), tp.clone(), s.consumer.position(tp).unwrap_or(0)))
+            })
+            .collect();
+        let mut violations = check_liveness(&ClusterView::of_broker(&self.broker), &readers);
+        violations.extend(check_history(&self.history, &self.broker.partitions));
+        for (tp, log) in &self.broker.partitions {
+            let ru = fresh_read(log, IsolationLevel::ReadUncommitted, &self.config.mutations);
+            let rc = fresh_read(log, IsolationLevel::ReadCommitted, &self.config.mutations);
+            violations.extend(check_read_superset(tp, 0, &ru, &rc));
+        }
+        for v in violations {
+            self.record(v.invariant.name(), v.witness);
+        }
+        let c = &self.broker.coordinator;
+        let count = |f: &dyn Fn(&txnsim_engine::coordinator::TxnDecision) -> bool| {
+            c.decisions.iter().filter(|d| f(d)).count() as u64
+        };
+        self.stats.committed = count(&|d| d.result == TransactionResult::Commit);
+        self.stats.aborted = count(&|d| d.result == TransactionResult::Abort && d.cause == DecisionCause::Client);
+        self.stats.timed_out = count(&|d| d.cause == DecisionCause::Timeout);
+        self.stats.fenced = count(&|d| d.cause == DecisionCause::Fence);
+        self.stats.sim_ms = self.now_ms();
+        let open: BTreeMap<String, TxnManagerState> =
+            self.producers.iter().filter_map(|(n, s)| s.producer.as_ref().map(|p| (n.clone(), p.state))).collect();
+        let text = format!(
+            "END committed {} aborted {} timed-out {} fenced {}; producers {:?}",
+            self.stats.committed, self.stats.aborted, self.stats.timed_out, self.stats.fenced, open
+        );
+        self.trace("sim", || text);
+    }
+}
+
+/// A fresh consumer's whole read of `log` from offset 0, fetch after fetch, at one isolation level.
+fn fresh_read(log: &PartitionLog, isolation: IsolationLevel, mutations: &Mutations) -> Vec<(Offset, String)> {
+    let mut offset = log.log_start_offset();
+    let mut out = Vec::new();
+    for _ in 0..100_000 {
+        let Ok(data) = log.read(offset, Some(isolation), mutations) else { break };
+        if data.batches.is_empty() {
+            break;
+        }
+        let fetched = filter_fetch(isolation, offset, &data, mutations);
+        out.extend(fetched.records);
+        if fetched.next_fetch_offset <= offset {
+            break;
+        }
+        offset = fetched.next_fetch_offset;
+    }
+    out
+}

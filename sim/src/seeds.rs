@@ -1,0 +1,112 @@
+//! The seed corpus: `seeds/*.toml`, each `{seed, profile, mutation, note}` (plus the invariant it
+//! caught). A seed must pass on the engine and, when it names a mutation, still fail with it on; a seed
+//! that no longer reaches its bug is stale.
+
+use crate::profile::Profile;
+use crate::run::{run_seed, RunReport, RunSpec};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use txnsim_engine::Mutation;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeedFile {
+    pub seed: u64,
+    pub profile: String,
+    /// The mutation this seed catches; absent for a plain regression seed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mutation: Option<String>,
+    pub note: String,
+    /// The invariant it violated when found; with the mutation on, a run must still violate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invariant: Option<String>,
+}
+
+impl SeedFile {
+    pub fn profile(&self) -> Result<Profile, String> {
+        Profile::from_name(&self.profile)
+            .ok_or_else(|| format!("unknown profile '{}' (known: {})", self.profile, Profile::names()))
+    }
+
+    pub fn mutation(&self) -> Result<Option<Mutation>, String> {
+        match &self.mutation {
+            None => Ok(None),
+            Some(m) => Mutation::from_name(m).map(Some).ok_or_else(|| format!("unknown mutation '{m}'")),
+        }
+    }
+}
+
+/// Every `*.toml` directly under `dir`, sorted by file name.
+pub fn load_dir(dir: &Path) -> Result<Vec<(PathBuf, SeedFile)>, String> {
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    paths.sort();
+    paths
+        .into_iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+            let seed: SeedFile = toml::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))?;
+            seed.profile().map_err(|e| format!("{}: {e}", p.display()))?;
+            seed.mutation().map_err(|e| format!("{}: {e}", p.display()))?;
+            Ok((p, seed))
+        })
+        .collect()
+}
+
+/// Writes a failing run as a seed file; returns its path.
+pub fn save(dir: &Path, report: &RunReport) -> Result<PathBuf, String> {
+    let first = report.found.first().ok_or("a passing run is not a seed")?;
+    let seed = SeedFile {
+        seed: report.seed,
+        profile: report.profile.clone(),
+        mutation: report.mutation.clone(),
+        note: format!("{}: {}", first.invariant, first.witness),
+        invariant: Some(first.invariant.clone()),
+    };
+    let name = format!("{}-{}-{}.toml", report.mutation.as_deref().unwrap_or("engine"), report.profile, report.seed);
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let path = dir.join(name);
+    let text = toml::to_string(&seed).map_err(|e| e.to_string())?;
+    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(path)
+}
+
+/// What replaying a seed file found: `Ok(())`, or why it is broken or stale.
+pub fn check(seed: &SeedFile) -> Result<(), String> {
+    let profile = seed.profile()?;
+    let mutation = seed.mutation()?;
+    let clean = run_seed(&RunSpec::new(seed.seed, profile, None));
+    if !clean.passed() {
+        let f = &clean.found[0];
+        return Err(format!(
+            "fails on the engine without a mutation: {}: {} (replay: {})",
+            f.invariant,
+            f.witness,
+            RunSpec::new(seed.seed, profile, None).replay_command()
+        ));
+    }
+    let Some(m) = mutation else { return Ok(()) };
+    let spec = RunSpec::new(seed.seed, profile, Some(m));
+    let mutated = run_seed(&spec);
+    if mutated.passed() {
+        return Err(format!(
+            "stale: no longer reaches its bug with mutation {} (replay: {})",
+            m.name(),
+            spec.replay_command()
+        ));
+    }
+    if let Some(inv) = &seed.invariant {
+        if !mutated.found.iter().any(|f| &f.invariant == inv) {
+            let got: Vec<&str> = mutated.found.iter().map(|f| f.invariant.as_str()).collect();
+            return Err(format!(
+                "stale: with mutation {} it now violates [{}], not {inv} (replay: {})",
+                m.name(),
+                got.join(", "),
+                spec.replay_command()
+            ));
+        }
+    }
+    Ok(())
+}

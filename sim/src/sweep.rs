@@ -1,0 +1,172 @@
+//! Many seeds, each on its own thread and runtime, in `jobs` parallel workers; then one summary.
+
+use crate::profile::Profile;
+use crate::run::{run_seed, RunReport, RunSpec};
+use crate::world::Stats;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use txnsim_engine::Mutation;
+
+#[derive(Clone, Debug)]
+pub struct SweepSpec {
+    pub from: u64,
+    pub seeds: u64,
+    pub profile: Profile,
+    pub mutation: Option<Mutation>,
+    pub jobs: usize,
+}
+
+#[derive(Clone, Debug)]
+pub struct SweepResult {
+    pub spec: SweepSpec,
+    /// Failing runs, in seed order.
+    pub failures: Vec<RunReport>,
+    pub totals: Stats,
+    /// Wall clock for the whole sweep (only for the summary's rates).
+    pub wall: Duration,
+    /// Seeds (by first witness) per invariant.
+    pub by_invariant: BTreeMap<String, u64>,
+}
+
+impl SweepResult {
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+
+    /// Index (from `spec.from`) of the first failing seed: time-to-detect.
+    pub fn first_failure_index(&self) -> Option<u64> {
+        self.failures.first().map(|r| r.seed - self.spec.from)
+    }
+
+    pub fn seeds_per_second(&self) -> f64 {
+        self.spec.seeds as f64 / self.wall.as_secs_f64().max(1e-9)
+    }
+}
+
+/// Runs the sweep; `progress(done, failed)` is called from the calling thread about ten times a second.
+pub fn run_sweep(spec: &SweepSpec, mut progress: impl FnMut(u64, u64)) -> SweepResult {
+    let started = Instant::now();
+    let next = AtomicU64::new(0);
+    let done = AtomicU64::new(0);
+    let failed = AtomicU64::new(0);
+    let results: Mutex<(Stats, Vec<RunReport>)> = Mutex::new((Stats::default(), Vec::new()));
+    let jobs = spec.jobs.max(1);
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= spec.seeds {
+                    break;
+                }
+                let report = run_seed(&RunSpec::new(spec.from + i, spec.profile, spec.mutation));
+                let mut r = results.lock().unwrap_or_else(|e| e.into_inner());
+                add_stats(&mut r.0, &report.stats);
+                if !report.passed() {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                    r.1.push(report);
+                }
+                drop(r);
+                done.fetch_add(1, Ordering::Relaxed);
+            });
+        }
+        loop {
+            let d = done.load(Ordering::Relaxed);
+            progress(d, failed.load(Ordering::Relaxed));
+            if d >= spec.seeds {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let (totals, mut failures) = results.into_inner().unwrap_or_else(|e| e.into_inner());
+    failures.sort_by_key(|r| r.seed);
+    let mut by_invariant = BTreeMap::new();
+    for r in &failures {
+        for f in &r.found {
+            *by_invariant.entry(f.invariant.clone()).or_insert(0) += 1;
+        }
+    }
+    SweepResult { spec: spec.clone(), failures, totals, wall: started.elapsed(), by_invariant }
+}
+
+fn add_stats(total: &mut Stats, s: &Stats) {
+    total.ops += s.ops;
+    total.polls += s.polls;
+    total.delivered += s.delivered;
+    total.messages += s.messages;
+    total.committed += s.committed;
+    total.aborted += s.aborted;
+    total.timed_out += s.timed_out;
+    total.fenced += s.fenced;
+    total.faults += s.faults;
+    total.sim_ms += s.sim_ms;
+}
+
+fn human_ms(ms: u64) -> String {
+    let s = ms / 1000;
+    if s >= 3600 {
+        format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
+    } else if s >= 60 {
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else {
+        format!("{}.{:03}s", s, ms % 1000)
+    }
+}
+
+/// The summary, then each failure with its witness and replay command (at most `max_failures` shown).
+pub fn summary_lines(r: &SweepResult, max_failures: usize) -> Vec<String> {
+    let s = &r.spec;
+    let t = &r.totals;
+    let mutation = s.mutation.map(|m| format!("mutation {}", m.name())).unwrap_or_else(|| "no mutation".into());
+    let wall_s = r.wall.as_secs_f64();
+    let ratio = t.sim_ms as f64 / 1000.0 / wall_s.max(1e-9);
+    let mut out = vec![
+        format!(
+            "sweep {}: seeds {}..{} ({} seeds), {mutation}, {} jobs",
+            s.profile.name(),
+            s.from,
+            s.from + s.seeds,
+            s.seeds,
+            s.jobs.max(1)
+        ),
+        format!(
+            "  wall {wall_s:.2} s, {:.0} seeds/s; simulated {} ({ratio:.0}x wall)",
+            r.seeds_per_second(),
+            human_ms(t.sim_ms)
+        ),
+        format!(
+            "  ops {} (producer calls), polls {} ({} records delivered), messages {}, faults {}",
+            t.ops, t.polls, t.delivered, t.messages, t.faults
+        ),
+        format!(
+            "  transactions: committed {}, aborted {} (by clients), timed out {}, fenced {}",
+            t.committed, t.aborted, t.timed_out, t.fenced
+        ),
+    ];
+    if r.by_invariant.is_empty() {
+        out.push("  violations: none".into());
+    } else {
+        let parts: Vec<String> = r.by_invariant.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        out.push(format!(
+            "  violations: {} of {} seeds failed (first at index {}); by invariant: {}",
+            r.failures.len(),
+            s.seeds,
+            r.first_failure_index().unwrap_or(0),
+            parts.join(", ")
+        ));
+    }
+    for f in r.failures.iter().take(max_failures) {
+        let spec = RunSpec::new(f.seed, s.profile, s.mutation);
+        out.push(format!("FAIL seed {} ({})", f.seed, f.swarm));
+        for v in &f.found {
+            out.push(format!("  {}: {}", v.invariant, v.witness));
+        }
+        out.push(format!("  replay: {}", spec.replay_command()));
+    }
+    if r.failures.len() > max_failures {
+        out.push(format!("... and {} more failing seeds", r.failures.len() - max_failures));
+    }
+    out
+}

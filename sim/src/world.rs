@@ -1,0 +1,1012 @@
+//! The simulated cluster's shared state: the engine nodes, what clients observed, the fault state and the
+//! trace. Every madsim task (node message loops, timers, the supervisor) locks it for one synchronous step
+//! and releases it before awaiting; the engine stays sans-io and the sim only moves `Envelope`s and timers.
+
+use crate::profile::{FaultKind, ProducerSpec, ProfileParams, Swarm};
+use crate::rng::SimRng;
+use madsim::net::Endpoint;
+use madsim::runtime::Handle;
+use madsim::time::{Duration, Instant};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use txnsim_engine::producer::{Completion, OpId, OpOutput};
+use txnsim_engine::protocol::{Effects, Envelope, Message, NodeId, Timer};
+use txnsim_engine::{
+    Broker, Consumer, EngineConfig, IsolationLevel, KafkaError, Offset, Producer, ProducerKind, TopicPartition,
+    TxnManagerState,
+};
+use txnsim_properties::{
+    check_state, CallOutcome, ClusterView, Event, History, MonotonicityChecker, ProducerCall, Violation,
+};
+
+pub type Shared = Arc<Mutex<World>>;
+
+/// Locks the world; a panic elsewhere (an engine assertion) must not hide what was recorded so far.
+pub fn lock(shared: &Shared) -> MutexGuard<'_, World> {
+    shared.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub const PORT: u16 = 9092;
+pub const TAG: u64 = 7;
+/// The single broker's id; the code keys brokers by id so three can come with replication.
+pub const BROKER: u32 = 0;
+
+/// What travels over madsim's network: the engine's envelope, plus the incarnation of the receiver it was
+/// sent to. A restarted node never sees messages addressed to its previous life (a TCP connection reset).
+pub struct Wire {
+    pub env: Envelope,
+    pub dst_incarnation: u32,
+}
+
+/// A send waiting for the lock to be released; `delay` holds it in the network (a fault). The receiver's
+/// incarnation is fixed when the message is sent: a held message never reaches the receiver's next life.
+pub struct Outgoing {
+    pub from: String,
+    pub env: Envelope,
+    pub dst_incarnation: u32,
+    pub delay: Option<Duration>,
+}
+
+/// One violated invariant (or an engine panic), first occurrence, with how many times it was seen.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Found {
+    pub invariant: String,
+    pub witness: String,
+    pub at_ms: u64,
+    pub count: u32,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Stats {
+    /// Producer calls invoked.
+    pub ops: u64,
+    pub polls: u64,
+    pub delivered: u64,
+    pub messages: u64,
+    /// Coordinator decisions by kind, read at the end of the run.
+    pub committed: u64,
+    pub aborted: u64,
+    pub timed_out: u64,
+    pub fenced: u64,
+    pub faults: u64,
+    pub sim_ms: u64,
+}
+
+pub struct NodeSlot {
+    pub id: Option<madsim::task::NodeId>,
+    pub addr: SocketAddr,
+    pub incarnation: u32,
+    pub endpoint: Option<Endpoint>,
+}
+
+/// What a producer means to do in its current transaction.
+pub struct TxnPlan {
+    pub partitions: Vec<TopicPartition>,
+    pub sends_left: u32,
+    pub next: usize,
+    pub commit: bool,
+}
+
+pub struct ProducerSlot {
+    pub spec: ProducerSpec,
+    /// `None` while the process is down (between a kill and its restart).
+    pub producer: Option<Producer>,
+    /// Calls awaiting their completion: op id of the current instance -> (history call id, whether the
+    /// call blocks the application as Kafka's init/commit/abort do).
+    pub pending: BTreeMap<OpId, (u64, bool)>,
+    pub plan: Option<TxnPlan>,
+    /// The application does nothing until then (a stall inside a transaction).
+    pub stall_until_ms: u64,
+    pub restarts: u32,
+}
+
+pub struct ConsumerSlot {
+    pub consumer: Consumer,
+    pub seeks: bool,
+    /// Fetches in flight: correlation id -> (partition, fetch offset).
+    pub polls: BTreeMap<u64, (TopicPartition, Offset)>,
+}
+
+pub struct World {
+    pub params: ProfileParams,
+    pub swarm: Swarm,
+    pub config: EngineConfig,
+    pub rng: SimRng,
+    pub start: Instant,
+    pub nodes: BTreeMap<String, NodeSlot>,
+    pub broker: Broker,
+    pub broker_started: bool,
+    pub broker_down: bool,
+    pub producers: BTreeMap<String, ProducerSlot>,
+    pub consumers: BTreeMap<String, ConsumerSlot>,
+    pub partitions: Vec<TopicPartition>,
+    pub history: History,
+    next_call_id: u64,
+    next_value: BTreeMap<String, u64>,
+    pub found: Vec<Found>,
+    mono: MonotonicityChecker,
+    last_fingerprint: Vec<u64>,
+    pub stats: Stats,
+    pub trace: Option<Vec<String>>,
+    pub healing: bool,
+    pub wire_node: Option<madsim::task::NodeId>,
+    pub clogged_nodes: BTreeSet<String>,
+    pub clogged_links: BTreeSet<(String, String)>,
+    pub paused: BTreeSet<String>,
+    /// Generation of the network-wide config fault, so an old restore does not undo a newer fault.
+    pub net_fault_generation: u64,
+    /// Client requests travel under a run-wide correlation id: wire id -> (client, its instance, the
+    /// client's own id). A client's ids restart with each instance; on the wire they never repeat, so an
+    /// answer reaches only the instance (connection) that asked.
+    wire_requests: BTreeMap<u64, (String, u32, u64)>,
+    next_wire_id: u64,
+}
+
+fn ip_of(index: usize) -> SocketAddr {
+    let ip = std::net::Ipv4Addr::new(10, 0, (index / 200) as u8, (index % 200 + 1) as u8);
+    SocketAddr::new(ip.into(), PORT)
+}
+
+pub fn broker_name(id: u32) -> String {
+    NodeId::Broker(id).to_string()
+}
+
+const BROKER_NAMES: [&str; 3] = ["broker-0", "broker-1", "broker-2"];
+
+/// Broker nodes are named `broker-<id>` (NodeId's display), clients by their own name.
+pub fn is_broker(name: &str) -> bool {
+    name.starts_with("broker-")
+}
+
+/// The node name an engine id travels to, without allocating for clients.
+pub fn node_key(id: &NodeId) -> std::borrow::Cow<'_, str> {
+    match id {
+        NodeId::Client(name) => std::borrow::Cow::Borrowed(name.as_str()),
+        NodeId::Broker(b) => match BROKER_NAMES.get(*b as usize) {
+            Some(name) => std::borrow::Cow::Borrowed(name),
+            None => std::borrow::Cow::Owned(id.to_string()),
+        },
+    }
+}
+
+impl World {
+    pub fn new(params: ProfileParams, swarm: Swarm, config: EngineConfig, rng: SimRng, trace: bool) -> World {
+        let topics: BTreeMap<String, u32> = params.topics.iter().cloned().collect();
+        let broker = Broker::new(BROKER, &topics, config.clone());
+        let partitions: Vec<TopicPartition> = broker.partitions.keys().cloned().collect();
+        let mut names = vec![broker_name(BROKER)];
+        names.extend(params.producers.iter().map(|p| p.name.clone()));
+        names.extend(params.consumers.iter().map(|c| c.name.clone()));
+        let nodes = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.clone(), NodeSlot { id: None, addr: ip_of(i), incarnation: 0, endpoint: None }))
+            .collect();
+        let producers = params
+            .producers
+            .iter()
+            .map(|s| {
+                let slot = ProducerSlot {
+                    spec: s.clone(),
+                    producer: None,
+                    pending: BTreeMap::new(),
+                    plan: None,
+                    stall_until_ms: 0,
+                    restarts: 0,
+                };
+                (s.name.clone(), slot)
+            })
+            .collect();
+        let mut history = History::default();
+        let mut consumers = BTreeMap::new();
+        for c in &params.consumers {
+            let mut consumer = Consumer::new(&c.name, c.isolation, NodeId::Broker(BROKER), config.clone());
+            for tp in &partitions {
+                consumer.seek(tp.clone(), 0);
+                history.push(Event::Seek { time_ms: 0, consumer: c.name.clone(), partition: tp.clone(), offset: 0 });
+            }
+            consumers.insert(c.name.clone(), ConsumerSlot { consumer, seeks: c.seeks, polls: BTreeMap::new() });
+        }
+        World {
+            params,
+            swarm,
+            config,
+            rng,
+            start: Instant::now(),
+            nodes,
+            broker,
+            broker_started: false,
+            broker_down: false,
+            producers,
+            consumers,
+            partitions,
+            history,
+            next_call_id: 0,
+            next_value: BTreeMap::new(),
+            found: Vec::new(),
+            mono: MonotonicityChecker::default(),
+            last_fingerprint: Vec::new(),
+            stats: Stats::default(),
+            trace: trace.then(Vec::new),
+            healing: false,
+            wire_node: None,
+            clogged_nodes: BTreeSet::new(),
+            clogged_links: BTreeSet::new(),
+            paused: BTreeSet::new(),
+            net_fault_generation: 0,
+            wire_requests: BTreeMap::new(),
+            next_wire_id: 0,
+        }
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        (Instant::now() - self.start).as_millis() as u64
+    }
+
+    // ---------------------------------------------------------------- trace
+
+    pub fn trace(&mut self, node: &str, text: impl FnOnce() -> String) {
+        if self.trace.is_none() {
+            return;
+        }
+        let us = (Instant::now() - self.start).as_micros();
+        let line = format!("{:>7}.{:03}ms {:<9} {}", us / 1000, us % 1000, node, text());
+        self.trace.as_mut().expect("checked").push(line);
+    }
+
+    /// `t/0 LEO/HW/LSO` for every partition, as broker lines end.
+    pub fn partitions_summary(&self) -> String {
+        let m = &self.config.mutations;
+        self.broker
+            .partitions
+            .iter()
+            .map(|(tp, log)| {
+                format!("{tp} {}/{}/{}", log.log_end_offset(), log.high_watermark(), log.last_stable_offset(m))
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    fn trace_broker(&mut self, what: impl FnOnce() -> String) {
+        if self.trace.is_none() {
+            return;
+        }
+        let summary = self.partitions_summary();
+        let text = what();
+        self.trace(&broker_name(BROKER), move || format!("{text} | LEO/HW/LSO {summary}"));
+    }
+
+    // ---------------------------------------------------------------- findings
+
+    pub fn record(&mut self, invariant: &str, witness: String) {
+        let at_ms = self.now_ms();
+        if let Some(f) = self.found.iter_mut().find(|f| f.invariant == invariant) {
+            f.count += 1;
+            return;
+        }
+        let line = format!("VIOLATION {invariant}: {witness}");
+        self.trace("checker", || line);
+        self.found.push(Found { invariant: invariant.to_string(), witness, at_ms, count: 1 });
+    }
+
+    fn record_all(&mut self, violations: Vec<Violation>) {
+        for v in violations {
+            self.record(v.invariant.name(), v.witness);
+        }
+    }
+
+    /// A cheap summary of everything the state invariants read: unchanged means nothing to re-check.
+    fn fingerprint(&self) -> Vec<u64> {
+        let m = &self.config.mutations;
+        let mut fp = Vec::with_capacity(self.broker.partitions.len() * 4 + 6);
+        for log in self.broker.partitions.values() {
+            fp.push(log.log_end_offset());
+            fp.push(log.high_watermark());
+            fp.push(log.last_stable_offset(m));
+            fp.push(log.aborted_index().count() as u64);
+        }
+        let c = &self.broker.coordinator;
+        fp.push(c.coordinator_epoch as u64);
+        fp.push(c.decisions.len() as u64);
+        fp.push(c.decisions.iter().filter(|d| d.completed).count() as u64);
+        fp.push(c.pending_completions.values().map(|p| p.remaining.len() as u64 + 1).sum());
+        fp.push(c.txns.values().map(|t| t.transitions.len() as u64).sum());
+        fp.push(c.txns.values().map(|t| t.topic_partitions.len() as u64).sum());
+        fp
+    }
+
+    /// State invariants and LSO/HW monotonicity on the broker's snapshot, after a broker step.
+    pub fn check_broker(&mut self) {
+        let fp = self.fingerprint();
+        if fp == self.last_fingerprint {
+            return;
+        }
+        self.last_fingerprint = fp;
+        let view = ClusterView::of_broker(&self.broker);
+        let mut violations = check_state(&view);
+        violations.extend(self.mono.observe(&view));
+        self.record_all(violations);
+    }
+
+    // ---------------------------------------------------------------- dispatch
+
+    /// Timers start as tasks on the node that set them (so they die and pause with it); sends wait until
+    /// the lock is released.
+    pub fn dispatch(&mut self, shared: &Shared, from: &str, effects: Effects) -> Vec<Outgoing> {
+        for (due_ms, timer) in effects.timers {
+            self.spawn_timer(shared, from, due_ms, timer);
+        }
+        let client = !is_broker(from);
+        let incarnation = self.nodes[from].incarnation;
+        effects
+            .sends
+            .into_iter()
+            .map(|mut env| {
+                if client {
+                    self.next_wire_id += 1;
+                    self.wire_requests.insert(self.next_wire_id, (from.to_string(), incarnation, env.correlation_id));
+                    env.correlation_id = self.next_wire_id;
+                }
+                let delay = self.draw_delay(&env);
+                if let Some(d) = delay {
+                    let text = format!("FAULT hold {} to {} for {} ms", describe(&env), env.to, d.as_millis());
+                    self.trace("net", || text);
+                }
+                let dst_incarnation = self.nodes.get(node_key(&env.to).as_ref()).map(|n| n.incarnation).unwrap_or(0);
+                Outgoing { from: from.to_string(), env, dst_incarnation, delay }
+            })
+            .collect()
+    }
+
+    fn draw_delay(&mut self, env: &Envelope) -> Option<Duration> {
+        if self.healing {
+            return None;
+        }
+        let txn_produce = matches!(&env.message, Message::ProduceRequest { batch, .. } if batch.is_transactional);
+        if txn_produce && self.swarm.has(FaultKind::DelayProduce) && self.rng.chance(self.swarm.delay_produce_prob) {
+            // Long enough to land after the transaction ended (and often after the next one began).
+            let hi = (self.params.txn_timeout_ms * 3 / 2).max(1_500);
+            return Some(Duration::from_millis(self.rng.range(50, hi)));
+        }
+        if self.swarm.has(FaultKind::DelayMessage) && self.rng.chance(self.swarm.delay_message_prob) {
+            return Some(Duration::from_millis(self.rng.range(20, 5_000)));
+        }
+        None
+    }
+
+    fn spawn_timer(&mut self, shared: &Shared, node: &str, due_ms: u64, timer: Timer) {
+        let slot = &self.nodes[node];
+        let Some(id) = slot.id else { return };
+        let Some(handle) = Handle::current().get_node(id) else { return };
+        let incarnation = slot.incarnation;
+        let at = self.start + Duration::from_millis(due_ms);
+        let shared = shared.clone();
+        let node = node.to_string();
+        handle.spawn(async move {
+            madsim::time::sleep_until(at).await;
+            let out = {
+                let mut w = lock(&shared);
+                w.on_timer(&shared, &node, incarnation, timer)
+            };
+            send_all(&shared, out).await;
+        });
+    }
+
+    // ---------------------------------------------------------------- node steps
+
+    /// A node (re)started: a new incarnation with a fresh endpoint.
+    pub fn on_node_start(&mut self, shared: &Shared, name: &str, endpoint: Endpoint) -> Vec<Outgoing> {
+        let now = self.now_ms();
+        let slot = self.nodes.get_mut(name).expect("known node");
+        slot.incarnation += 1;
+        slot.endpoint = Some(endpoint);
+        let incarnation = slot.incarnation;
+        if is_broker(name) {
+            let effects = if self.broker_started {
+                self.broker_down = false;
+                let e = self.broker.restart(now);
+                let text = format!(
+                    "restarted (instance {incarnation}); coordinator reloaded at epoch {}",
+                    self.broker.coordinator.coordinator_epoch
+                );
+                self.trace_broker(|| text);
+                e
+            } else {
+                self.broker_started = true;
+                self.broker.on_start(now)
+            };
+            self.check_broker();
+            return self.dispatch(shared, name, effects);
+        }
+        if let Some(slot) = self.producers.get_mut(name) {
+            let config = if slot.spec.kind == ProducerKind::Plain {
+                // `retries=0`, `max.in.flight.requests.per.connection=1`: a timed-out send fails.
+                EngineConfig { delivery_attempts_max: 1, ..self.config.clone() }
+            } else {
+                self.config.clone()
+            };
+            let p = Producer::new(name, slot.spec.kind.clone(), NodeId::Broker(BROKER), config);
+            slot.producer = Some(p);
+            slot.plan = None;
+            slot.stall_until_ms = 0;
+            if incarnation > 1 {
+                self.trace(name, || format!("started instance {incarnation}"));
+            }
+        }
+        Vec::new()
+    }
+
+    pub fn on_wire(&mut self, shared: &Shared, name: &str, wire: Wire) -> Vec<Outgoing> {
+        let incarnation = self.nodes[name].incarnation;
+        if wire.dst_incarnation != incarnation {
+            if self.trace.is_none() {
+                return Vec::new();
+            }
+            let text = format!(
+                "drop {} from {} (sent to instance {})",
+                describe(&wire.env),
+                wire.env.from,
+                wire.dst_incarnation
+            );
+            self.trace(name, || text);
+            return Vec::new();
+        }
+        let mut env = wire.env;
+        let now = self.now_ms();
+        if !is_broker(name) {
+            // An answer to a client: back to the asking instance's own correlation id.
+            match self.wire_requests.remove(&env.correlation_id) {
+                Some((client, inc, corr)) if client == name && inc == incarnation => env.correlation_id = corr,
+                _ => {
+                    if self.trace.is_some() {
+                        let text = format!("drop {} (asked by an earlier instance)", describe(&env));
+                        self.trace(name, || text);
+                    }
+                    return Vec::new();
+                }
+            }
+        }
+        if is_broker(name) {
+            let text = self.trace.is_some().then(|| format!("recv {} from {}", describe(&env), env.from));
+            let effects = self.broker.on_message(now, env);
+            self.trace_broker(|| text.unwrap_or_default());
+            self.check_broker();
+            return self.dispatch(shared, name, effects);
+        }
+        if self.producers.contains_key(name) {
+            let text = self.trace.is_some().then(|| format!("recv {}", describe(&env)));
+            let slot = self.producers.get_mut(name).expect("checked");
+            let Some(p) = slot.producer.as_mut() else { return Vec::new() };
+            let effects = p.on_message(now, env);
+            if let Some(t) = text {
+                self.trace(name, || t);
+            }
+            self.collect_completions(name);
+            return self.dispatch(shared, name, effects);
+        }
+        self.consumer_message(name, env);
+        Vec::new()
+    }
+
+    fn on_timer(&mut self, shared: &Shared, name: &str, incarnation: u32, timer: Timer) -> Vec<Outgoing> {
+        if self.nodes[name].incarnation != incarnation {
+            return Vec::new();
+        }
+        let now = self.now_ms();
+        if is_broker(name) {
+            if self.broker_down {
+                return Vec::new();
+            }
+            let text = self.trace.is_some().then(|| format!("timer {timer:?}"));
+            let effects = self.broker.on_timer(now, timer);
+            self.trace_broker(|| text.unwrap_or_default());
+            self.check_broker();
+            return self.dispatch(shared, name, effects);
+        }
+        if let Some(slot) = self.producers.get_mut(name) {
+            let Some(p) = slot.producer.as_mut() else { return Vec::new() };
+            let effects = p.on_timer(now, timer);
+            if !effects.sends.is_empty() && self.trace.is_some() {
+                let text =
+                    format!("timer: resend {}", effects.sends.iter().map(describe).collect::<Vec<_>>().join(", "));
+                self.trace(name, || text);
+            }
+            self.collect_completions(name);
+            return self.dispatch(shared, name, effects);
+        }
+        if let Some(slot) = self.consumers.get_mut(name) {
+            if let Timer::RequestTimeout { correlation_id } = &timer {
+                slot.polls.remove(correlation_id);
+            }
+            let effects = slot.consumer.on_timer(timer);
+            return self.dispatch(shared, name, effects);
+        }
+        Vec::new()
+    }
+
+    fn consumer_message(&mut self, name: &str, env: Envelope) {
+        let now = self.now_ms();
+        let slot = self.consumers.get_mut(name).expect("a consumer");
+        let corr = env.correlation_id;
+        let Message::FetchResponse { partition, fetch_offset, result } = &env.message else {
+            let _ = slot.consumer.on_message(env);
+            return;
+        };
+        let (partition, fetch_offset) = (partition.clone(), *fetch_offset);
+        let accepted = slot.polls.remove(&corr).is_some() && slot.consumer.position(&partition) == Some(fetch_offset);
+        let bounds = result.as_ref().ok().map(|d| (d.high_watermark, d.last_stable_offset, d.batches.len()));
+        let error = result.as_ref().err().copied();
+        let _ = slot.consumer.on_message(env);
+        if !accepted {
+            return;
+        }
+        let isolation = slot.consumer.isolation;
+        match bounds {
+            Some((high_watermark, last_stable_offset, batches)) => {
+                let records: Vec<(Offset, String)> =
+                    slot.consumer.take_delivered().into_iter().map(|r| (r.offset, r.value)).collect();
+                let position_after = slot.consumer.position(&partition).expect("assigned");
+                self.stats.polls += 1;
+                self.stats.delivered += records.len() as u64;
+                if self.trace.is_some() {
+                    let shown: Vec<String> = records.iter().map(|(o, v)| format!("{o}:{v}")).collect();
+                    let text = format!(
+                        "poll {partition} @{fetch_offset} HW {high_watermark} LSO {last_stable_offset} ({batches} batches) -> [{}] pos {position_after}",
+                        shown.join(" ")
+                    );
+                    self.trace(name, || text);
+                }
+                self.history.push(Event::Poll {
+                    time_ms: now,
+                    consumer: name.to_string(),
+                    isolation,
+                    partition,
+                    fetch_offset,
+                    high_watermark,
+                    last_stable_offset,
+                    records,
+                    position_after,
+                });
+            }
+            None => {
+                let _ = slot.consumer.take_errors();
+                let text = format!("poll {partition} @{fetch_offset} -> {}", error.map(|e| e.name()).unwrap_or("?"));
+                self.trace(name, || text);
+            }
+        }
+    }
+
+    /// Completions of the producer's calls become history events.
+    pub fn collect_completions(&mut self, name: &str) {
+        let now = self.now_ms();
+        let slot = self.producers.get_mut(name).expect("a producer");
+        let Some(p) = slot.producer.as_mut() else { return };
+        let done: Vec<Completion> = p.take_completions();
+        let mut lines = Vec::new();
+        for c in done {
+            let Some((call_id, _)) = slot.pending.remove(&c.op) else { continue };
+            let outcome = match c.result {
+                Ok(OpOutput::Sent { ack, .. }) => CallOutcome::Sent {
+                    first_offset: ack.first_offset,
+                    last_offset: ack.last_offset,
+                    duplicate: ack.duplicate,
+                },
+                Ok(_) => CallOutcome::Ok,
+                Err(e) => CallOutcome::Failed { error: e.name().to_string() },
+            };
+            if self.trace.is_some() {
+                lines.push(format!("complete #{call_id} {}", show_outcome(&outcome)));
+            }
+            self.history.push(Event::Complete { time_ms: now, process: name.to_string(), call_id, outcome });
+        }
+        for l in lines {
+            self.trace(name, || l);
+        }
+    }
+
+    // ---------------------------------------------------------------- producer calls
+
+    fn invoke_sync(&mut self, name: &str, call: ProducerCall, result: Result<(), KafkaError>) {
+        let now = self.now_ms();
+        self.stats.ops += 1;
+        self.next_call_id += 1;
+        let call_id = self.next_call_id;
+        let outcome = match result {
+            Ok(()) => CallOutcome::Ok,
+            Err(e) => CallOutcome::Failed { error: e.name().to_string() },
+        };
+        if self.trace.is_some() {
+            let text = format!("invoke #{call_id} {} -> {}", show_call(&call), show_outcome(&outcome));
+            self.trace(name, || text);
+        }
+        self.history.push(Event::Invoke { time_ms: now, process: name.to_string(), call_id, call });
+        self.history.push(Event::Complete { time_ms: now, process: name.to_string(), call_id, outcome });
+    }
+
+    /// Invokes an asynchronous producer call and records it; an immediate error completes it at once.
+    fn invoke(
+        &mut self,
+        shared: &Shared,
+        name: &str,
+        call: ProducerCall,
+        f: impl FnOnce(&mut Producer, u64) -> Result<(OpId, Effects), KafkaError>,
+    ) -> Vec<Outgoing> {
+        let now = self.now_ms();
+        self.stats.ops += 1;
+        self.next_call_id += 1;
+        let call_id = self.next_call_id;
+        let blocking = !matches!(call, ProducerCall::Send { .. });
+        if self.trace.is_some() {
+            let text = format!("invoke #{call_id} {}", show_call(&call));
+            self.trace(name, || text);
+        }
+        self.history.push(Event::Invoke { time_ms: now, process: name.to_string(), call_id, call });
+        let slot = self.producers.get_mut(name).expect("a producer");
+        let p = slot.producer.as_mut().expect("a running producer");
+        match f(p, now) {
+            Ok((op, effects)) => {
+                slot.pending.insert(op, (call_id, blocking));
+                self.collect_completions(name);
+                self.dispatch(shared, name, effects)
+            }
+            Err(e) => {
+                let outcome = CallOutcome::Failed { error: e.name().to_string() };
+                if self.trace.is_some() {
+                    let text = format!("complete #{call_id} {}", show_outcome(&outcome));
+                    self.trace(name, || text);
+                }
+                self.history.push(Event::Complete { time_ms: now, process: name.to_string(), call_id, outcome });
+                Vec::new()
+            }
+        }
+    }
+
+    /// Calls still open when their process died or the run ended: they may or may not have happened.
+    pub fn abandon_pending(&mut self, name: &str) {
+        let now = self.now_ms();
+        let slot = self.producers.get_mut(name).expect("a producer");
+        let pending = std::mem::take(&mut slot.pending);
+        for (_, (call_id, _)) in pending {
+            self.trace(name, || format!("complete #{call_id} unknown (no answer)"));
+            self.history.push(Event::Complete {
+                time_ms: now,
+                process: name.to_string(),
+                call_id,
+                outcome: CallOutcome::Unknown,
+            });
+        }
+    }
+
+    fn next_values(&mut self, name: &str, n: u32) -> Vec<String> {
+        let counter = self.next_value.entry(name.to_string()).or_insert(0);
+        (0..n)
+            .map(|_| {
+                *counter += 1;
+                format!("{name}-{counter}")
+            })
+            .collect()
+    }
+
+    /// One application step of producer `name`: what a Kafka application would call next.
+    pub fn producer_step(&mut self, shared: &Shared, name: &str) -> Vec<Outgoing> {
+        let now = self.now_ms();
+        let slot = &self.producers[name];
+        let Some(p) = slot.producer.as_ref() else { return Vec::new() };
+        if now < slot.stall_until_ms || self.paused.contains(name) {
+            return Vec::new();
+        }
+        // init, commit and abort block the application until they return.
+        if slot.pending.values().any(|(_, blocking)| *blocking) {
+            return Vec::new();
+        }
+        let kind = p.kind.clone();
+        let state = p.state;
+        // The plain producer keeps one request in flight and never retries (see `plain_config`), so its
+        // writes are neither duplicated nor reordered: both are allowed for it in Kafka.
+        if kind == ProducerKind::Plain && !p.is_idle() {
+            return Vec::new();
+        }
+        match (kind, state) {
+            (ProducerKind::Plain, _) | (ProducerKind::Idempotent, TxnManagerState::Ready) => {
+                let tp = self.rng.pick(&self.partitions).clone();
+                let n =
+                    self.rng.range(self.params.values_per_send.0 as u64, self.params.values_per_send.1 as u64) as u32;
+                let values = self.next_values(name, n);
+                let call = ProducerCall::Send { partition: tp.clone(), values: values.clone() };
+                self.invoke(shared, name, call, |p, now| p.send(now, tp, values))
+            }
+            (_, TxnManagerState::Uninitialized) => {
+                self.invoke(shared, name, ProducerCall::Init, |p, now| p.init_transactions(now))
+            }
+            (_, TxnManagerState::FatalError) => {
+                self.restart_producer(name, "fatal error");
+                Vec::new()
+            }
+            (ProducerKind::Idempotent, _) => Vec::new(),
+            (ProducerKind::Transactional { .. }, state) => self.txn_step(shared, name, state),
+        }
+    }
+
+    fn txn_step(&mut self, shared: &Shared, name: &str, state: TxnManagerState) -> Vec<Outgoing> {
+        match state {
+            TxnManagerState::Ready => {
+                if self.rng.chance(0.02) {
+                    // API misuse: Kafka answers INVALID_TXN_STATE at once.
+                    return self.invoke(shared, name, ProducerCall::Commit, |p, now| p.commit_transaction(now));
+                }
+                let result = self
+                    .producers
+                    .get_mut(name)
+                    .and_then(|s| s.producer.as_mut())
+                    .expect("running")
+                    .begin_transaction();
+                if result.is_ok() {
+                    let plan = self.draw_plan();
+                    self.producers.get_mut(name).expect("known").plan = Some(plan);
+                }
+                self.invoke_sync(name, ProducerCall::Begin, result);
+                Vec::new()
+            }
+            TxnManagerState::InTransaction => {
+                let params_values = self.params.values_per_send;
+                let stall = self.rng.chance(self.params.stall_prob);
+                let stall_ms = self.rng.range(self.params.stall_ms.0, self.params.stall_ms.1);
+                let n = self.rng.range(params_values.0 as u64, params_values.1 as u64) as u32;
+                let now = self.now_ms();
+                let slot = self.producers.get_mut(name).expect("known");
+                let plan = slot.plan.get_or_insert_with(|| TxnPlan {
+                    partitions: Vec::new(),
+                    sends_left: 0,
+                    next: 0,
+                    commit: false,
+                });
+                if plan.sends_left > 0 && !plan.partitions.is_empty() {
+                    plan.sends_left -= 1;
+                    let tp = plan.partitions[plan.next % plan.partitions.len()].clone();
+                    plan.next += 1;
+                    if stall {
+                        slot.stall_until_ms = now + stall_ms;
+                        self.trace(name, || format!("stalls {stall_ms} ms inside its transaction"));
+                    }
+                    let values = self.next_values(name, n);
+                    let call = ProducerCall::Send { partition: tp.clone(), values: values.clone() };
+                    return self.invoke(shared, name, call, |p, now| p.send(now, tp, values));
+                }
+                if plan.commit {
+                    self.invoke(shared, name, ProducerCall::Commit, |p, now| p.commit_transaction(now))
+                } else {
+                    self.invoke(shared, name, ProducerCall::Abort, |p, now| p.abort_transaction(now))
+                }
+            }
+            TxnManagerState::AbortableError => {
+                self.invoke(shared, name, ProducerCall::Abort, |p, now| p.abort_transaction(now))
+            }
+            _ => Vec::new(), // Waiting for an answer.
+        }
+    }
+
+    fn draw_plan(&mut self) -> TxnPlan {
+        let (lo, hi) = self.params.partitions_per_txn;
+        let k = (self.rng.range(lo as u64, hi as u64) as usize).clamp(1, self.partitions.len());
+        let mut pool = self.partitions.clone();
+        let mut chosen = Vec::new();
+        for _ in 0..k {
+            let i = self.rng.index(pool.len());
+            chosen.push(pool.remove(i));
+        }
+        let sends = self.rng.range(self.params.sends_per_txn.0 as u64, self.params.sends_per_txn.1 as u64) as u32;
+        let commit = self.rng.chance(self.params.commit_ratio);
+        TxnPlan { sends_left: sends.max(chosen.len() as u32), partitions: chosen, next: 0, commit }
+    }
+
+    /// Kills the producer's process and starts a new instance with the same transactional id.
+    pub fn restart_producer(&mut self, name: &str, why: &str) {
+        let Some(id) = self.nodes[name].id else { return };
+        if self.paused.contains(name) {
+            return;
+        }
+        let text = format!("restart process ({why})");
+        self.trace(name, || text);
+        let handle = Handle::current();
+        handle.kill(id);
+        self.abandon_pending(name);
+        let slot = self.producers.get_mut(name).expect("a producer");
+        slot.producer = None;
+        slot.plan = None;
+        slot.restarts += 1;
+        // The endpoint of the dead instance must not outlive it.
+        self.nodes.get_mut(name).expect("known").endpoint = None;
+        handle.restart(id);
+    }
+
+    // ---------------------------------------------------------------- consumers
+
+    pub fn consumer_step(&mut self, shared: &Shared, name: &str) -> Vec<Outgoing> {
+        let now = self.now_ms();
+        let tp = self.rng.pick(&self.partitions).clone();
+        let seek_roll = self.rng.f64();
+        let slot = self.consumers.get_mut(name).expect("a consumer");
+        if slot.seeks && seek_roll < 0.04 {
+            let position = slot.consumer.position(&tp).unwrap_or(0);
+            let offset = self.rng.range(0, position);
+            let slot = self.consumers.get_mut(name).expect("a consumer");
+            slot.consumer.seek(tp.clone(), offset);
+            self.history.push(Event::Seek { time_ms: now, consumer: name.to_string(), partition: tp.clone(), offset });
+            let text = format!("seek {tp} to {offset}");
+            self.trace(name, || text);
+            return Vec::new();
+        }
+        self.poll(shared, name, &tp)
+    }
+
+    pub fn poll(&mut self, shared: &Shared, name: &str, tp: &TopicPartition) -> Vec<Outgoing> {
+        let now = self.now_ms();
+        let slot = self.consumers.get_mut(name).expect("a consumer");
+        if slot.consumer.has_fetch_in_flight(tp) {
+            return Vec::new();
+        }
+        let offset = slot.consumer.position(tp).expect("assigned");
+        let effects = slot.consumer.poll(now, tp);
+        for env in &effects.sends {
+            slot.polls.insert(env.correlation_id, (tp.clone(), offset));
+        }
+        self.dispatch(shared, name, effects)
+    }
+
+    /// Where a consumer should end up after healing: the LSO (read_committed) or HW.
+    pub fn consumer_bound(&self, isolation: IsolationLevel, tp: &TopicPartition) -> Offset {
+        let log = &self.broker.partitions[tp];
+        match isolation {
+            IsolationLevel::ReadCommitted => log.last_stable_offset(&self.config.mutations),
+            IsolationLevel::ReadUncommitted => log.high_watermark(),
+        }
+    }
+}
+
+/// Sends what a step produced, through the sender's endpoint on madsim's network.
+pub async fn send_all(shared: &Shared, out: Vec<Outgoing>) {
+    for o in out {
+        if let Some(delay) = o.delay {
+            let wire_node = lock(shared).wire_node;
+            let Some(handle) = wire_node.and_then(|id| Handle::current().get_node(id)) else { continue };
+            let shared = shared.clone();
+            handle.spawn(async move {
+                madsim::time::sleep(delay).await;
+                send_one(&shared, &o.from, o.env, o.dst_incarnation).await;
+            });
+            continue;
+        }
+        send_one(shared, &o.from, o.env, o.dst_incarnation).await;
+    }
+}
+
+async fn send_one(shared: &Shared, from: &str, env: Envelope, dst_incarnation: u32) {
+    let (endpoint, dst, wire) = {
+        let mut w = lock(shared);
+        let Some(endpoint) = w.nodes[from].endpoint.clone() else { return };
+        let Some(dst) = w.nodes.get(node_key(&env.to).as_ref()) else { return };
+        let addr = dst.addr;
+        w.stats.messages += 1;
+        (endpoint, addr, Wire { env, dst_incarnation })
+    };
+    let _ = endpoint.send_to_raw(dst, TAG, Box::new(wire)).await;
+}
+
+// ---------------------------------------------------------------- descriptions for the timeline
+
+pub fn describe(env: &Envelope) -> String {
+    let api = env.message.api_name();
+    match &env.message {
+        Message::InitProducerIdRequest { transactional_id, .. } => {
+            format!("{api} req {}", transactional_id.as_deref().unwrap_or("(idempotent)"))
+        }
+        Message::InitProducerIdResponse { result } => match result {
+            Ok(p) => format!("{api} resp pid {} epoch {}", p.producer_id, p.epoch),
+            Err(e) => format!("{api} resp {e}"),
+        },
+        Message::AddPartitionsToTxnRequest { transactional_id, producer, partitions, verify_only } => format!(
+            "{api} req {transactional_id} pid {} e{} [{}]{}",
+            producer.producer_id,
+            producer.epoch,
+            partitions.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(","),
+            if *verify_only { " verify-only" } else { "" }
+        ),
+        Message::AddPartitionsToTxnResponse { result } => format!("{api} resp {}", unit_result(result)),
+        Message::ProduceRequest { partition, batch, .. } => {
+            let who = batch
+                .producer
+                .map(|p| format!("pid {} e{} seq {}", p.producer_id, p.epoch, p.base_sequence))
+                .unwrap_or_else(|| "no pid".into());
+            format!(
+                "{api} req {partition} {who}{} [{}]",
+                if batch.is_transactional { " txn" } else { "" },
+                batch.values.join(",")
+            )
+        }
+        Message::ProduceResponse { partition, result } => match result {
+            Ok(a) => format!(
+                "{api} resp {partition} {}..{}{}",
+                a.first_offset,
+                a.last_offset,
+                if a.duplicate { " (duplicate)" } else { "" }
+            ),
+            Err(e) => format!("{api} resp {partition} {e}"),
+        },
+        Message::EndTxnRequest { transactional_id, producer, result } => {
+            format!("{api} req {transactional_id} {} pid {} e{}", result.name(), producer.producer_id, producer.epoch)
+        }
+        Message::EndTxnResponse { result } => match result {
+            Ok(Some(p)) => format!("{api} resp ok (now pid {} e{})", p.producer_id, p.epoch),
+            Ok(None) => format!("{api} resp ok"),
+            Err(e) => format!("{api} resp {e}"),
+        },
+        Message::WriteTxnMarkersRequest { markers } => {
+            let parts: Vec<String> = markers
+                .iter()
+                .map(|m| {
+                    format!(
+                        "{} pid {} e{} ce{} [{}]",
+                        m.result.name(),
+                        m.producer_id,
+                        m.producer_epoch,
+                        m.coordinator_epoch,
+                        m.partitions.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(",")
+                    )
+                })
+                .collect();
+            format!("{api} req {}", parts.join("; "))
+        }
+        Message::WriteTxnMarkersResponse { results } => {
+            let parts: Vec<String> = results
+                .iter()
+                .map(|(pid, tp, r)| match r {
+                    Ok(o) => format!("pid {pid} {tp} @{o}"),
+                    Err(e) => format!("pid {pid} {tp} {e}"),
+                })
+                .collect();
+            format!("{api} resp {}", parts.join("; "))
+        }
+        Message::FetchRequest { partition, fetch_offset, isolation } => {
+            format!("{api} req {partition} @{fetch_offset} {}", isolation.map(|i| i.name()).unwrap_or("replica"))
+        }
+        Message::FetchResponse { partition, fetch_offset, result } => match result {
+            Ok(d) => format!("{api} resp {partition} @{fetch_offset} {} batches", d.batches.len()),
+            Err(e) => format!("{api} resp {partition} @{fetch_offset} {e}"),
+        },
+        Message::ListOffsetsRequest { partition, isolation } => format!("{api} req {partition} {}", isolation.name()),
+        Message::ListOffsetsResponse { partition, result } => match result {
+            Ok(o) => format!("{api} resp {partition} {o}"),
+            Err(e) => format!("{api} resp {partition} {e}"),
+        },
+    }
+}
+
+fn unit_result(r: &Result<(), KafkaError>) -> String {
+    match r {
+        Ok(()) => "ok".into(),
+        Err(e) => e.name().into(),
+    }
+}
+
+pub fn show_call(call: &ProducerCall) -> String {
+    match call {
+        ProducerCall::Init => "init".into(),
+        ProducerCall::Begin => "begin".into(),
+        ProducerCall::Send { partition, values } => format!("send {partition} [{}]", values.join(",")),
+        ProducerCall::Commit => "commit".into(),
+        ProducerCall::Abort => "abort".into(),
+    }
+}
+
+pub fn show_outcome(o: &CallOutcome) -> String {
+    match o {
+        CallOutcome::Ok => "ok".into(),
+        CallOutcome::Sent { first_offset, last_offset, duplicate } => {
+            format!("sent {first_offset}..{last_offset}{}", if *duplicate { " (duplicate)" } else { "" })
+        }
+        CallOutcome::Failed { error } => format!("failed {error}"),
+        CallOutcome::Unknown => "unknown".into(),
+    }
+}

@@ -1,0 +1,120 @@
+//! The madsim harness as a gate: a fixed-base sweep of every profile passes on the engine, every seed
+//! file in `seeds/` passes on the engine and still fails with its mutation, and a seed replays to the
+//! same bytes.
+
+use std::path::Path;
+use txnsim_engine::Mutation;
+use txnsim_sim::seeds;
+use txnsim_sim::sweep::{run_sweep, summary_lines, SweepSpec};
+use txnsim_sim::{run_seed, Profile, RunSpec};
+
+/// Seeds per profile in the gate; `TXNSIM_SIM_SEEDS` overrides (CI may run more, a laptop fewer).
+fn seeds_per_profile(default: u64) -> u64 {
+    std::env::var("TXNSIM_SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+}
+
+fn sweep_profile(profile: Profile, default_seeds: u64) {
+    // A fixed base well away from the seeds people replay by hand.
+    let spec = SweepSpec { from: 100_000, seeds: seeds_per_profile(default_seeds), profile, mutation: None, jobs: 2 };
+    let result = run_sweep(&spec, |_, _| {});
+    assert!(result.passed(), "{}", summary_lines(&result, 5).join("\n"));
+}
+
+#[test]
+fn sweep_standard() {
+    sweep_profile(Profile::Standard, 1000);
+}
+
+#[test]
+fn sweep_contention() {
+    sweep_profile(Profile::Contention, 600);
+}
+
+#[test]
+fn sweep_long_txns() {
+    sweep_profile(Profile::LongTxns, 400);
+}
+
+#[test]
+fn sweep_timeouts() {
+    sweep_profile(Profile::Timeouts, 600);
+}
+
+#[test]
+fn sweep_atomicity() {
+    sweep_profile(Profile::Atomicity, 600);
+}
+
+#[test]
+fn seed_corpus_passes_on_the_engine_and_fails_with_its_mutation() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../seeds");
+    let corpus = seeds::load_dir(&dir).unwrap_or_else(|e| panic!("{e}"));
+    assert!(corpus.len() >= 10, "expected the seed corpus in {}, found {} files", dir.display(), corpus.len());
+    let problems: Vec<String> = corpus
+        .iter()
+        .filter_map(|(path, seed)| seeds::check(seed).err().map(|e| format!("{}: {e}", path.display())))
+        .collect();
+    assert!(problems.is_empty(), "seed files that are broken or stale:\n{}", problems.join("\n"));
+}
+
+#[test]
+fn a_seed_replays_to_the_same_bytes() {
+    let cases = [
+        (7, Profile::Standard, None),
+        (11, Profile::Atomicity, None),
+        (3, Profile::Timeouts, None),
+        (0, Profile::Standard, Some(Mutation::SkipAbortedIndexOnFetch)),
+    ];
+    for (seed, profile, mutation) in cases {
+        let spec = RunSpec { seed, profile, mutation, trace: true, keep_history: true };
+        let a = run_seed(&spec);
+        let b = run_seed(&spec);
+        assert!(a.timeline.len() > 50, "seed {seed}: a trace of {} lines is too short to mean much", a.timeline.len());
+        let bytes = |r: &txnsim_sim::RunReport| serde_json::to_string(r).expect("serializes");
+        assert_eq!(a.timeline, b.timeline, "seed {seed} {profile}: timelines differ");
+        assert_eq!(bytes(&a), bytes(&b), "seed {seed} {profile}: reports differ");
+    }
+    // And a different seed is a different run.
+    let a =
+        run_seed(&RunSpec { seed: 7, profile: Profile::Standard, mutation: None, trace: true, keep_history: false });
+    let c =
+        run_seed(&RunSpec { seed: 8, profile: Profile::Standard, mutation: None, trace: true, keep_history: false });
+    assert_ne!(a.timeline, c.timeline);
+}
+
+#[test]
+fn a_mutation_fails_within_the_first_seeds_and_names_a_replay() {
+    let spec = SweepSpec {
+        from: 0,
+        seeds: 5,
+        profile: Profile::Standard,
+        mutation: Some(Mutation::SkipAbortedIndexOnFetch),
+        jobs: 2,
+    };
+    let result = run_sweep(&spec, |_, _| {});
+    assert_eq!(result.first_failure_index(), Some(0), "{}", summary_lines(&result, 2).join("\n"));
+    let lines = summary_lines(&result, 1);
+    assert!(lines.iter().any(|l| l.contains("aborted-read")), "{}", lines.join("\n"));
+    assert!(
+        lines
+            .iter()
+            .any(|l| l
+                .contains("replay: txnsim replay --seed 0 --profile standard --mutation skip-aborted-index-on-fetch")),
+        "{}",
+        lines.join("\n")
+    );
+}
+
+#[test]
+fn save_writes_a_seed_file_that_loads_back() {
+    let report = run_seed(&RunSpec::new(0, Profile::Standard, Some(Mutation::RedeliverLastRecord)));
+    assert!(!report.passed());
+    let dir = std::env::temp_dir().join(format!("txnsim-seeds-{}", std::process::id()));
+    let path = seeds::save(&dir, &report).expect("saved");
+    let loaded = seeds::load_dir(&dir).expect("loads");
+    assert_eq!(loaded.len(), 1);
+    assert_eq!(loaded[0].0, path);
+    assert_eq!(loaded[0].1.seed, 0);
+    assert_eq!(loaded[0].1.mutation.as_deref(), Some("redeliver-last-record"));
+    std::fs::remove_dir_all(&dir).ok();
+}
