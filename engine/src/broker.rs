@@ -172,7 +172,9 @@ impl Broker {
                 Some(Message::WriteTxnMarkersResponse { results: self.handle_write_txn_markers(now_ms, &markers) })
             }
             Message::WriteTxnMarkersResponse { results } => {
-                self.coordinate(now_ms, &mut effects, |c, ctx| c.handle_write_txn_markers_response(&results, ctx));
+                self.coordinate(now_ms, &mut effects, |c, ctx| {
+                    c.handle_write_txn_markers_response(corr, &results, ctx)
+                });
                 None
             }
             Message::AddPartitionsToTxnResponse { result } => {
@@ -268,9 +270,15 @@ impl Broker {
         };
         let pid = pending.batch.producer.expect("verified batches are transactional").producer_id;
         let current_guard = self.verification_guards.get(&(pending.partition.clone(), pid)).copied();
+        let ongoing = self.partitions[&pending.partition]
+            .producer_state
+            .entry(pid)
+            .is_some_and(|e| e.current_txn_first_offset.is_some());
         let result = match result {
+            // Only a batch that would begin the transaction here needs its guard (`analyzeAndValidateProducerState`):
+            // a pipelined batch verified alongside the first joins the transaction the first one began.
             // A marker since the verification cleared the guard: the transaction it verified is over.
-            Ok(()) if current_guard != Some(pending.guard) => Err(KafkaError::InvalidTxnState),
+            Ok(()) if !ongoing && current_guard != Some(pending.guard) => Err(KafkaError::InvalidTxnState),
             Ok(()) => self.append_client_batch(now_ms, &pending.partition, &pending.batch),
             // The producer's epoch is stale at the coordinator: a zombie's batch.
             Err(KafkaError::ProducerFenced) => Err(KafkaError::InvalidProducerEpoch),

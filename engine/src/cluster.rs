@@ -126,17 +126,65 @@ impl Cluster {
     /// left but background timers. Returns false if the bound was hit: the cluster keeps itself busy.
     pub fn run_until_quiet(&mut self) -> bool {
         for _ in 0..MAX_STEPS_PER_RUN {
-            if let Some(env) = self.network.pop_front() {
-                self.deliver(env);
-                continue;
+            if !self.step() {
+                return true;
             }
-            let next = self.timers.iter().find(|(_, (_, t))| !t.is_background()).map(|(k, _)| *k);
-            let Some(key) = next else { return true };
-            let (node, timer) = self.timers.remove(&key).expect("found above");
-            self.now_ms = self.now_ms.max(key.0);
-            self.fire(node, timer);
         }
         false
+    }
+
+    /// One step of `run_until_quiet`: delivers the next message in flight, or else fires the earliest
+    /// client retry timer (moving time to it). Returns false if there was nothing to do (quiet).
+    pub fn step(&mut self) -> bool {
+        if let Some(env) = self.network.pop_front() {
+            self.deliver(env);
+            return true;
+        }
+        let next = self.timers.iter().find(|(_, (_, t))| !t.is_background()).map(|(k, _)| *k);
+        let Some(key) = next else { return false };
+        let (node, timer) = self.timers.remove(&key).expect("found above");
+        self.now_ms = self.now_ms.max(key.0);
+        self.fire(node, timer);
+        true
+    }
+
+    /// The message `step` would deliver next, if any (drivers that delay, drop or duplicate look first).
+    pub fn peek_message(&self) -> Option<&Envelope> {
+        self.network.front()
+    }
+
+    /// Takes the next message off the network without delivering it: lost, or held back by the driver.
+    pub fn take_message(&mut self) -> Option<Envelope> {
+        self.network.pop_front()
+    }
+
+    /// Puts a message at the back of the network: a held message released, or a duplicate.
+    pub fn inject(&mut self, env: Envelope) {
+        self.network.push_back(env);
+    }
+
+    /// Drops every message in flight (a broker restart loses its connections) and returns them.
+    pub fn drop_messages(&mut self) -> Vec<Envelope> {
+        self.network.drain(..).collect()
+    }
+
+    /// Whether a client retry timer is set (the cluster is not quiet even with an empty network).
+    pub fn has_client_timer(&self) -> bool {
+        self.timers.values().any(|(_, t)| !t.is_background())
+    }
+
+    /// When the earliest timer of any kind (background ones too) falls due.
+    pub fn next_timer_due_ms(&self) -> Option<TimeMs> {
+        self.timers.keys().next().map(|k| k.0)
+    }
+
+    /// Fires the earliest timer of any kind, moving time to it. Returns false if no timer is set.
+    pub fn fire_next_timer(&mut self) -> bool {
+        let Some((&key, _)) = self.timers.iter().next() else { return false };
+        let (node, timer) = self.timers.remove(&key).expect("found above");
+        self.now_ms = self.now_ms.max(key.0);
+        self.fire(node, timer);
+        true
     }
 
     /// Moves time forward by `ms`, firing every timer that falls due (background ones too) in order.

@@ -22,7 +22,7 @@ pub enum Mutation {
     NoAbortedIndexEntry,
     /// KAFKA_SEMANTICS 1.1 step 5 dropped: non-transactional data from a producer with an open transaction is appended.
     AllowNonTxnWriteInOpenTxn,
-    /// Idempotence off at the leader: a retried batch is appended again.
+    /// Idempotence off at the leader: a retried batch (same epoch and sequences as a retained one) is appended again.
     NoDedup,
     /// A detected duplicate is answered with the log end instead of the original batch's offsets.
     DuplicateReturnsWrongOffsets,

@@ -141,8 +141,12 @@ impl ProducerStateManager {
         let entry = self.producers.get(&producer.producer_id).unwrap_or(&empty);
         let first_seq = producer.base_sequence;
         let last_seq = crate::record::increment_sequence(first_seq, record_count as i64 - 1);
-        if origin == AppendOrigin::Client && !mutations.has(Mutation::NoDedup) {
+        if origin == AppendOrigin::Client {
             if let Some(dup) = entry.find_duplicate(producer.epoch, first_seq, last_seq) {
+                if mutations.has(Mutation::NoDedup) {
+                    // The bug: a retried batch is taken for a new one and appended again.
+                    return Ok(AppendCheck::Append);
+                }
                 return Ok(AppendCheck::Duplicate(dup));
             }
         }

@@ -4,7 +4,7 @@
 //! which client calls succeed by Kafka's client rules. The proptests compare the engine against it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use txnsim_engine::{IsolationLevel, Offset, TopicPartition};
+use txnsim_engine::{IsolationLevel, Offset, TopicPartition, TransactionVersion};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -30,20 +30,39 @@ struct Partition {
     entries: Vec<Entry>,
 }
 
+/// Why an instance no longer holds its transactional id's current epoch (the client does not know yet).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fence {
+    None,
+    /// A newer instance of the id initialized.
+    Superseded,
+    /// The coordinator aborted its transaction on timeout (one epoch bump).
+    TimedOut,
+}
+
+/// What a failed call on a fenced instance left behind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Poison {
+    None,
+    /// Only `abort` may still succeed (TV2 after a timeout, KIP-890).
+    Abortable,
+    /// Every call fails.
+    Fatal,
+}
+
 #[derive(Clone, Debug)]
 struct Instance {
     transactional_id: String,
     in_txn: bool,
     /// Partitions the current transaction has written to.
     touched: BTreeSet<TopicPartition>,
-    /// A newer instance exists or the coordinator timed this one out; the client does not know yet.
-    fenced: bool,
-    /// A call failed on a fenced instance: it now fails everything.
-    poisoned: bool,
+    fence: Fence,
+    poison: Poison,
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct ReferenceModel {
+    transaction_version: TransactionVersion,
     partitions: BTreeMap<TopicPartition, Partition>,
     outcomes: Vec<Outcome>,
     instances: BTreeMap<String, Instance>,
@@ -67,11 +86,20 @@ pub enum Predicted {
 }
 
 impl ReferenceModel {
-    pub fn new(partitions: impl IntoIterator<Item = TopicPartition>) -> Self {
+    pub fn new(partitions: impl IntoIterator<Item = TopicPartition>, transaction_version: TransactionVersion) -> Self {
         ReferenceModel {
+            transaction_version,
             partitions: partitions.into_iter().map(|tp| (tp, Partition::default())).collect(),
-            ..Default::default()
+            outcomes: Vec::new(),
+            instances: BTreeMap::new(),
+            open: BTreeMap::new(),
         }
+    }
+
+    /// Under TV2 an EndTxn(abort) from the epoch just before a timeout's bump reads as a retry of that
+    /// abort and succeeds (KIP-890 part 2); any other call from a fenced instance is fenced.
+    fn abort_recovers(&self, inst: &Instance) -> bool {
+        self.transaction_version == TransactionVersion::V2 && inst.fence == Fence::TimedOut
     }
 
     fn append(&mut self, tp: &TopicPartition, entry: Entry) -> Offset {
@@ -92,7 +120,7 @@ impl ReferenceModel {
     pub fn init(&mut self, name: &str, tid: &str) -> Predicted {
         let markers = self.end(tid, Outcome::Aborted);
         for inst in self.instances.values_mut().filter(|i| i.transactional_id == tid) {
-            inst.fenced = true;
+            inst.fence = Fence::Superseded;
         }
         self.instances.insert(
             name.to_string(),
@@ -100,8 +128,8 @@ impl ReferenceModel {
                 transactional_id: tid.to_string(),
                 in_txn: false,
                 touched: BTreeSet::new(),
-                fenced: false,
-                poisoned: false,
+                fence: Fence::None,
+                poison: Poison::None,
             },
         );
         Predicted::Ended { markers }
@@ -109,7 +137,7 @@ impl ReferenceModel {
 
     pub fn begin(&mut self, name: &str) -> Predicted {
         let inst = self.instances.get_mut(name).expect("initialized");
-        if inst.poisoned || inst.in_txn {
+        if inst.poison != Poison::None || inst.in_txn {
             return Predicted::Fails;
         }
         inst.in_txn = true;
@@ -118,12 +146,13 @@ impl ReferenceModel {
     }
 
     pub fn send(&mut self, name: &str, tp: &TopicPartition, values: &[String]) -> Predicted {
+        let recovers = self.abort_recovers(&self.instances[name]);
         let inst = self.instances.get_mut(name).expect("initialized");
-        if inst.poisoned || !inst.in_txn {
+        if inst.poison != Poison::None || !inst.in_txn {
             return Predicted::Fails;
         }
-        if inst.fenced {
-            inst.poisoned = true;
+        if inst.fence != Fence::None {
+            inst.poison = if recovers { Poison::Abortable } else { Poison::Fatal };
             return Predicted::Fails;
         }
         inst.touched.insert(tp.clone());
@@ -145,16 +174,29 @@ impl ReferenceModel {
     /// `commit` or `abort`. An instance whose transaction wrote nothing ends it locally (Kafka's client
     /// sends no EndTxn), so that succeeds even when fenced.
     pub fn end_txn(&mut self, name: &str, commit: bool) -> Predicted {
+        let recovers = self.abort_recovers(&self.instances[name]);
         let inst = self.instances.get_mut(name).expect("initialized");
-        if inst.poisoned || !inst.in_txn {
+        let abortable_only = inst.poison == Poison::Abortable;
+        if inst.poison == Poison::Fatal || !inst.in_txn || (abortable_only && commit) {
             return Predicted::Fails;
         }
         if inst.touched.is_empty() {
             inst.in_txn = false;
             return Predicted::Ended { markers: BTreeMap::new() };
         }
-        if inst.fenced {
-            inst.poisoned = true;
+        if inst.fence != Fence::None {
+            if recovers && !commit {
+                // The coordinator already aborted this transaction; the client takes the bumped epoch.
+                *inst = Instance {
+                    in_txn: false,
+                    touched: BTreeSet::new(),
+                    fence: Fence::None,
+                    poison: Poison::None,
+                    ..inst.clone()
+                };
+                return Predicted::Ended { markers: BTreeMap::new() };
+            }
+            inst.poison = Poison::Fatal;
             return Predicted::Fails;
         }
         inst.in_txn = false;
@@ -173,8 +215,8 @@ impl ReferenceModel {
         if !self.open.contains_key(tid) {
             return Predicted::Ended { markers: BTreeMap::new() };
         }
-        for inst in self.instances.values_mut().filter(|i| i.transactional_id == tid) {
-            inst.fenced = true;
+        for inst in self.instances.values_mut().filter(|i| i.transactional_id == tid && i.fence == Fence::None) {
+            inst.fence = Fence::TimedOut;
         }
         Predicted::Ended { markers: self.end(tid, Outcome::Aborted) }
     }

@@ -3,7 +3,7 @@
 use crate::catalogue::{Invariant, Violation};
 use crate::log_facts::{LogFacts, MarkerAt};
 use std::collections::BTreeMap;
-use txnsim_engine::coordinator::{DecisionCause, TransactionCoordinator, TransactionState, TxnDecision};
+use txnsim_engine::coordinator::{DecisionCause, TransactionCoordinator, TransactionState};
 use txnsim_engine::{Broker, Mutations, Offset, PartitionLog, ProducerId, TopicPartition};
 
 /// What the state invariants look at: the partition leaders' logs and, where there is one, the
@@ -93,7 +93,7 @@ fn check_lso(
     for t in &facts.txns {
         let decided_below_hw = t.marker.is_some_and(|m| m.offset < hw);
         // Batches wholly below the log start are deleted; only what a reader can still fetch counts.
-        if let Some(&(base, last)) = t.batches.iter().find(|(base, last)| *base < lso && *last >= start) {
+        if let Some(&(base, last)) = t.batches.iter().find(|(base, last)| (*base).max(start) < lso && *last >= start) {
             if !decided_below_hw {
                 let state = match t.marker {
                     Some(m) => format!("its {} marker at {} is not below the HW {hw}", m.result.name(), m.offset),
@@ -267,69 +267,84 @@ fn check_partition_coverage(
     }
 }
 
-/// Pairs each partition's markers with the coordinator's decisions for that producer and partition, in
-/// order; an identical marker right after its decision's is a resend.
+/// Holds each partition's markers against the coordinator's decisions. A decision's acknowledged marker
+/// must be in the log as that decision's; every marker that closes a transaction must be some matching
+/// decision's marker, written first there and acknowledged as it or as a later resend. A marker that
+/// closes nothing (a resend) decides nothing.
 fn check_decisions(
     partitions: &BTreeMap<TopicPartition, PartitionLog>,
     c: &TransactionCoordinator,
     out: &mut Vec<Violation>,
 ) {
-    // (decision index, partition) pairs that have their marker.
-    let mut marked: Vec<(usize, &TopicPartition)> = Vec::new();
     for (tp, log) in partitions {
         let facts = LogFacts::of(log);
-        let mut next: BTreeMap<ProducerId, usize> = BTreeMap::new();
-        for m in facts.markers() {
-            let mine: Vec<(usize, &TxnDecision)> = c
-                .decisions
-                .iter()
-                .enumerate()
-                .filter(|(_, d)| d.producer_id == m.producer_id && d.partitions.contains(tp))
-                .collect();
-            if mine.is_empty() && c.transactional_id_of(m.producer_id).is_none() {
+        let markers: BTreeMap<Offset, MarkerAt> = facts.markers().into_iter().map(|m| (m.offset, m)).collect();
+        let first_retained = log.segments().first().map(|s| s.base_offset).unwrap_or(0);
+        for (i, d) in c.decisions.iter().enumerate() {
+            let Some(&offset) = d.markers.get(tp) else { continue };
+            let found = markers.get(&offset);
+            let ok = found
+                .is_some_and(|m| m.producer_id == d.producer_id && m.result == d.result && m.epoch == d.marker_epoch);
+            if !ok && offset >= first_retained {
+                let what = match found {
+                    Some(m) => format!("{} for producer {} epoch {}", m.result.name(), m.producer_id, m.epoch),
+                    None => "no marker".to_string(),
+                };
+                out.push(Violation::new(
+                    Invariant::MarkerMatchesDecision,
+                    format!(
+                        "{tp}: decision #{i} ('{}' {} epoch {}) was acknowledged at offset {offset}, which holds {what}",
+                        d.transactional_id,
+                        d.result.name(),
+                        d.marker_epoch
+                    ),
+                ));
+            }
+        }
+        let closing: Vec<MarkerAt> = facts.txns.iter().filter_map(|t| t.marker).collect();
+        for m in &closing {
+            if c.transactional_id_of(m.producer_id).is_none() {
                 continue; // A producer this coordinator never knew (log-layer writes).
             }
-            let k = next.entry(m.producer_id).or_insert(0);
-            let matches = |d: &TxnDecision| d.result == m.result && d.marker_epoch == m.epoch;
-            if let Some((i, d)) = mine.get(*k) {
-                if matches(d) {
-                    marked.push((*i, tp));
-                    *k += 1;
-                    continue;
-                }
-            }
-            if *k > 0 && matches(mine[*k - 1].1) {
-                continue; // A resend of the previous decision's marker.
-            }
-            let expected = match mine.get(*k) {
-                Some((_, d)) => {
-                    format!("the next decision for it here is {} with epoch {}", d.result.name(), d.marker_epoch)
-                }
-                None => "no decision for it covers this partition".to_string(),
+            // No other transaction of this producer closed between the marker and the acknowledged one.
+            let acknowledged_as = |o: Offset| {
+                o >= m.offset
+                    && !closing.iter().any(|x| x.producer_id == m.producer_id && x.offset > m.offset && x.offset <= o)
             };
-            out.push(Violation::new(
-                Invariant::MarkerMatchesDecision,
-                format!(
-                    "{tp}: {} marker at {} for producer {} epoch {}, but {expected}",
-                    m.result.name(),
-                    m.offset,
-                    m.producer_id,
-                    m.epoch
-                ),
-            ));
+            let explained = c.decisions.iter().any(|d| {
+                d.producer_id == m.producer_id
+                    && d.result == m.result
+                    && d.marker_epoch == m.epoch
+                    && d.markers.get(tp).is_some_and(|&o| acknowledged_as(o))
+            });
+            let pending = c.pending_completions.get(&m.producer_id).map(|p| &c.decisions[p.decision]);
+            // A pending decision's marker may be in the log before its acknowledgement arrives.
+            let in_flight = pending
+                .is_some_and(|d| d.result == m.result && d.marker_epoch == m.epoch && !d.markers.contains_key(tp));
+            if !explained && !in_flight {
+                out.push(Violation::new(
+                    Invariant::MarkerMatchesDecision,
+                    format!(
+                        "{tp}: {} marker at {} for producer {} epoch {} closes a transaction, but no decision of that outcome and epoch wrote it",
+                        m.result.name(),
+                        m.offset,
+                        m.producer_id,
+                        m.epoch
+                    ),
+                ));
+            }
         }
     }
     for (i, d) in c.decisions.iter().enumerate().filter(|(_, d)| d.completed) {
-        if let Some(tp) = d.partitions.iter().find(|tp| !marked.contains(&(i, tp))) {
+        if let Some(tp) = d.partitions.iter().find(|tp| !d.markers.contains_key(*tp)) {
             out.push(Violation::new(
                 Invariant::OneOutcomePerTransaction,
                 format!(
-                    "'{}' (producer {}) completed its {} over {:?} but {tp} has no {} marker for it",
+                    "decision #{i}: '{}' (producer {}) completed its {} over {:?} but {tp} never acknowledged its marker",
                     d.transactional_id,
                     d.producer_id,
                     d.result.name(),
-                    d.partitions.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
-                    d.result.name()
+                    d.partitions.iter().map(|p| p.to_string()).collect::<Vec<_>>()
                 ),
             ));
         }

@@ -11,7 +11,7 @@ use crate::mutation::Mutation;
 use crate::protocol::Timer;
 use crate::protocol::{Effects, Message, NodeId, TxnMarkerEntry};
 use crate::types::{
-    CoordinatorEpoch, ProducerEpoch, ProducerId, ProducerIdAndEpoch, TimeMs, TopicPartition, TransactionResult,
+    CoordinatorEpoch, Offset, ProducerEpoch, ProducerId, ProducerIdAndEpoch, TimeMs, TopicPartition, TransactionResult,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -51,6 +51,8 @@ pub struct TxnDecision {
     pub coordinator_epoch: CoordinatorEpoch,
     /// CompleteCommit / CompleteAbort has been written.
     pub completed: bool,
+    /// Where each partition's leader said it wrote this decision's marker (the first acknowledgement).
+    pub markers: BTreeMap<TopicPartition, Offset>,
 }
 
 /// Markers of one decided transaction still to be acknowledged by partition leaders.
@@ -73,6 +75,8 @@ pub struct TransactionCoordinator {
     pub pending_completions: BTreeMap<ProducerId, PendingCompletion>,
     /// Every decision ever made, in order (durable).
     pub decisions: Vec<TxnDecision>,
+    /// WriteTxnMarkers requests in flight: correlation id to decision (volatile; lost on restart).
+    marker_requests: BTreeMap<u64, usize>,
     next_correlation_id: u64,
 }
 
@@ -105,6 +109,7 @@ impl TransactionCoordinator {
             txns: BTreeMap::new(),
             pending_completions: BTreeMap::new(),
             decisions: Vec::new(),
+            marker_requests: BTreeMap::new(),
             next_correlation_id: 0,
         }
     }
@@ -192,7 +197,8 @@ impl TransactionCoordinator {
         ctx: &mut Ctx<'_>,
     ) {
         let meta = self.txns.get_mut(tid).expect("decision on a known transactional id");
-        if ctx.config.transaction_version.supports_epoch_bump() {
+        // TV2 bumps once per transaction; a fence or timeout abort has bumped already (KAFKA_SEMANTICS 1.10).
+        if ctx.config.transaction_version.supports_epoch_bump() && cause == DecisionCause::Client {
             meta.last_producer_epoch = meta.producer_epoch;
             meta.producer_epoch += 1;
         }
@@ -217,6 +223,7 @@ impl TransactionCoordinator {
             cause,
             coordinator_epoch: self.coordinator_epoch,
             completed: false,
+            markers: BTreeMap::new(),
         });
         let pending = PendingCompletion {
             transactional_id: tid.to_string(),
@@ -246,6 +253,7 @@ impl TransactionCoordinator {
         }
         for (leader, partitions) in by_leader {
             self.next_correlation_id += 1;
+            self.marker_requests.insert(self.next_correlation_id, pending.decision);
             let entry = TxnMarkerEntry {
                 producer_id,
                 producer_epoch: pending.producer.epoch,
@@ -274,52 +282,54 @@ impl TransactionCoordinator {
     }
 
     /// `TransactionMarkerRequestCompletionHandler`: acknowledged partitions leave the pending set; a retriable
-    /// error resends; a fencing error cancels the rest. When nothing remains, Complete* is written.
-    #[allow(clippy::too_many_arguments)]
+    /// error resends; a fencing error cancels the rest. When nothing remains, Complete* is written. Like
+    /// Kafka's per-request callback, an answer only counts for the decision its request carried.
     pub fn handle_write_txn_markers_response(
         &mut self,
+        correlation_id: u64,
         results: &[(ProducerId, TopicPartition, Result<u64, KafkaError>)],
         ctx: &mut Ctx<'_>,
     ) {
-        let mut resend = BTreeSet::new();
-        for (pid, tp, result) in results {
-            let Some(pending) = self.pending_completions.get_mut(pid) else {
-                if ctx.config.mutations.has(Mutation::DoubleComplete) {
-                    self.write_completion_again(*pid, ctx.now_ms);
-                }
-                continue; // A late duplicate response after completion.
-            };
+        let Some(decision) = self.marker_requests.remove(&correlation_id) else {
+            return; // Sent before a restart: that request died with the old coordinator.
+        };
+        let pid = self.decisions[decision].producer_id;
+        if self.pending_completions.get(&pid).is_none_or(|p| p.decision != decision) {
+            // An answer to a resend that crossed the first answer: the decision already completed.
+            if ctx.config.mutations.has(Mutation::DoubleComplete) {
+                self.write_completion_again(decision, ctx.now_ms);
+            }
+            return;
+        }
+        let pending = self.pending_completions.get_mut(&pid).expect("checked above");
+        let mut resend = false;
+        for (rpid, tp, result) in results {
+            assert_eq!(*rpid, pid, "a WriteTxnMarkers answer names the producer its request did");
             match result {
-                Ok(_) => {
+                Ok(offset) => {
                     pending.remaining.remove(tp);
+                    self.decisions[decision].markers.entry(tp.clone()).or_insert(*offset);
                 }
                 Err(KafkaError::InvalidProducerEpoch | KafkaError::TransactionCoordinatorFenced) => {
-                    pending.remaining.clear();
+                    // A newer coordinator owns this producer now: stop sending, complete nothing
+                    // (`removeMarkersForTxn`); that coordinator finishes the transaction.
+                    self.pending_completions.remove(&pid);
+                    return;
                 }
-                Err(_) => {
-                    resend.insert(*pid);
-                }
+                Err(_) => resend = true,
             }
         }
-        let pids: Vec<ProducerId> = results.iter().map(|r| r.0).collect::<BTreeSet<_>>().into_iter().collect();
-        for pid in pids {
-            let Some(pending) = self.pending_completions.get(&pid) else {
-                continue;
-            };
-            if pending.remaining.is_empty() {
-                self.complete(pid, ctx.now_ms);
-            } else if resend.contains(&pid) {
-                self.send_markers(pid, ctx);
-            }
+        if pending.remaining.is_empty() {
+            self.complete(pid, ctx.now_ms);
+        } else if resend {
+            self.send_markers(pid, ctx);
         }
     }
 
-    /// The `DoubleComplete` bug: a second completion write for this producer's last decision, unchecked,
+    /// The `DoubleComplete` bug: a second completion write for an already completed decision, unchecked,
     /// over whatever state the transactional id is in now (possibly a newer Ongoing transaction).
-    fn write_completion_again(&mut self, producer_id: ProducerId, now_ms: TimeMs) {
-        let Some(d) = self.decisions.iter().rev().find(|d| d.producer_id == producer_id) else {
-            return;
-        };
+    fn write_completion_again(&mut self, decision: usize, now_ms: TimeMs) {
+        let d = &self.decisions[decision];
         let to = match d.result {
             TransactionResult::Commit => TransactionState::CompleteCommit,
             TransactionResult::Abort => TransactionState::CompleteAbort,
@@ -336,6 +346,7 @@ impl TransactionCoordinator {
     /// markers again, with the new epoch; Ongoing ones stay Ongoing (later fenced or timed out).
     pub fn on_load(&mut self, ctx: &mut Ctx<'_>) {
         self.coordinator_epoch += 1;
+        self.marker_requests.clear();
         let pending: Vec<ProducerId> = self.pending_completions.keys().copied().collect();
         if ctx.config.mutations.has(Mutation::DropPendingMarkersOnRestart) {
             // The bug: the in-memory pending set is gone and nothing rebuilds it.
