@@ -139,9 +139,14 @@ impl Broker {
         let reply_to = env.from.clone();
         let corr = env.correlation_id;
         let reply = match env.message {
-            Message::InitProducerIdRequest { transactional_id, transaction_timeout_ms } => {
+            Message::InitProducerIdRequest { transactional_id, transaction_timeout_ms, producer_id_and_epoch } => {
                 let result = self.coordinate(now_ms, &mut effects, |c, ctx| {
-                    c.handle_init_producer_id(transactional_id.as_deref(), transaction_timeout_ms, ctx)
+                    c.handle_init_producer_id(
+                        transactional_id.as_deref(),
+                        transaction_timeout_ms,
+                        producer_id_and_epoch,
+                        ctx,
+                    )
                 });
                 Some(Message::InitProducerIdResponse { result })
             }

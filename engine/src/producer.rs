@@ -74,10 +74,23 @@ pub struct Completion {
 /// A request awaiting its response, kept so a retriable error can resend it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum InFlight {
-    InitProducerId { op: OpId },
-    AddPartitions { partitions: Vec<TopicPartition> },
-    Produce { op: OpId, partition: TopicPartition, batch: ProduceBatch },
-    EndTxn { op: OpId, result: TransactionResult },
+    /// `after_abort`: KIP-360's epoch bump that completes an abort whose batches may have broken sequences.
+    InitProducerId {
+        op: OpId,
+        after_abort: bool,
+    },
+    AddPartitions {
+        partitions: Vec<TopicPartition>,
+    },
+    Produce {
+        op: OpId,
+        partition: TopicPartition,
+        batch: ProduceBatch,
+    },
+    EndTxn {
+        op: OpId,
+        result: TransactionResult,
+    },
 }
 
 /// A send waiting for its partition to join the transaction (TV1's AddPartitionsToTxn first).
@@ -118,6 +131,8 @@ pub struct Producer {
     attempts: BTreeMap<OpId, u32>,
     /// The time of the latest input; requests' timeouts count from it.
     now_ms: TimeMs,
+    /// A batch failed in a way that leaves its sequence unknown: the next abort bumps the epoch (KIP-360).
+    epoch_bump_required: bool,
 }
 
 impl Producer {
@@ -148,6 +163,7 @@ impl Producer {
             completions: Vec::new(),
             attempts: BTreeMap::new(),
             now_ms: 0,
+            epoch_bump_required: false,
         }
     }
 
@@ -220,9 +236,9 @@ impl Producer {
     fn resend(&mut self, in_flight: InFlight, effects: &mut Effects) {
         let transactional_id = || self.transactional_id().expect("transactional").to_string();
         let message = match &in_flight {
-            InFlight::InitProducerId { op } => {
-                let op = *op;
-                self.send_init(op, effects);
+            InFlight::InitProducerId { op, after_abort } => {
+                let (op, after_abort) = (*op, *after_abort);
+                self.send_init(op, after_abort, effects);
                 return;
             }
             InFlight::EndTxn { result, .. } => Message::EndTxnRequest {
@@ -263,16 +279,17 @@ impl Producer {
         self.transition(TxnManagerState::Initializing);
         let op = self.new_op();
         let mut effects = Effects::default();
-        self.send_init(op, &mut effects);
+        self.send_init(op, false, &mut effects);
         Ok((op, effects))
     }
 
-    fn send_init(&mut self, op: OpId, effects: &mut Effects) {
+    fn send_init(&mut self, op: OpId, after_abort: bool, effects: &mut Effects) {
         let message = Message::InitProducerIdRequest {
             transactional_id: self.transactional_id().map(str::to_string),
             transaction_timeout_ms: self.config.transaction_timeout_ms,
+            producer_id_and_epoch: if after_abort { self.producer_id_and_epoch } else { None },
         };
-        self.request(self.coordinator.clone(), message, InFlight::InitProducerId { op }, effects);
+        self.request(self.coordinator.clone(), message, InFlight::InitProducerId { op, after_abort }, effects);
     }
 
     /// `beginTransaction()`: client-side only; the coordinator learns of the transaction on its first partition.
@@ -462,6 +479,8 @@ impl Producer {
                     {
                         // `delivery.timeout.ms` passed: the batch fails, though a copy may still be in the network.
                         self.attempts.remove(&op);
+                        // The batch may or may not be in the log: its sequence is now unknown.
+                        self.epoch_bump_required = true;
                         if self.transactional_id().is_some() {
                             self.fail_abortable(KafkaError::RequestTimedOut);
                         }
@@ -492,18 +511,24 @@ impl Producer {
             return effects; // A duplicate or late response: the request was already answered.
         };
         match (in_flight, env.message) {
-            (InFlight::InitProducerId { op }, Message::InitProducerIdResponse { result }) => match result {
-                Ok(pie) => {
-                    self.set_producer_id_and_epoch(pie);
-                    self.transition(TxnManagerState::Ready);
-                    self.completions.push(Completion { op, result: Ok(OpOutput::Initialized(pie)) });
+            (InFlight::InitProducerId { op, after_abort }, Message::InitProducerIdResponse { result }) => {
+                match result {
+                    Ok(pie) => {
+                        self.set_producer_id_and_epoch(pie);
+                        self.epoch_bump_required = false;
+                        self.transition(TxnManagerState::Ready);
+                        let output = if after_abort { OpOutput::Aborted } else { OpOutput::Initialized(pie) };
+                        self.completions.push(Completion { op, result: Ok(output) });
+                    }
+                    Err(e) if e.is_retriable() => {
+                        self.back_off(now_ms, InFlight::InitProducerId { op, after_abort }, &mut effects)
+                    }
+                    Err(e) => {
+                        self.fail_fatal(e);
+                        self.completions.push(Completion { op, result: Err(e) });
+                    }
                 }
-                Err(e) if e.is_retriable() => self.back_off(now_ms, InFlight::InitProducerId { op }, &mut effects),
-                Err(e) => {
-                    self.fail_fatal(e);
-                    self.completions.push(Completion { op, result: Err(e) });
-                }
-            },
+            }
             (InFlight::AddPartitions { partitions }, Message::AddPartitionsToTxnResponse { result }) => match result {
                 Ok(()) => {
                     self.partitions_in_txn.extend(partitions.iter().cloned());
@@ -538,6 +563,9 @@ impl Producer {
                 }
                 Err(e) => {
                     self.attempts.remove(&op);
+                    if e == KafkaError::OutOfOrderSequence {
+                        self.epoch_bump_required = true;
+                    }
                     if self.transactional_id().is_some() {
                         if e == KafkaError::ProducerFenced {
                             self.fail_fatal(e);
@@ -553,7 +581,16 @@ impl Producer {
                     if let Some(pie) = bumped {
                         self.set_producer_id_and_epoch(pie);
                     }
-                    self.finish_transaction(op, txn_result);
+                    if txn_result == TransactionResult::Abort && self.epoch_bump_required {
+                        // KIP-360: a batch of the aborted transaction timed out or broke its sequence; a new
+                        // epoch restarts every sequence at 0 before the next transaction.
+                        self.transition(TxnManagerState::Initializing);
+                        self.partitions_in_txn.clear();
+                        self.transaction_started = false;
+                        self.send_init(op, true, &mut effects);
+                    } else {
+                        self.finish_transaction(op, txn_result);
+                    }
                 }
                 Err(e) if e.is_retriable() => {
                     self.back_off(now_ms, InFlight::EndTxn { op, result: txn_result }, &mut effects)

@@ -46,9 +46,11 @@ pub struct ProduceAck {
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Message {
+    /// `producer_id_and_epoch` is KIP-360's: a live producer asking for an epoch bump names its current one.
     InitProducerIdRequest {
         transactional_id: Option<String>,
         transaction_timeout_ms: TimeMs,
+        producer_id_and_epoch: Option<ProducerIdAndEpoch>,
     },
     InitProducerIdResponse {
         result: Result<ProducerIdAndEpoch, KafkaError>,

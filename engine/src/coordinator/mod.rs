@@ -121,10 +121,12 @@ impl TransactionCoordinator {
     }
 
     /// `handleInitProducerId`. `Err(ConcurrentTransactions)` after a fence tells the client to retry.
+    /// `expected` is KIP-360's epoch-bump request from a live producer: it must name the current epoch.
     pub fn handle_init_producer_id(
         &mut self,
         transactional_id: Option<&str>,
         txn_timeout_ms: TimeMs,
+        expected: Option<ProducerIdAndEpoch>,
         ctx: &mut Ctx<'_>,
     ) -> Result<ProducerIdAndEpoch, KafkaError> {
         let Some(tid) = transactional_id else {
@@ -142,6 +144,10 @@ impl TransactionCoordinator {
             self.txns.insert(tid.to_string(), TransactionMetadata::new(tid, pid, txn_timeout_ms, ctx.now_ms));
         }
         let meta = self.txns.get_mut(tid).expect("inserted above");
+        if expected.is_some_and(|e| e.producer_id != meta.producer_id || e.epoch != meta.producer_epoch) {
+            // Someone else has bumped the epoch since: the asker is a zombie.
+            return Err(KafkaError::ProducerFenced);
+        }
         if meta.pending_transition_in_progress() {
             return Err(KafkaError::ConcurrentTransactions);
         }

@@ -1,4 +1,5 @@
-//! API misuse gets Kafka's error code, never a panic; the engine's own assertions guard its invariants.
+//! Client rules: API misuse gets Kafka's error code (never a panic), recovery follows KIP-360, and the engine's own
+//! assertions guard its invariants.
 
 use std::collections::BTreeMap;
 use txnsim_engine::coordinator::{TransactionMetadata, TransactionState};
@@ -118,4 +119,54 @@ fn every_error_name_round_trips() {
 fn coordinator_asserts_kafkas_transition_table() {
     let mut meta = TransactionMetadata::new("t", 1, 60_000, 0);
     meta.transition_to(TransactionState::PrepareCommit, 1);
+}
+
+/// Runs the cluster until quiet while the network loses every Produce request.
+fn run_losing_produces(c: &mut Cluster) {
+    loop {
+        match c.peek_message().map(|e| &e.message) {
+            Some(txnsim_engine::protocol::Message::ProduceRequest { .. }) => {
+                c.take_message();
+            }
+            Some(_) => {
+                c.step();
+            }
+            None => break,
+        }
+    }
+}
+
+#[test]
+fn abort_after_a_timed_out_batch_bumps_the_epoch_so_the_next_transaction_works() {
+    let topics: BTreeMap<String, u32> = [("t".to_string(), 1)].into_iter().collect();
+    // A transaction timeout past the client's delivery timeout, so only the client gives up.
+    let mut c = Cluster::new(&topics, EngineConfig { transaction_timeout_ms: 300_000, ..EngineConfig::default() });
+    init(&mut c, "p");
+    c.producers.get_mut("p").unwrap().begin_transaction().unwrap();
+    let now = c.now_ms;
+    let (op, effects) = c.producers.get_mut("p").unwrap().send(now, tp(0), vec!["lost".into()]).unwrap();
+    let node = c.producers["p"].id.clone();
+    c.apply(&node, effects);
+    // Every attempt is lost; the client gives up after `delivery_attempts_max` request timeouts.
+    let mut done = Vec::new();
+    for _ in 0..100 {
+        run_losing_produces(&mut c);
+        done.extend(c.producers.get_mut("p").unwrap().take_completions());
+        if !done.is_empty() || !c.fire_next_timer() {
+            break;
+        }
+    }
+    assert!(
+        done.iter().any(|d| d.op == op && d.result == Err(KafkaError::RequestTimedOut)),
+        "the send gives up with REQUEST_TIMED_OUT: {done:?}"
+    );
+    let epoch_before = c.producers["p"].producer_id_and_epoch.unwrap().epoch;
+    let aborted = c.call_producer("p", |p, now| p.abort_transaction(now));
+    assert_eq!(aborted, Ok(Some(OpOutput::Aborted)), "the abort completes after its epoch bump");
+    let epoch_after = c.producers["p"].producer_id_and_epoch.unwrap().epoch;
+    assert_eq!(epoch_after, epoch_before + 1, "KIP-360: the abort bumps the epoch so sequences restart at 0");
+    c.producers.get_mut("p").unwrap().begin_transaction().unwrap();
+    let r = c.call_producer("p", |p, now| p.send(now, tp(0), vec!["next".into()]));
+    assert!(matches!(r, Ok(Some(OpOutput::Sent { .. }))), "the next transaction's send is in sequence: {r:?}");
+    assert!(matches!(c.call_producer("p", |p, now| p.commit_transaction(now)), Ok(Some(OpOutput::Committed))));
 }
