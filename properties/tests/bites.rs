@@ -13,6 +13,7 @@ mod common;
 
 use common::log::{log_case_strategy, run_log_case};
 use common::producer::{case_strategy, run_case, Profile};
+use proptest::strategy::Strategy;
 use proptest::test_runner::{TestCaseError, TestError};
 use txnsim_engine::{Mutation, Mutations};
 use txnsim_properties::Invariant;
@@ -64,60 +65,60 @@ fn suite(inv: Invariant) -> Suite {
 
 /// Runs the fixed-seed search with `m` on and returns the shrunk case's rendering if it violates `inv`.
 fn search(inv: Invariant, m: Mutation, suite: Suite, cases: u32) -> Option<String> {
-    let mut runner = common::fixed_runner(cases);
     let mutations = Mutations::one(m);
     match suite {
-        Suite::Producer(profile) => {
-            let result = runner.run(&case_strategy(profile, None, 30), |case| {
-                if run_case(&case, mutations.clone()).has(inv) {
-                    Err(TestCaseError::fail(format!("{} violated", inv.name())))
-                } else {
-                    Ok(())
-                }
-            });
-            match result {
-                Ok(()) => None,
-                Err(TestError::Abort(reason)) => {
-                    panic!("the search for {} under {} aborted: {reason}", inv.name(), m.name())
-                }
-                Err(TestError::Fail(_, case)) => {
-                    let report = run_case(&case, mutations.clone());
-                    assert!(
-                        report.has(inv),
-                        "the shrunk case no longer violates {} under {} when run again: the harness is not deterministic\n{}",
-                        inv.name(),
-                        m.name(),
-                        report.render(&case)
-                    );
-                    Some(report.render(&case))
-                }
-            }
+        Suite::Producer(profile) => shrink_to_violation(
+            inv,
+            m,
+            cases,
+            case_strategy(profile, None, 30),
+            |case| run_case(case, mutations.clone()),
+            |report| report.has(inv),
+            |report, case| report.render(case),
+        ),
+        Suite::Log => shrink_to_violation(
+            inv,
+            m,
+            cases,
+            log_case_strategy(40),
+            |case| run_log_case(case, mutations.clone()),
+            |report| report.has(inv),
+            |report, case| report.render(case),
+        ),
+    }
+}
+
+/// One suite's search: proptest shrinks a failing case, which is then run again to show it is reproducible.
+fn shrink_to_violation<S: Strategy, R>(
+    inv: Invariant,
+    m: Mutation,
+    cases: u32,
+    strategy: S,
+    run: impl Fn(&S::Value) -> R,
+    violates: impl Fn(&R) -> bool,
+    render: impl Fn(&R, &S::Value) -> String,
+) -> Option<String> {
+    let mut runner = common::fixed_runner(cases);
+    let result = runner.run(&strategy, |case| {
+        if violates(&run(&case)) {
+            Err(TestCaseError::fail(format!("{} violated", inv.name())))
+        } else {
+            Ok(())
         }
-        Suite::Log => {
-            let result = runner.run(&log_case_strategy(40), |case| {
-                if run_log_case(&case, mutations.clone()).has(inv) {
-                    Err(TestCaseError::fail(format!("{} violated", inv.name())))
-                } else {
-                    Ok(())
-                }
-            });
-            match result {
-                Ok(()) => None,
-                Err(TestError::Abort(reason)) => {
-                    panic!("the search for {} under {} aborted: {reason}", inv.name(), m.name())
-                }
-                Err(TestError::Fail(_, case)) => {
-                    let report = run_log_case(&case, mutations.clone());
-                    assert!(
-                        report.has(inv),
-                        "the shrunk case no longer violates {} under {} when run again: the harness is not deterministic\n{}",
-                        inv.name(),
-                        m.name(),
-                        report.render(&case)
-                    );
-                    Some(report.render(&case))
-                }
-            }
+    });
+    match result {
+        Ok(()) => None,
+        Err(TestError::Abort(reason)) => panic!("the search for {} under {} aborted: {reason}", inv.name(), m.name()),
+        Err(TestError::Fail(_, case)) => {
+            let report = run(&case);
+            assert!(
+                violates(&report),
+                "the shrunk case no longer violates {} under {} when run again: the harness is not deterministic\n{}",
+                inv.name(),
+                m.name(),
+                render(&report, &case)
+            );
+            Some(render(&report, &case))
         }
     }
 }
