@@ -54,10 +54,10 @@ fn assert_clean(case: Case, finding: &str) {
     assert!(report.is_clean(), "{finding}\n{}", report.render(&case));
 }
 
-/// The coordinator matches a WriteTxnMarkers response by producer id alone, so a duplicated (or late)
-/// response of transaction 1 is credited to transaction 2 of the same producer, whose markers are still in
-/// flight: transaction 2 completes (CompleteCommit) before its marker is written on t/0. Kafka binds each
-/// response to the request's own markers and coordinator epoch (TransactionMarkerRequestCompletionHandler).
+/// Regression: the coordinator once matched a WriteTxnMarkers response by producer id alone, so a duplicated
+/// (or late) response of transaction 1 was credited to transaction 2 of the same producer, which completed
+/// before its marker was written on t/0. Kafka binds each response to its request's markers
+/// (TransactionMarkerRequestCompletionHandler); so does the engine now, by correlation id.
 #[test]
 fn duplicated_marker_response_does_not_complete_a_later_transaction() {
     let case = Case {
@@ -79,11 +79,11 @@ fn duplicated_marker_response_does_not_complete_a_later_transaction() {
     assert_clean(case, "a duplicated marker response must not touch a later transaction");
 }
 
-/// A marker request from before a coordinator restart (old coordinator epoch) reaches the partition after
-/// the reloaded coordinator resent and completed that transaction, while the producer's next transaction
-/// has its markers in flight. The leader answers TRANSACTION_COORDINATOR_FENCED; the engine then clears
-/// the pending set of the *current* transaction and writes CompleteCommit without its marker. Kafka only
-/// stops sending on that error (`abortSending`; no `maybeWriteTxnCompletion`).
+/// Regression: a marker request from before a coordinator restart (old coordinator epoch) reaches the
+/// partition after the reloaded coordinator resent and completed that transaction, while the producer's
+/// next transaction has its markers in flight. The leader answers TRANSACTION_COORDINATOR_FENCED; the engine
+/// once cleared the *current* transaction's pending set and wrote CompleteCommit without its marker. Kafka
+/// only stops sending on that error (`abortSending`; no `maybeWriteTxnCompletion`), as the engine now does.
 #[test]
 fn stale_marker_request_does_not_complete_a_later_transaction() {
     let case = Case {
@@ -106,11 +106,11 @@ fn stale_marker_request_does_not_complete_a_later_transaction() {
     assert_clean(case, "a TRANSACTION_COORDINATOR_FENCED marker answer must only stop the sending");
 }
 
-/// Checker gap: under transaction version 1 a delayed copy of transaction 1's ABORT marker request lands
-/// while transaction 2 of the same producer (same epoch) is open on t/0 and closes it as aborted; the
-/// producer then commits transaction 2 successfully. Its records are never readable, yet no invariant
-/// fires: the history checks take the log's markers as ground truth, and marker-matches-decision accepts
-/// the extra ABORT as a resend of decision 1 without asking which transaction's data it closed.
+/// Regression for a checker gap: under transaction version 1 a delayed copy of transaction 1's ABORT marker
+/// request lands while transaction 2 of the same producer (same epoch) is open on t/0 and closes it as
+/// aborted; the producer then commits transaction 2 successfully, and its records are never readable.
+/// marker-matches-decision once took the extra ABORT for a resend; it now asks which decision wrote a marker
+/// that closes a transaction (the offsets leaders acknowledged).
 #[test]
 fn delayed_marker_closing_a_later_transaction_is_flagged() {
     let case = Case {
