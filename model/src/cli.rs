@@ -1,25 +1,398 @@
 //! `txnsim check` and `txnsim explore`.
 
+use crate::bounds::Bounds;
+use crate::describe::path_lines;
+use crate::model::{build, TxnModel, ENGINE_ASSERTIONS};
+use crate::verdict::{evaluate, Fact};
 use clap::Args;
+use stateright::{Checker, Expectation, HasDiscoveries, Model};
+use std::io::Write;
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use txnsim_engine::{Mutation, TransactionVersion};
+use txnsim_properties::Invariant;
 
+/// The model's bounds, as flags over a named config.
 #[derive(Args, Debug, Clone)]
-pub struct CheckArgs {}
-
-#[derive(Args, Debug, Clone)]
-pub struct ExploreArgs {}
-
-pub fn run_check(_args: &CheckArgs) -> ExitCode {
-    eprintln!("error: txnsim check is not built yet (issue 4)");
-    ExitCode::from(2)
+pub struct BoundsArgs {
+    /// Start from this config: small (the gate's) or standard (2 producers x 2 txns x 2 records, lossy, 1 crash).
+    #[arg(long, default_value = "small", value_parser = ["small", "standard"])]
+    pub config: String,
+    /// Transactional producers.
+    #[arg(long)]
+    pub producers: Option<usize>,
+    /// Transactions per producer.
+    #[arg(long)]
+    pub txns: Option<usize>,
+    /// Records per transaction (record r goes to partition r mod partitions).
+    #[arg(long)]
+    pub records: Option<usize>,
+    #[arg(long)]
+    pub partitions: Option<usize>,
+    /// The network may lose messages (`--lossy=false` to turn off).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub lossy: Option<bool>,
+    /// Messages the lossy network may lose in a run.
+    #[arg(long)]
+    pub losses: Option<usize>,
+    /// The network may deliver a message more than once.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub duplicating: Option<bool>,
+    /// Per-connection FIFO delivery instead of unordered.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub ordered: Option<bool>,
+    /// Crash-restarts in a run (broker or producer, see --crash).
+    #[arg(long)]
+    pub crashes: Option<usize>,
+    /// Which nodes may crash.
+    #[arg(long, value_parser = ["any", "broker", "producers"])]
+    pub crash: Option<String>,
+    /// transaction.version: 1 (classic) or 2 (KIP-890).
+    #[arg(long = "tv", value_parser = parse_tv)]
+    pub transaction_version: Option<TransactionVersion>,
+    /// Inject one historical bug (see `txnsim mutations`).
+    #[arg(long, value_parser = parse_mutation)]
+    pub mutation: Option<Mutation>,
+    /// Coordinator timeout aborts allowed in a run.
+    #[arg(long)]
+    pub txn_timeouts: Option<usize>,
+    /// request.timeout.ms firings allowed per producer instance.
+    #[arg(long)]
+    pub request_timeouts: Option<usize>,
+    /// retry.backoff.ms firings allowed per producer instance.
+    #[arg(long)]
+    pub backoff_retries: Option<usize>,
+    /// Coordinator marker resends allowed in a run.
+    #[arg(long)]
+    pub marker_resends: Option<usize>,
+    /// Sends of one batch before the producer gives up on it.
+    #[arg(long)]
+    pub delivery_attempts: Option<u32>,
+    /// Polls the readers may make in a run (0: no readers; 255: unbounded).
+    #[arg(long)]
+    pub polls: Option<usize>,
 }
 
-pub fn run_explore(_args: &ExploreArgs) -> ExitCode {
-    eprintln!("error: txnsim explore is not built yet (issue 4)");
-    ExitCode::from(2)
+fn parse_tv(s: &str) -> Result<TransactionVersion, String> {
+    s.parse::<u8>().ok().and_then(TransactionVersion::from_number).ok_or_else(|| format!("transaction version must be 1 or 2, got '{s}'"))
+}
+
+fn parse_mutation(s: &str) -> Result<Mutation, String> {
+    Mutation::from_name(s).ok_or_else(|| {
+        let names: Vec<&str> = Mutation::ALL.iter().map(|m| m.name()).collect();
+        format!("unknown mutation '{s}'; known: {}", names.join(", "))
+    })
+}
+
+impl BoundsArgs {
+    pub fn bounds(&self) -> Result<Bounds, String> {
+        let mut b = Bounds::by_name(&self.config).ok_or_else(|| format!("unknown config '{}'", self.config))?;
+        macro_rules! set {
+            ($($field:ident <- $arg:ident),*) => { $(if let Some(v) = self.$arg.clone() { b.$field = v; })* };
+        }
+        set!(producers <- producers, txns_per_producer <- txns, records_per_txn <- records, partitions <- partitions,
+             lossy <- lossy, losses <- losses, duplicating <- duplicating, ordered <- ordered, crashes <- crashes,
+             transaction_version <- transaction_version, txn_timeouts <- txn_timeouts,
+             request_timeouts <- request_timeouts, backoff_retries <- backoff_retries,
+             marker_resends <- marker_resends, delivery_attempts <- delivery_attempts, polls_per_reader <- polls);
+        if let Some(m) = self.mutation {
+            b.mutation = Some(m);
+        }
+        if let Some(c) = &self.crash {
+            (b.crash_broker, b.crash_producers) = match c.as_str() {
+                "broker" => (true, false),
+                "producers" => (false, true),
+                _ => (true, true),
+            };
+        }
+        b.validate()?;
+        Ok(b)
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub bounds: BoundsArgs,
+    /// Checker threads (BFS paths are shortest only with 1).
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Symmetry reduction over interchangeable producers (not available: see the note it prints).
+    #[arg(long)]
+    pub symmetry: bool,
+    /// Depth-first instead of breadth-first (less memory, longer counterexamples).
+    #[arg(long)]
+    pub dfs: bool,
+    /// Keep exploring after the first violation (every property gets its verdict).
+    #[arg(long)]
+    pub all: bool,
+    /// Print the steps of each `sometimes` example too.
+    #[arg(long)]
+    pub examples: bool,
+    /// Stop after this many seconds (the report then says the check is incomplete).
+    #[arg(long)]
+    pub time_limit: Option<u64>,
+    /// Give up (report incomplete, exit) when the process's resident memory passes this many GiB: a
+    /// breadth-first frontier of large bounds outgrows any machine (depth-first needs little memory).
+    #[arg(long, default_value_t = 8.0)]
+    pub max_memory_gb: f64,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ExploreArgs {
+    #[command(flatten)]
+    pub bounds: BoundsArgs,
+    /// Where the Explorer listens.
+    #[arg(long, default_value = "127.0.0.1:3000")]
+    pub addr: String,
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+}
+
+/// Why `--symmetry` does nothing yet, printed when asked for.
+pub const SYMMETRY_NOTE: &str = "symmetry reduction is not available: producers are interchangeable only up to a renaming of \
+their transactional ids, client names and record values, and those live inside engine state the model cannot rewrite \
+(private fields of PartitionLog, Producer, Broker). It needs an engine hook that returns a node with client names and \
+values renamed (see the txnsim-model crate docs). Checking without it.";
+
+/// The outcome of one check, for the CLI and the main job.
+pub struct Report {
+    pub lines: Vec<String>,
+    pub violated: bool,
+    pub complete: bool,
+    /// The memory limit stopped the wait; the checker threads are still running.
+    pub out_of_memory: bool,
+}
+
+/// Runs the checker on `bounds` and writes the report as it goes (progress to `progress`).
+pub fn check(bounds: &Bounds, args: &CheckArgs, progress: &mut dyn Write) -> Report {
+    let model = build(bounds);
+    let mut lines = vec![format!("model: {bounds}")];
+    let _ = writeln!(progress, "{}", lines[0]);
+    if args.symmetry {
+        lines.push(format!("note: {SYMMETRY_NOTE}"));
+        let _ = writeln!(progress, "note: {SYMMETRY_NOTE}");
+    }
+    let finish = if args.all { HasDiscoveries::All } else { HasDiscoveries::AnyFailures };
+    let mut builder = model.clone().checker().threads(args.threads.max(1)).finish_when(finish);
+    if let Some(secs) = args.time_limit {
+        builder = builder.timeout(Duration::from_secs(secs));
+    }
+    let start = Instant::now();
+    let checker: Box<dyn Checker<TxnModel>> =
+        if args.dfs { Box::new(builder.spawn_dfs()) } else { Box::new(builder.spawn_bfs()) };
+    let mut last = Instant::now();
+    let mut out_of_memory = false;
+    while !checker.is_done() {
+        std::thread::sleep(Duration::from_millis(100));
+        if resident_gb().is_some_and(|gb| gb > args.max_memory_gb) {
+            out_of_memory = true;
+            break;
+        }
+        if last.elapsed() >= Duration::from_secs(1) {
+            last = Instant::now();
+            let _ = writeln!(
+                progress,
+                "  {:>5.1}s  states {:>11}  unique {:>10}  depth {:>3}",
+                start.elapsed().as_secs_f64(),
+                checker.state_count(),
+                checker.unique_state_count(),
+                checker.max_depth()
+            );
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    if out_of_memory {
+        // stateright's checkers cannot be stopped; the caller exits the process (the CLI does).
+        lines.push(format!(
+            "states {}, unique states {}, depth {}, {:.2} s, {:.0} states/s, INCOMPLETE (memory limit {} GiB; try --dfs)",
+            checker.state_count(),
+            checker.unique_state_count(),
+            checker.max_depth(),
+            secs,
+            checker.state_count() as f64 / secs.max(1e-9),
+            args.max_memory_gb
+        ));
+        return Report { lines, violated: false, complete: false, out_of_memory: true };
+    }
+    let checker = join(checker);
+    let discoveries = checker.discoveries();
+    let violated = model.properties().iter().any(|p| p.expectation == Expectation::Always && discoveries.contains_key(p.name));
+    let timed_out = args.time_limit.is_some_and(|t| secs >= t as f64);
+    // Everything reachable was visited: no time limit hit, and no early stop at a violation.
+    let complete = !timed_out && (!violated || args.all);
+    lines.push(format!(
+        "states {}, unique states {}, depth {}, {:.2} s, {:.0} states/s ({:.0} unique/s){}",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        secs,
+        checker.state_count() as f64 / secs.max(1e-9),
+        checker.unique_state_count() as f64 / secs.max(1e-9),
+        if timed_out {
+            ", INCOMPLETE (time limit)"
+        } else if !complete {
+            ", stopped at the first violation"
+        } else {
+            ", complete"
+        }
+    ));
+    lines.push("properties:".into());
+    for p in model.properties() {
+        let found = discoveries.get(p.name);
+        let status = match (p.expectation, found) {
+            (Expectation::Always | Expectation::Eventually, Some(_)) => "VIOLATED".to_string(),
+            (Expectation::Always | Expectation::Eventually, None) if complete => "holds".to_string(),
+            (Expectation::Always | Expectation::Eventually, None) => "not violated so far".to_string(),
+            (Expectation::Sometimes, Some(path)) => format!("example found ({} steps)", path.clone().into_actions().len()),
+            (Expectation::Sometimes, None) if complete => "UNREACHED".to_string(),
+            (Expectation::Sometimes, None) => "not reached so far".to_string(),
+        };
+        lines.push(format!("  {:<9} {:<40} {status}", kind(p.name), p.name));
+    }
+    for p in model.properties() {
+        let Some(path) = discoveries.get(p.name) else { continue };
+        let counterexample = p.expectation != Expectation::Sometimes;
+        if !counterexample && !args.examples {
+            continue;
+        }
+        let title = if counterexample { "counterexample" } else { "example" };
+        lines.push(String::new());
+        lines.push(format!("{title} for {} ({} steps):", p.name, path.clone().into_actions().len()));
+        lines.extend(path_lines(&model, path));
+        if counterexample {
+            let last = path.last_state();
+            if p.name == ENGINE_ASSERTIONS {
+                for a in &last.actor_states {
+                    if let Some(m) = a.panic_message() {
+                        lines.push(format!("  engine assertion: {m}"));
+                    }
+                }
+            } else {
+                for v in evaluate(&model.cfg.ctx, last).violations.iter().filter(|v| v.invariant.name() == p.name) {
+                    lines.push(format!("  violation: {v}"));
+                }
+            }
+        }
+        lines.push(format!("  action index path: {}", path.encode(&model)));
+    }
+    Report { lines, violated, complete, out_of_memory: false }
+}
+
+/// Resident memory of this process, from /proc (Linux); `None` elsewhere.
+fn resident_gb() -> Option<f64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: f64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096.0 / (1u64 << 30) as f64)
+}
+
+fn join(mut checker: Box<dyn Checker<TxnModel>>) -> Box<dyn Checker<TxnModel>> {
+    for h in checker.handles() {
+        h.join().expect("checker thread");
+    }
+    checker
+}
+
+/// The kind column: which part of the catalogue a property comes from.
+fn kind(name: &str) -> &'static str {
+    if name == ENGINE_ASSERTIONS {
+        return "engine";
+    }
+    if Fact::ALL.iter().any(|f| f.name() == name) {
+        return "sometimes";
+    }
+    match Invariant::from_name(name).map(|i| i.kind()) {
+        Some(txnsim_properties::Kind::State) => "state",
+        Some(txnsim_properties::Kind::History) => "history",
+        Some(txnsim_properties::Kind::Liveness) => "liveness",
+        None => "?",
+    }
+}
+
+pub fn run_check(args: &CheckArgs) -> ExitCode {
+    let bounds = match args.bounds.bounds() {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let report = check(&bounds, args, &mut std::io::stdout());
+    for line in &report.lines[1..] {
+        println!("{line}");
+    }
+    if report.out_of_memory {
+        return ExitCode::from(3); // returning from main ends the still-running checker threads
+    }
+    if report.violated {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+pub fn run_explore(args: &ExploreArgs) -> ExitCode {
+    let bounds = match args.bounds.bounds() {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    println!("model: {bounds}");
+    println!("Explorer: http://{}/", args.addr);
+    println!("(a counterexample path from `txnsim check` opens as http://{}/#/steps/<action index path>)", args.addr);
+    let _ = build(&bounds).checker().threads(args.threads.max(1)).serve(args.addr.as_str());
+    ExitCode::SUCCESS
 }
 
 /// The small model check the main job (`txnsim run`) runs: `Ok(report lines)` if every property held.
 pub fn main_job() -> Result<Vec<String>, Vec<String>> {
-    Err(vec!["model check: not built yet (issue 4)".to_string()])
+    let args = CheckArgs {
+        bounds: BoundsArgs {
+            config: "small".into(),
+            producers: None,
+            txns: None,
+            records: None,
+            partitions: None,
+            lossy: None,
+            losses: None,
+            duplicating: None,
+            ordered: None,
+            crashes: None,
+            crash: None,
+            transaction_version: None,
+            mutation: None,
+            txn_timeouts: None,
+            request_timeouts: None,
+            backoff_retries: None,
+            marker_resends: None,
+            delivery_attempts: None,
+            polls: None,
+        },
+        threads: 1,
+        symmetry: false,
+        dfs: false,
+        all: false,
+        examples: false,
+        time_limit: None,
+        max_memory_gb: 8.0,
+    };
+    let mut lines = Vec::new();
+    let mut ok = true;
+    for tv in [TransactionVersion::V1, TransactionVersion::V2] {
+        let bounds = Bounds::small().with_version(tv);
+        let report = check(&bounds, &args, &mut std::io::sink());
+        ok &= !report.violated && report.complete;
+        if report.violated {
+            lines.extend(report.lines);
+        } else {
+            lines.push(format!("TV{}: {}", tv.number(), report.lines[1]));
+        }
+    }
+    if ok {
+        Ok(lines)
+    } else {
+        Err(lines)
+    }
 }

@@ -1,4 +1,47 @@
-//! The stateright model: actors that run the engine's nodes over a nondeterministic network.
-//! (Being built: see issue 4.)
+//! txnsim's exhaustive model: a stateright `ActorModel` whose actors run the engine's sans-io nodes.
+//!
+//! Actors: one `Broker` (leader of every partition and host of the transaction coordinator) and one
+//! actor per transactional `Producer`. The broker also hosts a read_committed and a read_uncommitted
+//! reader (engine `Consumer`s assigned every partition from offset 0). Producers run a small script:
+//! `initTransactions`, then per transaction an application choice of commit or abort, `beginTransaction`,
+//! one `send` per record (record `r` to partition `r % partitions`, values `p0:1.0` = instance p0,
+//! transaction 1, record 0), and the chosen end call. The network is stateright's unordered one, lossy
+//! and/or duplicating as the `Bounds` say. Faults are budgeted per run: crashes (a broker restart keeps
+//! durable state via `Broker::restart`; a producer crash starts a new instance with the same
+//! transactional id), lost messages, coordinator timeout aborts, client request timeouts and retry
+//! backoffs, coordinator marker resends. Both transaction versions; any one `Mutation`.
+//!
+//! Properties (`verdict`, `model`) come from `txnsim_properties` only: one `always` property per
+//! `Invariant` (state invariants over the broker, history invariants over the producers' sends and the
+//! readers' polls, the read_uncommitted-superset check over fresh reads, liveness invariants at
+//! quiescent states), `sometimes` properties for reachability facts (`Fact`), and `engine-assertions`:
+//! an engine `assert!` that fails becomes a counterexample instead of a crashed checker.
+//!
+//! Reductions, each sound for what the properties observe:
+//! - time never advances (`now_ms = 0`); every timer may fire at any moment the checker chooses;
+//! - the readers' fetches are served atomically (a lost fetch is a poll not made, a late answer an
+//!   earlier poll), both readers poll a partition together, and a poll that changes nothing is no step;
+//! - the engine consumer is rebuilt from its positions after each poll, so request counters do not make
+//!   every poll a new state; repeated empty polls are recorded once;
+//! - the application's commit-or-abort choice is made before the transaction's sends (the engine holds
+//!   EndTxn until the sends are answered, so a later call is a delay the network already models);
+//! - the coordinator's periodic timeout scan is a timer per Ongoing transactional id (`TxnTimeout`).
+//!
+//! Not available: symmetry reduction. Producers are interchangeable only up to renaming transactional
+//! ids, client names and record values, which live in private engine state (`PartitionLog` segments,
+//! `Producer` queues, `Broker` pending verifications). An engine method returning a copy of a node with
+//! those strings renamed would let `Representative` be implemented. `eventually` properties are not used:
+//! the model has cycles (idle polls, retries), where stateright's `eventually` is unsound; liveness is
+//! judged as `always` at quiescent states instead.
 
+pub mod actors;
+pub mod bounds;
 pub mod cli;
+pub mod describe;
+pub mod model;
+pub mod shared;
+pub mod verdict;
+
+pub use bounds::Bounds;
+pub use model::{build, TxnAction, TxnModel, TxnState};
+pub use verdict::{evaluate, Evaluation, Fact};

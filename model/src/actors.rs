@@ -1,0 +1,821 @@
+//! The actors: stateright wrappers around the engine's sans-io nodes. Each handler copies the node, hands
+//! it the message or timer with `now_ms = 0` (time never advances; timers fire when the checker chooses)
+//! and maps the returned `Effects` to stateright's `Out`: sends go on the network, engine timers become
+//! stateright timers. Nothing here decides Kafka behaviour; that is all engine code.
+
+use crate::bounds::Bounds;
+use crate::shared::Shared;
+use std::borrow::Cow;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use stateright::actor::{model_timeout, Actor, Id, Out};
+use txnsim_engine::coordinator::TransactionState;
+use txnsim_engine::producer::{Completion, OpId, OpOutput};
+use txnsim_engine::protocol::{Effects, Envelope, Message, NodeId, Timer};
+use txnsim_engine::{
+    filter_fetch, Broker, Consumer, EngineConfig, IsolationLevel, KafkaError, Mutation, Offset, Producer, ProducerKind,
+    TopicPartition, TransactionResult, TxnManagerState,
+};
+use txnsim_properties::{CallOutcome, Event, ProducerCall};
+
+/// The engine's clock in the model: always zero, so no timestamp ever distinguishes two states.
+pub const NOW_MS: u64 = 0;
+
+/// The readers the broker hosts, in order.
+pub const READERS: [IsolationLevel; 2] = [IsolationLevel::ReadCommitted, IsolationLevel::ReadUncommitted];
+
+/// `Bounds::polls_per_reader` at this value means no budget.
+pub const UNLIMITED: usize = u8::MAX as usize;
+
+/// What every actor needs to know about the model it lives in.
+#[derive(Debug)]
+pub struct Ctx {
+    pub bounds: Bounds,
+    pub config: EngineConfig,
+    pub partitions: Vec<TopicPartition>,
+}
+
+impl Ctx {
+    pub fn new(bounds: &Bounds) -> Self {
+        Ctx { bounds: bounds.clone(), config: bounds.engine_config(), partitions: bounds.partitions() }
+    }
+
+    /// Actor index layout: the broker (with the readers it hosts), then the producers.
+    pub fn id_of(&self, node: &NodeId) -> Id {
+        match node {
+            NodeId::Broker(_) => Id::from(0),
+            NodeId::Client(name) => Id::from(self.index_of_client(name).unwrap_or_else(|| panic!("unknown client {name}"))),
+        }
+    }
+
+    fn index_of_client(&self, name: &str) -> Option<usize> {
+        let digits: String = name.strip_prefix('p')?.chars().take_while(|c| c.is_ascii_digit()).collect();
+        digits.parse::<usize>().ok().filter(|i| *i < self.bounds.producers).map(|i| 1 + i)
+    }
+
+    pub fn actor_count(&self) -> usize {
+        1 + self.bounds.producers
+    }
+
+    /// The engine's scan is where `NoTimeoutAbort` lives; `Broker::expire_transaction`, which the
+    /// model calls per transactional id, does not look at it, so the model leaves the timer unarmed.
+    fn timeouts_modelled(&self) -> bool {
+        self.bounds.txn_timeouts > 0 && self.bounds.mutation != Some(Mutation::NoTimeoutAbort)
+    }
+}
+
+/// Producer `i`'s instance name after `incarnation` restarts: `p0`, `p0'`, `p0''`.
+pub fn producer_name(index: usize, incarnation: u8) -> String {
+    format!("p{index}{}", "'".repeat(incarnation as usize))
+}
+
+pub fn transactional_id(index: usize) -> String {
+    format!("tx-p{index}")
+}
+
+pub fn reader_name(isolation: IsolationLevel) -> &'static str {
+    match isolation {
+        IsolationLevel::ReadCommitted => "rc",
+        IsolationLevel::ReadUncommitted => "ru",
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Broker,
+    Producer(usize),
+}
+
+#[derive(Clone)]
+pub struct Node {
+    pub role: Role,
+    pub ctx: Arc<Ctx>,
+}
+
+/// Messages: engine envelopes, shared so the checker's copies of the network are cheap.
+pub type Msg = Shared<Envelope>;
+
+/// Stateright timer ids. Engine timers keep their engine value; the rest are the model's faults and
+/// the readers' polls.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ModelTimer {
+    Engine(Timer),
+    /// The coordinator's timeout scan finds this transactional id's transaction past its timeout. It
+    /// replaces the engine's periodic `AbortTimedOutTransactions`, whose firing would depend on a clock.
+    TxnTimeout(String),
+    /// Crash and restart this node (bounded by `Bounds::crashes` over the whole run).
+    Crash,
+    /// The readers poll `partition`.
+    Poll { partition: u32 },
+}
+
+/// An actor's state, hashed once when made.
+pub type NodeState = Shared<NodeKind>;
+
+// Boxing the producer would save nothing: a node state lives behind `Shared`'s `Arc` already.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum NodeKind {
+    Broker(BrokerNode),
+    Producer(ProducerNode),
+    /// An engine assertion failed in this node's last step: `last` is the state it failed from. The
+    /// node stops; the `engine-assertions` property reports the path here.
+    Panicked { message: String, last: NodeState },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct BrokerNode {
+    pub broker: Shared<Broker>,
+    /// The read_committed and read_uncommitted readers, co-located: see `Node::reader_poll`.
+    pub readers: Shared<Readers>,
+    pub restarts: u8,
+    pub marker_resends_left: u8,
+    pub timeouts_left: u8,
+    /// A coordinator timer the engine needed was left unarmed because its budget is spent: from here on
+    /// the run is not "healed", so liveness is not judged.
+    pub starved: bool,
+}
+
+/// The readers (`READERS` order; none when `Bounds::polls_per_reader` is 0) and their poll budget.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Readers {
+    pub list: Vec<ReaderNode>,
+    pub polls_left: u8,
+}
+
+/// A reader: an engine consumer assigned every partition from offset 0, and what its polls delivered.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ReaderNode {
+    pub consumer: Consumer,
+    /// Poll events (with HW and LSO from the response), for the history invariants.
+    pub polls: Vec<Event>,
+}
+
+/// Where a producer's script is.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Phase {
+    Initializing,
+    /// Between transactions: the application's commit-or-abort choice for transaction `txn` is open.
+    Choosing { txn: u8 },
+    Ending { txn: u8, result: TransactionResult, op: OpId },
+    Done(Stop),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Stop {
+    Finished,
+    Failed(KafkaError),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ProducerNode {
+    pub producer: Producer,
+    pub incarnation: u8,
+    pub restarts: u8,
+    /// The next transaction of the script; survives a crash (the application resumes its workload).
+    pub next_txn: u8,
+    pub phase: Phase,
+    /// Send invocations and completions of every instance, for the history invariants.
+    pub events: Shared<Vec<Event>>,
+    /// Engine timers this instance has set, so a crash can cancel them and budgets can retire them.
+    pub timers: BTreeSet<Timer>,
+    pub request_timeouts_left: u8,
+    pub backoffs_left: u8,
+}
+
+impl NodeKind {
+    /// The node's state, or the one it was in when an assertion stopped it.
+    pub fn node(&self) -> &NodeKind {
+        match self {
+            NodeKind::Panicked { last, .. } => last.node(),
+            other => other,
+        }
+    }
+    pub fn broker(&self) -> Option<&BrokerNode> {
+        match self.node() {
+            NodeKind::Broker(b) => Some(b),
+            _ => None,
+        }
+    }
+    pub fn producer(&self) -> Option<&ProducerNode> {
+        match self.node() {
+            NodeKind::Producer(p) => Some(p),
+            _ => None,
+        }
+    }
+    pub fn panic_message(&self) -> Option<&str> {
+        match self {
+            NodeKind::Panicked { message, .. } => Some(message),
+            _ => None,
+        }
+    }
+    pub fn restarts(&self) -> usize {
+        match self.node() {
+            NodeKind::Broker(b) => b.restarts as usize,
+            NodeKind::Producer(p) => p.restarts as usize,
+            NodeKind::Panicked { .. } => unreachable!("node() unwraps"),
+        }
+    }
+}
+
+impl ReaderNode {
+    /// `(partition, offset, value)` of every record delivered, in delivery order.
+    pub fn delivered(&self) -> impl Iterator<Item = (&TopicPartition, Offset, &str)> {
+        self.polls.iter().flat_map(|e| match e {
+            Event::Poll { partition, records, .. } => records.iter().map(move |(o, v)| (partition, *o, v.as_str())).collect(),
+            _ => Vec::new(),
+        })
+    }
+}
+
+type O = Out<Node>;
+
+impl Node {
+    fn send_all(&self, sends: Vec<Envelope>, o: &mut O) {
+        for env in sends {
+            o.send(self.ctx.id_of(&env.to), Shared::new(env));
+        }
+    }
+
+    fn may_crash(&self, restarts: u8) -> bool {
+        let b = &self.ctx.bounds;
+        let target = match self.role {
+            Role::Broker => b.crash_broker,
+            Role::Producer(_) => b.crash_producers,
+        };
+        target && (restarts as usize) < b.crashes
+    }
+
+    // ---------------------------------------------------------------- broker
+
+    fn broker_start(&self, o: &mut O) -> BrokerNode {
+        let topics = [(crate::bounds::TOPIC.to_string(), self.ctx.bounds.partitions as u32)].into_iter().collect();
+        let mut broker = Broker::new(0, &topics, self.ctx.config.clone());
+        // Its only effect is the periodic timeout scan, which `ModelTimer::TxnTimeout` replaces.
+        let _ = broker.on_start(NOW_MS);
+        if self.may_crash(0) {
+            o.set_timer(ModelTimer::Crash, model_timeout());
+        }
+        let readers = Shared::new(self.readers_start(o));
+        BrokerNode {
+            broker: Shared::new(broker),
+            readers,
+            restarts: 0,
+            marker_resends_left: self.ctx.bounds.marker_resends as u8,
+            timeouts_left: if self.ctx.timeouts_modelled() { self.ctx.bounds.txn_timeouts as u8 } else { 0 },
+            starved: false,
+        }
+    }
+
+    /// Maps a broker step's effects, and keeps the model's timers in step with the coordinator: a timeout
+    /// timer per Ongoing transactional id while the budget lasts, marker-resend timers retired once their
+    /// decision completes or the budget is spent.
+    fn broker_effects(&self, before: &Broker, after: &Broker, node: &mut BrokerNode, effects: Effects, o: &mut O) {
+        self.send_all(effects.sends, o);
+        for (_, timer) in effects.timers {
+            match timer {
+                Timer::AbortTimedOutTransactions => {} // replaced by TxnTimeout timers
+                Timer::ResendTxnMarkers { .. } if node.marker_resends_left > 0 => {
+                    o.set_timer(ModelTimer::Engine(timer), model_timeout())
+                }
+                Timer::ResendTxnMarkers { .. } => node.starved |= self.ctx.bounds.lossy,
+                Timer::RetryBackoff { .. } | Timer::RequestTimeout { .. } => unreachable!("brokers set no client timers"),
+            }
+        }
+        let (was, now) = (ongoing(before), ongoing(after));
+        if node.timeouts_left > 0 {
+            for tid in now.difference(&was) {
+                o.set_timer(ModelTimer::TxnTimeout(tid.clone()), model_timeout());
+            }
+            for tid in was.difference(&now) {
+                o.cancel_timer(ModelTimer::TxnTimeout(tid.clone()));
+            }
+        } else if self.ctx.timeouts_modelled() && !now.is_empty() {
+            node.starved = true;
+        }
+        let pending = |b: &Broker, d: usize| b.coordinator.decisions.get(d).is_some_and(|x| !x.completed);
+        for d in 0..after.coordinator.decisions.len() {
+            let retire = node.marker_resends_left == 0 || !pending(after, d);
+            if retire && (pending(before, d) || d >= before.coordinator.decisions.len()) {
+                o.cancel_timer(ModelTimer::Engine(Timer::ResendTxnMarkers { decision: d }));
+            }
+        }
+        if node.timeouts_left == 0 {
+            for tid in &was {
+                o.cancel_timer(ModelTimer::TxnTimeout(tid.clone()));
+            }
+        }
+    }
+
+    /// One step of the broker's engine code; `step` may also touch the model's counters in `node`.
+    fn broker_step(&self, state: &mut Cow<NodeState>, o: &mut O, step: impl FnOnce(&mut Broker, &mut BrokerNode) -> Effects) {
+        let before = state.broker().expect("actor 0 is the broker");
+        let mut node = before.clone();
+        let mut broker = (*before.broker).clone();
+        let effects = step(&mut broker, &mut node);
+        self.broker_effects(&before.broker, &broker, &mut node, effects, o);
+        let broker = Shared::new(broker);
+        if broker != before.broker {
+            node.broker = broker;
+        }
+        if !o.is_empty() || node != *before {
+            *state = Cow::Owned(Shared::new(NodeKind::Broker(node)));
+        }
+    }
+
+    fn broker_timeout(&self, state: &mut Cow<NodeState>, timer: &ModelTimer, o: &mut O) {
+        match timer {
+            ModelTimer::Engine(t @ Timer::ResendTxnMarkers { .. }) => self.broker_step(state, o, |broker, node| {
+                node.marker_resends_left -= 1;
+                let effects = broker.on_timer(NOW_MS, t.clone());
+                if node.marker_resends_left == 0 && broker.coordinator.decisions.iter().any(|d| !d.completed) {
+                    node.starved |= self.ctx.bounds.lossy; // a lost marker may now never be resent
+                }
+                effects
+            }),
+            ModelTimer::TxnTimeout(tid) => self.broker_step(state, o, |broker, node| {
+                node.timeouts_left -= 1;
+                broker.expire_transaction(tid, NOW_MS).1
+            }),
+            ModelTimer::Crash => {
+                let mut again = false;
+                self.broker_step(state, o, |broker, node| {
+                    node.restarts += 1;
+                    again = self.may_crash(node.restarts);
+                    broker.restart(NOW_MS)
+                });
+                if again {
+                    o.set_timer(ModelTimer::Crash, model_timeout());
+                }
+            }
+            ModelTimer::Poll { partition } => {
+                let before = state.broker().expect("actor 0 is the broker");
+                if self.polls_idle(&before.broker, &before.readers, *partition) {
+                    // Nothing new for any reader: re-arming the timer alone makes this a no-op.
+                    o.set_timer(ModelTimer::Poll { partition: *partition }, model_timeout());
+                    return;
+                }
+                let mut readers = before.readers.clone();
+                readers.update(|r| self.readers_poll(&before.broker, r, *partition, o));
+                // An idle poll that re-arms only itself changes nothing: stateright drops the step.
+                if readers != before.readers {
+                    let node = BrokerNode { readers, ..before.clone() };
+                    *state = Cow::Owned(Shared::new(NodeKind::Broker(node)));
+                }
+            }
+            ModelTimer::Engine(t) => unreachable!("broker timer {t:?}"),
+        }
+    }
+
+    // ---------------------------------------------------------------- producers
+
+    fn producer_start(&self, index: usize, o: &mut O) -> ProducerNode {
+        let b = &self.ctx.bounds;
+        let mut node = ProducerNode {
+            producer: self.new_producer(index, 0),
+            incarnation: 0,
+            restarts: 0,
+            next_txn: 0,
+            phase: Phase::Initializing,
+            events: Shared::new(Vec::new()),
+            timers: BTreeSet::new(),
+            request_timeouts_left: b.request_timeouts as u8,
+            backoffs_left: b.backoff_retries as u8,
+        };
+        self.init_instance(&mut node, o);
+        node
+    }
+
+    fn new_producer(&self, index: usize, incarnation: u8) -> Producer {
+        let kind = ProducerKind::Transactional { transactional_id: transactional_id(index) };
+        Producer::new(&producer_name(index, incarnation), kind, NodeId::Broker(0), self.ctx.config.clone())
+    }
+
+    fn init_instance(&self, node: &mut ProducerNode, o: &mut O) {
+        node.phase = Phase::Initializing;
+        let (_, effects) = node.producer.init_transactions(NOW_MS).expect("a new producer can initialize");
+        self.producer_effects(node, effects, o);
+        if self.may_crash(node.restarts) {
+            o.set_timer(ModelTimer::Crash, model_timeout());
+        }
+    }
+
+    /// Sends go out; client timers are armed only while their budget lasts.
+    fn producer_effects(&self, node: &mut ProducerNode, effects: Effects, o: &mut O) {
+        self.send_all(effects.sends, o);
+        for (_, timer) in effects.timers {
+            let budget = match timer {
+                Timer::RequestTimeout { .. } => node.request_timeouts_left,
+                Timer::RetryBackoff { .. } => node.backoffs_left,
+                _ => unreachable!("producers set only client timers"),
+            };
+            if budget > 0 {
+                node.timers.insert(timer.clone());
+                o.set_timer(ModelTimer::Engine(timer), model_timeout());
+            }
+        }
+    }
+
+    fn producer_step(
+        &self,
+        index: usize,
+        state: &mut Cow<NodeState>,
+        o: &mut O,
+        step: impl FnOnce(&Self, &mut ProducerNode, &mut Effects, &mut O),
+    ) {
+        let before = state.producer().expect("actors after the broker are producers");
+        let mut after = before.clone();
+        let mut effects = Effects::default();
+        step(self, &mut after, &mut effects, o);
+        self.drive(index, &mut after, &mut effects, o);
+        self.producer_effects(&mut after, effects, o);
+        if !o.is_empty() || after != *before {
+            *state = Cow::Owned(Shared::new(NodeKind::Producer(after)));
+        }
+    }
+
+    fn producer_msg(&self, index: usize, state: &mut Cow<NodeState>, env: Envelope, o: &mut O) {
+        if env.to != state.producer().expect("a producer").producer.id {
+            return; // Addressed to a crashed instance: its connection is gone.
+        }
+        self.producer_step(index, state, o, |_, n, fx, o| {
+            let answered = Timer::RequestTimeout { correlation_id: env.correlation_id };
+            if n.timers.remove(&answered) {
+                o.cancel_timer(ModelTimer::Engine(answered));
+            }
+            fx.extend(n.producer.on_message(NOW_MS, env));
+        });
+    }
+
+    fn producer_timeout(&self, index: usize, state: &mut Cow<NodeState>, timer: &ModelTimer, o: &mut O) {
+        match timer {
+            ModelTimer::Engine(t) => self.producer_step(index, state, o, |_, n, fx, o| {
+                n.timers.remove(t);
+                let is_timeout = matches!(t, Timer::RequestTimeout { .. });
+                let left = if is_timeout { &mut n.request_timeouts_left } else { &mut n.backoffs_left };
+                *left -= 1;
+                if *left == 0 {
+                    // The budget is spent: retire this kind's armed timers (the requests then just wait).
+                    let spent: Vec<Timer> =
+                        n.timers.iter().filter(|x| matches!(x, Timer::RequestTimeout { .. }) == is_timeout).cloned().collect();
+                    for x in spent {
+                        n.timers.remove(&x);
+                        o.cancel_timer(ModelTimer::Engine(x));
+                    }
+                }
+                fx.extend(n.producer.on_timer(NOW_MS, t.clone()));
+            }),
+            ModelTimer::Crash => self.producer_step(index, state, o, |me, n, _, o| {
+                // The process dies with its connections and timers; a new instance with the same
+                // transactional id starts and runs the rest of the script.
+                for t in std::mem::take(&mut n.timers) {
+                    o.cancel_timer(ModelTimer::Engine(t));
+                }
+                o.remove_random("end");
+                n.restarts += 1;
+                n.incarnation += 1;
+                n.request_timeouts_left = me.ctx.bounds.request_timeouts as u8;
+                n.backoffs_left = me.ctx.bounds.backoff_retries as u8;
+                n.producer = me.new_producer(index, n.incarnation);
+                me.init_instance(n, o);
+            }),
+            ModelTimer::TxnTimeout(_) | ModelTimer::Poll { .. } => unreachable!("not a producer timer: {timer:?}"),
+        }
+    }
+
+    fn producer_random(&self, index: usize, state: &mut Cow<NodeState>, choice: TransactionResult, o: &mut O) {
+        self.producer_step(index, state, o, |me, n, fx, o| {
+            if let Phase::Choosing { txn } = n.phase {
+                me.run_txn(index, n, txn, choice, fx, o);
+            }
+        });
+    }
+
+    /// The application: reacts to completed calls by moving through its script.
+    fn drive(&self, index: usize, n: &mut ProducerNode, fx: &mut Effects, o: &mut O) {
+        // Each round handles the completions the previous one caused; a script step causes at most one.
+        for _ in 0..4 {
+            let completions = n.producer.take_completions();
+            if completions.is_empty() {
+                return;
+            }
+            for c in completions {
+                self.on_completion(index, n, c, fx, o);
+            }
+        }
+        assert!(n.producer.take_completions().is_empty(), "completions settle within a step");
+    }
+
+    fn on_completion(&self, index: usize, n: &mut ProducerNode, c: Completion, fx: &mut Effects, o: &mut O) {
+        let process = n.producer.id.to_string();
+        let is_send = n
+            .events
+            .iter()
+            .any(|e| matches!(e, Event::Invoke { process: p, call_id, .. } if *p == process && *call_id == c.op));
+        if is_send {
+            let outcome = match c.result {
+                Ok(OpOutput::Sent { ack, .. }) => {
+                    CallOutcome::Sent { first_offset: ack.first_offset, last_offset: ack.last_offset, duplicate: ack.duplicate }
+                }
+                Err(e) => CallOutcome::Failed { error: e.name().to_string() },
+                Ok(other) => unreachable!("a send completed with {other:?}"),
+            };
+            n.events.update(|events| events.push(Event::Complete { time_ms: NOW_MS, process, call_id: c.op, outcome }));
+            return;
+        }
+        match (&n.phase, c.result) {
+            (Phase::Initializing, Ok(OpOutput::Initialized(_))) => self.begin_next(index, n, fx, o),
+            (Phase::Initializing, Err(e)) => stop(n, Stop::Failed(e), o),
+            (Phase::Ending { op, .. }, Ok(OpOutput::Committed | OpOutput::Aborted)) if *op == c.op => {
+                self.begin_next(index, n, fx, o)
+            }
+            (&Phase::Ending { op, txn, .. }, Err(e)) if op == c.op => {
+                if n.producer.state == TxnManagerState::AbortableError {
+                    self.end_txn(n, txn, TransactionResult::Abort, fx, o); // the commit failed: abort instead
+                } else {
+                    stop(n, Stop::Failed(e), o);
+                }
+            }
+            (phase, result) => unreachable!("{process}: completion {result:?} in {phase:?}"),
+        }
+    }
+
+    /// Offers the choice for the next transaction, or finishes the script.
+    fn begin_next(&self, _index: usize, n: &mut ProducerNode, _fx: &mut Effects, o: &mut O) {
+        if n.next_txn as usize >= self.ctx.bounds.txns_per_producer {
+            return stop(n, Stop::Finished, o);
+        }
+        n.phase = Phase::Choosing { txn: n.next_txn };
+        n.next_txn += 1;
+        o.choose_random("end", vec![TransactionResult::Commit, TransactionResult::Abort]);
+    }
+
+    /// `beginTransaction()`, one `send()` per record, then `commitTransaction()` or `abortTransaction()`
+    /// at once. The choice is made up front: the engine holds EndTxn until every send is answered, so a
+    /// later call would only add a delay the network already models, and the abort still races the sends.
+    fn run_txn(&self, index: usize, n: &mut ProducerNode, txn: u8, choice: TransactionResult, fx: &mut Effects, o: &mut O) {
+        let b = &self.ctx.bounds;
+        if let Err(e) = n.producer.begin_transaction() {
+            return stop(n, Stop::Failed(e), o);
+        }
+        let process = n.producer.id.to_string();
+        let mut invoked = Vec::new();
+        for r in 0..b.records_per_txn {
+            let partition = self.ctx.partitions[r % b.partitions].clone();
+            let values = vec![format!("{}:{txn}.{r}", producer_name(index, n.incarnation))];
+            match n.producer.send(NOW_MS, partition.clone(), values.clone()) {
+                Ok((op, effects)) => {
+                    let call = ProducerCall::Send { partition, values };
+                    invoked.push(Event::Invoke { time_ms: NOW_MS, process: process.clone(), call_id: op, call });
+                    fx.extend(effects);
+                }
+                Err(_) => break, // the producer is failed; the end call will say so
+            }
+        }
+        n.events.update(|events| events.extend(invoked));
+        self.end_txn(n, txn, choice, fx, o);
+    }
+
+    fn end_txn(&self, n: &mut ProducerNode, txn: u8, result: TransactionResult, fx: &mut Effects, o: &mut O) {
+        let called = match result {
+            TransactionResult::Commit => n.producer.commit_transaction(NOW_MS),
+            TransactionResult::Abort => n.producer.abort_transaction(NOW_MS),
+        };
+        match called {
+            Ok((op, effects)) => {
+                n.phase = Phase::Ending { txn, result, op };
+                fx.extend(effects);
+            }
+            Err(_) if result == TransactionResult::Commit && n.producer.state == TxnManagerState::AbortableError => {
+                self.end_txn(n, txn, TransactionResult::Abort, fx, o)
+            }
+            Err(e) => stop(n, Stop::Failed(e), o),
+        }
+    }
+
+    // ---------------------------------------------------------------- readers
+
+    fn fresh_consumer(&self, isolation: IsolationLevel, positions: &[Offset]) -> Consumer {
+        let mut c = Consumer::new(reader_name(isolation), isolation, NodeId::Broker(0), self.ctx.config.clone());
+        for (tp, pos) in self.ctx.partitions.iter().zip(positions) {
+            c.seek(tp.clone(), *pos);
+        }
+        c
+    }
+
+    fn readers_start(&self, o: &mut O) -> Readers {
+        let polls_left = self.ctx.bounds.polls_per_reader.min(UNLIMITED) as u8;
+        let zeros = vec![0; self.ctx.partitions.len()];
+        if polls_left > 0 {
+            for partition in 0..self.ctx.partitions.len() as u32 {
+                o.set_timer(ModelTimer::Poll { partition }, model_timeout());
+            }
+        }
+        let list = READERS
+            .into_iter()
+            .filter(|_| polls_left > 0)
+            .map(|isolation| ReaderNode { consumer: self.fresh_consumer(isolation, &zeros), polls: Vec::new() })
+            .collect();
+        Readers { list, polls_left }
+    }
+
+    /// Both readers poll `partition` together, each from its own position. Every single reader's history
+    /// is still reachable (the other just tags along), with one interleaving to explore instead of two.
+    fn readers_poll(&self, broker: &Broker, readers: &mut Readers, partition: u32, o: &mut O) {
+        let mut progressed = false;
+        for r in &mut readers.list {
+            progressed |= self.reader_poll(broker, r, partition);
+        }
+        // Polls that changed nothing cost no budget, so they stay no-ops for the checker.
+        if progressed && readers.polls_left as usize != UNLIMITED {
+            readers.polls_left -= 1;
+        }
+        if readers.polls_left > 0 {
+            o.set_timer(ModelTimer::Poll { partition }, model_timeout());
+        } else {
+            for p in 0..self.ctx.partitions.len() as u32 {
+                o.cancel_timer(ModelTimer::Poll { partition: p });
+            }
+        }
+    }
+
+    /// Whether every reader's poll of `partition` would deliver nothing, not move and record a poll it
+    /// already has. It runs the engine's read and the consumer's `filter_fetch` on the answer, as the
+    /// poll would, without copying the readers: most polls in a run are such repeats.
+    fn polls_idle(&self, broker: &Broker, readers: &Readers, partition: u32) -> bool {
+        let tp = &self.ctx.partitions[partition as usize];
+        let Some(log) = broker.partition(tp) else { return false };
+        let mutations = &broker.config.mutations;
+        readers.list.iter().all(|r| {
+            let isolation = r.consumer.isolation;
+            let fetch_offset = r.consumer.position(tp).expect("assigned");
+            let Ok(data) = log.read(fetch_offset, Some(isolation), mutations) else { return false };
+            let fetched = filter_fetch(isolation, fetch_offset, &data, mutations);
+            fetched.records.is_empty()
+                && fetched.next_fetch_offset == fetch_offset
+                && r.polls.iter().any(|e| {
+                    matches!(e, Event::Poll { partition: p, fetch_offset: f, high_watermark, last_stable_offset, records, position_after, .. }
+                        if p == tp && *f == fetch_offset && *high_watermark == data.high_watermark
+                            && *last_stable_offset == data.last_stable_offset && records.is_empty() && *position_after == fetch_offset)
+                })
+        })
+    }
+
+    /// One poll, served at once: the consumer's fetch goes straight to the broker's log and the answer
+    /// straight back to the consumer. A lost fetch is a poll not made and a late answer is an earlier
+    /// poll, so this loses no reader behaviour and spares two messages in flight per poll. The answer is
+    /// built as `Broker::on_message` builds it for a Fetch (which needs `&mut Broker`; reads change nothing).
+    /// Returns whether the reader's history changed.
+    fn reader_poll(&self, broker: &Broker, r: &mut ReaderNode, partition: u32) -> bool {
+        let tp = &self.ctx.partitions[partition as usize];
+        let isolation = r.consumer.isolation;
+        let fetch_offset = r.consumer.position(tp).expect("assigned");
+        let mut request = r.consumer.poll(NOW_MS, tp);
+        assert_eq!(request.sends.len(), 1, "one fetch per poll");
+        let request = request.sends.pop().expect("one fetch");
+        let Message::FetchRequest { partition: asked, fetch_offset: from, isolation: level } = &request.message else {
+            unreachable!("a consumer polls with a fetch")
+        };
+        let result = match broker.partition(asked) {
+            None => Err(KafkaError::UnknownTopicOrPartition),
+            Some(log) => log.read(*from, *level, &broker.config.mutations),
+        };
+        let bounds = result.as_ref().ok().map(|d| (d.high_watermark, d.last_stable_offset));
+        let message = Message::FetchResponse { partition: asked.clone(), fetch_offset: *from, result };
+        let response = Envelope { from: request.to, to: request.from, correlation_id: request.correlation_id, message };
+        let _ = r.consumer.on_message(response);
+        let records: Vec<(Offset, String)> = r.consumer.take_delivered().into_iter().map(|c| (c.offset, c.value)).collect();
+        let position_after = r.consumer.position(tp).expect("assigned");
+        // Rebuilt from its positions, the consumer's request counter does not make every poll a new state.
+        let positions: Vec<Offset> = self.ctx.partitions.iter().map(|tp| r.consumer.position(tp).expect("assigned")).collect();
+        r.consumer = self.fresh_consumer(isolation, &positions);
+        let Some((high_watermark, last_stable_offset)) = bounds else { return false };
+        let idle = position_after == fetch_offset && records.is_empty();
+        let event = Event::Poll {
+            time_ms: NOW_MS,
+            consumer: reader_name(isolation).to_string(),
+            isolation,
+            partition: tp.clone(),
+            fetch_offset,
+            high_watermark,
+            last_stable_offset,
+            records,
+            position_after,
+        };
+        // A poll that changed nothing is kept once, so repeated empty polls form a cycle, not a path.
+        if idle && r.polls.contains(&event) {
+            return false;
+        }
+        r.polls.push(event);
+        true
+    }
+
+    /// Runs one step; an engine assertion that fails in it stops this node in a `Panicked` state (with
+    /// no output) instead of killing the checker, so the path to it becomes a counterexample.
+    fn guarded(&self, state: &mut Cow<NodeState>, o: &mut O, step: impl FnOnce(&mut Cow<NodeState>, &mut O)) {
+        if state.panic_message().is_some() {
+            return;
+        }
+        let mut next = state.clone();
+        let mut out = Out::new();
+        quiet_panics();
+        IN_STEP.with(|f| f.set(true));
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| step(&mut next, &mut out)));
+        IN_STEP.with(|f| f.set(false));
+        match result {
+            Ok(()) => {
+                *state = next;
+                o.append(&mut out);
+            }
+            Err(payload) => {
+                let message = payload
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "panic".to_string());
+                let last = (**state).clone();
+                *state = Cow::Owned(Shared::new(NodeKind::Panicked { message, last }));
+            }
+        }
+    }
+}
+
+fn stop(n: &mut ProducerNode, why: Stop, o: &mut O) {
+    n.phase = Phase::Done(why);
+    o.remove_random("end");
+}
+
+/// Transactional ids the timeout scan could abort now.
+fn ongoing(broker: &Broker) -> BTreeSet<String> {
+    broker
+        .coordinator
+        .txns
+        .values()
+        .filter(|m| m.state == TransactionState::Ongoing && m.pending_state.is_none())
+        .map(|m| m.transactional_id.clone())
+        .collect()
+}
+
+thread_local! {
+    /// Set while a node step runs under `guarded`, whose panics become states, not messages.
+    static IN_STEP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Installs (once) a panic hook that keeps quiet about panics `guarded` turns into states: the checker
+/// may reach the same failed assertion along thousands of paths. Other panics print as before.
+fn quiet_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !IN_STEP.with(|f| f.get()) {
+                previous(info);
+            }
+        }));
+    });
+}
+
+impl Actor for Node {
+    type Msg = Msg;
+    type State = NodeState;
+    type Timer = ModelTimer;
+    type Random = TransactionResult;
+    type Storage = ();
+
+    fn on_start(&self, _id: Id, _storage: &Option<()>, o: &mut Out<Self>) -> NodeState {
+        Shared::new(match self.role {
+            Role::Broker => NodeKind::Broker(self.broker_start(o)),
+            Role::Producer(i) => NodeKind::Producer(self.producer_start(i, o)),
+        })
+    }
+
+    fn on_msg(&self, _id: Id, state: &mut Cow<NodeState>, _src: Id, msg: Msg, o: &mut Out<Self>) {
+        let env = (*msg).clone();
+        self.guarded(state, o, |state, o| match self.role {
+            Role::Broker => self.broker_step(state, o, |broker, _| broker.on_message(NOW_MS, env)),
+            Role::Producer(i) => self.producer_msg(i, state, env, o),
+        })
+    }
+
+    fn on_timeout(&self, _id: Id, state: &mut Cow<NodeState>, timer: &ModelTimer, o: &mut Out<Self>) {
+        self.guarded(state, o, |state, o| match self.role {
+            Role::Broker => self.broker_timeout(state, timer, o),
+            Role::Producer(i) => self.producer_timeout(i, state, timer, o),
+        })
+    }
+
+    fn on_random(&self, _id: Id, state: &mut Cow<NodeState>, random: &TransactionResult, o: &mut Out<Self>) {
+        self.guarded(state, o, |state, o| {
+            if let Role::Producer(i) = self.role {
+                self.producer_random(i, state, *random, o);
+            }
+        })
+    }
+
+    fn name(&self) -> String {
+        match self.role {
+            Role::Broker => "broker".into(),
+            Role::Producer(i) => format!("p{i}"),
+        }
+    }
+}

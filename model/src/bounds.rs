@@ -1,0 +1,179 @@
+//! The bounds of one model: how many producers, transactions, records and partitions, which faults,
+//! which transaction version, which injected bug. Everything the exploration depends on is here.
+
+use std::fmt;
+use txnsim_engine::{EngineConfig, Mutation, Mutations, TopicPartition, TransactionVersion};
+
+/// The topic every producer writes and every reader reads.
+pub const TOPIC: &str = "t";
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Bounds {
+    /// Transactional producers, each with its own transactional id (`tx-p0`, `tx-p1`, ...).
+    pub producers: usize,
+    /// Transactions each producer's script runs (a crashed instance's open one counts as used).
+    pub txns_per_producer: usize,
+    /// Records per transaction, one send each; record `r` goes to partition `r % partitions`.
+    pub records_per_txn: usize,
+    pub partitions: usize,
+    /// The network may drop any message (stateright's lossy network)...
+    pub lossy: bool,
+    /// ...up to this many in a run (unbounded on a duplicating network, where a drop only ends redelivery).
+    pub losses: usize,
+    /// The network may deliver any message again (stateright's unordered duplicating network).
+    pub duplicating: bool,
+    /// Per-connection FIFO (stateright's ordered network) instead of unordered delivery.
+    pub ordered: bool,
+    /// Crash-restarts in a whole run: the broker (durable state kept) or a producer (a new instance).
+    pub crashes: usize,
+    pub crash_broker: bool,
+    pub crash_producers: bool,
+    pub transaction_version: TransactionVersion,
+    pub mutation: Option<Mutation>,
+    /// Timeout aborts the coordinator may make in a run (its scan finds an Ongoing transaction expired).
+    pub txn_timeouts: usize,
+    /// `request.timeout.ms` firings allowed per producer instance (each resends or fails a request).
+    pub request_timeouts: usize,
+    /// `retry.backoff.ms` firings allowed per producer instance (CONCURRENT_TRANSACTIONS retries).
+    pub backoff_retries: usize,
+    /// Marker resends the coordinator may make (its retry timer after a lost WriteTxnMarkers).
+    pub marker_resends: usize,
+    /// `delivery_attempts_max`: sends of one batch before the producer gives up on it.
+    pub delivery_attempts: u32,
+    /// Fetches each reader may send in a run (0: no readers).
+    pub polls_per_reader: usize,
+}
+
+impl Bounds {
+    /// The gate's config: one producer, one transaction over two partitions, no faults but timeouts.
+    pub fn small() -> Self {
+        Bounds {
+            producers: 1,
+            txns_per_producer: 1,
+            records_per_txn: 2,
+            partitions: 2,
+            lossy: false,
+            losses: 1,
+            duplicating: false,
+            ordered: false,
+            crashes: 0,
+            crash_broker: true,
+            crash_producers: true,
+            transaction_version: TransactionVersion::V1,
+            mutation: None,
+            txn_timeouts: 1,
+            request_timeouts: 0,
+            backoff_retries: 1,
+            marker_resends: 0,
+            delivery_attempts: 1,
+            polls_per_reader: 2,
+        }
+    }
+
+    /// The issue's standard config: 2 producers x 2 transactions x 2 records, 2 partitions, a lossy
+    /// network and one crash.
+    pub fn standard() -> Self {
+        Bounds {
+            producers: 2,
+            txns_per_producer: 2,
+            records_per_txn: 2,
+            partitions: 2,
+            lossy: true,
+            duplicating: false,
+            crashes: 1,
+            request_timeouts: 1,
+            marker_resends: 1,
+            ..Bounds::small()
+        }
+    }
+
+    pub fn by_name(name: &str) -> Option<Self> {
+        match name {
+            "small" => Some(Bounds::small()),
+            "standard" => Some(Bounds::standard()),
+            _ => None,
+        }
+    }
+
+    pub fn with_mutation(mut self, m: Mutation) -> Self {
+        self.mutation = Some(m);
+        self
+    }
+
+    pub fn with_version(mut self, v: TransactionVersion) -> Self {
+        self.transaction_version = v;
+        self
+    }
+
+    pub fn partitions(&self) -> Vec<TopicPartition> {
+        (0..self.partitions as u32).map(|p| TopicPartition::new(TOPIC, p)).collect()
+    }
+
+    /// The engine config every node of the model shares. Time never advances in the model, so the
+    /// durations only matter as the engine's labels; timers fire when the checker chooses.
+    pub fn engine_config(&self) -> EngineConfig {
+        EngineConfig {
+            transaction_version: self.transaction_version,
+            delivery_attempts_max: self.delivery_attempts,
+            mutations: self.mutation.map(Mutations::one).unwrap_or_default(),
+            ..EngineConfig::default()
+        }
+    }
+
+    /// Liveness is judged at quiescent states; a duplicating network never empties, so it is off there.
+    pub fn checks_liveness(&self) -> bool {
+        !self.duplicating
+    }
+
+    /// Rejects bounds the model cannot represent (u8 counters, at least one of each thing).
+    pub fn validate(&self) -> Result<(), String> {
+        let small = |what: &str, v: usize, max: usize| {
+            if v == 0 || v > max {
+                Err(format!("{what} must be 1..={max}, got {v}"))
+            } else {
+                Ok(())
+            }
+        };
+        small("producers", self.producers, 9)?;
+        small("txns per producer", self.txns_per_producer, 9)?;
+        small("records per txn", self.records_per_txn, 9)?;
+        small("partitions", self.partitions, 9)?;
+        if self.crashes > 9 || self.losses > 9 || self.txn_timeouts > 9 || self.request_timeouts > 9 || self.backoff_retries > 9 || self.marker_resends > 9 {
+            return Err("crashes, request timeouts, backoff retries and marker resends must be <= 9".into());
+        }
+        if self.delivery_attempts == 0 {
+            return Err("delivery attempts must be >= 1".into());
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Bounds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} producer(s) x {} txn(s) x {} record(s), {} partition(s), TV{}, network {}{}, {} crash(es){}, txn timeouts {}, \
+             request timeouts {}/producer, backoff retries {}/producer, marker resends {}, delivery attempts {}, mutation {}",
+            self.producers,
+            self.txns_per_producer,
+            self.records_per_txn,
+            self.partitions,
+            self.transaction_version.number(),
+            if self.lossy { format!("lossy ({} loss(es))", self.losses) } else { "lossless".to_string() },
+            if self.duplicating { "+duplicating" } else { "" },
+            self.crashes,
+            match (self.crash_broker, self.crash_producers) {
+                (true, true) => " (broker or producer)",
+                (true, false) => " (broker only)",
+                (false, true) => " (producers only)",
+                (false, false) => " (no target)",
+            },
+            self.txn_timeouts,
+            self.request_timeouts,
+            self.backoff_retries,
+            self.marker_resends,
+            self.delivery_attempts,
+            self.mutation.map(|m| m.name()).unwrap_or("none"),
+        )
+    }
+}

@@ -1,0 +1,314 @@
+//! Counterexamples for people: one line per step saying who did what and what came of it, then the
+//! partition logs with HW and LSO, the coordinator's transactions and what each reader has delivered.
+
+use crate::actors::{BrokerNode, ModelTimer, NodeKind, Phase, ProducerNode, Stop};
+use crate::model::{TxnAction, TxnModel, TxnState};
+use crate::verdict::broker_of;
+use stateright::actor::{ActorModelAction, Id};
+use stateright::Path;
+use txnsim_engine::coordinator::TransactionState;
+use txnsim_engine::protocol::{Message, NodeId, Timer};
+use txnsim_engine::record::BatchBody;
+use txnsim_engine::{Broker, KafkaError, ProducerIdAndEpoch, TransactionResult};
+use txnsim_properties::{CallOutcome, Event, ProducerCall};
+
+/// The path as numbered lines (step 0 is the initial state).
+pub fn path_lines(model: &TxnModel, path: &Path<TxnState, TxnAction>) -> Vec<String> {
+    let steps = path.clone().into_vec();
+    let mut lines = vec![format!("  0. start  ‖ {}", snapshot(&steps[0].0))];
+    for (i, pair) in steps.windows(2).enumerate() {
+        let (prev, action) = (&pair[0].0, pair[0].1.as_ref().expect("every step but the last has an action"));
+        let next = &pair[1].0;
+        lines.push(format!("{:>3}. {}  ‖ {}", i + 1, step(model, prev, action, next), snapshot(next)));
+    }
+    lines
+}
+
+/// Just the "who did what" of each step, without the state snapshots (tests pin these).
+pub fn step_texts(model: &TxnModel, path: &Path<TxnState, TxnAction>) -> Vec<String> {
+    path.clone().into_vec().windows(2).map(|w| step(model, &w[0].0, w[0].1.as_ref().expect("an action"), &w[1].0)).collect()
+}
+
+fn actor_name(s: &TxnState, id: Id) -> String {
+    match s.actor_states[usize::from(id)].node() {
+        NodeKind::Broker(_) => "broker".into(),
+        NodeKind::Producer(p) => p.producer.id.to_string(),
+        NodeKind::Panicked { .. } => unreachable!("node() unwraps"),
+    }
+}
+
+fn node_name(n: &NodeId) -> String {
+    match n {
+        NodeId::Broker(_) => "broker".into(),
+        NodeId::Client(c) => c.clone(),
+    }
+}
+
+/// Who did what, and what it led to.
+pub fn step(_model: &TxnModel, prev: &TxnState, action: &TxnAction, next: &TxnState) -> String {
+    let (what, id) = match action {
+        ActorModelAction::Deliver { dst, msg, .. } => {
+            (format!("{} → {}: {}", node_name(&msg.from), node_name(&msg.to), message(&msg.message)), Some(*dst))
+        }
+        ActorModelAction::Drop(env) => (
+            format!("network loses {} → {}: {}", node_name(&env.msg.from), node_name(&env.msg.to), message(&env.msg.message)),
+            None,
+        ),
+        ActorModelAction::Timeout(id, timer) => (format!("{}: {}", actor_name(prev, *id), timer_text(timer)), Some(*id)),
+        ActorModelAction::SelectRandom { actor, random, .. } => {
+            let txn = match prev.actor_states[usize::from(*actor)].producer().map(|p| &p.phase) {
+                Some(Phase::Choosing { txn }) => format!(" transaction {txn}"),
+                _ => String::new(),
+            };
+            (format!("{}: the application runs{txn} and will {}", actor_name(prev, *actor), verb(*random)), Some(*actor))
+        }
+        ActorModelAction::Crash(id) | ActorModelAction::Recover(id) => (format!("{action:?} {}", actor_name(prev, *id)), Some(*id)),
+    };
+    let Some(id) = id else { return what };
+    let (before, after) = (&prev.actor_states[usize::from(id)], &next.actor_states[usize::from(id)]);
+    let mut effects = Vec::new();
+    if let Some(message) = after.panic_message() {
+        effects.push(format!("ENGINE ASSERTION FAILED: {message}"));
+    } else {
+        match (before.node(), after.node()) {
+            (NodeKind::Broker(b0), NodeKind::Broker(b1)) => broker_changes(b0, b1, &mut effects),
+            (NodeKind::Producer(p0), NodeKind::Producer(p1)) => producer_changes(p0, p1, &mut effects),
+            _ => {}
+        }
+    }
+    if effects.is_empty() {
+        what
+    } else {
+        format!("{what} ⇒ {}", effects.join("; "))
+    }
+}
+
+fn verb(r: TransactionResult) -> &'static str {
+    match r {
+        TransactionResult::Commit => "commit",
+        TransactionResult::Abort => "abort",
+    }
+}
+
+fn timer_text(t: &ModelTimer) -> String {
+    match t {
+        ModelTimer::Engine(Timer::RequestTimeout { correlation_id }) => format!("request #{correlation_id} times out"),
+        ModelTimer::Engine(Timer::RetryBackoff { correlation_id }) => format!("retry backoff ends, resends #{correlation_id}"),
+        ModelTimer::Engine(Timer::ResendTxnMarkers { decision }) => format!("marker retry for decision #{decision}"),
+        ModelTimer::Engine(Timer::AbortTimedOutTransactions) => "timeout scan".into(),
+        ModelTimer::TxnTimeout(tid) => format!("coordinator times out '{tid}'"),
+        ModelTimer::Crash => "CRASH and restart".into(),
+        ModelTimer::Poll { partition } => format!("readers poll t/{partition}"),
+    }
+}
+
+fn err(e: &KafkaError) -> &'static str {
+    e.name()
+}
+
+fn pie(p: &ProducerIdAndEpoch) -> String {
+    format!("pid {} epoch {}", p.producer_id, p.epoch)
+}
+
+/// A request or response in a few words.
+pub fn message(m: &Message) -> String {
+    match m {
+        Message::InitProducerIdRequest { transactional_id, .. } => {
+            format!("InitProducerId('{}')", transactional_id.as_deref().unwrap_or("-"))
+        }
+        Message::InitProducerIdResponse { result } => match result {
+            Ok(p) => format!("InitProducerId ok ({})", pie(p)),
+            Err(e) => format!("InitProducerId {}", err(e)),
+        },
+        Message::AddPartitionsToTxnRequest { producer, partitions, verify_only, .. } => format!(
+            "AddPartitionsToTxn{}([{}], {})",
+            if *verify_only { "(verify)" } else { "" },
+            partitions.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(","),
+            pie(producer)
+        ),
+        Message::AddPartitionsToTxnResponse { result } => match result {
+            Ok(()) => "AddPartitionsToTxn ok".into(),
+            Err(e) => format!("AddPartitionsToTxn {}", err(e)),
+        },
+        Message::ProduceRequest { partition, batch, .. } => {
+            let who = batch.producer.map(|p| format!(", pid {} epoch {} seq {}", p.producer_id, p.epoch, p.base_sequence)).unwrap_or_default();
+            format!("Produce({partition} {:?}{who})", batch.values)
+        }
+        Message::ProduceResponse { partition, result } => match result {
+            Ok(a) => format!("Produce {partition} ok @{}{}", a.first_offset, if a.duplicate { " (duplicate)" } else { "" }),
+            Err(e) => format!("Produce {partition} {}", err(e)),
+        },
+        Message::EndTxnRequest { producer, result, .. } => format!("EndTxn({}, {})", result.name(), pie(producer)),
+        Message::EndTxnResponse { result } => match result {
+            Ok(Some(p)) => format!("EndTxn ok (now {})", pie(p)),
+            Ok(None) => "EndTxn ok".into(),
+            Err(e) => format!("EndTxn {}", err(e)),
+        },
+        Message::WriteTxnMarkersRequest { markers } => format!(
+            "WriteTxnMarkers({})",
+            markers
+                .iter()
+                .map(|m| format!(
+                    "{} pid {} epoch {} on [{}], coordinator epoch {}",
+                    m.result.name(),
+                    m.producer_id,
+                    m.producer_epoch,
+                    m.partitions.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(","),
+                    m.coordinator_epoch
+                ))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+        Message::WriteTxnMarkersResponse { results } => format!(
+            "WriteTxnMarkers answers [{}]",
+            results
+                .iter()
+                .map(|(_, tp, r)| match r {
+                    Ok(o) => format!("{tp}@{o}"),
+                    Err(e) => format!("{tp} {}", err(e)),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Message::FetchRequest { partition, fetch_offset, .. } => format!("Fetch({partition} from {fetch_offset})"),
+        Message::FetchResponse { partition, fetch_offset, .. } => format!("Fetch {partition} from {fetch_offset} answered"),
+        Message::ListOffsetsRequest { partition, .. } => format!("ListOffsets({partition})"),
+        Message::ListOffsetsResponse { partition, .. } => format!("ListOffsets {partition} answered"),
+    }
+}
+
+fn broker_changes(b0: &BrokerNode, b1: &BrokerNode, out: &mut Vec<String>) {
+    if b1.restarts > b0.restarts {
+        out.push(format!("broker restarted (coordinator epoch {})", b1.broker.coordinator.coordinator_epoch));
+    }
+    for (tp, log) in &b1.broker.partitions {
+        let old = b0.broker.partitions.get(tp).map(|l| l.log_end_offset()).unwrap_or(0);
+        for b in log.batches().filter(|b| b.base_offset >= old) {
+            match &b.body {
+                BatchBody::Data(records) => {
+                    out.push(format!("appends {} at {tp}@{}", records.iter().map(|r| r.value.as_str()).collect::<Vec<_>>().join(","), b.base_offset))
+                }
+                BatchBody::Control(m) => out.push(format!(
+                    "writes {} marker for pid {} at {tp}@{}",
+                    m.map(|m| m.result.name()).unwrap_or("empty"),
+                    b.producer_id().unwrap_or(-1),
+                    b.base_offset
+                )),
+            }
+        }
+    }
+    for (tid, m1) in &b1.broker.coordinator.txns {
+        let was = b0.broker.coordinator.txns.get(tid).map(|m| (m.state, m.producer_epoch));
+        if was != Some((m1.state, m1.producer_epoch)) {
+            let from = was.map(|(s, e)| format!("{} e{e} → ", s.name())).unwrap_or_default();
+            out.push(format!("'{tid}' {from}{} e{}", m1.state.name(), m1.producer_epoch));
+        }
+    }
+    for (r0, r1) in b0.readers.list.iter().zip(&b1.readers.list) {
+        for e in r1.polls.iter().skip(r0.polls.len()) {
+            if let Event::Poll { consumer, partition, fetch_offset, records, position_after, .. } = e {
+                let got = records.iter().map(|(o, v)| format!("{o}:{v}")).collect::<Vec<_>>().join(" ");
+                out.push(format!("{consumer} polls {partition} from {fetch_offset}: [{got}] → position {position_after}"));
+            }
+        }
+    }
+}
+
+fn producer_changes(p0: &ProducerNode, p1: &ProducerNode, out: &mut Vec<String>) {
+    if p1.incarnation > p0.incarnation {
+        out.push(format!("{} crashed; new instance {} calls initTransactions", p0.producer.id, p1.producer.id));
+    }
+    for e in p1.events.iter().skip(p0.events.len()) {
+        match e {
+            Event::Invoke { call: ProducerCall::Send { partition, values }, .. } => {
+                out.push(format!("send {} → {partition}", values.join(",")))
+            }
+            Event::Complete { call_id, outcome, .. } => {
+                let value = p1
+                    .events
+                    .iter()
+                    .find_map(|x| match x {
+                        Event::Invoke { call_id: c, call: ProducerCall::Send { values, .. }, .. } if c == call_id => Some(values.join(",")),
+                        _ => None,
+                    })
+                    .unwrap_or_default();
+                out.push(match outcome {
+                    CallOutcome::Sent { first_offset, duplicate, .. } => {
+                        format!("send of {value} acknowledged @{first_offset}{}", if *duplicate { " (duplicate)" } else { "" })
+                    }
+                    CallOutcome::Failed { error } => format!("send of {value} failed: {error}"),
+                    other => format!("send of {value}: {other:?}"),
+                })
+            }
+            _ => {}
+        }
+    }
+    if p1.phase != p0.phase {
+        out.push(match &p1.phase {
+            Phase::Initializing => "initializing".into(),
+            Phase::Choosing { txn } => format!("ready for transaction {txn}"),
+            Phase::Ending { result, .. } => format!("{} called", if *result == TransactionResult::Commit { "commitTransaction()" } else { "abortTransaction()" }),
+            Phase::Done(Stop::Finished) => "script done".into(),
+            Phase::Done(Stop::Failed(e)) => format!("stops: {}", e.name()),
+        });
+    }
+    if p1.producer.state != p0.producer.state {
+        out.push(format!("client {:?} → {:?}", p0.producer.state, p1.producer.state));
+    }
+}
+
+/// The partition logs (offset:value, markers by result and pid) with HW and LSO, the coordinator's
+/// transactions, and each reader's deliveries per partition.
+pub fn snapshot(s: &TxnState) -> String {
+    let node = broker_of(s);
+    let broker: &Broker = &node.broker;
+    let mut parts = Vec::new();
+    for (tp, log) in &broker.partitions {
+        let entries: Vec<String> = log
+            .batches()
+            .flat_map(|b| match &b.body {
+                BatchBody::Data(records) => records.iter().map(|r| format!("{}:{}", r.offset, r.value)).collect::<Vec<_>>(),
+                BatchBody::Control(m) => vec![format!(
+                    "{}:{}({})",
+                    b.base_offset,
+                    m.map(|m| m.result.name()).unwrap_or("EMPTY"),
+                    b.producer_id().unwrap_or(-1)
+                )],
+            })
+            .collect();
+        parts.push(format!(
+            "{tp} [{}] HW {} LSO {}",
+            entries.join(" "),
+            log.high_watermark(),
+            log.last_stable_offset(&broker.config.mutations)
+        ));
+    }
+    let txns: Vec<String> = broker
+        .coordinator
+        .txns
+        .values()
+        .map(|m| {
+            let parts = if m.state == TransactionState::Ongoing || !m.topic_partitions.is_empty() {
+                format!(" [{}]", m.topic_partitions.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(","))
+            } else {
+                String::new()
+            };
+            format!("'{}' pid {} e{} {}{parts}", m.transactional_id, m.producer_id, m.producer_epoch, m.state.name())
+        })
+        .collect();
+    if !txns.is_empty() {
+        parts.push(txns.join(", "));
+    }
+    for r in &node.readers.list {
+        let per_tp: Vec<String> = broker
+            .partitions
+            .keys()
+            .map(|tp| {
+                let offsets: Vec<String> = r.delivered().filter(|(p, _, _)| *p == tp).map(|(_, o, _)| o.to_string()).collect();
+                format!("{tp} [{}]", offsets.join(","))
+            })
+            .collect();
+        parts.push(format!("{} read {}", r.consumer.id, per_tp.join(" ")));
+    }
+    parts.join(" | ")
+}

@@ -1,0 +1,134 @@
+//! The `ActorModel`: one broker (partition leader for every partition and the transaction coordinator,
+//! hosting a read_committed and a read_uncommitted reader) and the transactional producers; an unordered
+//! network, lossy or duplicating as the bounds say. One `always` property per invariant of
+//! `txnsim_properties::Invariant::ALL`, named as the catalogue names it, and one `sometimes` property per
+//! `Fact`.
+
+use crate::actors::{Ctx, ModelTimer, Msg, Node, Role};
+use crate::bounds::Bounds;
+use crate::verdict::{verdict, Fact};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use stateright::actor::{ActorModel, ActorModelAction, ActorModelState, LossyNetwork, Network};
+use stateright::Expectation;
+use txnsim_engine::TransactionResult;
+use txnsim_properties::Invariant;
+
+pub type TxnModel = ActorModel<Node, ModelCfg, InFlight>;
+pub type TxnState = ActorModelState<Node, InFlight>;
+
+/// The model's auxiliary history: messages sent and not (yet) delivered. Less the messages still in the
+/// network, that is how many were lost, which `Bounds::losses` bounds.
+pub type InFlight = u16;
+
+/// Messages the lossy network has dropped on the way to this state.
+pub fn losses(s: &TxnState) -> usize {
+    (s.history as usize).saturating_sub(s.network.len())
+}
+pub type TxnAction = ActorModelAction<Msg, ModelTimer, TransactionResult>;
+type PropFn = fn(&TxnModel, &TxnState) -> bool;
+
+const INVARIANTS: usize = Invariant::ALL.len();
+/// The latch slot of `ENGINE_ASSERTIONS`, after the invariants and the facts.
+const ASSERTIONS: usize = INVARIANTS + Fact::ALL.len();
+const PROPERTIES: usize = ASSERTIONS + 1;
+
+/// The one property that is not from the catalogue: no engine `assert!` failed on the way here (the
+/// engine guards its own invariants with assertions; a failing one is an engine bug with a path).
+pub const ENGINE_ASSERTIONS: &str = "engine-assertions";
+
+#[derive(Clone)]
+pub struct ModelCfg {
+    pub ctx: Arc<Ctx>,
+    /// Set once a property has its discovery. stateright keeps evaluating discovered properties and
+    /// overwrites the stored path with later (longer) ones; the latch keeps the first, which BFS makes
+    /// the shortest.
+    latch: Arc<[AtomicBool; PROPERTIES]>,
+}
+
+impl ModelCfg {
+    fn latched(&self, i: usize) -> bool {
+        self.latch[i].load(Ordering::Relaxed)
+    }
+    fn set_latch(&self, i: usize) {
+        self.latch[i].store(true, Ordering::Relaxed);
+    }
+}
+
+fn invariant_holds<const I: usize>(m: &TxnModel, s: &TxnState) -> bool {
+    if m.cfg.latched(I) {
+        return true;
+    }
+    let holds = verdict(&m.cfg.ctx, s).violated & (1 << I) == 0;
+    if !holds {
+        m.cfg.set_latch(I);
+    }
+    holds
+}
+
+fn fact_seen<const J: usize>(m: &TxnModel, s: &TxnState) -> bool {
+    if m.cfg.latched(INVARIANTS + J) {
+        return false;
+    }
+    let seen = verdict(&m.cfg.ctx, s).facts & (1 << J) != 0;
+    if seen {
+        m.cfg.set_latch(INVARIANTS + J);
+    }
+    seen
+}
+
+fn assertions_hold(m: &TxnModel, s: &TxnState) -> bool {
+    if m.cfg.latched(ASSERTIONS) {
+        return true;
+    }
+    let holds = s.actor_states.iter().all(|a| a.panic_message().is_none());
+    if !holds {
+        m.cfg.set_latch(ASSERTIONS);
+    }
+    holds
+}
+
+macro_rules! table {
+    ($f:ident; $($i:literal)*) => { [$($f::<$i> as PropFn),*] };
+}
+
+const INVARIANT_FNS: [PropFn; INVARIANTS] =
+    table!(invariant_holds; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28);
+const FACT_FNS: [PropFn; 6] = table!(fact_seen; 0 1 2 3 4 5);
+
+/// Builds the model for `bounds`; panics on bounds `Bounds::validate` rejects.
+pub fn build(bounds: &Bounds) -> TxnModel {
+    bounds.validate().expect("valid bounds");
+    let ctx = Arc::new(Ctx::new(bounds));
+    let cfg = ModelCfg { ctx: Arc::clone(&ctx), latch: Arc::new(std::array::from_fn(|_| AtomicBool::new(false))) };
+    let node = |role| Node { role, ctx: Arc::clone(&ctx) };
+    let network = if bounds.ordered {
+        Network::new_ordered([])
+    } else if bounds.duplicating {
+        Network::new_unordered_duplicating([])
+    } else {
+        Network::new_unordered_nonduplicating([])
+    };
+    let mut model = ActorModel::new(cfg, 0)
+        .actor(node(Role::Broker))
+        .actors((0..bounds.producers).map(|i| node(Role::Producer(i))))
+        .init_network(network)
+        .lossy_network(if bounds.lossy { LossyNetwork::Yes } else { LossyNetwork::No })
+        // On a duplicating network a delivery leaves the message in place: nothing to count there.
+        .record_msg_out(|cfg: &ModelCfg, sent: &InFlight, _| (!cfg.ctx.bounds.duplicating).then(|| sent + 1))
+        .record_msg_in(|cfg: &ModelCfg, sent: &InFlight, _| (!cfg.ctx.bounds.duplicating).then(|| sent.saturating_sub(1)))
+        // Crashes and losses are budgeted over the whole run: states past a budget are outside the model.
+        .within_boundary(|cfg, s| {
+            let b = &cfg.ctx.bounds;
+            s.actor_states.iter().map(|a| a.restarts()).sum::<usize>() <= b.crashes && (b.duplicating || losses(s) <= b.losses)
+        });
+    assert_eq!(model.actors.len(), ctx.actor_count());
+    model = model.property(Expectation::Always, ENGINE_ASSERTIONS, assertions_hold);
+    for (i, inv) in Invariant::ALL.iter().enumerate() {
+        model = model.property(Expectation::Always, inv.name(), INVARIANT_FNS[i]);
+    }
+    for (j, fact) in Fact::ALL.iter().enumerate() {
+        model = model.property(Expectation::Sometimes, fact.name(), FACT_FNS[j]);
+    }
+    model
+}

@@ -1,0 +1,291 @@
+//! What the properties see in a state. Every invariant comes from `txnsim_properties`: the state
+//! invariants from `check_state` over the broker, the history invariants from `check_history` over the
+//! producers' sends and the readers' polls (with the current logs as the run's final logs), the
+//! read_uncommitted-superset check from `check_read_superset` over two fresh reads, and the liveness
+//! invariants from `check_liveness` at quiescent states (nothing left to happen but reader polls and
+//! faults: the model's form of "after healing"). The model adds only reachability facts (`Fact`).
+
+use crate::actors::{reader_name, Ctx, ModelTimer, NodeState};
+use crate::model::TxnState;
+use crate::shared::digest;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Arc;
+use txnsim_engine::coordinator::DecisionCause;
+use txnsim_engine::{filter_fetch, Broker, IsolationLevel, Mutations, Offset, PartitionLog, TopicPartition, TransactionResult};
+use txnsim_properties::{check_history, check_liveness, check_read_superset, check_state, ClusterView, History, Invariant, Violation};
+
+/// Reachability facts from the seed document and the issue, checked as `sometimes` properties.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Fact {
+    UncommittedReadsAhead,
+    CommittedOffsetGap,
+    Commit,
+    Abort,
+    TimeoutAbort,
+    FenceAbort,
+}
+
+impl Fact {
+    pub const ALL: [Fact; 6] =
+        [Fact::UncommittedReadsAhead, Fact::CommittedOffsetGap, Fact::Commit, Fact::Abort, Fact::TimeoutAbort, Fact::FenceAbort];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fact::UncommittedReadsAhead => "ru-delivers-what-rc-cannot-yet",
+            Fact::CommittedOffsetGap => "rc-offsets-have-a-gap",
+            Fact::Commit => "commit-completes",
+            Fact::Abort => "abort-completes",
+            Fact::TimeoutAbort => "timeout-abort",
+            Fact::FenceAbort => "fence-abort",
+        }
+    }
+
+    pub fn statement(self) -> &'static str {
+        match self {
+            Fact::UncommittedReadsAhead => "the read_uncommitted reader has delivered a record at or above its partition's LSO",
+            Fact::CommittedOffsetGap => "the read_committed reader's delivered offsets on a partition skip an offset",
+            Fact::Commit => "a client commit completes (markers on every partition)",
+            Fact::Abort => "a client abort completes",
+            Fact::TimeoutAbort => "the coordinator aborts a transaction on timeout",
+            Fact::FenceAbort => "a new producer instance fences and aborts its predecessor's transaction",
+        }
+    }
+
+    fn bit(self) -> u32 {
+        1 << Fact::ALL.iter().position(|f| *f == self).expect("listed")
+    }
+}
+
+/// A state's property values as bits: invariant `i` of `Invariant::ALL` violated, fact `j` of `Fact::ALL` seen.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Verdict {
+    pub violated: u64,
+    pub facts: u32,
+}
+
+/// Everything the properties found in one state, with witnesses, for reports.
+#[derive(Clone, Debug, Default)]
+pub struct Evaluation {
+    pub violations: Vec<Violation>,
+    pub facts: Vec<Fact>,
+    /// The state is quiescent, so the liveness invariants were judged.
+    pub quiescent: bool,
+}
+
+impl Evaluation {
+    pub fn verdict(&self) -> Verdict {
+        let mut v = Verdict::default();
+        for violation in &self.violations {
+            v.violated |= 1 << invariant_index(violation.invariant);
+        }
+        for f in &self.facts {
+            v.facts |= f.bit();
+        }
+        v
+    }
+}
+
+pub fn invariant_index(i: Invariant) -> usize {
+    Invariant::ALL.iter().position(|x| *x == i).expect("listed")
+}
+
+pub fn broker_of(s: &TxnState) -> &crate::actors::BrokerNode {
+    s.actor_states[0].broker().expect("actor 0 is the broker")
+}
+
+/// The run's history so far: every producer instance's sends, then each reader's polls.
+pub fn history(s: &TxnState) -> History {
+    let mut h = History::default();
+    for a in &s.actor_states[1..] {
+        h.events.extend(a.producer().expect("actors after the broker are producers").events.iter().cloned());
+    }
+    for r in &broker_of(s).readers.list {
+        h.events.extend(r.polls.iter().cloned());
+    }
+    h
+}
+
+/// Reads a partition from `from` to where a reader stops, with the engine's fetch path (`PartitionLog::read`
+/// then the consumer's `filter_fetch`): what a fresh, or a catching-up, reader delivers.
+pub fn read_to_end(log: &PartitionLog, isolation: IsolationLevel, from: Offset, mutations: &Mutations) -> (Vec<(Offset, String)>, Offset) {
+    let mut position = from;
+    let mut records = Vec::new();
+    // Each fetch moves the position by at least one offset or ends the read, so LEO + 1 fetches suffice.
+    for _ in 0..=log.log_end_offset() + 1 {
+        let Ok(data) = log.read(position, Some(isolation), mutations) else { break };
+        if data.batches.is_empty() {
+            break;
+        }
+        let fetched = filter_fetch(isolation, position, &data, mutations);
+        records.extend(fetched.records);
+        if fetched.next_fetch_offset <= position {
+            break;
+        }
+        position = fetched.next_fetch_offset;
+    }
+    (records, position)
+}
+
+/// Nothing can happen any more except reader polls and faults: no producer choice open, no timer but
+/// crashes and polls, no message in flight but those addressed to crashed instances.
+/// Liveness is judged only there, and only if no coordinator timer was withheld for want of budget.
+pub fn quiescent(ctx: &Ctx, s: &TxnState) -> bool {
+    if !ctx.bounds.checks_liveness() {
+        return false;
+    }
+    if s.random_choices.iter().any(|r| !r.map.is_empty()) {
+        return false;
+    }
+    for timers in &s.timers_set {
+        if timers.iter().any(|t| !matches!(t, ModelTimer::Crash | ModelTimer::Poll { .. })) {
+            return false;
+        }
+    }
+    if broker_of(s).starved {
+        return false;
+    }
+    for env in s.network.iter_deliverable() {
+        let dst = usize::from(env.dst);
+        if s.actor_states[dst].producer().is_some_and(|p| env.msg.to != p.producer.id) {
+            continue;
+        }
+        return false;
+    }
+    true
+}
+
+/// The state invariants and the read_uncommitted-superset check: functions of the broker alone.
+fn broker_violations(broker: &Broker) -> Vec<Violation> {
+    let mutations = &broker.config.mutations;
+    let mut violations = check_state(&ClusterView::of_broker(broker));
+    for (tp, log) in &broker.partitions {
+        let (ru, _) = read_to_end(log, IsolationLevel::ReadUncommitted, 0, mutations);
+        let (rc, _) = read_to_end(log, IsolationLevel::ReadCommitted, 0, mutations);
+        violations.extend(check_read_superset(tp, 0, &ru, &rc));
+    }
+    violations
+}
+
+/// The liveness invariants, judged at a quiescent state: the read_committed reader keeps polling from
+/// where it is, as the check assumes.
+fn liveness_violations(s: &TxnState) -> Vec<Violation> {
+    let broker = &broker_of(s).broker;
+    let mutations = &broker.config.mutations;
+    let mut readers = Vec::new();
+    for r in broker_of(s).readers.list.iter().filter(|r| r.consumer.isolation == IsolationLevel::ReadCommitted) {
+        for (tp, log) in &broker.partitions {
+            let from = r.consumer.position(tp).expect("assigned");
+            let (_, end) = read_to_end(log, IsolationLevel::ReadCommitted, from, mutations);
+            readers.push((reader_name(IsolationLevel::ReadCommitted).to_string(), tp.clone(), end));
+        }
+    }
+    check_liveness(&ClusterView::of_broker(broker), &readers)
+}
+
+/// Evaluates every property on one state, with witnesses (no caching; see `verdict`).
+pub fn evaluate(ctx: &Ctx, s: &TxnState) -> Evaluation {
+    let broker = &broker_of(s).broker;
+    let mut violations = broker_violations(broker);
+    violations.extend(check_history(&history(s), &broker.partitions));
+    let quiescent = quiescent(ctx, s);
+    if quiescent {
+        violations.extend(liveness_violations(s));
+    }
+    Evaluation { violations, facts: facts(s), quiescent }
+}
+
+fn facts(s: &TxnState) -> Vec<Fact> {
+    let broker = &broker_of(s).broker;
+    let mut out = Vec::new();
+    for r in &broker_of(s).readers.list {
+        match r.consumer.isolation {
+            IsolationLevel::ReadUncommitted => {
+                let ahead = r.delivered().any(|(tp, o, _)| {
+                    broker.partitions.get(tp).is_some_and(|log| o >= log.last_stable_offset(&broker.config.mutations))
+                });
+                if ahead {
+                    out.push(Fact::UncommittedReadsAhead);
+                }
+            }
+            IsolationLevel::ReadCommitted => {
+                let mut next: std::collections::BTreeMap<&TopicPartition, Offset> = Default::default();
+                let gap = r.delivered().any(|(tp, o, _)| {
+                    let expected = next.insert(tp, o + 1).unwrap_or(0);
+                    o > expected
+                });
+                if gap {
+                    out.push(Fact::CommittedOffsetGap);
+                }
+            }
+        }
+    }
+    let decisions = &broker.coordinator.decisions;
+    let any = |f: &dyn Fn(&txnsim_engine::coordinator::TxnDecision) -> bool| decisions.iter().any(f);
+    if any(&|d| d.completed && d.cause == DecisionCause::Client && d.result == TransactionResult::Commit) {
+        out.push(Fact::Commit);
+    }
+    if any(&|d| d.completed && d.cause == DecisionCause::Client && d.result == TransactionResult::Abort) {
+        out.push(Fact::Abort);
+    }
+    if any(&|d| d.cause == DecisionCause::Timeout) {
+        out.push(Fact::TimeoutAbort);
+    }
+    if any(&|d| d.cause == DecisionCause::Fence) {
+        out.push(Fact::FenceAbort);
+    }
+    out
+}
+
+fn bits(violations: &[Violation]) -> u64 {
+    violations.iter().fold(0, |bits, v| bits | 1 << invariant_index(v.invariant))
+}
+
+/// Caches by content digest (64-bit, as the checker's own state fingerprints): many states share a
+/// broker, or a broker and the whole history, and differ only in messages, timers or client internals.
+struct Caches {
+    broker: HashMap<u64, u64>,
+    history: HashMap<u64, u64>,
+    /// The last state this thread evaluated, by the identity of its actor states (held, so an address
+    /// cannot be reused while cached): the checker asks every property of a state in a row.
+    last: Option<(Vec<Arc<NodeState>>, bool, Verdict)>,
+}
+
+/// Bounds each cache's memory; a full cache starts over.
+const CACHE_ENTRIES_MAX: usize = 1 << 20;
+
+thread_local! {
+    static CACHES: RefCell<Caches> =
+        RefCell::new(Caches { broker: HashMap::new(), history: HashMap::new(), last: None });
+}
+
+/// The state's verdict, evaluated once per state however many properties ask.
+pub fn verdict(ctx: &Ctx, s: &TxnState) -> Verdict {
+    let quiescent = quiescent(ctx, s);
+    CACHES.with(|cell| {
+        let mut guard = cell.borrow_mut();
+        let c = &mut *guard;
+        if let Some((arcs, q, v)) = &c.last {
+            if *q == quiescent && arcs.len() == s.actor_states.len() && arcs.iter().zip(&s.actor_states).all(|(a, b)| Arc::ptr_eq(a, b)) {
+                return *v;
+            }
+        }
+        let node = broker_of(s);
+        let broker = &node.broker;
+        let mut violated = *c.broker.entry(broker.digest()).or_insert_with(|| bits(&broker_violations(broker)));
+        let key = digest(&(broker.digest(), node.readers.digest(), s.actor_states[1..].iter().map(|a| a.producer().map(|p| p.events.digest())).collect::<Vec<_>>()));
+        violated |= *c.history.entry(key).or_insert_with(|| bits(&check_history(&history(s), &broker.partitions)));
+        if quiescent {
+            violated |= bits(&liveness_violations(s));
+        }
+        let facts = facts(s).iter().fold(0, |f, x| f | x.bit());
+        let v = Verdict { violated, facts };
+        for map in [&mut c.broker, &mut c.history] {
+            if map.len() > CACHE_ENTRIES_MAX {
+                map.clear();
+            }
+        }
+        c.last = Some((s.actor_states.clone(), quiescent, v));
+        v
+    })
+}

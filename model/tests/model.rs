@@ -1,0 +1,190 @@
+//! Pinned state counts and shortest counterexamples (breadth-first, one thread), as stateright's own
+//! examples pin theirs. A changed count means the model or the engine changed what can happen: find out
+//! why before updating the number. Stateright spawns OS threads, so these are plain #[test]s.
+
+use std::collections::BTreeMap;
+use stateright::{Checker, Expectation, HasDiscoveries, Model};
+use txnsim_engine::{Mutation, TransactionVersion};
+use txnsim_model::describe::step_texts;
+use txnsim_model::{build, Bounds, Fact};
+
+struct Outcome {
+    unique: usize,
+    /// Each violated `always` property with its counterexample, step by step.
+    violations: BTreeMap<&'static str, Vec<String>>,
+    /// The `sometimes` properties with an example.
+    examples: Vec<&'static str>,
+}
+
+fn check(bounds: &Bounds, finish: HasDiscoveries) -> Outcome {
+    let model = build(bounds);
+    let checker = model.clone().checker().finish_when(finish).spawn_bfs().join();
+    let found = checker.discoveries();
+    let mut violations = BTreeMap::new();
+    let mut examples = Vec::new();
+    for p in model.properties() {
+        let Some(path) = found.get(p.name) else { continue };
+        match p.expectation {
+            Expectation::Sometimes => examples.push(p.name),
+            _ => {
+                violations.insert(p.name, step_texts(&model, path));
+            }
+        }
+    }
+    Outcome { unique: checker.unique_state_count(), violations, examples }
+}
+
+/// Checks that `bounds` violates `property` first with a counterexample of `len` steps starting with `first`.
+fn assert_counterexample(bounds: Bounds, property: &str, len: usize, first: &[&str]) {
+    let o = check(&bounds, HasDiscoveries::AnyFailures);
+    let Some(steps) = o.violations.get(property) else {
+        panic!("{property} not violated under {bounds}; violated: {:?}", o.violations.keys().collect::<Vec<_>>())
+    };
+    assert_eq!(steps.len(), len, "{property}: counterexample\n{}", steps.join("\n"));
+    for (i, want) in first.iter().enumerate() {
+        assert_eq!(steps[i], *want, "{property}: step {}\n{}", i + 1, steps.join("\n"));
+    }
+}
+
+fn mutated(m: Mutation) -> Bounds {
+    Bounds::small().with_mutation(m)
+}
+
+const INIT: &str = "p0 → broker: InitProducerId('tx-p0') ⇒ 'tx-p0' Empty e0";
+const INIT_OK: &str =
+    "broker → p0: InitProducerId ok (pid 1000 epoch 0) ⇒ ready for transaction 0; client Initializing → Ready";
+const RUN_COMMIT: &str = "p0: the application runs transaction 0 and will commit ⇒ send p0:0.0 → t/0; send p0:0.1 → t/1; \
+commitTransaction() called; client Ready → CommittingTransaction";
+const ADD_T0: &str = "p0 → broker: AddPartitionsToTxn([t/0], pid 1000 epoch 0) ⇒ 'tx-p0' Empty e0 → Ongoing e0";
+
+#[test]
+fn small_tv1_holds_and_reaches_the_seed_facts() {
+    let o = check(&Bounds::small(), HasDiscoveries::All);
+    assert!(o.violations.is_empty(), "violated: {:?}", o.violations);
+    assert_eq!(o.unique, 52_309);
+    for fact in [Fact::UncommittedReadsAhead, Fact::Commit, Fact::Abort, Fact::TimeoutAbort] {
+        assert!(o.examples.contains(&fact.name()), "{} unreached; reached {:?}", fact.name(), o.examples);
+    }
+}
+
+#[test]
+fn small_tv2_holds() {
+    let o = check(&Bounds::small().with_version(TransactionVersion::V2), HasDiscoveries::All);
+    assert!(o.violations.is_empty(), "violated: {:?}", o.violations);
+    assert_eq!(o.unique, 21_943);
+}
+
+#[test]
+fn read_committed_bounded_by_hw_reads_an_open_transaction() {
+    assert_counterexample(
+        mutated(Mutation::ReadCommittedBoundedByHw),
+        "precommitted-read",
+        9,
+        &[INIT, INIT_OK, RUN_COMMIT, ADD_T0],
+    );
+}
+
+#[test]
+fn lso_ignoring_ongoing_transactions_exposes_undecided_data() {
+    assert_counterexample(mutated(Mutation::LsoIgnoresOngoingTxns), "nothing-undecided-below-lso", 8, &[INIT, INIT_OK, RUN_COMMIT, ADD_T0]);
+}
+
+#[test]
+fn skipping_the_aborted_index_reads_aborted_data() {
+    assert_counterexample(mutated(Mutation::SkipAbortedIndexOnFetch), "aborted-read", 11, &[INIT, INIT_OK, RUN_COMMIT, ADD_T0]);
+}
+
+#[test]
+fn markers_to_a_subset_of_partitions_break_atomicity() {
+    assert_counterexample(
+        mutated(Mutation::MarkersToSubsetOfPartitions),
+        "one-outcome-per-transaction",
+        8,
+        &[INIT, INIT_OK, RUN_COMMIT, ADD_T0, "p0 → broker: AddPartitionsToTxn([t/1], pid 1000 epoch 0)"],
+    );
+}
+
+#[test]
+fn timeout_abort_without_epoch_bump() {
+    assert_counterexample(
+        mutated(Mutation::TimeoutAbortSameEpoch),
+        "epoch-bump-on-fence-and-timeout",
+        7,
+        &[INIT, INIT_OK, RUN_COMMIT, ADD_T0, "broker: coordinator times out 'tx-p0' ⇒ 'tx-p0' Ongoing e0 → PrepareAbort e0"],
+    );
+}
+
+#[test]
+fn fence_abort_without_epoch_bump() {
+    let bounds = Bounds { crashes: 1, crash_broker: false, polls_per_reader: 0, ..mutated(Mutation::FenceAbortSameEpoch) };
+    assert_counterexample(
+        bounds,
+        "epoch-bump-on-fence-and-timeout",
+        8,
+        &[
+            INIT,
+            INIT_OK,
+            RUN_COMMIT,
+            ADD_T0,
+            "p0: CRASH and restart ⇒ p0 crashed; new instance p0' calls initTransactions; initializing; client CommittingTransaction → Initializing",
+            "p0' → broker: InitProducerId('tx-p0') ⇒ 'tx-p0' Ongoing e0 → PrepareAbort e0",
+        ],
+    );
+}
+
+#[test]
+fn late_produce_after_abort_without_verification_under_tv1() {
+    let bounds = Bounds { request_timeouts: 1, polls_per_reader: 0, ..mutated(Mutation::NoTxnVerification) };
+    assert_counterexample(
+        bounds,
+        "partition-coverage",
+        14,
+        &[INIT, INIT_OK, RUN_COMMIT, ADD_T0],
+    );
+}
+
+/// A finding of the model, not a mutation: with marker resends the coordinator may send a decision's
+/// WriteTxnMarkers twice; the second copy, arriving after the producer's next transaction has begun on a
+/// partition, closes that transaction with the old decision's marker (same producer epoch under TV1; under
+/// TV2 the bumped epoch equals the next transaction's). KIP-1228 (Kafka 4.2) makes leaders reject such TV2
+/// markers; the engine does not model it. When the engine rejects late markers, this test must change.
+#[test]
+fn late_marker_resend_closes_the_next_transaction() {
+    let bounds = Bounds { txns_per_producer: 2, marker_resends: 1, polls_per_reader: 0, ..Bounds::small() };
+    assert_counterexample(
+        bounds.clone(),
+        "marker-matches-decision",
+        27,
+        &[INIT, INIT_OK, RUN_COMMIT, ADD_T0],
+    );
+    assert_counterexample(bounds.with_version(TransactionVersion::V2), "marker-matches-decision", 21, &[]);
+}
+
+/// The CLI's report: the violated property, the numbered steps with the state after each, the witness
+/// and stateright's action index path (which is also an Explorer URL).
+#[test]
+fn check_report_prints_a_followable_counterexample() {
+    use txnsim_model::cli::{check as run, CheckArgs};
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: CheckArgs,
+    }
+    let cli = Cli::parse_from(["check", "--mutation", "read-committed-bounded-by-hw"]);
+    let bounds = cli.args.bounds.bounds().expect("valid flags");
+    let report = run(&bounds, &cli.args, &mut std::io::sink());
+    assert!(report.violated && !report.complete);
+    let text = report.lines.join("\n");
+    for want in [
+        "  history   precommitted-read                        VIOLATED",
+        "counterexample for precommitted-read (9 steps):",
+        "  0. start  ‖ t/0 [] HW 0 LSO 0 | t/1 [] HW 0 LSO 0 | rc read t/0 [] t/1 [] | ru read t/0 [] t/1 []",
+        "  9. broker: readers poll t/0 ⇒ rc polls t/0 from 0: [0:p0:0.0] → position 1; ru polls t/0 from 0: [0:p0:0.0] → position 1  \
+‖ t/0 [0:p0:0.0] HW 1 LSO 0 | t/1 [] HW 0 LSO 0 | 'tx-p0' pid 1000 e0 Ongoing [t/0] | rc read t/0 [0] t/1 [] | ru read t/0 [0] t/1 []",
+        "  violation: precommitted-read: rc (read_committed) on t/0: delivered offset 0 (\"p0:0.0\") at or above the LSO 0",
+        "  action index path: 0/0/0/2/0/0/1/0/0/3",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in\n{text}");
+    }
+}
