@@ -5,10 +5,10 @@
 
 use crate::bounds::Bounds;
 use crate::shared::Shared;
+use stateright::actor::{model_timeout, Actor, Id, Out};
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use stateright::actor::{model_timeout, Actor, Id, Out};
 use txnsim_engine::coordinator::TransactionState;
 use txnsim_engine::producer::{Completion, OpId, OpOutput};
 use txnsim_engine::protocol::{Effects, Envelope, Message, NodeId, Timer};
@@ -44,7 +44,9 @@ impl Ctx {
     pub fn id_of(&self, node: &NodeId) -> Id {
         match node {
             NodeId::Broker(_) => Id::from(0),
-            NodeId::Client(name) => Id::from(self.index_of_client(name).unwrap_or_else(|| panic!("unknown client {name}"))),
+            NodeId::Client(name) => {
+                Id::from(self.index_of_client(name).unwrap_or_else(|| panic!("unknown client {name}")))
+            }
         }
     }
 
@@ -106,7 +108,9 @@ pub enum ModelTimer {
     /// Crash and restart this node (bounded by `Bounds::crashes` over the whole run).
     Crash,
     /// The readers poll `partition`.
-    Poll { partition: u32 },
+    Poll {
+        partition: u32,
+    },
 }
 
 /// An actor's state, hashed once when made.
@@ -120,7 +124,10 @@ pub enum NodeKind {
     Producer(ProducerNode),
     /// An engine assertion failed in this node's last step: `last` is the state it failed from. The
     /// node stops; the `engine-assertions` property reports the path here.
-    Panicked { message: String, last: NodeState },
+    Panicked {
+        message: String,
+        last: NodeState,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -156,8 +163,14 @@ pub struct ReaderNode {
 pub enum Phase {
     Initializing,
     /// Between transactions: the application's commit-or-abort choice for transaction `txn` is open.
-    Choosing { txn: u8 },
-    Ending { txn: u8, result: TransactionResult, op: OpId },
+    Choosing {
+        txn: u8,
+    },
+    Ending {
+        txn: u8,
+        result: TransactionResult,
+        op: OpId,
+    },
     Done(Stop),
 }
 
@@ -222,7 +235,9 @@ impl ReaderNode {
     /// `(partition, offset, value)` of every record delivered, in delivery order.
     pub fn delivered(&self) -> impl Iterator<Item = (&TopicPartition, Offset, &str)> {
         self.polls.iter().flat_map(|e| match e {
-            Event::Poll { partition, records, .. } => records.iter().map(move |(o, v)| (partition, *o, v.as_str())).collect(),
+            Event::Poll { partition, records, .. } => {
+                records.iter().map(move |(o, v)| (partition, *o, v.as_str())).collect()
+            }
             _ => Vec::new(),
         })
     }
@@ -279,7 +294,9 @@ impl Node {
                     o.set_timer(ModelTimer::Engine(timer), model_timeout())
                 }
                 Timer::ResendTxnMarkers { .. } => node.starved |= self.ctx.bounds.lossy,
-                Timer::RetryBackoff { .. } | Timer::RequestTimeout { .. } => unreachable!("brokers set no client timers"),
+                Timer::RetryBackoff { .. } | Timer::RequestTimeout { .. } => {
+                    unreachable!("brokers set no client timers")
+                }
             }
         }
         let (was, now) = (ongoing(before), ongoing(after));
@@ -308,7 +325,12 @@ impl Node {
     }
 
     /// One step of the broker's engine code; `step` may also touch the model's counters in `node`.
-    fn broker_step(&self, state: &mut Cow<NodeState>, o: &mut O, step: impl FnOnce(&mut Broker, &mut BrokerNode) -> Effects) {
+    fn broker_step(
+        &self,
+        state: &mut Cow<NodeState>,
+        o: &mut O,
+        step: impl FnOnce(&mut Broker, &mut BrokerNode) -> Effects,
+    ) {
         let before = state.broker().expect("actor 0 is the broker");
         let mut node = before.clone();
         let mut broker = (*before.broker).clone();
@@ -456,8 +478,12 @@ impl Node {
                 *left -= 1;
                 if *left == 0 {
                     // The budget is spent: retire this kind's armed timers (the requests then just wait).
-                    let spent: Vec<Timer> =
-                        n.timers.iter().filter(|x| matches!(x, Timer::RequestTimeout { .. }) == is_timeout).cloned().collect();
+                    let spent: Vec<Timer> = n
+                        .timers
+                        .iter()
+                        .filter(|x| matches!(x, Timer::RequestTimeout { .. }) == is_timeout)
+                        .cloned()
+                        .collect();
                     for x in spent {
                         n.timers.remove(&x);
                         o.cancel_timer(ModelTimer::Engine(x));
@@ -514,9 +540,11 @@ impl Node {
             .any(|e| matches!(e, Event::Invoke { process: p, call_id, .. } if *p == process && *call_id == c.op));
         if is_send {
             let outcome = match c.result {
-                Ok(OpOutput::Sent { ack, .. }) => {
-                    CallOutcome::Sent { first_offset: ack.first_offset, last_offset: ack.last_offset, duplicate: ack.duplicate }
-                }
+                Ok(OpOutput::Sent { ack, .. }) => CallOutcome::Sent {
+                    first_offset: ack.first_offset,
+                    last_offset: ack.last_offset,
+                    duplicate: ack.duplicate,
+                },
                 Err(e) => CallOutcome::Failed { error: e.name().to_string() },
                 Ok(other) => unreachable!("a send completed with {other:?}"),
             };
@@ -553,7 +581,15 @@ impl Node {
     /// `beginTransaction()`, one `send()` per record, then `commitTransaction()` or `abortTransaction()`
     /// at once. The choice is made up front: the engine holds EndTxn until every send is answered, so a
     /// later call would only add a delay the network already models, and the abort still races the sends.
-    fn run_txn(&self, index: usize, n: &mut ProducerNode, txn: u8, choice: TransactionResult, fx: &mut Effects, o: &mut O) {
+    fn run_txn(
+        &self,
+        index: usize,
+        n: &mut ProducerNode,
+        txn: u8,
+        choice: TransactionResult,
+        fx: &mut Effects,
+        o: &mut O,
+    ) {
         let b = &self.ctx.bounds;
         if let Err(e) = n.producer.begin_transaction() {
             return stop(n, Stop::Failed(e), o);
@@ -684,10 +720,12 @@ impl Node {
         let message = Message::FetchResponse { partition: asked.clone(), fetch_offset: *from, result };
         let response = Envelope { from: request.to, to: request.from, correlation_id: request.correlation_id, message };
         let _ = r.consumer.on_message(response);
-        let records: Vec<(Offset, String)> = r.consumer.take_delivered().into_iter().map(|c| (c.offset, c.value)).collect();
+        let records: Vec<(Offset, String)> =
+            r.consumer.take_delivered().into_iter().map(|c| (c.offset, c.value)).collect();
         let position_after = r.consumer.position(tp).expect("assigned");
         // Rebuilt from its positions, the consumer's request counter does not make every poll a new state.
-        let positions: Vec<Offset> = self.ctx.partitions.iter().map(|tp| r.consumer.position(tp).expect("assigned")).collect();
+        let positions: Vec<Offset> =
+            self.ctx.partitions.iter().map(|tp| r.consumer.position(tp).expect("assigned")).collect();
         r.consumer = self.fresh_consumer(isolation, &positions);
         let Some((high_watermark, last_stable_offset)) = bounds else { return false };
         let idle = position_after == fetch_offset && records.is_empty();

@@ -138,7 +138,13 @@ impl Bounds {
         small("txns per producer", self.txns_per_producer, 9)?;
         small("records per txn", self.records_per_txn, 9)?;
         small("partitions", self.partitions, 9)?;
-        if self.crashes > 9 || self.losses > 9 || self.txn_timeouts > 9 || self.request_timeouts > 9 || self.backoff_retries > 9 || self.marker_resends > 9 {
+        if self.crashes > 9
+            || self.losses > 9
+            || self.txn_timeouts > 9
+            || self.request_timeouts > 9
+            || self.backoff_retries > 9
+            || self.marker_resends > 9
+        {
             return Err("crashes, request timeouts, backoff retries and marker resends must be <= 9".into());
         }
         if self.delivery_attempts == 0 {

@@ -74,7 +74,10 @@ pub struct BoundsArgs {
 }
 
 fn parse_tv(s: &str) -> Result<TransactionVersion, String> {
-    s.parse::<u8>().ok().and_then(TransactionVersion::from_number).ok_or_else(|| format!("transaction version must be 1 or 2, got '{s}'"))
+    s.parse::<u8>()
+        .ok()
+        .and_then(TransactionVersion::from_number)
+        .ok_or_else(|| format!("transaction version must be 1 or 2, got '{s}'"))
 }
 
 fn parse_mutation(s: &str) -> Result<Mutation, String> {
@@ -150,7 +153,8 @@ pub struct ExploreArgs {
 }
 
 /// Why `--symmetry` does nothing yet, printed when asked for.
-pub const SYMMETRY_NOTE: &str = "symmetry reduction is not available: producers are interchangeable only up to a renaming of \
+pub const SYMMETRY_NOTE: &str =
+    "symmetry reduction is not available: producers are interchangeable only up to a renaming of \
 their transactional ids, client names and record values, and those live inside engine state the model cannot rewrite \
 (private fields of PartitionLog, Producer, Broker). It needs an engine hook that returns a node with client names and \
 values renamed (see the txnsim-model crate docs). Checking without it.";
@@ -217,7 +221,8 @@ pub fn check(bounds: &Bounds, args: &CheckArgs, progress: &mut dyn Write) -> Rep
     }
     let checker = join(checker);
     let discoveries = checker.discoveries();
-    let violated = model.properties().iter().any(|p| p.expectation == Expectation::Always && discoveries.contains_key(p.name));
+    let violated =
+        model.properties().iter().any(|p| p.expectation == Expectation::Always && discoveries.contains_key(p.name));
     let timed_out = args.time_limit.is_some_and(|t| secs >= t as f64);
     // Everything reachable was visited: no time limit hit, and no early stop at a violation.
     let complete = !timed_out && (!violated || args.all);
@@ -244,7 +249,9 @@ pub fn check(bounds: &Bounds, args: &CheckArgs, progress: &mut dyn Write) -> Rep
             (Expectation::Always | Expectation::Eventually, Some(_)) => "VIOLATED".to_string(),
             (Expectation::Always | Expectation::Eventually, None) if complete => "holds".to_string(),
             (Expectation::Always | Expectation::Eventually, None) => "not violated so far".to_string(),
-            (Expectation::Sometimes, Some(path)) => format!("example found ({} steps)", path.clone().into_actions().len()),
+            (Expectation::Sometimes, Some(path)) => {
+                format!("example found ({} steps)", path.clone().into_actions().len())
+            }
             (Expectation::Sometimes, None) if complete => "UNREACHED".to_string(),
             (Expectation::Sometimes, None) => "not reached so far".to_string(),
         };

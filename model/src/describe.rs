@@ -26,7 +26,11 @@ pub fn path_lines(model: &TxnModel, path: &Path<TxnState, TxnAction>) -> Vec<Str
 
 /// Just the "who did what" of each step, without the state snapshots (tests pin these).
 pub fn step_texts(model: &TxnModel, path: &Path<TxnState, TxnAction>) -> Vec<String> {
-    path.clone().into_vec().windows(2).map(|w| step(model, &w[0].0, w[0].1.as_ref().expect("an action"), &w[1].0)).collect()
+    path.clone()
+        .into_vec()
+        .windows(2)
+        .map(|w| step(model, &w[0].0, w[0].1.as_ref().expect("an action"), &w[1].0))
+        .collect()
 }
 
 fn actor_name(s: &TxnState, id: Id) -> String {
@@ -51,18 +55,30 @@ pub fn step(_model: &TxnModel, prev: &TxnState, action: &TxnAction, next: &TxnSt
             (format!("{} → {}: {}", node_name(&msg.from), node_name(&msg.to), message(&msg.message)), Some(*dst))
         }
         ActorModelAction::Drop(env) => (
-            format!("network loses {} → {}: {}", node_name(&env.msg.from), node_name(&env.msg.to), message(&env.msg.message)),
+            format!(
+                "network loses {} → {}: {}",
+                node_name(&env.msg.from),
+                node_name(&env.msg.to),
+                message(&env.msg.message)
+            ),
             None,
         ),
-        ActorModelAction::Timeout(id, timer) => (format!("{}: {}", actor_name(prev, *id), timer_text(timer)), Some(*id)),
+        ActorModelAction::Timeout(id, timer) => {
+            (format!("{}: {}", actor_name(prev, *id), timer_text(timer)), Some(*id))
+        }
         ActorModelAction::SelectRandom { actor, random, .. } => {
             let txn = match prev.actor_states[usize::from(*actor)].producer().map(|p| &p.phase) {
                 Some(Phase::Choosing { txn }) => format!(" transaction {txn}"),
                 _ => String::new(),
             };
-            (format!("{}: the application runs{txn} and will {}", actor_name(prev, *actor), verb(*random)), Some(*actor))
+            (
+                format!("{}: the application runs{txn} and will {}", actor_name(prev, *actor), verb(*random)),
+                Some(*actor),
+            )
         }
-        ActorModelAction::Crash(id) | ActorModelAction::Recover(id) => (format!("{action:?} {}", actor_name(prev, *id)), Some(*id)),
+        ActorModelAction::Crash(id) | ActorModelAction::Recover(id) => {
+            (format!("{action:?} {}", actor_name(prev, *id)), Some(*id))
+        }
     };
     let Some(id) = id else { return what };
     let (before, after) = (&prev.actor_states[usize::from(id)], &next.actor_states[usize::from(id)]);
@@ -93,7 +109,9 @@ fn verb(r: TransactionResult) -> &'static str {
 fn timer_text(t: &ModelTimer) -> String {
     match t {
         ModelTimer::Engine(Timer::RequestTimeout { correlation_id }) => format!("request #{correlation_id} times out"),
-        ModelTimer::Engine(Timer::RetryBackoff { correlation_id }) => format!("retry backoff ends, resends #{correlation_id}"),
+        ModelTimer::Engine(Timer::RetryBackoff { correlation_id }) => {
+            format!("retry backoff ends, resends #{correlation_id}")
+        }
         ModelTimer::Engine(Timer::ResendTxnMarkers { decision }) => format!("marker retry for decision #{decision}"),
         ModelTimer::Engine(Timer::AbortTimedOutTransactions) => "timeout scan".into(),
         ModelTimer::TxnTimeout(tid) => format!("coordinator times out '{tid}'"),
@@ -131,11 +149,16 @@ pub fn message(m: &Message) -> String {
             Err(e) => format!("AddPartitionsToTxn {}", err(e)),
         },
         Message::ProduceRequest { partition, batch, .. } => {
-            let who = batch.producer.map(|p| format!(", pid {} epoch {} seq {}", p.producer_id, p.epoch, p.base_sequence)).unwrap_or_default();
+            let who = batch
+                .producer
+                .map(|p| format!(", pid {} epoch {} seq {}", p.producer_id, p.epoch, p.base_sequence))
+                .unwrap_or_default();
             format!("Produce({partition} {:?}{who})", batch.values)
         }
         Message::ProduceResponse { partition, result } => match result {
-            Ok(a) => format!("Produce {partition} ok @{}{}", a.first_offset, if a.duplicate { " (duplicate)" } else { "" }),
+            Ok(a) => {
+                format!("Produce {partition} ok @{}{}", a.first_offset, if a.duplicate { " (duplicate)" } else { "" })
+            }
             Err(e) => format!("Produce {partition} {}", err(e)),
         },
         Message::EndTxnRequest { producer, result, .. } => format!("EndTxn({}, {})", result.name(), pie(producer)),
@@ -171,7 +194,9 @@ pub fn message(m: &Message) -> String {
                 .join(", ")
         ),
         Message::FetchRequest { partition, fetch_offset, .. } => format!("Fetch({partition} from {fetch_offset})"),
-        Message::FetchResponse { partition, fetch_offset, .. } => format!("Fetch {partition} from {fetch_offset} answered"),
+        Message::FetchResponse { partition, fetch_offset, .. } => {
+            format!("Fetch {partition} from {fetch_offset} answered")
+        }
         Message::ListOffsetsRequest { partition, .. } => format!("ListOffsets({partition})"),
         Message::ListOffsetsResponse { partition, .. } => format!("ListOffsets {partition} answered"),
     }
@@ -185,9 +210,11 @@ fn broker_changes(b0: &BrokerNode, b1: &BrokerNode, out: &mut Vec<String>) {
         let old = b0.broker.partitions.get(tp).map(|l| l.log_end_offset()).unwrap_or(0);
         for b in log.batches().filter(|b| b.base_offset >= old) {
             match &b.body {
-                BatchBody::Data(records) => {
-                    out.push(format!("appends {} at {tp}@{}", records.iter().map(|r| r.value.as_str()).collect::<Vec<_>>().join(","), b.base_offset))
-                }
+                BatchBody::Data(records) => out.push(format!(
+                    "appends {} at {tp}@{}",
+                    records.iter().map(|r| r.value.as_str()).collect::<Vec<_>>().join(","),
+                    b.base_offset
+                )),
                 BatchBody::Control(m) => out.push(format!(
                     "writes {} marker for pid {} at {tp}@{}",
                     m.map(|m| m.result.name()).unwrap_or("empty"),
@@ -208,7 +235,9 @@ fn broker_changes(b0: &BrokerNode, b1: &BrokerNode, out: &mut Vec<String>) {
         for e in r1.polls.iter().skip(r0.polls.len()) {
             if let Event::Poll { consumer, partition, fetch_offset, records, position_after, .. } = e {
                 let got = records.iter().map(|(o, v)| format!("{o}:{v}")).collect::<Vec<_>>().join(" ");
-                out.push(format!("{consumer} polls {partition} from {fetch_offset}: [{got}] → position {position_after}"));
+                out.push(format!(
+                    "{consumer} polls {partition} from {fetch_offset}: [{got}] → position {position_after}"
+                ));
             }
         }
     }
@@ -228,13 +257,18 @@ fn producer_changes(p0: &ProducerNode, p1: &ProducerNode, out: &mut Vec<String>)
                     .events
                     .iter()
                     .find_map(|x| match x {
-                        Event::Invoke { call_id: c, call: ProducerCall::Send { values, .. }, .. } if c == call_id => Some(values.join(",")),
+                        Event::Invoke { call_id: c, call: ProducerCall::Send { values, .. }, .. } if c == call_id => {
+                            Some(values.join(","))
+                        }
                         _ => None,
                     })
                     .unwrap_or_default();
                 out.push(match outcome {
                     CallOutcome::Sent { first_offset, duplicate, .. } => {
-                        format!("send of {value} acknowledged @{first_offset}{}", if *duplicate { " (duplicate)" } else { "" })
+                        format!(
+                            "send of {value} acknowledged @{first_offset}{}",
+                            if *duplicate { " (duplicate)" } else { "" }
+                        )
                     }
                     CallOutcome::Failed { error } => format!("send of {value} failed: {error}"),
                     other => format!("send of {value}: {other:?}"),
@@ -247,7 +281,10 @@ fn producer_changes(p0: &ProducerNode, p1: &ProducerNode, out: &mut Vec<String>)
         out.push(match &p1.phase {
             Phase::Initializing => "initializing".into(),
             Phase::Choosing { txn } => format!("ready for transaction {txn}"),
-            Phase::Ending { result, .. } => format!("{} called", if *result == TransactionResult::Commit { "commitTransaction()" } else { "abortTransaction()" }),
+            Phase::Ending { result, .. } => format!(
+                "{} called",
+                if *result == TransactionResult::Commit { "commitTransaction()" } else { "abortTransaction()" }
+            ),
             Phase::Done(Stop::Finished) => "script done".into(),
             Phase::Done(Stop::Failed(e)) => format!("stops: {}", e.name()),
         });
@@ -267,7 +304,9 @@ pub fn snapshot(s: &TxnState) -> String {
         let entries: Vec<String> = log
             .batches()
             .flat_map(|b| match &b.body {
-                BatchBody::Data(records) => records.iter().map(|r| format!("{}:{}", r.offset, r.value)).collect::<Vec<_>>(),
+                BatchBody::Data(records) => {
+                    records.iter().map(|r| format!("{}:{}", r.offset, r.value)).collect::<Vec<_>>()
+                }
                 BatchBody::Control(m) => vec![format!(
                     "{}:{}({})",
                     b.base_offset,
@@ -304,7 +343,8 @@ pub fn snapshot(s: &TxnState) -> String {
             .partitions
             .keys()
             .map(|tp| {
-                let offsets: Vec<String> = r.delivered().filter(|(p, _, _)| *p == tp).map(|(_, o, _)| o.to_string()).collect();
+                let offsets: Vec<String> =
+                    r.delivered().filter(|(p, _, _)| *p == tp).map(|(_, o, _)| o.to_string()).collect();
                 format!("{tp} [{}]", offsets.join(","))
             })
             .collect();

@@ -7,10 +7,10 @@
 use crate::actors::{Ctx, ModelTimer, Msg, Node, Role};
 use crate::bounds::Bounds;
 use crate::verdict::{verdict, Fact};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use stateright::actor::{ActorModel, ActorModelAction, ActorModelState, LossyNetwork, Network};
 use stateright::Expectation;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use txnsim_engine::TransactionResult;
 use txnsim_properties::Invariant;
 
@@ -116,11 +116,14 @@ pub fn build(bounds: &Bounds) -> TxnModel {
         .lossy_network(if bounds.lossy { LossyNetwork::Yes } else { LossyNetwork::No })
         // On a duplicating network a delivery leaves the message in place: nothing to count there.
         .record_msg_out(|cfg: &ModelCfg, sent: &InFlight, _| (!cfg.ctx.bounds.duplicating).then(|| sent + 1))
-        .record_msg_in(|cfg: &ModelCfg, sent: &InFlight, _| (!cfg.ctx.bounds.duplicating).then(|| sent.saturating_sub(1)))
+        .record_msg_in(|cfg: &ModelCfg, sent: &InFlight, _| {
+            (!cfg.ctx.bounds.duplicating).then(|| sent.saturating_sub(1))
+        })
         // Crashes and losses are budgeted over the whole run: states past a budget are outside the model.
         .within_boundary(|cfg, s| {
             let b = &cfg.ctx.bounds;
-            s.actor_states.iter().map(|a| a.restarts()).sum::<usize>() <= b.crashes && (b.duplicating || losses(s) <= b.losses)
+            s.actor_states.iter().map(|a| a.restarts()).sum::<usize>() <= b.crashes
+                && (b.duplicating || losses(s) <= b.losses)
         });
     assert_eq!(model.actors.len(), ctx.actor_count());
     model = model.property(Expectation::Always, ENGINE_ASSERTIONS, assertions_hold);

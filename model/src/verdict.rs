@@ -12,8 +12,12 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 use txnsim_engine::coordinator::DecisionCause;
-use txnsim_engine::{filter_fetch, Broker, IsolationLevel, Mutations, Offset, PartitionLog, TopicPartition, TransactionResult};
-use txnsim_properties::{check_history, check_liveness, check_read_superset, check_state, ClusterView, History, Invariant, Violation};
+use txnsim_engine::{
+    filter_fetch, Broker, IsolationLevel, Mutations, Offset, PartitionLog, TopicPartition, TransactionResult,
+};
+use txnsim_properties::{
+    check_history, check_liveness, check_read_superset, check_state, ClusterView, History, Invariant, Violation,
+};
 
 /// Reachability facts from the seed document and the issue, checked as `sometimes` properties.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -27,8 +31,14 @@ pub enum Fact {
 }
 
 impl Fact {
-    pub const ALL: [Fact; 6] =
-        [Fact::UncommittedReadsAhead, Fact::CommittedOffsetGap, Fact::Commit, Fact::Abort, Fact::TimeoutAbort, Fact::FenceAbort];
+    pub const ALL: [Fact; 6] = [
+        Fact::UncommittedReadsAhead,
+        Fact::CommittedOffsetGap,
+        Fact::Commit,
+        Fact::Abort,
+        Fact::TimeoutAbort,
+        Fact::FenceAbort,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -43,7 +53,9 @@ impl Fact {
 
     pub fn statement(self) -> &'static str {
         match self {
-            Fact::UncommittedReadsAhead => "the read_uncommitted reader has delivered a record at or above its partition's LSO",
+            Fact::UncommittedReadsAhead => {
+                "the read_uncommitted reader has delivered a record at or above its partition's LSO"
+            }
             Fact::CommittedOffsetGap => "the read_committed reader's delivered offsets on a partition skip an offset",
             Fact::Commit => "a client commit completes (markers on every partition)",
             Fact::Abort => "a client abort completes",
@@ -108,7 +120,12 @@ pub fn history(s: &TxnState) -> History {
 
 /// Reads a partition from `from` to where a reader stops, with the engine's fetch path (`PartitionLog::read`
 /// then the consumer's `filter_fetch`): what a fresh, or a catching-up, reader delivers.
-pub fn read_to_end(log: &PartitionLog, isolation: IsolationLevel, from: Offset, mutations: &Mutations) -> (Vec<(Offset, String)>, Offset) {
+pub fn read_to_end(
+    log: &PartitionLog,
+    isolation: IsolationLevel,
+    from: Offset,
+    mutations: &Mutations,
+) -> (Vec<(Offset, String)>, Offset) {
     let mut position = from;
     let mut records = Vec::new();
     // Each fetch moves the position by at least one offset or ends the read, so LEO + 1 fetches suffice.
@@ -266,14 +283,21 @@ pub fn verdict(ctx: &Ctx, s: &TxnState) -> Verdict {
         let mut guard = cell.borrow_mut();
         let c = &mut *guard;
         if let Some((arcs, q, v)) = &c.last {
-            if *q == quiescent && arcs.len() == s.actor_states.len() && arcs.iter().zip(&s.actor_states).all(|(a, b)| Arc::ptr_eq(a, b)) {
+            if *q == quiescent
+                && arcs.len() == s.actor_states.len()
+                && arcs.iter().zip(&s.actor_states).all(|(a, b)| Arc::ptr_eq(a, b))
+            {
                 return *v;
             }
         }
         let node = broker_of(s);
         let broker = &node.broker;
         let mut violated = *c.broker.entry(broker.digest()).or_insert_with(|| bits(&broker_violations(broker)));
-        let key = digest(&(broker.digest(), node.readers.digest(), s.actor_states[1..].iter().map(|a| a.producer().map(|p| p.events.digest())).collect::<Vec<_>>()));
+        let key = digest(&(
+            broker.digest(),
+            node.readers.digest(),
+            s.actor_states[1..].iter().map(|a| a.producer().map(|p| p.events.digest())).collect::<Vec<_>>(),
+        ));
         violated |= *c.history.entry(key).or_insert_with(|| bits(&check_history(&history(s), &broker.partitions)));
         if quiescent {
             violated |= bits(&liveness_violations(s));

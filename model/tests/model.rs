@@ -2,8 +2,8 @@
 //! examples pin theirs. A changed count means the model or the engine changed what can happen: find out
 //! why before updating the number. Stateright spawns OS threads, so these are plain #[test]s.
 
-use std::collections::BTreeMap;
 use stateright::{Checker, Expectation, HasDiscoveries, Model};
+use std::collections::BTreeMap;
 use txnsim_engine::{Mutation, TransactionVersion};
 use txnsim_model::describe::step_texts;
 use txnsim_model::{build, Bounds, Fact};
@@ -53,7 +53,8 @@ fn mutated(m: Mutation) -> Bounds {
 const INIT: &str = "p0 → broker: InitProducerId('tx-p0') ⇒ 'tx-p0' Empty e0";
 const INIT_OK: &str =
     "broker → p0: InitProducerId ok (pid 1000 epoch 0) ⇒ ready for transaction 0; client Initializing → Ready";
-const RUN_COMMIT: &str = "p0: the application runs transaction 0 and will commit ⇒ send p0:0.0 → t/0; send p0:0.1 → t/1; \
+const RUN_COMMIT: &str =
+    "p0: the application runs transaction 0 and will commit ⇒ send p0:0.0 → t/0; send p0:0.1 → t/1; \
 commitTransaction() called; client Ready → CommittingTransaction";
 const ADD_T0: &str = "p0 → broker: AddPartitionsToTxn([t/0], pid 1000 epoch 0) ⇒ 'tx-p0' Empty e0 → Ongoing e0";
 
@@ -86,12 +87,22 @@ fn read_committed_bounded_by_hw_reads_an_open_transaction() {
 
 #[test]
 fn lso_ignoring_ongoing_transactions_exposes_undecided_data() {
-    assert_counterexample(mutated(Mutation::LsoIgnoresOngoingTxns), "nothing-undecided-below-lso", 8, &[INIT, INIT_OK, RUN_COMMIT, ADD_T0]);
+    assert_counterexample(
+        mutated(Mutation::LsoIgnoresOngoingTxns),
+        "nothing-undecided-below-lso",
+        8,
+        &[INIT, INIT_OK, RUN_COMMIT, ADD_T0],
+    );
 }
 
 #[test]
 fn skipping_the_aborted_index_reads_aborted_data() {
-    assert_counterexample(mutated(Mutation::SkipAbortedIndexOnFetch), "aborted-read", 11, &[INIT, INIT_OK, RUN_COMMIT, ADD_T0]);
+    assert_counterexample(
+        mutated(Mutation::SkipAbortedIndexOnFetch),
+        "aborted-read",
+        11,
+        &[INIT, INIT_OK, RUN_COMMIT, ADD_T0],
+    );
 }
 
 #[test]
@@ -110,13 +121,20 @@ fn timeout_abort_without_epoch_bump() {
         mutated(Mutation::TimeoutAbortSameEpoch),
         "epoch-bump-on-fence-and-timeout",
         7,
-        &[INIT, INIT_OK, RUN_COMMIT, ADD_T0, "broker: coordinator times out 'tx-p0' ⇒ 'tx-p0' Ongoing e0 → PrepareAbort e0"],
+        &[
+            INIT,
+            INIT_OK,
+            RUN_COMMIT,
+            ADD_T0,
+            "broker: coordinator times out 'tx-p0' ⇒ 'tx-p0' Ongoing e0 → PrepareAbort e0",
+        ],
     );
 }
 
 #[test]
 fn fence_abort_without_epoch_bump() {
-    let bounds = Bounds { crashes: 1, crash_broker: false, polls_per_reader: 0, ..mutated(Mutation::FenceAbortSameEpoch) };
+    let bounds =
+        Bounds { crashes: 1, crash_broker: false, polls_per_reader: 0, ..mutated(Mutation::FenceAbortSameEpoch) };
     assert_counterexample(
         bounds,
         "epoch-bump-on-fence-and-timeout",
@@ -135,12 +153,7 @@ fn fence_abort_without_epoch_bump() {
 #[test]
 fn late_produce_after_abort_without_verification_under_tv1() {
     let bounds = Bounds { request_timeouts: 1, polls_per_reader: 0, ..mutated(Mutation::NoTxnVerification) };
-    assert_counterexample(
-        bounds,
-        "partition-coverage",
-        14,
-        &[INIT, INIT_OK, RUN_COMMIT, ADD_T0],
-    );
+    assert_counterexample(bounds, "partition-coverage", 14, &[INIT, INIT_OK, RUN_COMMIT, ADD_T0]);
 }
 
 /// A finding of the model, not a mutation: with marker resends the coordinator may send a decision's
@@ -151,12 +164,7 @@ fn late_produce_after_abort_without_verification_under_tv1() {
 #[test]
 fn late_marker_resend_closes_the_next_transaction() {
     let bounds = Bounds { txns_per_producer: 2, marker_resends: 1, polls_per_reader: 0, ..Bounds::small() };
-    assert_counterexample(
-        bounds.clone(),
-        "marker-matches-decision",
-        27,
-        &[INIT, INIT_OK, RUN_COMMIT, ADD_T0],
-    );
+    assert_counterexample(bounds.clone(), "marker-matches-decision", 27, &[INIT, INIT_OK, RUN_COMMIT, ADD_T0]);
     assert_counterexample(bounds.with_version(TransactionVersion::V2), "marker-matches-decision", 21, &[]);
 }
 
@@ -164,8 +172,8 @@ fn late_marker_resend_closes_the_next_transaction() {
 /// and stateright's action index path (which is also an Explorer URL).
 #[test]
 fn check_report_prints_a_followable_counterexample() {
-    use txnsim_model::cli::{check as run, CheckArgs};
     use clap::Parser;
+    use txnsim_model::cli::{check as run, CheckArgs};
     #[derive(Parser)]
     struct Cli {
         #[command(flatten)]

@@ -309,8 +309,9 @@ fn check_committed_read(
 /// `partial-read` and `lost-write`: judged over each consumer's whole run on a partition, once its
 /// position has passed a transaction or an acknowledged write.
 fn check_passed_transactions(history: &History, facts: &BTreeMap<&TopicPartition, LogFacts>, out: &mut Vec<Violation>) {
-    let mut runs: BTreeMap<(String, TopicPartition), (IsolationLevel, Offset, Offset, BTreeSet<Offset>)> =
-        BTreeMap::new();
+    // Per consumer and partition: isolation, start offset, furthest position, offsets delivered.
+    type Run = (IsolationLevel, Offset, Offset, BTreeSet<Offset>);
+    let mut runs: BTreeMap<(String, TopicPartition), Run> = BTreeMap::new();
     let mut finished = Vec::new();
     for e in &history.events {
         match e {

@@ -46,14 +46,14 @@ impl std::error::Error for ScenarioError {}
 /// The scenario-level expectation: one partition, or several.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Expectation {
-    One(PartitionExpect),
+    One(Box<PartitionExpect>),
     Many(Vec<PartitionExpect>),
 }
 
 impl Expectation {
     pub fn partitions(&self) -> Vec<&PartitionExpect> {
         match self {
-            Expectation::One(p) => vec![p],
+            Expectation::One(p) => vec![p.as_ref()],
             Expectation::Many(ps) => ps.iter().collect(),
         }
     }
@@ -243,9 +243,9 @@ fn build(file: &str, h: ScenarioHeader) -> Result<Scenario, ScenarioError> {
                     .partitions,
             )
         } else {
-            Expectation::One(serde_json::from_value::<PartitionExpect>(value).map_err(|e| {
+            Expectation::One(Box::new(serde_json::from_value::<PartitionExpect>(value).map_err(|e| {
                 sc.error(None, &format!("expect.{}", serde_field(&e.to_string()).unwrap_or_default()), e.to_string())
-            })?)
+            })?))
         };
         sc.expect = Some(expectation);
     }
@@ -331,14 +331,12 @@ fn validate(sc: &Scenario) -> Result<(), ScenarioError> {
                     }
                 }
             },
-            Op::ExpireTxn { producer, .. } => {
-                if !transactional.contains_key(producer.as_str()) {
-                    return Err(sc.error(
-                        at,
-                        "producer",
-                        format!("no producer '{producer}': it needs an init_producer first"),
-                    ));
-                }
+            Op::ExpireTxn { producer, .. } if !transactional.contains_key(producer.as_str()) => {
+                return Err(sc.error(
+                    at,
+                    "producer",
+                    format!("no producer '{producer}': it needs an init_producer first"),
+                ));
             }
             Op::ProduceNontxn { producer: Some(p), .. } => {
                 if transactional.contains_key(p.as_str()) {
