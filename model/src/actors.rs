@@ -440,7 +440,6 @@ impl Node {
 
     fn producer_step(
         &self,
-        index: usize,
         state: &mut Cow<NodeState>,
         o: &mut O,
         step: impl FnOnce(&Self, &mut ProducerNode, &mut Effects, &mut O),
@@ -449,18 +448,18 @@ impl Node {
         let mut after = before.clone();
         let mut effects = Effects::default();
         step(self, &mut after, &mut effects, o);
-        self.drive(index, &mut after, &mut effects, o);
+        self.drive(&mut after, &mut effects, o);
         self.producer_effects(&mut after, effects, o);
         if !o.is_empty() || after != *before {
             *state = Cow::Owned(Shared::new(NodeKind::Producer(after)));
         }
     }
 
-    fn producer_msg(&self, index: usize, state: &mut Cow<NodeState>, env: Envelope, o: &mut O) {
+    fn producer_msg(&self, state: &mut Cow<NodeState>, env: Envelope, o: &mut O) {
         if env.to != state.producer().expect("a producer").producer.id {
             return; // Addressed to a crashed instance: its connection is gone.
         }
-        self.producer_step(index, state, o, |_, n, fx, o| {
+        self.producer_step(state, o, |_, n, fx, o| {
             let answered = Timer::RequestTimeout { correlation_id: env.correlation_id };
             if n.timers.remove(&answered) {
                 o.cancel_timer(ModelTimer::Engine(answered));
@@ -471,7 +470,7 @@ impl Node {
 
     fn producer_timeout(&self, index: usize, state: &mut Cow<NodeState>, timer: &ModelTimer, o: &mut O) {
         match timer {
-            ModelTimer::Engine(t) => self.producer_step(index, state, o, |_, n, fx, o| {
+            ModelTimer::Engine(t) => self.producer_step(state, o, |_, n, fx, o| {
                 n.timers.remove(t);
                 let is_timeout = matches!(t, Timer::RequestTimeout { .. });
                 let left = if is_timeout { &mut n.request_timeouts_left } else { &mut n.backoffs_left };
@@ -491,7 +490,7 @@ impl Node {
                 }
                 fx.extend(n.producer.on_timer(NOW_MS, t.clone()));
             }),
-            ModelTimer::Crash => self.producer_step(index, state, o, |me, n, _, o| {
+            ModelTimer::Crash => self.producer_step(state, o, |me, n, _, o| {
                 // The process dies with its connections and timers; a new instance with the same
                 // transactional id starts and runs the rest of the script.
                 for t in std::mem::take(&mut n.timers) {
@@ -510,7 +509,7 @@ impl Node {
     }
 
     fn producer_random(&self, index: usize, state: &mut Cow<NodeState>, choice: TransactionResult, o: &mut O) {
-        self.producer_step(index, state, o, |me, n, fx, o| {
+        self.producer_step(state, o, |me, n, fx, o| {
             if let Phase::Choosing { txn } = n.phase {
                 me.run_txn(index, n, txn, choice, fx, o);
             }
@@ -518,7 +517,7 @@ impl Node {
     }
 
     /// The application: reacts to completed calls by moving through its script.
-    fn drive(&self, index: usize, n: &mut ProducerNode, fx: &mut Effects, o: &mut O) {
+    fn drive(&self, n: &mut ProducerNode, fx: &mut Effects, o: &mut O) {
         // Each round handles the completions the previous one caused; a script step causes at most one.
         for _ in 0..4 {
             let completions = n.producer.take_completions();
@@ -526,13 +525,13 @@ impl Node {
                 return;
             }
             for c in completions {
-                self.on_completion(index, n, c, fx, o);
+                self.on_completion(n, c, fx, o);
             }
         }
         assert!(n.producer.take_completions().is_empty(), "completions settle within a step");
     }
 
-    fn on_completion(&self, index: usize, n: &mut ProducerNode, c: Completion, fx: &mut Effects, o: &mut O) {
+    fn on_completion(&self, n: &mut ProducerNode, c: Completion, fx: &mut Effects, o: &mut O) {
         let process = n.producer.id.to_string();
         let is_send = n
             .events
@@ -552,10 +551,10 @@ impl Node {
             return;
         }
         match (&n.phase, c.result) {
-            (Phase::Initializing, Ok(OpOutput::Initialized(_))) => self.begin_next(index, n, fx, o),
+            (Phase::Initializing, Ok(OpOutput::Initialized(_))) => self.begin_next(n, o),
             (Phase::Initializing, Err(e)) => stop(n, Stop::Failed(e), o),
             (Phase::Ending { op, .. }, Ok(OpOutput::Committed | OpOutput::Aborted)) if *op == c.op => {
-                self.begin_next(index, n, fx, o)
+                self.begin_next(n, o)
             }
             (&Phase::Ending { op, txn, .. }, Err(e)) if op == c.op => {
                 if n.producer.state == TxnManagerState::AbortableError {
@@ -569,7 +568,7 @@ impl Node {
     }
 
     /// Offers the choice for the next transaction, or finishes the script.
-    fn begin_next(&self, _index: usize, n: &mut ProducerNode, _fx: &mut Effects, o: &mut O) {
+    fn begin_next(&self, n: &mut ProducerNode, o: &mut O) {
         if n.next_txn as usize >= self.ctx.bounds.txns_per_producer {
             return stop(n, Stop::Finished, o);
         }
@@ -831,7 +830,7 @@ impl Actor for Node {
         let env = (*msg).clone();
         self.guarded(state, o, |state, o| match self.role {
             Role::Broker => self.broker_step(state, o, |broker, _| broker.on_message(NOW_MS, env)),
-            Role::Producer(i) => self.producer_msg(i, state, env, o),
+            Role::Producer(_) => self.producer_msg(state, env, o),
         })
     }
 

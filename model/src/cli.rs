@@ -164,8 +164,8 @@ pub struct Report {
     pub lines: Vec<String>,
     pub violated: bool,
     pub complete: bool,
-    /// The memory limit stopped the wait; the checker threads are still running.
-    pub out_of_memory: bool,
+    /// A memory or time limit stopped the wait; the checker threads are still running.
+    pub abandoned: bool,
 }
 
 /// Runs the checker on `bounds` and writes the report as it goes (progress to `progress`).
@@ -186,11 +186,17 @@ pub fn check(bounds: &Bounds, args: &CheckArgs, progress: &mut dyn Write) -> Rep
     let checker: Box<dyn Checker<TxnModel>> =
         if args.dfs { Box::new(builder.spawn_dfs()) } else { Box::new(builder.spawn_bfs()) };
     let mut last = Instant::now();
-    let mut out_of_memory = false;
+    let mut abandoned = None;
     while !checker.is_done() {
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(10));
         if resident_gb().is_some_and(|gb| gb > args.max_memory_gb) {
-            out_of_memory = true;
+            abandoned = Some(format!("memory limit {} GiB; try --dfs", args.max_memory_gb));
+            break;
+        }
+        // stateright applies its timeout only when a thread asks for more work, which a lone thread
+        // with work of its own never does: past a grace second, stop waiting.
+        if args.time_limit.is_some_and(|t| start.elapsed() > Duration::from_secs(t + 1)) {
+            abandoned = Some("time limit".into());
             break;
         }
         if last.elapsed() >= Duration::from_secs(1) {
@@ -205,25 +211,18 @@ pub fn check(bounds: &Bounds, args: &CheckArgs, progress: &mut dyn Write) -> Rep
             );
         }
     }
-    let secs = start.elapsed().as_secs_f64();
-    if out_of_memory {
-        // stateright's checkers cannot be stopped; the caller exits the process (the CLI does).
-        lines.push(format!(
-            "states {}, unique states {}, depth {}, {:.2} s, {:.0} states/s, INCOMPLETE (memory limit {} GiB; try --dfs)",
-            checker.state_count(),
-            checker.unique_state_count(),
-            checker.max_depth(),
-            secs,
-            checker.state_count() as f64 / secs.max(1e-9),
-            args.max_memory_gb
-        ));
-        return Report { lines, violated: false, complete: false, out_of_memory: true };
+    if abandoned.is_none() && args.time_limit.is_some_and(|t| start.elapsed() >= Duration::from_secs(t)) {
+        // Closed by the timeout, though a thread may still be busy (see above): do not wait for it.
+        abandoned = Some("time limit".into());
     }
-    let checker = join(checker);
+    let secs = start.elapsed().as_secs_f64();
+    // An abandoned checker may still be running (stateright cannot stop it; the CLI's exit does):
+    // its counts and discoveries are read as they stand.
+    let checker = if abandoned.is_none() { join(checker) } else { checker };
     let discoveries = checker.discoveries();
     let violated =
         model.properties().iter().any(|p| p.expectation == Expectation::Always && discoveries.contains_key(p.name));
-    let timed_out = args.time_limit.is_some_and(|t| secs >= t as f64);
+    let timed_out = abandoned.is_some();
     // Everything reachable was visited: no time limit hit, and no early stop at a violation.
     let complete = !timed_out && (!violated || args.all);
     lines.push(format!(
@@ -234,12 +233,10 @@ pub fn check(bounds: &Bounds, args: &CheckArgs, progress: &mut dyn Write) -> Rep
         secs,
         checker.state_count() as f64 / secs.max(1e-9),
         checker.unique_state_count() as f64 / secs.max(1e-9),
-        if timed_out {
-            ", INCOMPLETE (time limit)"
-        } else if !complete {
-            ", stopped at the first violation"
-        } else {
-            ", complete"
+        match (&abandoned, complete) {
+            (Some(why), _) => format!(", INCOMPLETE ({why})"),
+            (None, false) => ", stopped at the first violation".into(),
+            (None, true) => ", complete".into(),
         }
     ));
     lines.push("properties:".into());
@@ -283,7 +280,7 @@ pub fn check(bounds: &Bounds, args: &CheckArgs, progress: &mut dyn Write) -> Rep
         }
         lines.push(format!("  action index path: {}", path.encode(&model)));
     }
-    Report { lines, violated, complete, out_of_memory: false }
+    Report { lines, violated, complete, abandoned: abandoned.is_some() }
 }
 
 /// Resident memory of this process, from /proc (Linux); `None` elsewhere.
@@ -328,8 +325,9 @@ pub fn run_check(args: &CheckArgs) -> ExitCode {
     for line in &report.lines[1..] {
         println!("{line}");
     }
-    if report.out_of_memory {
-        return ExitCode::from(3); // returning from main ends the still-running checker threads
+    if report.abandoned {
+        // Returning from main ends the still-running checker threads.
+        return ExitCode::from(if report.violated { 1 } else { 3 });
     }
     if report.violated {
         ExitCode::from(1)

@@ -3,16 +3,35 @@
 //! strings, both dominate the run time unless unchanged parts are shared and hashed by digest.
 
 use std::fmt;
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::ops::Deref;
 use std::sync::Arc;
 
-/// A deterministic 64-bit hash (std's SipHash with fixed keys).
+/// A 64-bit hash with fixed keys (aHash: fast, well mixed; fixed within a build on one machine).
 pub fn digest<T: Hash + ?Sized>(value: &T) -> u64 {
-    let mut h = DefaultHasher::new();
-    value.hash(&mut h);
-    h.finish()
+    const KEYS: ahash::RandomState = ahash::RandomState::with_seeds(0x7478_6e73, 0x696d_6d6f, 0x6465_6c73, 0x6861_7265);
+    KEYS.hash_one(value)
 }
+
+/// For maps keyed by a digest: the key is already a hash.
+#[derive(Default)]
+pub struct DigestHasher(u64);
+
+impl Hasher for DigestHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+pub type DigestMap<V> = std::collections::HashMap<u64, V, BuildHasherDefault<DigestHasher>>;
 
 pub struct Shared<T> {
     value: Arc<T>,

@@ -7,9 +7,8 @@
 
 use crate::actors::{reader_name, Ctx, ModelTimer, NodeState};
 use crate::model::TxnState;
-use crate::shared::digest;
+use crate::shared::{digest, DigestMap};
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::sync::Arc;
 use txnsim_engine::coordinator::DecisionCause;
 use txnsim_engine::{
@@ -261,8 +260,8 @@ fn bits(violations: &[Violation]) -> u64 {
 /// Caches by content digest (64-bit, as the checker's own state fingerprints): many states share a
 /// broker, or a broker and the whole history, and differ only in messages, timers or client internals.
 struct Caches {
-    broker: HashMap<u64, u64>,
-    history: HashMap<u64, u64>,
+    broker: DigestMap<u64>,
+    history: DigestMap<u64>,
     /// The last state this thread evaluated, by the identity of its actor states (held, so an address
     /// cannot be reused while cached): the checker asks every property of a state in a row.
     last: Option<(Vec<Arc<NodeState>>, bool, Verdict)>,
@@ -273,7 +272,7 @@ const CACHE_ENTRIES_MAX: usize = 1 << 20;
 
 thread_local! {
     static CACHES: RefCell<Caches> =
-        RefCell::new(Caches { broker: HashMap::new(), history: HashMap::new(), last: None });
+        RefCell::new(Caches { broker: DigestMap::default(), history: DigestMap::default(), last: None });
 }
 
 /// The state's verdict, evaluated once per state however many properties ask.
