@@ -98,9 +98,7 @@ impl Broker {
         let mut effects = Effects::default();
         match timer {
             Timer::AbortTimedOutTransactions => {
-                if !self.config.mutations.has(crate::mutation::Mutation::NoTimeoutAbort) {
-                    self.coordinate(now_ms, &mut effects, |c, ctx| c.abort_timed_out_transactions(ctx));
-                }
+                self.coordinate(now_ms, &mut effects, |c, ctx| c.abort_timed_out_transactions(ctx));
                 effects
                     .timers
                     .push((now_ms + self.config.abort_timed_out_cleanup_interval_ms, Timer::AbortTimedOutTransactions));

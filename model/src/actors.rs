@@ -13,7 +13,7 @@ use txnsim_engine::coordinator::TransactionState;
 use txnsim_engine::producer::{Completion, OpId, OpOutput};
 use txnsim_engine::protocol::{Effects, Envelope, Message, NodeId, Timer};
 use txnsim_engine::{
-    filter_fetch, Broker, Consumer, EngineConfig, IsolationLevel, KafkaError, Mutation, Offset, Producer, ProducerKind,
+    filter_fetch, Broker, Consumer, EngineConfig, IsolationLevel, KafkaError, Offset, Producer, ProducerKind,
     TopicPartition, TransactionResult, TxnManagerState,
 };
 use txnsim_properties::{CallOutcome, Event, ProducerCall};
@@ -59,10 +59,8 @@ impl Ctx {
         1 + self.bounds.producers
     }
 
-    /// The engine's scan is where `NoTimeoutAbort` lives; `Broker::expire_transaction`, which the
-    /// model calls per transactional id, does not look at it, so the model leaves the timer unarmed.
     fn timeouts_modelled(&self) -> bool {
-        self.bounds.txn_timeouts > 0 && self.bounds.mutation != Some(Mutation::NoTimeoutAbort)
+        self.bounds.txn_timeouts > 0
     }
 }
 
@@ -141,6 +139,9 @@ pub struct BrokerNode {
     /// A coordinator timer the engine needed was left unarmed because its budget is spent: from here on
     /// the run is not "healed", so liveness is not judged.
     pub starved: bool,
+    /// Bit `p`: the broker's last engine step changed partition `p` (its end, HW or LSO). Under
+    /// `Bounds::reduced` the readers poll a partition only then (see `reductions`).
+    pub fresh: u16,
 }
 
 /// The readers (`READERS` order; none when `Bounds::polls_per_reader` is 0) and their poll budget.
@@ -194,6 +195,9 @@ pub struct ProducerNode {
     pub timers: BTreeSet<Timer>,
     pub request_timeouts_left: u8,
     pub backoffs_left: u8,
+    /// A client timer the run may need was left unarmed because its budget is spent (see `Node::needs`):
+    /// the run may never heal, so liveness is not judged (as `BrokerNode::starved`).
+    pub starved: bool,
 }
 
 impl NodeKind {
@@ -279,6 +283,7 @@ impl Node {
             marker_resends_left: self.ctx.bounds.marker_resends as u8,
             timeouts_left: if self.ctx.timeouts_modelled() { self.ctx.bounds.txn_timeouts as u8 } else { 0 },
             starved: false,
+            fresh: 0,
         }
     }
 
@@ -336,6 +341,9 @@ impl Node {
         let mut broker = (*before.broker).clone();
         let effects = step(&mut broker, &mut node);
         self.broker_effects(&before.broker, &broker, &mut node, effects, o);
+        if self.ctx.bounds.reduced {
+            node.fresh = changed_partitions(&before.broker, &broker);
+        }
         let broker = Shared::new(broker);
         if broker != before.broker {
             node.broker = broker;
@@ -403,6 +411,7 @@ impl Node {
             timers: BTreeSet::new(),
             request_timeouts_left: b.request_timeouts as u8,
             backoffs_left: b.backoff_retries as u8,
+            starved: false,
         };
         self.init_instance(&mut node, o);
         node
@@ -434,7 +443,19 @@ impl Node {
             if budget > 0 {
                 node.timers.insert(timer.clone());
                 o.set_timer(ModelTimer::Engine(timer), model_timeout());
+            } else {
+                node.starved |= self.needs(&timer);
             }
+        }
+    }
+
+    /// Whether leaving this client timer unarmed may stall the run: a backoff retry always resends a
+    /// request the broker answered CONCURRENT_TRANSACTIONS; a request timeout matters only where requests
+    /// can be lost (a lossy network, or a broker crash that drops what it held).
+    fn needs(&self, timer: &Timer) -> bool {
+        match timer {
+            Timer::RetryBackoff { .. } => true,
+            _ => self.ctx.bounds.lossy || self.ctx.bounds.crashes > 0,
         }
     }
 
@@ -470,7 +491,7 @@ impl Node {
 
     fn producer_timeout(&self, index: usize, state: &mut Cow<NodeState>, timer: &ModelTimer, o: &mut O) {
         match timer {
-            ModelTimer::Engine(t) => self.producer_step(state, o, |_, n, fx, o| {
+            ModelTimer::Engine(t) => self.producer_step(state, o, |me, n, fx, o| {
                 n.timers.remove(t);
                 let is_timeout = matches!(t, Timer::RequestTimeout { .. });
                 let left = if is_timeout { &mut n.request_timeouts_left } else { &mut n.backoffs_left };
@@ -485,7 +506,8 @@ impl Node {
                         .collect();
                     for x in spent {
                         n.timers.remove(&x);
-                        o.cancel_timer(ModelTimer::Engine(x));
+                        o.cancel_timer(ModelTimer::Engine(x.clone()));
+                        n.starved |= me.needs(&x);
                     }
                 }
                 fx.extend(n.producer.on_timer(NOW_MS, t.clone()));
@@ -780,6 +802,16 @@ impl Node {
 fn stop(n: &mut ProducerNode, why: Stop, o: &mut O) {
     n.phase = Phase::Done(why);
     o.remove_random("end");
+}
+
+/// Bit `p` set when partition `p`'s log end, high watermark or LSO differs: what a fetch can see.
+fn changed_partitions(before: &Broker, after: &Broker) -> u16 {
+    let view = |b: &Broker| -> Vec<(Offset, Offset, Offset)> {
+        let m = &b.config.mutations;
+        b.partitions.values().map(|l| (l.log_end_offset(), l.high_watermark(), l.last_stable_offset(m))).collect()
+    };
+    let (was, now) = (view(before), view(after));
+    (0..now.len()).filter(|p| was.get(*p) != now.get(*p)).fold(0, |bits, p| bits | 1 << p)
 }
 
 /// Transactional ids the timeout scan could abort now.

@@ -42,6 +42,10 @@ pub struct Bounds {
     pub delivery_attempts: u32,
     /// Fetches each reader may send in a run (0: no readers).
     pub polls_per_reader: usize,
+    /// Explore only the interleavings `reductions` keeps: a timeout fires only for a request that is
+    /// lost, not merely slow; readers poll a partition
+    /// right after the broker changed it. Off, every action is explored whenever it is enabled.
+    pub reduced: bool,
 }
 
 impl Bounds {
@@ -67,6 +71,7 @@ impl Bounds {
             marker_resends: 0,
             delivery_attempts: 1,
             polls_per_reader: 2,
+            reduced: false,
         }
     }
 
@@ -158,8 +163,9 @@ impl fmt::Display for Bounds {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} producer(s) x {} txn(s) x {} record(s), {} partition(s), TV{}, network {}{}, {} crash(es){}, txn timeouts {}, \
-             request timeouts {}/producer, backoff retries {}/producer, marker resends {}, delivery attempts {}, mutation {}",
+            "{} producer(s) x {} txn(s) x {} record(s), {} partition(s), TV{}, network {}{}{}, {} crash(es){}, txn timeouts {}, \
+             request timeouts {}/producer, backoff retries {}/producer, marker resends {}, delivery attempts {}, \
+             {} polls/reader, {}, mutation {}",
             self.producers,
             self.txns_per_producer,
             self.records_per_txn,
@@ -167,6 +173,7 @@ impl fmt::Display for Bounds {
             self.transaction_version.number(),
             if self.lossy { format!("lossy ({} loss(es))", self.losses) } else { "lossless".to_string() },
             if self.duplicating { "+duplicating" } else { "" },
+            if self.ordered { " per-connection FIFO" } else { " unordered" },
             self.crashes,
             match (self.crash_broker, self.crash_producers) {
                 (true, true) => " (broker or producer)",
@@ -179,6 +186,8 @@ impl fmt::Display for Bounds {
             self.backoff_retries,
             self.marker_resends,
             self.delivery_attempts,
+            self.polls_per_reader,
+            if self.reduced { "reduced interleavings" } else { "every interleaving" },
             self.mutation.map(|m| m.name()).unwrap_or("none"),
         )
     }

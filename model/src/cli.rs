@@ -71,6 +71,11 @@ pub struct BoundsArgs {
     /// Polls the readers may make in a run (0: no readers; 255: unbounded).
     #[arg(long)]
     pub polls: Option<usize>,
+    /// Explore only the reduced interleavings: timeouts fire for lost requests only, readers poll right
+    /// after a partition changes
+    /// (`--reduced=false` to explore every interleaving).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub reduced: Option<bool>,
 }
 
 fn parse_tv(s: &str) -> Result<TransactionVersion, String> {
@@ -97,7 +102,8 @@ impl BoundsArgs {
              lossy <- lossy, losses <- losses, duplicating <- duplicating, ordered <- ordered, crashes <- crashes,
              transaction_version <- transaction_version, txn_timeouts <- txn_timeouts,
              request_timeouts <- request_timeouts, backoff_retries <- backoff_retries,
-             marker_resends <- marker_resends, delivery_attempts <- delivery_attempts, polls_per_reader <- polls);
+             marker_resends <- marker_resends, delivery_attempts <- delivery_attempts, polls_per_reader <- polls,
+             reduced <- reduced);
         if let Some(m) = self.mutation {
             b.mutation = Some(m);
         }
@@ -374,6 +380,7 @@ pub fn main_job() -> Result<Vec<String>, Vec<String>> {
             marker_resends: None,
             delivery_attempts: None,
             polls: None,
+            reduced: None,
         },
         threads: 1,
         symmetry: false,

@@ -39,6 +39,7 @@ pub mod bounds;
 pub mod cli;
 pub mod describe;
 pub mod model;
+pub mod reductions;
 pub mod shared;
 pub mod verdict;
 

@@ -6,16 +6,63 @@
 
 use crate::actors::{Ctx, ModelTimer, Msg, Node, Role};
 use crate::bounds::Bounds;
+use crate::reductions;
 use crate::verdict::{verdict, Fact};
 use stateright::actor::{ActorModel, ActorModelAction, ActorModelState, LossyNetwork, Network};
-use stateright::Expectation;
+use stateright::{Model, Path, Property};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use txnsim_engine::TransactionResult;
 use txnsim_properties::Invariant;
 
-pub type TxnModel = ActorModel<Node, ModelCfg, InFlight>;
+/// The engine's actors on stateright's network, with the reductions of `Bounds::reduced` on top.
+#[derive(Clone)]
+pub struct TxnModel {
+    pub cfg: ModelCfg,
+    actors: ActorModel<Node, ModelCfg, InFlight>,
+    properties: Vec<Property<TxnModel>>,
+}
 pub type TxnState = ActorModelState<Node, InFlight>;
+
+impl Model for TxnModel {
+    type State = TxnState;
+    type Action = TxnAction;
+
+    fn init_states(&self) -> Vec<TxnState> {
+        self.actors.init_states()
+    }
+
+    fn actions(&self, state: &TxnState, actions: &mut Vec<TxnAction>) {
+        self.actors.actions(state, actions);
+        if self.cfg.ctx.bounds.reduced {
+            actions.retain(|a| reductions::explored(state, a));
+        }
+    }
+
+    fn next_state(&self, last: &TxnState, action: TxnAction) -> Option<TxnState> {
+        self.actors.next_state(last, action)
+    }
+
+    fn format_action(&self, action: &TxnAction) -> String {
+        self.actors.format_action(action)
+    }
+
+    fn format_step(&self, last: &TxnState, action: TxnAction) -> Option<String> {
+        self.actors.format_step(last, action)
+    }
+
+    fn as_svg(&self, path: Path<TxnState, TxnAction>) -> Option<String> {
+        self.actors.as_svg(path)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        self.properties.clone()
+    }
+
+    fn within_boundary(&self, state: &TxnState) -> bool {
+        Model::within_boundary(&self.actors, state)
+    }
+}
 
 /// The model's auxiliary history: messages sent and not (yet) delivered. Less the messages still in the
 /// network, that is how many were lost, which `Bounds::losses` bounds.
@@ -109,7 +156,7 @@ pub fn build(bounds: &Bounds) -> TxnModel {
     } else {
         Network::new_unordered_nonduplicating([])
     };
-    let mut model = ActorModel::new(cfg, 0)
+    let actors = ActorModel::new(cfg.clone(), 0)
         .actor(node(Role::Broker))
         .actors((0..bounds.producers).map(|i| node(Role::Producer(i))))
         .init_network(network)
@@ -125,13 +172,13 @@ pub fn build(bounds: &Bounds) -> TxnModel {
             s.actor_states.iter().map(|a| a.restarts()).sum::<usize>() <= b.crashes
                 && (b.duplicating || losses(s) <= b.losses)
         });
-    assert_eq!(model.actors.len(), ctx.actor_count());
-    model = model.property(Expectation::Always, ENGINE_ASSERTIONS, assertions_hold);
+    assert_eq!(actors.actors.len(), ctx.actor_count());
+    let mut properties = vec![Property::always(ENGINE_ASSERTIONS, assertions_hold)];
     for (i, inv) in Invariant::ALL.iter().enumerate() {
-        model = model.property(Expectation::Always, inv.name(), INVARIANT_FNS[i]);
+        properties.push(Property::always(inv.name(), INVARIANT_FNS[i]));
     }
     for (j, fact) in Fact::ALL.iter().enumerate() {
-        model = model.property(Expectation::Sometimes, fact.name(), FACT_FNS[j]);
+        properties.push(Property::sometimes(fact.name(), FACT_FNS[j]));
     }
-    model
+    TxnModel { cfg, actors, properties }
 }

@@ -158,7 +158,7 @@ pub fn quiescent(ctx: &Ctx, s: &TxnState) -> bool {
             return false;
         }
     }
-    if broker_of(s).starved {
+    if broker_of(s).starved || s.actor_states[1..].iter().any(|a| a.producer().is_some_and(|p| p.starved)) {
         return false;
     }
     for env in s.network.iter_deliverable() {

@@ -278,6 +278,12 @@ impl TransactionCoordinator {
         ctx.effects.timers.push((ctx.now_ms + MARKER_RETRY_MS, Timer::ResendTxnMarkers { decision: pending.decision }));
     }
 
+    /// The decision an outstanding WriteTxnMarkers request (by correlation id) is for, if it is still
+    /// awaited: drivers use it to tell which marker messages in flight belong to which decision.
+    pub fn marker_request_decision(&self, correlation_id: u64) -> Option<usize> {
+        self.marker_requests.get(&correlation_id).copied()
+    }
+
     /// A marker retry timer: resend what is still unacknowledged for that decision.
     pub fn on_resend_markers(&mut self, decision: usize, ctx: &mut Ctx<'_>) {
         let pid = self.decisions.get(decision).map(|d| d.producer_id);
@@ -486,6 +492,9 @@ impl TransactionCoordinator {
         };
         if meta.state != TransactionState::Ongoing || meta.pending_transition_in_progress() {
             return false;
+        }
+        if ctx.config.mutations.has(Mutation::NoTimeoutAbort) {
+            return false; // the injected bug: the scan finds the transaction and leaves it open
         }
         let bump = !ctx.config.mutations.has(Mutation::TimeoutAbortSameEpoch);
         self.fence_and_abort(tid, bump, DecisionCause::Timeout, ctx);
