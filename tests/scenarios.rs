@@ -138,14 +138,10 @@ fn a_wrong_expectation_fails_with_exit_1_and_names_the_difference() {
     assert!(stdout.contains("op 2 (produce): expect.first_offset: expected 1, actual 0"), "{stdout}");
 }
 
-/// Mutations only faults or the passage of time reach (duplicated marker answers, restarts, timeouts);
+/// Mutations only faults reach (duplicated marker answers, coordinator restarts);
 /// the scenario layer has none, so other suites prove these bite.
-const NEEDS_FAULTS: [Mutation; 4] = [
-    Mutation::DoubleComplete,
-    Mutation::NoTimeoutAbort,
-    Mutation::DropPendingMarkersOnRestart,
-    Mutation::RestartAbortsPreparedCommits,
-];
+const NEEDS_FAULTS: [Mutation; 3] =
+    [Mutation::DoubleComplete, Mutation::DropPendingMarkersOnRestart, Mutation::RestartAbortsPreparedCommits];
 
 #[test]
 fn every_scenario_reachable_mutation_fails_some_scenario() {

@@ -231,9 +231,7 @@ impl Broker {
         let needs_verification = batch.is_transactional
             && self.config.partition_verification
             && !self.config.mutations.has(crate::mutation::Mutation::NoTxnVerification)
-            && batch.producer.is_some_and(|p| {
-                log.producer_state.entry(p.producer_id).is_none_or(|e| e.current_txn_first_offset.is_none())
-            });
+            && batch.producer.is_some_and(|p| !log.has_ongoing_transaction(p.producer_id, p.epoch));
         if !needs_verification {
             let result = self.append_client_batch(now_ms, &partition, &batch);
             return Some((partition, result));
@@ -271,12 +269,10 @@ impl Broker {
         let Some(pending) = self.pending_verifications.remove(&corr) else {
             return;
         };
-        let pid = pending.batch.producer.expect("verified batches are transactional").producer_id;
+        let producer = pending.batch.producer.expect("verified batches are transactional");
+        let pid = producer.producer_id;
         let current_guard = self.verification_guards.get(&(pending.partition.clone(), pid)).copied();
-        let ongoing = self.partitions[&pending.partition]
-            .producer_state
-            .entry(pid)
-            .is_some_and(|e| e.current_txn_first_offset.is_some());
+        let ongoing = self.partitions[&pending.partition].has_ongoing_transaction(pid, producer.epoch);
         let result = match result {
             // Only a batch that would begin the transaction here needs its guard (`analyzeAndValidateProducerState`):
             // a pipelined batch verified alongside the first joins the transaction the first one began.
@@ -328,6 +324,7 @@ impl Broker {
                         m.producer_epoch,
                         marker,
                         AppendOrigin::Coordinator,
+                        m.transaction_version,
                         now_ms,
                         &self.config.mutations,
                     ),

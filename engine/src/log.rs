@@ -5,7 +5,7 @@ use crate::error::KafkaError;
 use crate::mutation::{Mutation, Mutations};
 use crate::producer_state::{AppendCheck, AppendOrigin, CompletedTxn, ProducerStateManager};
 use crate::record::{BatchBody, BatchProducer, EndTxnMarker, ProduceBatch, Record, RecordBatch};
-use crate::types::{IsolationLevel, Offset, ProducerEpoch, ProducerId, TimeMs};
+use crate::types::{IsolationLevel, Offset, ProducerEpoch, ProducerId, TimeMs, TransactionVersion};
 use serde::{Deserialize, Serialize};
 
 /// An aborted-transaction index entry (`AbortedTxn`, 34 bytes on disk).
@@ -173,16 +173,26 @@ impl PartitionLog {
 
     /// Appends a COMMIT/ABORT control batch (`ProducerAppendInfo.appendEndTxnMarker`, then `UnifiedLog.append`
     /// lines that update the index before completing the transaction, KAFKA-7866).
+    /// `UnifiedLog.hasOngoingTransaction`: this producer has a transaction open here at this epoch. A newer
+    /// epoch means the open one may have ended at its coordinator (TV2 bumps the epoch per transaction), so
+    /// a batch at a newer epoch is verified like one that begins a transaction.
+    pub fn has_ongoing_transaction(&self, producer_id: ProducerId, epoch: ProducerEpoch) -> bool {
+        self.producer_state
+            .entry(producer_id)
+            .is_some_and(|e| e.current_txn_first_offset.is_some() && e.producer_epoch == epoch)
+    }
+
     pub fn append_marker(
         &mut self,
         producer_id: ProducerId,
         epoch: ProducerEpoch,
         marker: EndTxnMarker,
         origin: AppendOrigin,
+        version: TransactionVersion,
         now_ms: TimeMs,
         mutations: &Mutations,
     ) -> Result<Offset, KafkaError> {
-        self.producer_state.check_marker(producer_id, epoch, &marker, origin, mutations)?;
+        self.producer_state.check_marker(producer_id, epoch, &marker, origin, version, mutations)?;
         let offset = self.log_end_offset;
         let rb = RecordBatch {
             base_offset: offset,

@@ -4,7 +4,10 @@
 use crate::error::KafkaError;
 use crate::mutation::{Mutation, Mutations};
 use crate::record::{BatchProducer, EndTxnMarker, RecordBatch};
-use crate::types::{CoordinatorEpoch, Offset, ProducerEpoch, ProducerId, TimeMs, TransactionResult, NO_PRODUCER_EPOCH};
+use crate::types::{
+    CoordinatorEpoch, Offset, ProducerEpoch, ProducerId, TimeMs, TransactionResult, TransactionVersion,
+    NO_PRODUCER_EPOCH,
+};
 use std::collections::{BTreeMap, VecDeque};
 
 /// `ProducerStateEntry.NUM_BATCHES_TO_RETAIN`: dedup covers the last five batches, matching
@@ -182,6 +185,7 @@ impl ProducerStateManager {
         epoch: ProducerEpoch,
         marker: &EndTxnMarker,
         origin: AppendOrigin,
+        version: TransactionVersion,
         mutations: &Mutations,
     ) -> Result<(), KafkaError> {
         let Some(entry) = self.producers.get(&producer_id) else {
@@ -189,6 +193,16 @@ impl ProducerStateManager {
         };
         if origin != AppendOrigin::Replication {
             self.check_producer_epoch(entry, epoch, mutations)?;
+            // KIP-1228: a TV2 marker carries the bumped epoch, so one at the epoch of a transaction still
+            // open here is a late copy of the previous decision. At that epoch with nothing open it is a
+            // retried marker, accepted as before (KAFKA-19999).
+            if version.supports_epoch_bump()
+                && epoch == entry.producer_epoch
+                && entry.current_txn_first_offset.is_some()
+                && !mutations.has(Mutation::SkipProducerEpochCheck)
+            {
+                return Err(KafkaError::InvalidProducerEpoch);
+            }
             if entry.coordinator_epoch > marker.coordinator_epoch && !mutations.has(Mutation::SkipCoordinatorEpochCheck)
             {
                 return Err(KafkaError::TransactionCoordinatorFenced);

@@ -6,7 +6,7 @@ use crate::log::FetchPartitionData;
 use crate::record::ProduceBatch;
 use crate::types::{
     CoordinatorEpoch, IsolationLevel, Offset, ProducerEpoch, ProducerId, ProducerIdAndEpoch, TimeMs, TopicPartition,
-    TransactionResult,
+    TransactionResult, TransactionVersion,
 };
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -34,6 +34,8 @@ pub struct TxnMarkerEntry {
     pub result: TransactionResult,
     pub partitions: Vec<TopicPartition>,
     pub coordinator_epoch: CoordinatorEpoch,
+    /// KIP-1228 (WriteTxnMarkers v2): the transaction's version, so the leader knows which epoch rule applies.
+    pub transaction_version: TransactionVersion,
 }
 
 /// A successful Produce: the batch's offsets, or the original ones for a retried duplicate.

@@ -5,8 +5,11 @@ use std::collections::BTreeMap;
 use txnsim_engine::coordinator::{TransactionMetadata, TransactionState};
 use txnsim_engine::producer::OpOutput;
 use txnsim_engine::producer_state::AppendOrigin;
-use txnsim_engine::record::{BatchProducer, ProduceBatch};
-use txnsim_engine::{Cluster, EngineConfig, KafkaError, Mutations, PartitionLog, ProducerKind, TopicPartition};
+use txnsim_engine::record::{BatchProducer, EndTxnMarker, ProduceBatch};
+use txnsim_engine::{
+    Cluster, EngineConfig, KafkaError, Mutations, PartitionLog, ProducerKind, TopicPartition, TransactionResult,
+    TransactionVersion,
+};
 
 fn cluster() -> Cluster {
     let topics: BTreeMap<String, u32> = [("t".to_string(), 2)].into_iter().collect();
@@ -93,6 +96,41 @@ fn non_transactional_write_while_a_transaction_is_open_is_invalid_txn_state() {
     };
     assert_eq!(log.append_data(&plain, AppendOrigin::Client, 0, &m), Err(KafkaError::InvalidTxnState));
     assert_eq!(log.log_end_offset(), 1, "the rejected batch took no offset");
+}
+
+/// KIP-1228 with KAFKA-19999: under TV2 a marker carries the bumped epoch, so one at the epoch of the
+/// transaction open on the partition is a late copy of the previous decision and is refused; the same
+/// marker with nothing open is a retry and is accepted. TV1 cannot tell them apart and accepts both.
+#[test]
+fn tv2_leader_refuses_a_marker_at_the_open_transactions_epoch() {
+    let m = Mutations::none();
+    let abort = EndTxnMarker { result: TransactionResult::Abort, coordinator_epoch: 0 };
+    let open_at = |log: &mut PartitionLog, epoch, seq| {
+        let batch = ProduceBatch {
+            producer: Some(BatchProducer { producer_id: 7, epoch, base_sequence: seq }),
+            is_transactional: true,
+            values: vec!["a".into()],
+        };
+        log.append_data(&batch, AppendOrigin::Client, 0, &m).expect("a transaction begins");
+    };
+    for (version, late_marker) in
+        [(TransactionVersion::V2, Err(KafkaError::InvalidProducerEpoch)), (TransactionVersion::V1, Ok(4))]
+    {
+        let mut log = PartitionLog::new();
+        open_at(&mut log, 0, 0);
+        let marker = |log: &mut PartitionLog| log.append_marker(7, 1, abort, AppendOrigin::Coordinator, version, 0, &m);
+        assert_eq!(marker(&mut log), Ok(1), "{version:?}: the bumped-epoch marker closes the epoch-0 transaction");
+        assert_eq!(
+            marker(&mut log),
+            Ok(2),
+            "{version:?}: a retried marker with nothing open is accepted (KAFKA-19999)"
+        );
+        open_at(&mut log, 1, 0);
+        assert_eq!(marker(&mut log), late_marker, "{version:?}: the late copy meets the epoch-1 transaction");
+        log.update_high_watermark(log.log_end_offset(), &m);
+        let open = log.last_stable_offset(&m) < log.log_end_offset();
+        assert_eq!(open, late_marker.is_err(), "{version:?}: the epoch-1 transaction is still open only if refused");
+    }
 }
 
 #[test]

@@ -379,9 +379,17 @@ impl Runner<'_> {
                 };
                 let now = self.cluster.now_ms;
                 let mutations = self.mutations().clone();
+                let version = self.cluster.config.transaction_version;
                 let log = self.cluster.broker.partition_mut(&tp).expect("validated partition");
-                let result =
-                    log.append_marker(*producer_id, *epoch, marker, AppendOrigin::Coordinator, now, &mutations);
+                let result = log.append_marker(
+                    *producer_id,
+                    *epoch,
+                    marker,
+                    AppendOrigin::Coordinator,
+                    version,
+                    now,
+                    &mutations,
+                );
                 self.cluster.broker.advance_high_watermark(&tp);
                 let expected_error = expect_error.clone().or(expect.as_ref().and_then(|e| e.error.clone()));
                 self.check_result(i, op, &result, expected_error.as_deref(), false)?;

@@ -266,6 +266,7 @@ impl TransactionCoordinator {
                 result: pending.result,
                 partitions,
                 coordinator_epoch: self.coordinator_epoch,
+                transaction_version: ctx.config.transaction_version,
             };
             ctx.effects.send(
                 ctx.me,

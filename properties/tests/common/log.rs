@@ -12,7 +12,7 @@ use txnsim_engine::producer_state::AppendOrigin;
 use txnsim_engine::record::{BatchProducer, EndTxnMarker, ProduceBatch};
 use txnsim_engine::{
     AbortedTxn, KafkaError, Mutations, Offset, PartitionLog, ProducerEpoch, ProducerId, TopicPartition,
-    TransactionResult,
+    TransactionResult, TransactionVersion,
 };
 use txnsim_properties::{
     check_history, check_state, CallOutcome, ClusterView, Event, History, Invariant, MonotonicityChecker, ProducerCall,
@@ -540,7 +540,16 @@ pub fn run_log_case(case: &LogCase, mutations: Mutations) -> LogReport {
                     };
                     let (pid, epoch) = (pid as ProducerId, epoch as ProducerEpoch);
                     let want = expect.marker(pid, epoch, marker);
-                    let got = log.append_marker(pid, epoch, marker, AppendOrigin::Coordinator, now, &mutations);
+                    // The written-out rules are the classic (TV1) ones; KIP-1228's TV2 rule is tested in engine/tests.
+                    let got = log.append_marker(
+                        pid,
+                        epoch,
+                        marker,
+                        AppendOrigin::Coordinator,
+                        TransactionVersion::V1,
+                        now,
+                        &mutations,
+                    );
                     if !case.manual_hw {
                         let leo = log.log_end_offset();
                         log.update_high_watermark(leo, &mutations);
