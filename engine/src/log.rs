@@ -182,6 +182,8 @@ impl PartitionLog {
             .is_some_and(|e| e.current_txn_first_offset.is_some() && e.producer_epoch == epoch)
     }
 
+    // Kafka's `appendAsLeader` takes the same list (origin, transaction version, clock, config).
+    #[allow(clippy::too_many_arguments)]
     pub fn append_marker(
         &mut self,
         producer_id: ProducerId,
