@@ -76,7 +76,8 @@ impl Bounds {
     }
 
     /// The standard config: 2 producers x 2 transactions x 2 records, 2 partitions, a lossy
-    /// network and one crash.
+    /// network and one crash. Connections are FIFO, as Kafka's TCP connections are, and the reductions
+    /// are on: the unordered, unreduced interleavings are the small config's.
     pub fn standard() -> Self {
         Bounds {
             producers: 2,
@@ -85,9 +86,11 @@ impl Bounds {
             partitions: 2,
             lossy: true,
             duplicating: false,
+            ordered: true,
             crashes: 1,
             request_timeouts: 1,
             marker_resends: 1,
+            reduced: true,
             ..Bounds::small()
         }
     }

@@ -15,7 +15,7 @@ use txnsim_properties::Invariant;
 /// The model's bounds, as flags over a named config.
 #[derive(Args, Debug, Clone)]
 pub struct BoundsArgs {
-    /// Start from this config: small (the gate's) or standard (2 producers x 2 txns x 2 records, lossy, 1 crash).
+    /// Start from this config: small (the gate's) or standard (2 producers x 2 txns x 2 records, lossy FIFO connections, 1 crash, reduced).
     #[arg(long, default_value = "small", value_parser = ["small", "standard"])]
     pub config: String,
     /// Transactional producers.
