@@ -7,6 +7,9 @@ use txnsim::scenario::{self, RunOptions};
 use txnsim_engine::{Mutation, Mutations};
 use txnsim_properties::Invariant;
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "txnsim",

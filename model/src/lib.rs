@@ -5,8 +5,8 @@
 //! reader (engine `Consumer`s assigned every partition from offset 0). Producers run a small script:
 //! `initTransactions`, then per transaction an application choice of commit or abort, `beginTransaction`,
 //! one `send` per record (record `r` to partition `r % partitions`, values `p0:1.0` = instance p0,
-//! transaction 1, record 0), and the chosen end call. The network is stateright's unordered one, lossy
-//! and/or duplicating as the `Bounds` say. Faults are budgeted per run: crashes (a broker restart keeps
+//! transaction 1, record 0), and the chosen end call. The network is stateright's unordered one (or
+//! per-connection FIFO), lossy and/or duplicating as the `Bounds` say. Faults are budgeted per run: crashes (a broker restart keeps
 //! durable state via `Broker::restart`; a producer crash starts a new instance with the same
 //! transactional id), lost messages, coordinator timeout aborts, client request timeouts and retry
 //! backoffs, coordinator marker resends. Both transaction versions; any one `Mutation`.
@@ -17,7 +17,10 @@
 //! quiescent states), `sometimes` properties for reachability facts (`Fact`), and `engine-assertions`:
 //! an engine `assert!` that fails becomes a counterexample instead of a crashed checker.
 //!
-//! Reductions, each sound for what the properties observe:
+//! With `Bounds::reduced` (the standard config), `reductions` prunes further: timeouts fire only for
+//! lost requests, and readers poll a partition only right after the broker changed it.
+//!
+//! Reductions always on, each sound for what the properties observe:
 //! - time never advances (`now_ms = 0`); every timer may fire at any moment the checker chooses;
 //! - the readers' fetches are served atomically (a lost fetch is a poll not made, a late answer an
 //!   earlier poll), both readers poll a partition together, and a poll that changes nothing is no step;
