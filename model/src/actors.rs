@@ -179,6 +179,8 @@ pub enum Phase {
 pub enum Stop {
     Finished,
     Failed(KafkaError),
+    /// Crashed and not restarted (`Bounds::restart_producers` off).
+    Crashed,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -363,10 +365,20 @@ impl Node {
                 }
                 effects
             }),
-            ModelTimer::TxnTimeout(tid) => self.broker_step(state, o, |broker, node| {
-                node.timeouts_left -= 1;
-                broker.expire_transaction(tid, NOW_MS).1
-            }),
+            ModelTimer::TxnTimeout(tid) => {
+                let mut left_open = false;
+                self.broker_step(state, o, |broker, node| {
+                    let (expired, effects) = broker.expire_transaction(tid, NOW_MS);
+                    node.timeouts_left -= u8::from(expired);
+                    left_open = !expired;
+                    effects
+                });
+                if left_open {
+                    // The scan left it open (`NoTimeoutAbort`): no budget spent, no timer left, so the run
+                    // reaches quiescence and liveness is judged.
+                    o.cancel_timer(ModelTimer::TxnTimeout(tid.clone()));
+                }
+            }
             ModelTimer::Crash => {
                 let mut again = false;
                 self.broker_step(state, o, |broker, node| {
@@ -453,9 +465,10 @@ impl Node {
     /// request the broker answered CONCURRENT_TRANSACTIONS; a request timeout matters only where requests
     /// can be lost (a lossy network, or a broker crash that drops what it held).
     fn needs(&self, timer: &Timer) -> bool {
+        let b = &self.ctx.bounds;
         match timer {
             Timer::RetryBackoff { .. } => true,
-            _ => self.ctx.bounds.lossy || self.ctx.bounds.crashes > 0,
+            _ => b.lossy || (b.crashes > 0 && b.crash_broker),
         }
     }
 
@@ -477,7 +490,8 @@ impl Node {
     }
 
     fn producer_msg(&self, state: &mut Cow<NodeState>, env: Envelope, o: &mut O) {
-        if env.to != state.producer().expect("a producer").producer.id {
+        let p = state.producer().expect("a producer");
+        if env.to != p.producer.id || p.phase == Phase::Done(Stop::Crashed) {
             return; // Addressed to a crashed instance: its connection is gone.
         }
         self.producer_step(state, o, |_, n, fx, o| {
@@ -520,6 +534,10 @@ impl Node {
                 }
                 o.remove_random("end");
                 n.restarts += 1;
+                if !me.ctx.bounds.restart_producers {
+                    n.phase = Phase::Done(Stop::Crashed);
+                    return;
+                }
                 n.incarnation += 1;
                 n.request_timeouts_left = me.ctx.bounds.request_timeouts as u8;
                 n.backoffs_left = me.ctx.bounds.backoff_retries as u8;

@@ -28,6 +28,9 @@ pub struct Bounds {
     pub crashes: usize,
     pub crash_broker: bool,
     pub crash_producers: bool,
+    /// A crashed producer comes back as a new instance with the same transactional id (which fences the
+    /// old one). Off, it stays down: only the coordinator's timeout can end its open transaction.
+    pub restart_producers: bool,
     pub transaction_version: TransactionVersion,
     pub mutation: Option<Mutation>,
     /// Timeout aborts the coordinator may make in a run (its scan finds an Ongoing transaction expired).
@@ -63,6 +66,7 @@ impl Bounds {
             crashes: 0,
             crash_broker: true,
             crash_producers: true,
+            restart_producers: true,
             transaction_version: TransactionVersion::V1,
             mutation: None,
             txn_timeouts: 1,
@@ -166,7 +170,7 @@ impl fmt::Display for Bounds {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} producer(s) x {} txn(s) x {} record(s), {} partition(s), TV{}, network {}{}{}, {} crash(es){}, txn timeouts {}, \
+            "{} producer(s) x {} txn(s) x {} record(s), {} partition(s), TV{}, network {}{}{}, {} crash(es){}{}, txn timeouts {}, \
              request timeouts {}/producer, backoff retries {}/producer, marker resends {}, delivery attempts {}, \
              {} polls/reader, {}, mutation {}",
             self.producers,
@@ -184,6 +188,7 @@ impl fmt::Display for Bounds {
                 (false, true) => " (producers only)",
                 (false, false) => " (no target)",
             },
+            if self.restart_producers { "" } else { ", crashed producers stay down" },
             self.txn_timeouts,
             self.request_timeouts,
             self.backoff_retries,

@@ -47,6 +47,10 @@ pub struct BoundsArgs {
     /// Which nodes may crash.
     #[arg(long, value_parser = ["any", "broker", "producers"])]
     pub crash: Option<String>,
+    /// A crashed producer restarts as a new instance (`--restart-producers=false`: it stays down, and only
+    /// the coordinator's timeout ends its transaction).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub restart_producers: Option<bool>,
     /// transaction.version: 1 (classic) or 2 (KIP-890).
     #[arg(long = "tv", value_parser = parse_tv)]
     pub transaction_version: Option<TransactionVersion>,
@@ -103,7 +107,7 @@ impl BoundsArgs {
              transaction_version <- transaction_version, txn_timeouts <- txn_timeouts,
              request_timeouts <- request_timeouts, backoff_retries <- backoff_retries,
              marker_resends <- marker_resends, delivery_attempts <- delivery_attempts, polls_per_reader <- polls,
-             reduced <- reduced);
+             reduced <- reduced, restart_producers <- restart_producers);
         if let Some(m) = self.mutation {
             b.mutation = Some(m);
         }
@@ -372,6 +376,7 @@ pub fn main_job() -> Result<Vec<String>, Vec<String>> {
             ordered: None,
             crashes: None,
             crash: None,
+            restart_producers: None,
             transaction_version: None,
             mutation: None,
             txn_timeouts: None,

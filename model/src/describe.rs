@@ -115,7 +115,7 @@ fn timer_text(t: &ModelTimer) -> String {
         ModelTimer::Engine(Timer::ResendTxnMarkers { decision }) => format!("marker retry for decision #{decision}"),
         ModelTimer::Engine(Timer::AbortTimedOutTransactions) => "timeout scan".into(),
         ModelTimer::TxnTimeout(tid) => format!("coordinator times out '{tid}'"),
-        ModelTimer::Crash => "CRASH and restart".into(),
+        ModelTimer::Crash => "CRASH".into(),
         ModelTimer::Poll { partition } => format!("readers poll t/{partition}"),
     }
 }
@@ -287,6 +287,7 @@ fn producer_changes(p0: &ProducerNode, p1: &ProducerNode, out: &mut Vec<String>)
             ),
             Phase::Done(Stop::Finished) => "script done".into(),
             Phase::Done(Stop::Failed(e)) => format!("stops: {}", e.name()),
+            Phase::Done(Stop::Crashed) => "crashed; stays down".into(),
         });
     }
     if p1.producer.state != p0.producer.state {

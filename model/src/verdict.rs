@@ -5,7 +5,7 @@
 //! invariants from `check_liveness` at quiescent states (nothing left to happen but reader polls and
 //! faults: the model's form of "after healing"). The model adds only reachability facts (`Fact`).
 
-use crate::actors::{reader_name, Ctx, ModelTimer, NodeState};
+use crate::actors::{reader_name, Ctx, ModelTimer, NodeState, Phase, ProducerNode, Stop};
 use crate::model::TxnState;
 use crate::shared::{digest, DigestMap};
 use std::cell::RefCell;
@@ -158,12 +158,17 @@ pub fn quiescent(ctx: &Ctx, s: &TxnState) -> bool {
             return false;
         }
     }
-    if broker_of(s).starved || s.actor_states[1..].iter().any(|a| a.producer().is_some_and(|p| p.starved)) {
+    // A producer that crashed for good waits on nothing.
+    let waits = |p: &ProducerNode| p.starved && p.phase != Phase::Done(Stop::Crashed);
+    if broker_of(s).starved || s.actor_states[1..].iter().any(|a| a.producer().is_some_and(waits)) {
         return false;
     }
     for env in s.network.iter_deliverable() {
         let dst = usize::from(env.dst);
-        if s.actor_states[dst].producer().is_some_and(|p| env.msg.to != p.producer.id) {
+        if s.actor_states[dst]
+            .producer()
+            .is_some_and(|p| env.msg.to != p.producer.id || p.phase == Phase::Done(Stop::Crashed))
+        {
             continue;
         }
         return false;

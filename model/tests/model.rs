@@ -144,7 +144,7 @@ fn fence_abort_without_epoch_bump() {
             INIT_OK,
             RUN_COMMIT,
             ADD_T0,
-            "p0: CRASH and restart ⇒ p0 crashed; new instance p0' calls initTransactions; initializing; client CommittingTransaction → Initializing",
+            "p0: CRASH ⇒ p0 crashed; new instance p0' calls initTransactions; initializing; client CommittingTransaction → Initializing",
             "p0' → broker: InitProducerId('tx-p0') ⇒ 'tx-p0' Ongoing e0 → PrepareAbort e0",
         ],
     );
@@ -240,4 +240,22 @@ fn reductions_keep_the_listed_counterexamples_but_the_slow_produce() {
     let slow_produce = Bounds { request_timeouts: 1, polls_per_reader: 0, ..reduced(Mutation::NoTxnVerification) };
     let o = check(&slow_produce, HasDiscoveries::AnyFailures);
     assert!(o.violations.is_empty(), "the reduced model now reaches {:?}: update the doc", o.violations.keys());
+}
+
+/// A producer that crashes for good leaves only the coordinator's timeout to end its transaction. With the
+/// timeout scan leaving transactions open, that one stays open for ever (liveness); without the bug the
+/// same space holds.
+#[test]
+fn no_timeout_abort_leaves_a_dead_producers_transaction_open() {
+    let dead =
+        Bounds { crashes: 1, crash_broker: false, restart_producers: false, polls_per_reader: 0, ..Bounds::small() };
+    let o = check(&dead, HasDiscoveries::AnyFailures);
+    assert!(o.violations.is_empty(), "violated: {:?}", o.violations.keys().collect::<Vec<_>>());
+    assert_eq!(o.unique, 7_322, "the space with a producer that stays down, explored to the end");
+    assert_counterexample(
+        dead.with_mutation(Mutation::NoTimeoutAbort),
+        "open-transactions-time-out",
+        7,
+        &[INIT, INIT_OK, RUN_COMMIT, ADD_T0],
+    );
 }
