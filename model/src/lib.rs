@@ -8,7 +8,7 @@
 //! transaction 1, record 0), and the chosen end call. The network is stateright's unordered one (or
 //! per-connection FIFO), lossy and/or duplicating as the `Bounds` say. Faults are budgeted per run: crashes (a broker restart keeps
 //! durable state via `Broker::restart`; a producer crash starts a new instance with the same
-//! transactional id), lost messages, coordinator timeout aborts, client request timeouts and retry
+//! transactional id, or with `Bounds::restart_producers` off leaves it down for good), lost messages, coordinator timeout aborts, client request timeouts and retry
 //! backoffs, coordinator marker resends. Both transaction versions; any one `Mutation`.
 //!
 //! Properties (`verdict`, `model`) come from `txnsim_properties` only: one `always` property per
