@@ -171,8 +171,6 @@ impl PartitionLog {
         Ok(info)
     }
 
-    /// Appends a COMMIT/ABORT control batch (`ProducerAppendInfo.appendEndTxnMarker`, then `UnifiedLog.append`
-    /// lines that update the index before completing the transaction, KAFKA-7866).
     /// `UnifiedLog.hasOngoingTransaction`: this producer has a transaction open here at this epoch. A newer
     /// epoch means the open one may have ended at its coordinator (TV2 bumps the epoch per transaction), so
     /// a batch at a newer epoch is verified like one that begins a transaction.
@@ -182,6 +180,8 @@ impl PartitionLog {
             .is_some_and(|e| e.current_txn_first_offset.is_some() && e.producer_epoch == epoch)
     }
 
+    /// Appends a COMMIT/ABORT control batch (`ProducerAppendInfo.appendEndTxnMarker`, then `UnifiedLog.append`
+    /// lines that update the index before completing the transaction, KAFKA-7866).
     // Kafka's `appendAsLeader` takes the same list (origin, transaction version, clock, config).
     #[allow(clippy::too_many_arguments)]
     pub fn append_marker(

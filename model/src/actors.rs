@@ -365,20 +365,13 @@ impl Node {
                 }
                 effects
             }),
-            ModelTimer::TxnTimeout(tid) => {
-                let mut left_open = false;
-                self.broker_step(state, o, |broker, node| {
-                    let (expired, effects) = broker.expire_transaction(tid, NOW_MS);
-                    node.timeouts_left -= u8::from(expired);
-                    left_open = !expired;
-                    effects
-                });
-                if left_open {
-                    // The scan left it open (`NoTimeoutAbort`): no budget spent, no timer left, so the run
-                    // reaches quiescence and liveness is judged.
-                    o.cancel_timer(ModelTimer::TxnTimeout(tid.clone()));
-                }
-            }
+            // A scan that leaves the transaction open (`NoTimeoutAbort`) spends no budget; the fired timer is
+            // gone all the same, so the run reaches quiescence and liveness is judged.
+            ModelTimer::TxnTimeout(tid) => self.broker_step(state, o, |broker, node| {
+                let (expired, effects) = broker.expire_transaction(tid, NOW_MS);
+                node.timeouts_left -= u8::from(expired);
+                effects
+            }),
             ModelTimer::Crash => {
                 let mut again = false;
                 self.broker_step(state, o, |broker, node| {
