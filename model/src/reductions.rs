@@ -1,7 +1,7 @@
 //! The interleavings a reduced model (`Bounds::reduced`) leaves out, each because another explored path
 //! reaches the same node states, or because Kafka's transport cannot produce it:
 //! - **Timeouts fire for lost requests only.** A client `request.timeout.ms` fires only when neither the
-//!   request nor its answer is in flight and the broker has no request to itself in flight (a produce
+//!   request nor its answer is in flight and the broker has no message to itself in flight (a produce
 //!   waiting on its KIP-890 verification is not lost); the coordinator's marker retry fires only when no
 //!   marker request or answer of that decision is in flight. Kafka closes the connection on a request
 //!   timeout, so a timed-out request that is merely slow is the same as a lost one; what this leaves out
@@ -23,7 +23,8 @@ pub fn explored(s: &TxnState, action: &TxnAction) -> bool {
         ActorModelAction::Timeout(id, ModelTimer::Engine(Timer::RequestTimeout { correlation_id })) => {
             let Some(p) = s.actor_states[usize::from(*id)].producer() else { return true };
             let me = &p.producer.id;
-            // A request the broker holds (waiting on its own verification) is not lost either.
+            // A request the broker holds (waiting on its own verification) is not lost either: wait for
+            // the broker's messages to itself to land first.
             !in_flight(s, |m| {
                 (m.correlation_id == *correlation_id && (m.from == *me || m.to == *me))
                     || (matches!(m.from, NodeId::Broker(_)) && matches!(m.to, NodeId::Broker(_)))
