@@ -46,8 +46,8 @@ pub struct Bounds {
     /// Fetches each reader may send in a run (0: no readers).
     pub polls_per_reader: usize,
     /// Explore only the interleavings `reductions` keeps: a timeout fires only for a request that is
-    /// lost, not merely slow; readers poll a partition
-    /// right after the broker changed it. Off, every action is explored whenever it is enabled.
+    /// lost, not merely slow; readers poll a partition right after the broker changed it. Off, every
+    /// action is explored whenever it is enabled.
     pub reduced: bool,
 }
 
