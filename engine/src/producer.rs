@@ -556,10 +556,19 @@ impl Producer {
                     }
                 }
             },
-            (InFlight::Produce { op, partition, .. }, Message::ProduceResponse { result, .. }) => match result {
+            (InFlight::Produce { op, partition, batch }, Message::ProduceResponse { result, .. }) => match result {
                 Ok(ack) => {
                     self.attempts.remove(&op);
                     self.completions.push(Completion { op, result: Ok(OpOutput::Sent { partition, ack }) })
+                }
+                // `Sender.canRetry`: a retriable error resends the same batch after the backoff. The leader's
+                // KIP-890 verification answers CONCURRENT_TRANSACTIONS while the previous transaction's
+                // markers are on their way (KAFKA-18662; older clients see NOT_ENOUGH_REPLICAS, also retried).
+                Err(e)
+                    if e.is_retriable()
+                        && self.attempts.get(&op).copied().unwrap_or(0) < self.config.delivery_attempts_max =>
+                {
+                    self.back_off(now_ms, InFlight::Produce { op, partition, batch }, &mut effects)
                 }
                 Err(e) => {
                     self.attempts.remove(&op);

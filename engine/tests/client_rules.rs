@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use txnsim_engine::coordinator::{TransactionMetadata, TransactionState};
 use txnsim_engine::producer::OpOutput;
 use txnsim_engine::producer_state::AppendOrigin;
+use txnsim_engine::protocol::NodeId;
 use txnsim_engine::record::{BatchProducer, EndTxnMarker, ProduceBatch};
 use txnsim_engine::{
     Cluster, EngineConfig, KafkaError, Mutations, PartitionLog, ProducerKind, TopicPartition, TransactionResult,
@@ -207,4 +208,58 @@ fn abort_after_a_timed_out_batch_bumps_the_epoch_so_the_next_transaction_works()
     let r = c.call_producer("p", |p, now| p.send(now, tp(0), vec!["next".into()]));
     assert!(matches!(r, Ok(Some(OpOutput::Sent { .. }))), "the next transaction's send is in sequence: {r:?}");
     assert!(matches!(c.call_producer("p", |p, now| p.commit_transaction(now)), Ok(Some(OpOutput::Committed))));
+}
+
+/// `UnifiedLog.hasOngoingTransaction` compares epochs: under TV2 the next transaction's first batch carries
+/// the bumped epoch, so while the previous transaction's markers are still on their way it is verified,
+/// not appended into the transaction still open on the partition. The coordinator answers
+/// CONCURRENT_TRANSACTIONS until the markers land; then the batch goes in after the COMMIT marker.
+#[test]
+fn tv2_batch_at_the_bumped_epoch_waits_for_the_previous_markers() {
+    let topics: BTreeMap<String, u32> = [("t".to_string(), 2)].into_iter().collect();
+    let config = EngineConfig { transaction_version: TransactionVersion::V2, ..EngineConfig::default() };
+    let mut c = Cluster::new(&topics, config);
+    init(&mut c, "p");
+    let is_marker = |env: &txnsim_engine::protocol::Envelope| {
+        matches!(env.message, txnsim_engine::protocol::Message::WriteTxnMarkersRequest { .. })
+    };
+    let mut held = Vec::new();
+    // Steps the cluster with every WriteTxnMarkers request held back.
+    let mut run_holding_markers = |c: &mut Cluster, steps: usize| {
+        for _ in 0..steps {
+            if c.peek_message().is_some_and(is_marker) {
+                held.push(c.take_message().expect("peeked"));
+            } else if !c.step() {
+                break;
+            }
+        }
+    };
+    c.producers.get_mut("p").unwrap().begin_transaction().expect("begin");
+    let sent = c.call_producer("p", |p, now| p.send(now, tp(0), vec!["a".into()]));
+    assert!(matches!(sent, Ok(Some(OpOutput::Sent { .. }))), "the first transaction's batch: {sent:?}");
+    let (op, effects) = c.producers.get_mut("p").unwrap().commit_transaction(c.now_ms).expect("commit");
+    c.apply(&NodeId::Client("p".into()), effects);
+    run_holding_markers(&mut c, 50);
+    let done = c.producers.get_mut("p").unwrap().take_completions();
+    assert!(done.iter().any(|d| d.op == op && d.result.is_ok()), "EndTxn answered before the markers: {done:?}");
+
+    c.producers.get_mut("p").unwrap().begin_transaction().expect("begin the next transaction");
+    let (_, effects) = c.producers.get_mut("p").unwrap().send(c.now_ms, tp(0), vec!["b".into()]).expect("send");
+    c.apply(&NodeId::Client("p".into()), effects);
+    run_holding_markers(&mut c, 12);
+    let log = c.broker.partition(&tp(0)).unwrap();
+    assert_eq!(log.log_end_offset(), 1, "the bumped-epoch batch waits: it must not join the open transaction");
+    assert!(!held.is_empty(), "the markers were held back");
+
+    for env in held.drain(..) {
+        c.inject(env);
+    }
+    assert!(c.run_until_quiet(), "the cluster settles once the markers land");
+    let done = c.producers.get_mut("p").unwrap().take_completions();
+    assert!(done.iter().all(|d| d.result.is_ok()), "b's send succeeds: {done:?}");
+    let log = c.broker.partition(&tp(0)).unwrap();
+    assert_eq!(log.log_end_offset(), 3, "a, the COMMIT marker, then b");
+    let (records, _) = c.read(txnsim_engine::IsolationLevel::ReadUncommitted, &tp(0), 0).expect("read");
+    let values: Vec<&str> = records.iter().map(|r| r.value.as_str()).collect();
+    assert_eq!(values, ["a", "b"], "b went in after the marker that closed a's transaction");
 }
