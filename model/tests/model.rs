@@ -259,3 +259,19 @@ fn no_timeout_abort_leaves_a_dead_producers_transaction_open() {
         &[INIT, INIT_OK, RUN_COMMIT, ADD_T0],
     );
 }
+
+/// A produce that times out while its first copy is already in the log is sent again; the leader sees a
+/// duplicate and, with the bug, acknowledges it where it would go now. The transaction's next record on
+/// that partition then takes that offset: one offset, two values.
+#[test]
+fn duplicate_returning_wrong_offsets_acks_an_offset_another_record_takes() {
+    let bounds = Bounds {
+        records_per_txn: 3,
+        request_timeouts: 1,
+        delivery_attempts: 2,
+        txn_timeouts: 0,
+        polls_per_reader: 0,
+        ..mutated(Mutation::DuplicateReturnsWrongOffsets)
+    };
+    assert_counterexample(bounds, "inconsistent-offsets", 12, &[INIT, INIT_OK]);
+}
