@@ -3,7 +3,7 @@
 
 use crate::config::EngineConfig;
 use crate::error::KafkaError;
-use crate::log::FetchPartitionData;
+use crate::log::{FetchPartitionData, PartitionLog};
 use crate::mutation::{Mutation, Mutations};
 use crate::protocol::{Effects, Envelope, Message, NodeId, Timer};
 use crate::types::{IsolationLevel, Offset, ProducerId, TimeMs, TopicPartition, TransactionResult};
@@ -23,6 +23,32 @@ pub struct ConsumerRecord {
 pub struct FetchedRecords {
     pub records: Vec<(Offset, String)>,
     pub next_fetch_offset: Offset,
+}
+
+/// Reads a partition from `from` to where a reader stops, with the engine's fetch path (`PartitionLog::read`
+/// then the consumer's `filter_fetch`): what a fresh, or a catching-up, reader delivers.
+pub fn read_to_end(
+    log: &PartitionLog,
+    isolation: IsolationLevel,
+    from: Offset,
+    mutations: &Mutations,
+) -> (Vec<(Offset, String)>, Offset) {
+    let mut position = from;
+    let mut records = Vec::new();
+    // Each fetch moves the position by at least one offset or ends the read, so LEO + 1 fetches suffice.
+    for _ in 0..=log.log_end_offset() + 1 {
+        let Ok(data) = log.read(position, Some(isolation), mutations) else { break };
+        if data.batches.is_empty() {
+            break;
+        }
+        let fetched = filter_fetch(isolation, position, &data, mutations);
+        records.extend(fetched.records);
+        if fetched.next_fetch_offset <= position {
+            break;
+        }
+        position = fetched.next_fetch_offset;
+    }
+    (records, position)
 }
 
 /// `CompletedFetch.nextFetchedRecord` over a whole response. read_committed drops batches of aborted

@@ -22,7 +22,7 @@ pub mod types;
 pub use broker::Broker;
 pub use cluster::Cluster;
 pub use config::EngineConfig;
-pub use consumer::{filter_fetch, Consumer, ConsumerRecord, FetchedRecords};
+pub use consumer::{filter_fetch, read_to_end, Consumer, ConsumerRecord, FetchedRecords};
 pub use error::KafkaError;
 pub use log::{AbortedTransaction, AbortedTxn, FetchPartitionData, PartitionLog};
 pub use mutation::{Mutation, Mutations};

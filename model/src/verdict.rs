@@ -11,9 +11,7 @@ use crate::shared::{digest, DigestMap};
 use std::cell::RefCell;
 use std::sync::Arc;
 use txnsim_engine::coordinator::DecisionCause;
-use txnsim_engine::{
-    filter_fetch, Broker, IsolationLevel, Mutations, Offset, PartitionLog, TopicPartition, TransactionResult,
-};
+use txnsim_engine::{read_to_end, Broker, IsolationLevel, Offset, TopicPartition, TransactionResult};
 use txnsim_properties::{
     check_history, check_liveness, check_read_superset, check_state, ClusterView, History, Invariant, Violation,
 };
@@ -115,32 +113,6 @@ pub fn history(s: &TxnState) -> History {
         h.events.extend(r.polls.iter().cloned());
     }
     h
-}
-
-/// Reads a partition from `from` to where a reader stops, with the engine's fetch path (`PartitionLog::read`
-/// then the consumer's `filter_fetch`): what a fresh, or a catching-up, reader delivers.
-pub fn read_to_end(
-    log: &PartitionLog,
-    isolation: IsolationLevel,
-    from: Offset,
-    mutations: &Mutations,
-) -> (Vec<(Offset, String)>, Offset) {
-    let mut position = from;
-    let mut records = Vec::new();
-    // Each fetch moves the position by at least one offset or ends the read, so LEO + 1 fetches suffice.
-    for _ in 0..=log.log_end_offset() + 1 {
-        let Ok(data) = log.read(position, Some(isolation), mutations) else { break };
-        if data.batches.is_empty() {
-            break;
-        }
-        let fetched = filter_fetch(isolation, position, &data, mutations);
-        records.extend(fetched.records);
-        if fetched.next_fetch_offset <= position {
-            break;
-        }
-        position = fetched.next_fetch_offset;
-    }
-    (records, position)
 }
 
 /// Nothing can happen any more except reader polls and faults: no producer choice open, no timer but

@@ -15,8 +15,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, Once};
 use txnsim_engine::coordinator::{DecisionCause, MARKER_RETRY_MS};
 use txnsim_engine::{
-    filter_fetch, EngineConfig, IsolationLevel, Mutation, Mutations, Offset, PartitionLog, TransactionResult,
-    TxnManagerState,
+    read_to_end, EngineConfig, IsolationLevel, Mutation, Mutations, Offset, TransactionResult, TxnManagerState,
 };
 use txnsim_properties::{check_history, check_liveness, check_read_superset, ClusterView, History};
 
@@ -526,8 +525,9 @@ impl World {
         let mut violations = check_liveness(&ClusterView::of_broker(&self.broker), &readers);
         violations.extend(check_history(&self.history, &self.broker.partitions));
         for (tp, log) in &self.broker.partitions {
-            let ru = fresh_read(log, IsolationLevel::ReadUncommitted, &self.config.mutations);
-            let rc = fresh_read(log, IsolationLevel::ReadCommitted, &self.config.mutations);
+            let m = &self.config.mutations;
+            let (ru, _) = read_to_end(log, IsolationLevel::ReadUncommitted, log.log_start_offset(), m);
+            let (rc, _) = read_to_end(log, IsolationLevel::ReadCommitted, log.log_start_offset(), m);
             violations.extend(check_read_superset(tp, 0, &ru, &rc));
         }
         for v in violations {
@@ -550,23 +550,4 @@ impl World {
         );
         self.trace("sim", || text);
     }
-}
-
-/// A fresh consumer's whole read of `log` from offset 0, fetch after fetch, at one isolation level.
-fn fresh_read(log: &PartitionLog, isolation: IsolationLevel, mutations: &Mutations) -> Vec<(Offset, String)> {
-    let mut offset = log.log_start_offset();
-    let mut out = Vec::new();
-    for _ in 0..100_000 {
-        let Ok(data) = log.read(offset, Some(isolation), mutations) else { break };
-        if data.batches.is_empty() {
-            break;
-        }
-        let fetched = filter_fetch(isolation, offset, &data, mutations);
-        out.extend(fetched.records);
-        if fetched.next_fetch_offset <= offset {
-            break;
-        }
-        offset = fetched.next_fetch_offset;
-    }
-    out
 }
