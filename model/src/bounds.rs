@@ -49,6 +49,9 @@ pub struct Bounds {
     /// lost, not merely slow; readers poll a partition right after the broker changed it. Off, every
     /// action is explored whenever it is enabled.
     pub reduced: bool,
+    /// Partial-order reduction (`reductions::stubborn_set`): a producer with an answer waiting takes its
+    /// steps before anyone else's. Needs per-connection FIFO.
+    pub por: bool,
 }
 
 impl Bounds {
@@ -76,6 +79,7 @@ impl Bounds {
             delivery_attempts: 1,
             polls_per_reader: 2,
             reduced: false,
+            por: false,
         }
     }
 
@@ -95,6 +99,7 @@ impl Bounds {
             request_timeouts: 1,
             marker_resends: 1,
             reduced: true,
+            por: true,
             ..Bounds::small()
         }
     }
@@ -159,6 +164,9 @@ impl Bounds {
         {
             return Err("crashes, request timeouts, backoff retries and marker resends must be <= 9".into());
         }
+        if self.por && !self.ordered {
+            return Err("the partial-order reduction needs per-connection FIFO (--ordered)".into());
+        }
         if self.delivery_attempts == 0 {
             return Err("delivery attempts must be >= 1".into());
         }
@@ -172,7 +180,7 @@ impl fmt::Display for Bounds {
             f,
             "{} producer(s) x {} txn(s) x {} record(s), {} partition(s), TV{}, network {}{}{}, {} crash(es){}{}, txn timeouts {}, \
              request timeouts {}/producer, backoff retries {}/producer, marker resends {}, delivery attempts {}, \
-             {} polls/reader, {}, mutation {}",
+             {} polls/reader, {}{}, mutation {}",
             self.producers,
             self.txns_per_producer,
             self.records_per_txn,
@@ -196,6 +204,7 @@ impl fmt::Display for Bounds {
             self.delivery_attempts,
             self.polls_per_reader,
             if self.reduced { "reduced interleavings" } else { "every interleaving" },
+            if self.por { " + partial-order reduction" } else { "" },
             self.mutation.map(|m| m.name()).unwrap_or("none"),
         )
     }

@@ -80,6 +80,10 @@ pub struct BoundsArgs {
     /// (`--reduced=false` to explore every interleaving).
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub reduced: Option<bool>,
+    /// Partial-order reduction: a producer with an answer waiting steps first (needs --ordered;
+    /// `--por=false` to turn off).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub por: Option<bool>,
 }
 
 fn parse_tv(s: &str) -> Result<TransactionVersion, String> {
@@ -107,7 +111,7 @@ impl BoundsArgs {
              transaction_version <- transaction_version, txn_timeouts <- txn_timeouts,
              request_timeouts <- request_timeouts, backoff_retries <- backoff_retries,
              marker_resends <- marker_resends, delivery_attempts <- delivery_attempts, polls_per_reader <- polls,
-             reduced <- reduced, restart_producers <- restart_producers);
+             reduced <- reduced, restart_producers <- restart_producers, por <- por);
         if let Some(m) = self.mutation {
             b.mutation = Some(m);
         }
@@ -386,6 +390,7 @@ pub fn main_job() -> Result<Vec<String>, Vec<String>> {
             delivery_attempts: None,
             polls: None,
             reduced: None,
+            por: None,
         },
         threads: 1,
         symmetry: false,

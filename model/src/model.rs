@@ -37,6 +37,9 @@ impl Model for TxnModel {
         if self.cfg.ctx.bounds.reduced {
             actions.retain(|a| reductions::explored(state, a));
         }
+        if self.cfg.ctx.bounds.por {
+            reductions::stubborn_set(state, actions);
+        }
     }
 
     fn next_state(&self, last: &TxnState, action: TxnAction) -> Option<TxnState> {
