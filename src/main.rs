@@ -88,10 +88,26 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Command::Check(args) => txnsim_model::cli::run_check(&args),
+        Command::Check(args) => {
+            // SAFETY: the handler only stores to an atomic and restores the default disposition (both
+            // async-signal-safe), so a second Ctrl-C kills at once; no other thread exists yet.
+            unsafe {
+                libc::signal(libc::SIGINT, on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t);
+            }
+            txnsim_model::cli::run_check(&args)
+        }
         Command::Explore(args) => txnsim_model::cli::run_explore(&args),
         Command::Sweep(args) => txnsim_sim::cli::run_sweep(&args),
         Command::Replay(args) => txnsim_sim::cli::run_replay(&args),
+    }
+}
+
+/// Ctrl-C during `check`: report the partial run instead of dying silently.
+extern "C" fn on_interrupt(_: libc::c_int) {
+    txnsim_model::cli::INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed);
+    // SAFETY: signal() is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_DFL);
     }
 }
 

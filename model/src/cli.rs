@@ -8,6 +8,7 @@ use clap::Args;
 use stateright::{Checker, Expectation, HasDiscoveries, Model};
 use std::io::Write;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use txnsim_engine::{Mutation, TransactionVersion};
 use txnsim_properties::Invariant;
@@ -173,6 +174,10 @@ their transactional ids, client names and record values, and those live inside e
 (private fields of PartitionLog, Producer, Broker). It needs an engine hook that returns a node with client names and \
 values renamed (see the txnsim-model crate docs). Checking without it.";
 
+/// Set by the binary's Ctrl-C handler: a running check stops and reports what it has so far, as at a
+/// time limit (a long run is worth its partial figures).
+pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
 /// The outcome of one check, for the CLI and the main job.
 pub struct Report {
     pub lines: Vec<String>,
@@ -203,6 +208,10 @@ pub fn check(bounds: &Bounds, args: &CheckArgs, progress: &mut dyn Write) -> Rep
     let mut abandoned = None;
     while !checker.is_done() {
         std::thread::sleep(Duration::from_millis(10));
+        if INTERRUPTED.load(Ordering::Relaxed) {
+            abandoned = Some("interrupted".into());
+            break;
+        }
         if resident_gb().is_some_and(|gb| gb > args.max_memory_gb) {
             abandoned = Some(format!("memory limit {} GiB; try --dfs", args.max_memory_gb));
             break;
