@@ -218,7 +218,10 @@ fn reduced_faulty_transaction_holds() {
     .with_version(TransactionVersion::V2);
     let o = check(&bounds, HasDiscoveries::All);
     assert!(o.violations.is_empty(), "violated: {:?}", o.violations.keys().collect::<Vec<_>>());
-    assert_eq!(o.unique, 112_781, "the reduced space, explored to the end (142,916 without the partial-order reduction)");
+    assert_eq!(
+        o.unique, 112_781,
+        "the reduced space, explored to the end (142,916 without the partial-order reduction)"
+    );
 }
 
 /// The reductions keep every listed mutation's counterexample but one: a late produce after an abort
