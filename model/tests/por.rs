@@ -12,7 +12,6 @@ use txnsim_model::{build, Bounds};
 
 /// What a walk reaches: its unique states and terminal states (by fingerprint), and the union of the
 /// verdicts of every state on the way.
-#[derive(Debug, PartialEq)]
 struct Reach {
     unique: usize,
     terminal: HashSet<u64>,
