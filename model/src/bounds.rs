@@ -104,9 +104,17 @@ impl Bounds {
         }
     }
 
+    /// The largest config with two producers, a loss and a crash that a depth-first check finishes on
+    /// two cores (in about 7 minutes, BENCHMARKS.md): the standard's network, crash and recovery timers
+    /// with one transaction per producer, one poll per reader and no timeout abort.
+    pub fn medium() -> Self {
+        Bounds { txns_per_producer: 1, polls_per_reader: 1, txn_timeouts: 0, ..Bounds::standard() }
+    }
+
     pub fn by_name(name: &str) -> Option<Self> {
         match name {
             "small" => Some(Bounds::small()),
+            "medium" => Some(Bounds::medium()),
             "standard" => Some(Bounds::standard()),
             _ => None,
         }

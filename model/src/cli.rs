@@ -16,8 +16,10 @@ use txnsim_properties::Invariant;
 /// The model's bounds, as flags over a named config.
 #[derive(Args, Debug, Clone)]
 pub struct BoundsArgs {
-    /// Start from this config: small (the gate's) or standard (2 producers x 2 txns x 2 records, lossy FIFO connections, 1 crash, reduced).
-    #[arg(long, default_value = "small", value_parser = ["small", "standard"])]
+    /// Start from this config: small (the gate's), medium (2 producers x 1 txn x 2 records with the
+    /// standard's loss, crash and recovery timers, 1 poll per reader: finishes in minutes) or standard (2
+    /// producers x 2 txns x 2 records, lossy FIFO connections, 1 crash, reduced).
+    #[arg(long, default_value = "small", value_parser = ["small", "medium", "standard"])]
     pub config: String,
     /// Transactional producers.
     #[arg(long)]
