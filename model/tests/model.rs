@@ -284,10 +284,6 @@ fn duplicate_returning_wrong_offsets_acks_an_offset_another_record_takes() {
 /// counterexample of a read past the LSO: the reductions keep it, and the extra producer does not hide it.
 #[test]
 fn medium_config_catches_a_read_committed_read_of_an_open_transaction() {
-    let bounds = Bounds::by_name("medium").expect("a named config").with_mutation(Mutation::ReadCommittedBoundedByHw);
-    let o = check(&bounds, HasDiscoveries::AnyFailures);
-    let Some(steps) = o.violations.get("precommitted-read") else {
-        panic!("precommitted-read not violated under {bounds}; violated: {:?}", o.violations.keys().collect::<Vec<_>>())
-    };
-    assert_eq!(steps.len(), 11, "counterexample\n{}", steps.join("\n"));
+    let bounds = Bounds::by_name("medium").expect("a named config");
+    assert_counterexample(bounds.with_mutation(Mutation::ReadCommittedBoundedByHw), "precommitted-read", 11, &[]);
 }
