@@ -8,6 +8,7 @@ use crate::log::PartitionLog;
 use crate::producer_state::AppendOrigin;
 use crate::protocol::{Effects, Envelope, Message, NodeId, ProduceAck, Timer, TxnMarkerEntry};
 use crate::record::{EndTxnMarker, ProduceBatch};
+use crate::rename::{Names, Rename};
 use crate::types::{ProducerId, ProducerIdAndEpoch, TimeMs, TopicPartition};
 use std::collections::BTreeMap;
 
@@ -45,6 +46,17 @@ struct SelfLeader<'a> {
 impl PartitionLeaders for SelfLeader<'_> {
     fn leader_of(&self, tp: &TopicPartition) -> Option<NodeId> {
         self.partitions.contains_key(tp).then(|| self.id.clone())
+    }
+}
+
+impl Rename for Broker {
+    fn rename(&mut self, names: Names<'_>) {
+        self.partitions.rename(names);
+        self.coordinator.rename(names);
+        for pending in self.pending_verifications.values_mut() {
+            pending.client.rename(names);
+            pending.batch.rename(names);
+        }
     }
 }
 

@@ -6,6 +6,7 @@ use crate::error::KafkaError;
 use crate::log::{FetchPartitionData, PartitionLog};
 use crate::mutation::{Mutation, Mutations};
 use crate::protocol::{Effects, Envelope, Message, NodeId, Timer};
+use crate::rename::{Names, Rename};
 use crate::types::{IsolationLevel, Offset, ProducerId, TimeMs, TopicPartition, TransactionResult};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -145,6 +146,13 @@ pub struct Consumer {
     errors: Vec<(TopicPartition, KafkaError)>,
     /// Fetches answered with no batches: the consumer has caught up to the bound.
     caught_up: BTreeSet<TopicPartition>,
+}
+
+impl Rename for Consumer {
+    fn rename(&mut self, names: Names<'_>) {
+        self.id.rename(names);
+        self.delivered.iter_mut().for_each(|r| names(&mut r.value));
+    }
 }
 
 impl Consumer {

@@ -17,6 +17,7 @@ pub mod producer;
 pub mod producer_state;
 pub mod protocol;
 pub mod record;
+pub mod rename;
 pub mod types;
 
 pub use broker::Broker;
@@ -27,4 +28,5 @@ pub use error::KafkaError;
 pub use log::{AbortedTransaction, AbortedTxn, FetchPartitionData, PartitionLog};
 pub use mutation::{Mutation, Mutations};
 pub use producer::{Producer, ProducerKind, TxnManagerState};
+pub use rename::{Names, Rename};
 pub use types::*;

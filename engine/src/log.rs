@@ -5,6 +5,7 @@ use crate::error::KafkaError;
 use crate::mutation::{Mutation, Mutations};
 use crate::producer_state::{AppendCheck, AppendOrigin, CompletedTxn, ProducerStateManager};
 use crate::record::{BatchBody, BatchProducer, EndTxnMarker, ProduceBatch, Record, RecordBatch};
+use crate::rename::{Names, Rename};
 use crate::types::{IsolationLevel, Offset, ProducerEpoch, ProducerId, TimeMs, TransactionVersion};
 use serde::{Deserialize, Serialize};
 
@@ -63,6 +64,14 @@ pub struct PartitionLog {
     log_end_offset: Offset,
     high_watermark: Offset,
     pub producer_state: ProducerStateManager,
+}
+
+impl Rename for PartitionLog {
+    fn rename(&mut self, names: Names<'_>) {
+        for segment in &mut self.segments {
+            segment.batches.rename(names);
+        }
+    }
 }
 
 impl Default for PartitionLog {

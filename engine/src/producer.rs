@@ -6,6 +6,7 @@ use crate::config::EngineConfig;
 use crate::error::KafkaError;
 use crate::protocol::{Effects, Envelope, Message, NodeId, ProduceAck, Timer};
 use crate::record::{increment_sequence, BatchProducer, ProduceBatch};
+use crate::rename::{Names, Rename};
 use crate::types::{ProducerIdAndEpoch, TimeMs, TopicPartition, TransactionResult};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -133,6 +134,28 @@ pub struct Producer {
     now_ms: TimeMs,
     /// A batch failed in a way that leaves its sequence unknown: the next abort bumps the epoch (KIP-360).
     epoch_bump_required: bool,
+}
+
+impl Rename for InFlight {
+    fn rename(&mut self, names: Names<'_>) {
+        match self {
+            InFlight::Produce { batch, .. } => batch.rename(names),
+            InFlight::InitProducerId { .. } | InFlight::AddPartitions { .. } | InFlight::EndTxn { .. } => {}
+        }
+    }
+}
+
+impl Rename for Producer {
+    fn rename(&mut self, names: Names<'_>) {
+        self.id.rename(names);
+        match &mut self.kind {
+            ProducerKind::Transactional { transactional_id } => names(transactional_id),
+            ProducerKind::Plain | ProducerKind::Idempotent => {}
+        }
+        self.queued_sends.iter_mut().for_each(|q| q.values.rename(names));
+        self.in_flight.rename(names);
+        self.backing_off.rename(names);
+    }
 }
 
 impl Producer {

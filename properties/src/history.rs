@@ -5,7 +5,7 @@ use crate::catalogue::{Invariant, Violation};
 use crate::log_facts::LogFacts;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
-use txnsim_engine::{IsolationLevel, Offset, PartitionLog, TimeMs, TopicPartition, TransactionResult};
+use txnsim_engine::{IsolationLevel, Names, Offset, PartitionLog, Rename, TimeMs, TopicPartition, TransactionResult};
 
 /// A producer call, as invoked.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -74,6 +74,25 @@ pub enum Event {
         partition: TopicPartition,
         offset: Offset,
     },
+}
+
+impl Rename for Event {
+    fn rename(&mut self, names: Names<'_>) {
+        match self {
+            Event::Invoke { process, call, .. } => {
+                names(process);
+                if let ProducerCall::Send { values, .. } = call {
+                    values.rename(names);
+                }
+            }
+            Event::Complete { process, .. } => names(process),
+            Event::Poll { consumer, records, .. } => {
+                names(consumer);
+                records.iter_mut().for_each(|(_, value)| names(value));
+            }
+            Event::Seek { consumer, .. } => names(consumer),
+        }
+    }
 }
 
 /// A whole run's observations, in order.

@@ -10,6 +10,7 @@ use crate::error::KafkaError;
 use crate::mutation::Mutation;
 use crate::protocol::Timer;
 use crate::protocol::{Effects, Message, NodeId, TxnMarkerEntry};
+use crate::rename::{Names, Rename};
 use crate::types::{
     CoordinatorEpoch, Offset, ProducerEpoch, ProducerId, ProducerIdAndEpoch, TimeMs, TopicPartition, TransactionResult,
 };
@@ -78,6 +79,21 @@ pub struct TransactionCoordinator {
     /// WriteTxnMarkers requests in flight: correlation id to decision (volatile; lost on restart).
     marker_requests: BTreeMap<u64, usize>,
     next_correlation_id: u64,
+}
+
+impl Rename for TransactionCoordinator {
+    fn rename(&mut self, names: Names<'_>) {
+        // Keyed by transactional id: the renamed entries sort anew.
+        self.txns = std::mem::take(&mut self.txns)
+            .into_values()
+            .map(|mut meta| {
+                names(&mut meta.transactional_id);
+                (meta.transactional_id.clone(), meta)
+            })
+            .collect();
+        self.pending_completions.values_mut().for_each(|p| names(&mut p.transactional_id));
+        self.decisions.iter_mut().for_each(|d| names(&mut d.transactional_id));
+    }
 }
 
 impl Default for TransactionCoordinator {
