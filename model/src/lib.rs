@@ -33,12 +33,11 @@
 //!   EndTxn until the sends are answered, so a later call is a delay the network already models);
 //! - the coordinator's periodic timeout scan is a timer per Ongoing transactional id (`TxnTimeout`).
 //!
-//! Not available: symmetry reduction. Producers are interchangeable only up to renaming transactional
-//! ids, client names and record values, which live in private engine state (`PartitionLog` segments,
-//! `Producer` queues, `Broker` pending verifications). An engine method returning a copy of a node with
-//! those strings renamed would let `Representative` be implemented. `eventually` properties are not used:
-//! the model has cycles (idle polls, retries), where stateright's `eventually` is unsound; liveness is
-//! judged as `always` at quiescent states instead.
+//! `txnsim check --dfs --symmetry` adds symmetry reduction over the producers (`symmetry`): states that
+//! differ only by a permutation of the producers (slots, names, record values) are visited once.
+//!
+//! `eventually` properties are not used: the model has cycles (idle polls, retries), where stateright's
+//! `eventually` is unsound; liveness is judged as `always` at quiescent states instead.
 
 pub mod actors;
 pub mod bounds;
@@ -47,6 +46,7 @@ pub mod describe;
 pub mod model;
 pub mod reductions;
 pub mod shared;
+pub mod symmetry;
 pub mod verdict;
 
 pub use bounds::Bounds;

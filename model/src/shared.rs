@@ -33,6 +33,9 @@ impl Hasher for DigestHasher {
 
 pub type DigestMap<V> = std::collections::HashMap<u64, V, BuildHasherDefault<DigestHasher>>;
 
+/// Bounds each digest-keyed cache's memory; a full cache starts over.
+pub const CACHE_ENTRIES_MAX: usize = 1 << 20;
+
 pub struct Shared<T> {
     value: Arc<T>,
     digest: u64,

@@ -7,7 +7,7 @@
 
 use crate::actors::{reader_name, Ctx, ModelTimer, NodeState, Phase, ProducerNode, Stop};
 use crate::model::TxnState;
-use crate::shared::{digest, DigestMap};
+use crate::shared::{digest, DigestMap, CACHE_ENTRIES_MAX};
 use std::cell::RefCell;
 use std::sync::Arc;
 use txnsim_engine::coordinator::DecisionCause;
@@ -243,9 +243,6 @@ struct Caches {
     /// cannot be reused while cached): the checker asks every property of a state in a row.
     last: Option<(Vec<Arc<NodeState>>, bool, Verdict)>,
 }
-
-/// Bounds each cache's memory; a full cache starts over.
-const CACHE_ENTRIES_MAX: usize = 1 << 20;
 
 thread_local! {
     static CACHES: RefCell<Caches> =

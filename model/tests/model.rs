@@ -2,9 +2,11 @@
 //! examples pin theirs. A changed count means the model or the engine changed what can happen: find out
 //! why before updating the number. Stateright spawns OS threads, so these are plain #[test]s.
 
+use clap::Parser;
 use stateright::{Checker, Expectation, HasDiscoveries, Model};
 use std::collections::BTreeMap;
 use txnsim_engine::{Mutation, TransactionVersion};
+use txnsim_model::cli::{check as run, CheckArgs};
 use txnsim_model::describe::step_texts;
 use txnsim_model::{build, Bounds, Fact};
 
@@ -171,17 +173,17 @@ fn late_marker_resend_closes_the_next_transaction_under_tv1_only() {
     assert_eq!(tv2.unique, 439_547, "the TV2 space, explored to the end");
 }
 
+/// `txnsim check`'s flags, parsed as the binary parses them.
+#[derive(clap::Parser)]
+struct Cli {
+    #[command(flatten)]
+    args: CheckArgs,
+}
+
 /// The CLI's report: the violated property, the numbered steps with the state after each, the witness
 /// and stateright's action index path (which is also an Explorer URL).
 #[test]
 fn check_report_prints_a_followable_counterexample() {
-    use clap::Parser;
-    use txnsim_model::cli::{check as run, CheckArgs};
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        args: CheckArgs,
-    }
     let cli = Cli::parse_from(["check", "--mutation", "read-committed-bounded-by-hw"]);
     let bounds = cli.args.bounds.bounds().expect("valid flags");
     let report = run(&bounds, &cli.args, &mut std::io::sink());
@@ -286,4 +288,39 @@ fn duplicate_returning_wrong_offsets_acks_an_offset_another_record_takes() {
 fn medium_config_catches_a_read_committed_read_of_an_open_transaction() {
     let bounds = Bounds::by_name("medium").expect("a named config");
     assert_counterexample(bounds.with_mutation(Mutation::ReadCommittedBoundedByHw), "precommitted-read", 11, &[]);
+}
+
+/// `--symmetry` end to end, as a user runs it: `check --config medium --mutation
+/// read-committed-bounded-by-hw --dfs --symmetry` still finds the read past the LSO and prints steps.
+#[test]
+fn symmetry_check_finds_the_medium_configs_counterexample() {
+    let cli = Cli::parse_from([
+        "check",
+        "--config",
+        "medium",
+        "--mutation",
+        "read-committed-bounded-by-hw",
+        "--dfs",
+        "--symmetry",
+    ]);
+    let bounds = cli.args.checked_bounds().expect("valid flags");
+    let report = run(&bounds, &cli.args, &mut std::io::sink());
+    let text = report.lines.join("\n");
+    assert!(report.violated, "no violation found with --symmetry:\n{text}");
+    assert!(text.contains("precommitted-read                        VIOLATED"), "{text}");
+    assert!(text.contains("counterexample for precommitted-read ("), "{text}");
+}
+
+/// `--symmetry` is a depth-first reduction for up to four producers; anything else is a clear error.
+#[test]
+fn symmetry_flag_errors_name_what_is_wrong() {
+    let err = |argv: &[&str]| Cli::parse_from(argv).args.checked_bounds().expect_err("an invalid combination");
+    assert_eq!(
+        err(&["check", "--symmetry"]),
+        "--symmetry needs --dfs (stateright reduces symmetric states only depth-first)"
+    );
+    assert_eq!(
+        err(&["check", "--symmetry", "--dfs", "--producers", "5"]),
+        "--symmetry takes at most 4 producers (4! permutations per state); got 5"
+    );
 }

@@ -3,79 +3,17 @@
 //! `reductions::stubborn_set` says they keep every violation and every fact too. These tests check both
 //! claims on configs small enough to walk without the reduction.
 
-use stateright::Model;
-use std::collections::{HashSet, VecDeque};
+mod common;
+
+use common::{two_producers, walk};
 use txnsim_engine::{Mutation, TransactionVersion};
-use txnsim_model::shared::digest;
-use txnsim_model::verdict::verdict;
-use txnsim_model::{build, Bounds};
-
-/// What a walk reaches: its unique states and terminal states (by fingerprint), and the union of the
-/// verdicts of every state on the way.
-struct Reach {
-    unique: usize,
-    terminal: HashSet<u64>,
-    violated: u64,
-    facts: u32,
-}
-
-fn walk(bounds: &Bounds) -> Reach {
-    let model = build(bounds);
-    let ctx = &model.cfg.ctx;
-    let mut seen = HashSet::new();
-    let mut queue = VecDeque::new();
-    for s in model.init_states() {
-        if seen.insert(digest(&s)) {
-            queue.push_back(s);
-        }
-    }
-    let mut reach = Reach { unique: 0, terminal: HashSet::new(), violated: 0, facts: 0 };
-    let mut actions = Vec::new();
-    while let Some(s) = queue.pop_front() {
-        reach.unique += 1;
-        let v = verdict(ctx, &s);
-        reach.violated |= v.violated;
-        reach.facts |= v.facts;
-        actions.clear();
-        model.actions(&s, &mut actions);
-        let mut successors = 0;
-        for a in actions.drain(..) {
-            let Some(next) = model.next_state(&s, a) else { continue };
-            if !model.within_boundary(&next) {
-                continue;
-            }
-            successors += 1;
-            if seen.insert(digest(&next)) {
-                queue.push_back(next);
-            }
-        }
-        if successors == 0 {
-            reach.terminal.insert(digest(&s));
-        }
-    }
-    reach
-}
-
-/// Two producers with one single-record transaction each on one partition, as the standard config runs
-/// them: FIFO connections, the timer reductions, a reader poll.
-fn two_producers() -> Bounds {
-    Bounds {
-        producers: 2,
-        txns_per_producer: 1,
-        records_per_txn: 1,
-        partitions: 1,
-        ordered: true,
-        reduced: true,
-        polls_per_reader: 1,
-        ..Bounds::small()
-    }
-}
+use txnsim_model::Bounds;
 
 /// Walks `bounds` with and without the reduction and requires the same terminal states, violations and
 /// facts, and fewer states with it.
 fn same_outcomes(bounds: Bounds) {
-    let full = walk(&Bounds { por: false, ..bounds.clone() });
-    let por = walk(&Bounds { por: true, ..bounds.clone() });
+    let full = walk(&Bounds { por: false, ..bounds.clone() }, false);
+    let por = walk(&Bounds { por: true, ..bounds.clone() }, false);
     assert!(por.unique < full.unique, "{bounds}: no reduction ({} vs {} states)", por.unique, full.unique);
     assert_eq!(por.violated, full.violated, "{bounds}: the reduction changed which invariants are violated");
     assert_eq!(por.facts, full.facts, "{bounds}: the reduction changed which facts are reached");
@@ -106,7 +44,7 @@ fn por_keeps_outcomes_with_a_crash() {
 #[test]
 fn por_keeps_a_mutations_violation() {
     let bounds = Bounds { txn_timeouts: 0, ..two_producers() }.with_mutation(Mutation::SkipAbortedIndexOnFetch);
-    let full = walk(&bounds);
+    let full = walk(&bounds, false);
     assert_ne!(full.violated, 0, "{bounds}: the mutation is not caught even without the reduction");
     same_outcomes(bounds);
 }

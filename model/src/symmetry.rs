@@ -1,0 +1,196 @@
+//! Symmetry reduction over the producers (`txnsim check --symmetry`). Producers run the same script and
+//! differ only in their names: client id `p0'`, transactional id `tx-p0`, record values `p0':1.0`. A
+//! state with the producers permuted (names, actor slots, connections and timers alike) has the same
+//! futures, permuted, and every property is blind to the names (each invariant and fact asks "some
+//! producer", "some record"). So the checker needs to visit one state per class; `representative`
+//! names it.
+//!
+//! It is the permuted copy with the least digest, over every permutation: canonical (a state and its
+//! permutations pick the same copy) without sorting the producers by a name-blind key.
+//!
+//! With `--por` too: the stubborn set picks a producer by slot, so the reduced graph is not symmetric,
+//! but its argument holds from every state (a violation or fact reachable in the full graph from `t` is
+//! reachable in the reduced one from `t`). A state skipped because a permutation of it was visited
+//! reaches, in the full graph, the permutations of what that one reaches, at the same distances; and
+//! the induction at `stubborn_set` runs on measures a permutation keeps (path length, messages waiting
+//! for producers). So it goes through the skipped state's visited permutation, and the checker still
+//! finds a violation of each invariant and a witness of each fact that the full graph has.
+
+use crate::actors::{ModelTimer, Msg, NodeKind, NodeState, ProducerNode};
+use crate::model::TxnState;
+use crate::shared::{digest, DigestMap, Shared, CACHE_ENTRIES_MAX};
+use stateright::actor::{Envelope, Id, Network, Timers};
+use std::cell::RefCell;
+use std::sync::Arc;
+use txnsim_engine::Rename;
+
+/// The most producers `--symmetry` takes: it tries every permutation, and 4! = 24 copies a state.
+pub const MAX_PRODUCERS: usize = 4;
+
+/// The state of the class of `s` that the checker visits.
+pub fn representative(s: &TxnState) -> TxnState {
+    let producers = s.actor_states.len() - 1;
+    assert!(producers <= MAX_PRODUCERS, "--symmetry takes at most {MAX_PRODUCERS} producers");
+    let mut best = (digest(s), None);
+    for (i, perm) in permutations(producers).iter().enumerate().skip(1) {
+        let copy = permuted_with(s, perm, i);
+        let d = digest(&copy);
+        if d < best.0 {
+            best = (d, Some(copy));
+        }
+    }
+    best.1.unwrap_or_else(|| s.clone())
+}
+
+/// Every permutation of `0..n`, the identity first.
+fn permutations(n: usize) -> Vec<Vec<usize>> {
+    if n == 0 {
+        return vec![Vec::new()];
+    }
+    let mut out = Vec::new();
+    for shorter in permutations(n - 1) {
+        for at in (0..n).rev() {
+            let mut p = shorter.clone();
+            p.insert(at, n - 1);
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// Renamed nodes and messages by digest, one map per permutation: a broker or producer state recurs in
+/// many global states, so each is renamed once (per thread) and the rest are lookups.
+struct Renamed {
+    nodes: Vec<DigestMap<NodeState>>,
+    messages: Vec<DigestMap<Msg>>,
+}
+
+thread_local! {
+    static RENAMED: RefCell<Renamed> = const { RefCell::new(Renamed { nodes: Vec::new(), messages: Vec::new() }) };
+}
+
+/// `s` with producer `i` moved to slot `perm[i]`, names included.
+pub fn permuted(s: &TxnState, perm: &[usize]) -> TxnState {
+    let index = permutations(perm.len()).iter().position(|p| p == perm).expect("a permutation");
+    permuted_with(s, perm, index)
+}
+
+/// `permuted`, with `index` naming `perm` in the caches.
+fn permuted_with(s: &TxnState, perm: &[usize], index: usize) -> TxnState {
+    let slot = |id: Id| match usize::from(id) {
+        0 => id,
+        a => Id::from(1 + perm[a - 1]),
+    };
+    let names = |name: &mut String| rename_producer(name, perm);
+    // `moved[j]` is the actor that lands in slot `j`.
+    let mut moved: Vec<usize> = vec![0; s.actor_states.len()];
+    for a in 0..s.actor_states.len() {
+        moved[usize::from(slot(Id::from(a)))] = a;
+    }
+    RENAMED.with(|cell| {
+        let mut guard = cell.borrow_mut();
+        let c = &mut *guard;
+        if c.nodes.len() <= index {
+            c.nodes.resize_with(index + 1, DigestMap::default);
+            c.messages.resize_with(index + 1, DigestMap::default);
+        }
+        let (nodes, messages) = (&mut c.nodes[index], &mut c.messages[index]);
+        if nodes.len() > CACHE_ENTRIES_MAX {
+            nodes.clear();
+        }
+        if messages.len() > CACHE_ENTRIES_MAX {
+            messages.clear();
+        }
+        let mut node = |n: &NodeState| nodes.entry(n.digest()).or_insert_with(|| renamed_node(n, &names)).clone();
+        let actor_states = moved.iter().map(|&a| Arc::new(node(&s.actor_states[a]))).collect();
+        let mut msg = |m: &Msg| messages.entry(m.digest()).or_insert_with(|| renamed(m, &names)).clone();
+        let mut envelope = |e: &Envelope<Msg>| Envelope { src: slot(e.src), dst: slot(e.dst), msg: msg(&e.msg) };
+        let network = match &s.network {
+            Network::Ordered(flows) => Network::Ordered(
+                flows
+                    .iter()
+                    .map(|((src, dst), queue)| ((slot(*src), slot(*dst)), queue.iter().map(&mut msg).collect()))
+                    .collect(),
+            ),
+            Network::UnorderedNonDuplicating(set) => {
+                Network::UnorderedNonDuplicating(set.iter().map(|(e, n)| (envelope(e), *n)).collect())
+            }
+            Network::UnorderedDuplicating(set, last) => {
+                let set = set.iter().map(&mut envelope).collect();
+                Network::UnorderedDuplicating(set, last.as_ref().map(&mut envelope))
+            }
+        };
+        TxnState {
+            actor_states,
+            network,
+            timers_set: moved
+                .iter()
+                .map(|&a| {
+                    let mut timers = Timers::new();
+                    for t in s.timers_set[a].iter() {
+                        let mut t = t.clone();
+                        if let ModelTimer::TxnTimeout(tid) = &mut t {
+                            names(tid);
+                        }
+                        timers.set(t);
+                    }
+                    timers
+                })
+                .collect(),
+            random_choices: moved.iter().map(|&a| s.random_choices[a].clone()).collect(),
+            crashed: moved.iter().map(|&a| s.crashed[a]).collect(),
+            history: s.history,
+            actor_storages: moved.iter().map(|&a| s.actor_storages[a]).collect(),
+        }
+    })
+}
+
+fn renamed<T: Rename + Clone + std::hash::Hash>(value: &Shared<T>, names: &dyn Fn(&mut String)) -> Shared<T> {
+    let mut copy = (**value).clone();
+    copy.rename(names);
+    Shared::new(copy)
+}
+
+fn renamed_node(node: &NodeState, names: &dyn Fn(&mut String)) -> NodeState {
+    Shared::new(match &**node {
+        NodeKind::Broker(b) => {
+            let mut b = b.clone();
+            b.broker = renamed(&b.broker, names);
+            let mut readers = (*b.readers).clone();
+            for r in &mut readers.list {
+                r.consumer.rename(names);
+                r.polls.rename(names);
+            }
+            b.readers = Shared::new(readers);
+            NodeKind::Broker(b)
+        }
+        NodeKind::Producer(p) => {
+            let mut p: ProducerNode = p.clone();
+            p.producer.rename(names);
+            p.events = renamed(&p.events, names);
+            NodeKind::Producer(p)
+        }
+        NodeKind::Panicked { message, last } => {
+            NodeKind::Panicked { message: message.clone(), last: renamed_node(last, names) }
+        }
+    })
+}
+
+/// Renames a producer-owned string: `p<i>` followed by nothing, `'` (a later instance) or `:` (a record
+/// value), or `tx-p<i>`, becomes the same with `perm[i]`. Every other string is not a producer's.
+fn rename_producer(name: &mut String, perm: &[usize]) {
+    let start = if name.starts_with("tx-p") {
+        4
+    } else if name.starts_with('p') {
+        1
+    } else {
+        return;
+    };
+    let digits = name[start..].bytes().take_while(u8::is_ascii_digit).count();
+    let rest = &name[start + digits..];
+    if digits == 0 || !(rest.is_empty() || rest.starts_with('\'') || rest.starts_with(':')) {
+        return;
+    }
+    let Some(&image) = name[start..start + digits].parse::<usize>().ok().and_then(|i| perm.get(i)) else { return };
+    name.replace_range(start..start + digits, &image.to_string());
+}
