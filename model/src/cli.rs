@@ -265,9 +265,11 @@ pub fn check(bounds: &Bounds, args: &CheckArgs, progress: &mut dyn Write) -> Rep
     // Everything reachable was visited: no time limit hit, and no early stop at a violation.
     let complete = !timed_out && (!violated || args.all);
     lines.push(format!(
-        "states {}, unique states {}, depth {}, {:.2} s, {:.0} states/s ({:.0} unique/s){}",
+        "states {}, unique states {}{}, depth {}, {:.2} s, {:.0} states/s ({:.0} unique/s){}",
         checker.state_count(),
         checker.unique_state_count(),
+        // Under symmetry each unique state stands for its class of producer permutations.
+        if args.symmetry { " (classes under --symmetry)" } else { "" },
         checker.max_depth(),
         secs,
         checker.state_count() as f64 / secs.max(1e-9),

@@ -309,6 +309,7 @@ fn symmetry_check_finds_the_medium_configs_counterexample() {
     assert!(report.violated, "no violation found with --symmetry:\n{text}");
     assert!(text.contains("precommitted-read                        VIOLATED"), "{text}");
     assert!(text.contains("counterexample for precommitted-read ("), "{text}");
+    assert!(text.contains("(classes under --symmetry)"), "the report does not say its states are classes:\n{text}");
 }
 
 /// `--symmetry` is a depth-first reduction for up to four producers; anything else is a clear error.
