@@ -64,7 +64,8 @@ impl Ctx {
     }
 }
 
-/// Producer `i`'s instance name after `incarnation` restarts: `p0`, `p0'`, `p0''`.
+/// Producer `i`'s instance name after `incarnation` restarts: `p0`, `p0'`, `p0''`. Symmetry reduction
+/// renames producers by these forms (`symmetry::rename_producer`), as it does `transactional_id`'s.
 pub fn producer_name(index: usize, incarnation: u8) -> String {
     format!("p{index}{}", "'".repeat(incarnation as usize))
 }

@@ -21,7 +21,7 @@ use crate::model::TxnState;
 use crate::shared::{digest, DigestMap, Shared};
 use stateright::actor::{Envelope, Id, Network, Timers};
 use std::cell::RefCell;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use txnsim_engine::Rename;
 
 /// The most producers `--symmetry` takes: it tries every permutation, and 4! = 24 copies a state.
@@ -42,20 +42,24 @@ pub fn representative(s: &TxnState) -> TxnState {
     best.1.unwrap_or_else(|| s.clone())
 }
 
-/// Every permutation of `0..n`, the identity first.
-fn permutations(n: usize) -> Vec<Vec<usize>> {
-    if n == 0 {
-        return vec![Vec::new()];
-    }
-    let mut out = Vec::new();
-    for shorter in permutations(n - 1) {
-        for at in (0..n).rev() {
-            let mut p = shorter.clone();
-            p.insert(at, n - 1);
-            out.push(p);
+/// Every permutation of `0..n`, the identity first; made once per `n`, as every state asks.
+fn permutations(n: usize) -> &'static [Vec<usize>] {
+    static ALL: OnceLock<Vec<Vec<Vec<usize>>>> = OnceLock::new();
+    &ALL.get_or_init(|| {
+        let mut all = vec![vec![Vec::new()]];
+        for n in 1..=MAX_PRODUCERS {
+            let mut out = Vec::new();
+            for shorter in &all[n - 1] {
+                for at in (0..n).rev() {
+                    let mut p: Vec<usize> = shorter.clone();
+                    p.insert(at, n - 1);
+                    out.push(p);
+                }
+            }
+            all.push(out);
         }
-    }
-    out
+        all
+    })[n]
 }
 
 /// Renamed nodes and messages by digest, one map per permutation: a broker or producer state recurs in
@@ -183,7 +187,8 @@ fn renamed_node(node: &NodeState, names: &dyn Fn(&mut String)) -> NodeState {
 }
 
 /// Renames a producer-owned string: `p<i>` followed by nothing, `'` (a later instance) or `:` (a record
-/// value), or `tx-p<i>`, becomes the same with `perm[i]`. Every other string is not a producer's.
+/// value), or `tx-p<i>`, becomes the same with `perm[i]`. Every other string is not a producer's. The
+/// forms are `actors::producer_name`'s, `actors::transactional_id`'s and the script's record values.
 fn rename_producer(name: &mut String, perm: &[usize]) {
     let start = if name.starts_with("tx-p") {
         4
