@@ -52,6 +52,9 @@ pub struct Bounds {
     /// Partial-order reduction (`reductions::stubborn_set`): a producer with an answer waiting takes its
     /// steps before anyone else's. Needs per-connection FIFO.
     pub por: bool,
+    /// Symmetry reduction (`symmetry`): every state is replaced by its class's representative under
+    /// permutations of the producers, so states that differ only in which producer is which count once.
+    pub symmetry: bool,
 }
 
 impl Bounds {
@@ -80,6 +83,7 @@ impl Bounds {
             polls_per_reader: 2,
             reduced: false,
             por: false,
+            symmetry: false,
         }
     }
 
@@ -100,6 +104,7 @@ impl Bounds {
             marker_resends: 1,
             reduced: true,
             por: true,
+            symmetry: true,
             ..Bounds::small()
         }
     }
@@ -172,6 +177,14 @@ impl Bounds {
         {
             return Err("crashes, request timeouts, backoff retries and marker resends must be <= 9".into());
         }
+        if self.symmetry && self.producers > crate::symmetry::MAX_PRODUCERS {
+            return Err(format!(
+                "symmetry reduction takes at most {} producers ({}! permutations per state); got {}",
+                crate::symmetry::MAX_PRODUCERS,
+                crate::symmetry::MAX_PRODUCERS,
+                self.producers
+            ));
+        }
         if self.por && !self.ordered {
             return Err("the partial-order reduction needs per-connection FIFO (--ordered)".into());
         }
@@ -188,7 +201,7 @@ impl fmt::Display for Bounds {
             f,
             "{} producer(s) x {} txn(s) x {} record(s), {} partition(s), TV{}, network {}{}{}, {} crash(es){}{}, txn timeouts {}, \
              request timeouts {}/producer, backoff retries {}/producer, marker resends {}, delivery attempts {}, \
-             {} polls/reader, {}{}, mutation {}",
+             {} polls/reader, {}{}{}, mutation {}",
             self.producers,
             self.txns_per_producer,
             self.records_per_txn,
@@ -213,6 +226,7 @@ impl fmt::Display for Bounds {
             self.polls_per_reader,
             if self.reduced { "reduced interleavings" } else { "every interleaving" },
             if self.por { " + partial-order reduction" } else { "" },
+            if self.symmetry { " + symmetry" } else { "" },
             self.mutation.map(|m| m.name()).unwrap_or("none"),
         )
     }

@@ -1,7 +1,7 @@
 //! `txnsim check` and `txnsim explore`.
 
 use crate::bounds::Bounds;
-use crate::describe::path_lines;
+use crate::describe::{path_lines, readable};
 use crate::model::{build, TxnModel, ENGINE_ASSERTIONS};
 use crate::symmetry;
 use crate::verdict::{evaluate, Fact};
@@ -88,6 +88,10 @@ pub struct BoundsArgs {
     /// `--por=false` to turn off).
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub por: Option<bool>,
+    /// Symmetry reduction over the producers: one state per permutation of them (at most 4 producers;
+    /// `--symmetry=false` to turn off).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub symmetry: Option<bool>,
 }
 
 fn parse_tv(s: &str) -> Result<TransactionVersion, String> {
@@ -115,7 +119,7 @@ impl BoundsArgs {
              transaction_version <- transaction_version, txn_timeouts <- txn_timeouts,
              request_timeouts <- request_timeouts, backoff_retries <- backoff_retries,
              marker_resends <- marker_resends, delivery_attempts <- delivery_attempts, polls_per_reader <- polls,
-             reduced <- reduced, restart_producers <- restart_producers, por <- por);
+             reduced <- reduced, restart_producers <- restart_producers, por <- por, symmetry <- symmetry);
         if let Some(m) = self.mutation {
             b.mutation = Some(m);
         }
@@ -138,10 +142,6 @@ pub struct CheckArgs {
     /// Checker threads (BFS paths are shortest only with 1).
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
-    /// Symmetry reduction over interchangeable producers: visit one state per renaming of the producers
-    /// (depth-first only; at most 4 producers).
-    #[arg(long)]
-    pub symmetry: bool,
     /// Depth-first instead of breadth-first (less memory, longer counterexamples).
     #[arg(long)]
     pub dfs: bool,
@@ -171,26 +171,6 @@ pub struct ExploreArgs {
     pub threads: usize,
 }
 
-impl CheckArgs {
-    /// The bounds, with the checker options that depend on them checked.
-    pub fn checked_bounds(&self) -> Result<Bounds, String> {
-        let bounds = self.bounds.bounds()?;
-        if self.symmetry && !self.dfs {
-            // stateright 0.31 applies a representative function in its depth-first checker only.
-            return Err("--symmetry needs --dfs (stateright reduces symmetric states only depth-first)".into());
-        }
-        if self.symmetry && bounds.producers > symmetry::MAX_PRODUCERS {
-            return Err(format!(
-                "--symmetry takes at most {} producers ({}! permutations per state); got {}",
-                symmetry::MAX_PRODUCERS,
-                symmetry::MAX_PRODUCERS,
-                bounds.producers
-            ));
-        }
-        Ok(bounds)
-    }
-}
-
 /// Set by the binary's Ctrl-C handler: a running check stops and reports what it has so far, as at a
 /// time limit (a long run is worth its partial figures).
 pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -206,12 +186,14 @@ pub struct Report {
 
 /// Runs the checker on `bounds` and writes the report as it goes (progress to `progress`).
 pub fn check(bounds: &Bounds, args: &CheckArgs, progress: &mut dyn Write) -> Report {
-    let model = build(bounds);
+    // Depth-first, stateright applies the representative itself, faster than the model can.
+    let dfs_symmetry = args.dfs && bounds.symmetry;
+    let model = if dfs_symmetry { build(bounds).without_canonical_states() } else { build(bounds) };
     let mut lines = vec![format!("model: {bounds}")];
     let _ = writeln!(progress, "{}", lines[0]);
     let finish = if args.all { HasDiscoveries::All } else { HasDiscoveries::AnyFailures };
     let mut builder = model.clone().checker().threads(args.threads.max(1)).finish_when(finish);
-    if args.symmetry {
+    if dfs_symmetry {
         builder = builder.symmetry_fn(symmetry::representative);
     }
     if let Some(secs) = args.time_limit {
@@ -269,7 +251,7 @@ pub fn check(bounds: &Bounds, args: &CheckArgs, progress: &mut dyn Write) -> Rep
         checker.state_count(),
         checker.unique_state_count(),
         // Under symmetry each unique state stands for its class of producer permutations.
-        if args.symmetry { " (classes under --symmetry)" } else { "" },
+        if bounds.symmetry { " (classes under --symmetry)" } else { "" },
         checker.max_depth(),
         secs,
         checker.state_count() as f64 / secs.max(1e-9),
@@ -306,7 +288,8 @@ pub fn check(bounds: &Bounds, args: &CheckArgs, progress: &mut dyn Write) -> Rep
         lines.push(format!("{title} for {} ({} steps):", p.name, path.clone().into_actions().len()));
         lines.extend(path_lines(&model, path));
         if counterexample {
-            let last = path.last_state();
+            let shown = readable(&model, path);
+            let last = shown.last_state();
             if p.name == ENGINE_ASSERTIONS {
                 for a in &last.actor_states {
                     if let Some(m) = a.panic_message() {
@@ -319,7 +302,10 @@ pub fn check(bounds: &Bounds, args: &CheckArgs, progress: &mut dyn Write) -> Rep
                 }
             }
         }
-        lines.push(format!("  action index path: {}", path.encode(&model)));
+        // Depth-first under symmetry the path is of the states as stepped, which the Explorer shows with
+        // `--symmetry=false` (it keeps canonical states otherwise).
+        let opens_with = if dfs_symmetry { " (open it with --symmetry=false)" } else { "" };
+        lines.push(format!("  action index path{opens_with}: {}", path.encode(&model)));
     }
     Report { lines, violated, complete, abandoned: abandoned.is_some() }
 }
@@ -355,7 +341,7 @@ fn kind(name: &str) -> &'static str {
 }
 
 pub fn run_check(args: &CheckArgs) -> ExitCode {
-    let bounds = match args.checked_bounds() {
+    let bounds = match args.bounds.bounds() {
         Ok(b) => b,
         Err(e) => {
             eprintln!("error: {e}");
@@ -388,6 +374,12 @@ pub fn run_explore(args: &ExploreArgs) -> ExitCode {
     println!("model: {bounds}");
     println!("Explorer: http://{}/", args.addr);
     println!("(a counterexample path from `txnsim check` opens as http://{}/#/steps/<action index path>)", args.addr);
+    if bounds.symmetry {
+        println!(
+            "(symmetry reduction is on: each state shown is its class's representative, so producers may swap \
+names from one step to the next; --symmetry=false keeps them)"
+        );
+    }
     let _ = build(&bounds).checker().threads(args.threads.max(1)).serve(args.addr.as_str());
     ExitCode::SUCCESS
 }
@@ -418,9 +410,9 @@ pub fn main_job() -> Result<Vec<String>, Vec<String>> {
             polls: None,
             reduced: None,
             por: None,
+            symmetry: None,
         },
         threads: 1,
-        symmetry: false,
         dfs: false,
         all: false,
         examples: false,

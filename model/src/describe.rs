@@ -2,7 +2,9 @@
 //! partition logs with HW and LSO, the coordinator's transactions and what each reader has delivered.
 
 use crate::actors::{BrokerNode, ModelTimer, NodeKind, Phase, ProducerNode, Stop};
-use crate::model::{TxnAction, TxnModel, TxnState};
+use crate::bounds::Bounds;
+use crate::model::{build, TxnAction, TxnModel, TxnState};
+use crate::symmetry;
 use crate::verdict::broker_of;
 use stateright::actor::{ActorModelAction, Id};
 use stateright::Path;
@@ -12,9 +14,19 @@ use txnsim_engine::record::BatchBody;
 use txnsim_engine::{Broker, KafkaError, ProducerIdAndEpoch, TransactionResult};
 use txnsim_properties::{CallOutcome, Event, ProducerCall};
 
-/// The path as numbered lines (step 0 is the initial state).
+/// The path as a person follows it: under symmetry reduction, the plain model's path with the same
+/// steps, in which every producer keeps its name (`symmetry::unpermuted`).
+pub fn readable(model: &TxnModel, path: &Path<TxnState, TxnAction>) -> Path<TxnState, TxnAction> {
+    let bounds = &model.cfg.ctx.bounds;
+    if !bounds.symmetry {
+        return path.clone();
+    }
+    symmetry::unpermuted(&build(&Bounds { symmetry: false, por: false, ..bounds.clone() }), path)
+}
+
+/// The path as numbered lines (step 0 is the initial state), as `readable` gives it.
 pub fn path_lines(model: &TxnModel, path: &Path<TxnState, TxnAction>) -> Vec<String> {
-    let steps = path.clone().into_vec();
+    let steps = readable(model, path).into_vec();
     let mut lines = vec![format!("  0. start  ‖ {}", snapshot(&steps[0].0))];
     for (i, pair) in steps.windows(2).enumerate() {
         let (prev, action) = (&pair[0].0, pair[0].1.as_ref().expect("every step but the last has an action"));
@@ -26,7 +38,7 @@ pub fn path_lines(model: &TxnModel, path: &Path<TxnState, TxnAction>) -> Vec<Str
 
 /// Just the "who did what" of each step, without the state snapshots (tests pin these).
 pub fn step_texts(model: &TxnModel, path: &Path<TxnState, TxnAction>) -> Vec<String> {
-    path.clone()
+    readable(model, path)
         .into_vec()
         .windows(2)
         .map(|w| step(model, &w[0].0, w[0].1.as_ref().expect("an action"), &w[1].0))

@@ -33,8 +33,8 @@
 //!   EndTxn until the sends are answered, so a later call is a delay the network already models);
 //! - the coordinator's periodic timeout scan is a timer per Ongoing transactional id (`TxnTimeout`).
 //!
-//! `txnsim check --dfs --symmetry` adds symmetry reduction over the producers (`symmetry`): states that
-//! differ only by a permutation of the producers (slots, names, record values) are visited once.
+//! With `Bounds::symmetry` (the standard config) states that differ only by a permutation of the
+//! producers (slots, names, record values) count once (`symmetry`).
 //!
 //! `eventually` properties are not used: the model has cycles (idle polls, retries), where stateright's
 //! `eventually` is unsound; liveness is judged as `always` at quiescent states instead.

@@ -7,6 +7,7 @@
 use crate::actors::{Ctx, ModelTimer, Msg, Node, Role};
 use crate::bounds::Bounds;
 use crate::reductions;
+use crate::symmetry;
 use crate::verdict::{verdict, Fact};
 use stateright::actor::{ActorModel, ActorModelAction, ActorModelState, LossyNetwork, Network};
 use stateright::{Model, Path, Property};
@@ -19,17 +20,33 @@ use txnsim_properties::Invariant;
 #[derive(Clone)]
 pub struct TxnModel {
     pub cfg: ModelCfg,
+    /// Under `Bounds::symmetry`, `next_state` returns canonical states, unless a checker applies
+    /// `symmetry::representative` itself (`without_canonical_states`).
+    canonical_states: bool,
     actors: ActorModel<Node, ModelCfg, InFlight>,
     properties: Vec<Property<TxnModel>>,
 }
 pub type TxnState = ActorModelState<Node, InFlight>;
+
+impl TxnModel {
+    /// The states as stepped, for a checker that reduces symmetry itself.
+    pub fn without_canonical_states(mut self) -> Self {
+        self.canonical_states = false;
+        self
+    }
+}
 
 impl Model for TxnModel {
     type State = TxnState;
     type Action = TxnAction;
 
     fn init_states(&self) -> Vec<TxnState> {
-        self.actors.init_states()
+        let states = self.actors.init_states();
+        if self.canonical_states {
+            states.into_iter().map(symmetry::canonical).collect()
+        } else {
+            states
+        }
     }
 
     fn actions(&self, state: &TxnState, actions: &mut Vec<TxnAction>) {
@@ -43,7 +60,8 @@ impl Model for TxnModel {
     }
 
     fn next_state(&self, last: &TxnState, action: TxnAction) -> Option<TxnState> {
-        self.actors.next_state(last, action)
+        let next = self.actors.next_state(last, action)?;
+        Some(if self.canonical_states { symmetry::canonical(next) } else { next })
     }
 
     fn format_action(&self, action: &TxnAction) -> String {
@@ -183,5 +201,5 @@ pub fn build(bounds: &Bounds) -> TxnModel {
     for (j, fact) in Fact::ALL.iter().enumerate() {
         properties.push(Property::sometimes(fact.name(), FACT_FNS[j]));
     }
-    TxnModel { cfg, actors, properties }
+    TxnModel { canonical_states: bounds.symmetry, cfg, actors, properties }
 }

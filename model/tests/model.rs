@@ -290,38 +290,36 @@ fn medium_config_catches_a_read_committed_read_of_an_open_transaction() {
     assert_counterexample(bounds.with_mutation(Mutation::ReadCommittedBoundedByHw), "precommitted-read", 11, &[]);
 }
 
-/// `--symmetry` end to end, as a user runs it: `check --config medium --mutation
-/// read-committed-bounded-by-hw --dfs --symmetry` still finds the read past the LSO and prints steps.
+/// Symmetry end to end, as a user runs it: the medium config has it on, and breadth-first
+/// `check --config medium --mutation read-committed-bounded-by-hw` finds the shortest read past the LSO (11
+/// steps, as without it), and so does `--dfs`. The printed steps are the plain model's, so each producer
+/// keeps its name.
 #[test]
-fn symmetry_check_finds_the_medium_configs_counterexample() {
-    let cli = Cli::parse_from([
-        "check",
-        "--config",
-        "medium",
-        "--mutation",
-        "read-committed-bounded-by-hw",
-        "--dfs",
-        "--symmetry",
-    ]);
-    let bounds = cli.args.checked_bounds().expect("valid flags");
+fn symmetric_check_prints_a_counterexample_with_stable_names() {
+    let cli = Cli::parse_from(["check", "--config", "medium", "--mutation", "read-committed-bounded-by-hw"]);
+    let bounds = cli.args.bounds.bounds().expect("valid flags");
+    assert!(bounds.symmetry, "medium inherits the standard's symmetry reduction");
     let report = run(&bounds, &cli.args, &mut std::io::sink());
     let text = report.lines.join("\n");
-    assert!(report.violated, "no violation found with --symmetry:\n{text}");
-    assert!(text.contains("precommitted-read                        VIOLATED"), "{text}");
-    assert!(text.contains("counterexample for precommitted-read ("), "{text}");
+    assert!(report.violated, "no violation found with symmetry:\n{text}");
     assert!(text.contains("(classes under --symmetry)"), "the report does not say its states are classes:\n{text}");
+    assert!(text.contains("counterexample for precommitted-read (11 steps):"), "{text}");
+    assert!(text.contains("  violation: precommitted-read: rc (read_committed) on t/"), "{text}");
+    // Depth-first, stateright applies the representative; the report is as readable, the path longer.
+    let cli = Cli::parse_from(["check", "--config", "medium", "--mutation", "read-committed-bounded-by-hw", "--dfs"]);
+    let report = run(&bounds, &cli.args, &mut std::io::sink());
+    let text = report.lines.join("\n");
+    assert!(report.violated, "no violation found depth-first with symmetry:\n{text}");
+    assert!(text.contains("(classes under --symmetry)"), "{text}");
+    assert!(text.contains("  action index path (open it with --symmetry=false): "), "{text}");
 }
 
-/// `--symmetry` is a depth-first reduction for up to four producers; anything else is a clear error.
+/// Symmetry reduction tries every permutation per state, so it takes at most four producers.
 #[test]
-fn symmetry_flag_errors_name_what_is_wrong() {
-    let err = |argv: &[&str]| Cli::parse_from(argv).args.checked_bounds().expect_err("an invalid combination");
+fn symmetry_with_five_producers_is_an_error() {
+    let cli = Cli::parse_from(["check", "--symmetry", "--producers", "5"]);
     assert_eq!(
-        err(&["check", "--symmetry"]),
-        "--symmetry needs --dfs (stateright reduces symmetric states only depth-first)"
-    );
-    assert_eq!(
-        err(&["check", "--symmetry", "--dfs", "--producers", "5"]),
-        "--symmetry takes at most 4 producers (4! permutations per state); got 5"
+        cli.args.bounds.bounds().expect_err("five producers"),
+        "symmetry reduction takes at most 4 producers (4! permutations per state); got 5"
     );
 }

@@ -12,8 +12,8 @@ use txnsim_model::Bounds;
 /// Walks `bounds` with and without the reduction and requires the same terminal states, violations and
 /// facts, and fewer states with it.
 fn same_outcomes(bounds: Bounds) {
-    let full = walk(&Bounds { por: false, ..bounds.clone() }, false);
-    let por = walk(&Bounds { por: true, ..bounds.clone() }, false);
+    let full = walk(&Bounds { por: false, ..bounds.clone() });
+    let por = walk(&Bounds { por: true, ..bounds.clone() });
     assert!(por.unique < full.unique, "{bounds}: no reduction ({} vs {} states)", por.unique, full.unique);
     assert_eq!(por.violated, full.violated, "{bounds}: the reduction changed which invariants are violated");
     assert_eq!(por.facts, full.facts, "{bounds}: the reduction changed which facts are reached");
@@ -44,7 +44,7 @@ fn por_keeps_outcomes_with_a_crash() {
 #[test]
 fn por_keeps_a_mutations_violation() {
     let bounds = Bounds { txn_timeouts: 0, ..two_producers() }.with_mutation(Mutation::SkipAbortedIndexOnFetch);
-    let full = walk(&bounds, false);
+    let full = walk(&bounds);
     assert_ne!(full.violated, 0, "{bounds}: the mutation is not caught even without the reduction");
     same_outcomes(bounds);
 }

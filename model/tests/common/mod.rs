@@ -4,7 +4,7 @@
 use stateright::Model;
 use std::collections::{HashSet, VecDeque};
 use txnsim_model::shared::digest;
-use txnsim_model::symmetry::representative;
+use txnsim_model::symmetry::canonical;
 use txnsim_model::verdict::verdict;
 use txnsim_model::{build, Bounds, TxnModel, TxnState};
 
@@ -19,25 +19,18 @@ pub struct Reach {
     pub facts: u32,
 }
 
-pub fn walk(bounds: &Bounds, symmetry: bool) -> Reach {
-    walk_visiting(bounds, symmetry, usize::MAX, |_, _| {})
+pub fn walk(bounds: &Bounds) -> Reach {
+    walk_visiting(bounds, usize::MAX, |_, _| {})
 }
 
-/// `walk`, calling `visit` on each state it reaches, stopping after `limit` states. With `symmetry`,
-/// states are told apart by their class's representative, as `--symmetry` does.
-pub fn walk_visiting(
-    bounds: &Bounds,
-    symmetry: bool,
-    limit: usize,
-    mut visit: impl FnMut(&TxnModel, &TxnState),
-) -> Reach {
-    let key = |s: &TxnState| if symmetry { digest(&representative(s)) } else { digest(s) };
+/// `walk`, calling `visit` on each state it reaches, stopping after `limit` states.
+pub fn walk_visiting(bounds: &Bounds, limit: usize, mut visit: impl FnMut(&TxnModel, &TxnState)) -> Reach {
     let model = build(bounds);
     let ctx = &model.cfg.ctx;
     let mut seen = HashSet::new();
     let mut queue = VecDeque::new();
     for s in model.init_states() {
-        if seen.insert(key(&s)) {
+        if seen.insert(digest(&s)) {
             queue.push_back(s);
         }
     }
@@ -62,13 +55,13 @@ pub fn walk_visiting(
                 continue;
             }
             successors += 1;
-            if seen.insert(key(&next)) {
+            if seen.insert(digest(&next)) {
                 queue.push_back(next);
             }
         }
         if successors == 0 {
-            reach.terminal.insert(key(&s));
-            reach.terminal_classes.insert(digest(&representative(&s)));
+            reach.terminal.insert(digest(&s));
+            reach.terminal_classes.insert(digest(&canonical(s.clone())));
         }
     }
     reach
