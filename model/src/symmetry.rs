@@ -78,10 +78,7 @@ pub fn unpermuted(plain: &TxnModel, path: &Path<TxnState, TxnAction>) -> Path<Tx
 
 /// `action` with producer `i` moved to slot `perm[i]`, names included.
 fn permuted_action(action: &TxnAction, perm: &[usize]) -> TxnAction {
-    let slot = |id: Id| match usize::from(id) {
-        0 => id,
-        a => Id::from(1 + perm[a - 1]),
-    };
+    let slot = |id: Id| slot_of(id, perm);
     let names = |name: &mut String| rename_producer(name, perm);
     match action {
         ActorModelAction::Deliver { src, dst, msg } => {
@@ -90,13 +87,7 @@ fn permuted_action(action: &TxnAction, perm: &[usize]) -> TxnAction {
         ActorModelAction::Drop(e) => {
             ActorModelAction::Drop(Envelope { src: slot(e.src), dst: slot(e.dst), msg: renamed(&e.msg, &names) })
         }
-        ActorModelAction::Timeout(id, timer) => {
-            let mut timer = timer.clone();
-            if let ModelTimer::TxnTimeout(tid) = &mut timer {
-                names(tid);
-            }
-            ActorModelAction::Timeout(slot(*id), timer)
-        }
+        ActorModelAction::Timeout(id, timer) => ActorModelAction::Timeout(slot(*id), renamed_timer(timer, perm)),
         ActorModelAction::Crash(id) => ActorModelAction::Crash(slot(*id)),
         ActorModelAction::Recover(id) => ActorModelAction::Recover(slot(*id)),
         ActorModelAction::SelectRandom { actor, key, random } => {
@@ -150,10 +141,7 @@ pub fn permuted(s: &TxnState, perm: &[usize]) -> TxnState {
 
 /// `permuted`, with `index` naming `perm` in the caches.
 fn permuted_with(s: &TxnState, perm: &[usize], index: usize) -> TxnState {
-    let slot = |id: Id| match usize::from(id) {
-        0 => id,
-        a => Id::from(1 + perm[a - 1]),
-    };
+    let slot = |id: Id| slot_of(id, perm);
     let names = |name: &mut String| rename_producer(name, perm);
     // `moved[j]` is the actor that lands in slot `j`.
     let mut moved: Vec<usize> = vec![0; s.actor_states.len()];
@@ -201,11 +189,7 @@ fn permuted_with(s: &TxnState, perm: &[usize], index: usize) -> TxnState {
                 .map(|&a| {
                     let mut timers = Timers::new();
                     for t in s.timers_set[a].iter() {
-                        let mut t = t.clone();
-                        if let ModelTimer::TxnTimeout(tid) = &mut t {
-                            names(tid);
-                        }
-                        timers.set(t);
+                        timers.set(renamed_timer(t, perm));
                     }
                     timers
                 })
@@ -216,6 +200,23 @@ fn permuted_with(s: &TxnState, perm: &[usize], index: usize) -> TxnState {
             actor_storages: moved.iter().map(|&a| s.actor_storages[a]).collect(),
         }
     })
+}
+
+/// Actor `id`'s slot after moving producer `i` to slot `perm[i]` (the broker stays in slot 0).
+fn slot_of(id: Id, perm: &[usize]) -> Id {
+    match usize::from(id) {
+        0 => id,
+        a => Id::from(1 + perm[a - 1]),
+    }
+}
+
+/// A timer under `perm`: only the coordinator's timeout timers name a producer (its transactional id).
+fn renamed_timer(timer: &ModelTimer, perm: &[usize]) -> ModelTimer {
+    let mut timer = timer.clone();
+    if let ModelTimer::TxnTimeout(tid) = &mut timer {
+        rename_producer(tid, perm);
+    }
+    timer
 }
 
 fn renamed<T: Rename + Clone + std::hash::Hash>(value: &Shared<T>, names: &dyn Fn(&mut String)) -> Shared<T> {
