@@ -5,8 +5,8 @@
 
 mod common;
 
-use common::{two_producers, walk};
-use txnsim_engine::{Mutation, TransactionVersion};
+use common::{caught_mutation, two_producers, walk};
+use txnsim_engine::TransactionVersion;
 use txnsim_model::Bounds;
 
 /// Walks `bounds` with and without the reduction and requires the same terminal states, violations and
@@ -43,8 +43,5 @@ fn por_keeps_outcomes_with_a_crash() {
 /// A mutation's violation (aborted-read, through the reader's poll) survives the reduction.
 #[test]
 fn por_keeps_a_mutations_violation() {
-    let bounds = Bounds { txn_timeouts: 0, ..two_producers() }.with_mutation(Mutation::SkipAbortedIndexOnFetch);
-    let full = walk(&bounds);
-    assert_ne!(full.violated, 0, "{bounds}: the mutation is not caught even without the reduction");
-    same_outcomes(bounds);
+    same_outcomes(caught_mutation());
 }

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{two_producers, walk, walk_visiting};
+use common::{caught_mutation, two_producers, walk, walk_visiting};
 use stateright::{Checker, HasDiscoveries, Model};
 use std::collections::BTreeSet;
 use txnsim_engine::{Mutation, TransactionVersion};
@@ -113,10 +113,7 @@ fn symmetry_keeps_outcomes_with_por() {
 /// A mutation's violation survives.
 #[test]
 fn symmetry_keeps_a_mutations_violation() {
-    let bounds = Bounds { txn_timeouts: 0, ..two_producers() }.with_mutation(Mutation::SkipAbortedIndexOnFetch);
-    let full = walk(&bounds);
-    assert_ne!(full.violated, 0, "{bounds}: the mutation is not caught even without symmetry");
-    same_outcomes(bounds);
+    same_outcomes(caught_mutation());
 }
 
 /// A counterexample of the symmetric model as it is printed: `readable` renames the steps back wherever

@@ -3,6 +3,7 @@
 
 use stateright::Model;
 use std::collections::{HashSet, VecDeque};
+use txnsim_engine::Mutation;
 use txnsim_model::shared::digest;
 use txnsim_model::symmetry::canonical;
 use txnsim_model::verdict::verdict;
@@ -80,4 +81,12 @@ pub fn two_producers() -> Bounds {
         polls_per_reader: 1,
         ..Bounds::small()
     }
+}
+
+/// `two_producers` with the skip-aborted-index mutation, whose aborted read (through the reader's poll)
+/// the plain walk must catch before a reduction is asked to keep it.
+pub fn caught_mutation() -> Bounds {
+    let bounds = Bounds { txn_timeouts: 0, ..two_producers() }.with_mutation(Mutation::SkipAbortedIndexOnFetch);
+    assert_ne!(walk(&bounds).violated, 0, "{bounds}: the mutation is not caught even without a reduction");
+    bounds
 }
