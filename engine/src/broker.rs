@@ -9,7 +9,7 @@ use crate::producer_state::AppendOrigin;
 use crate::protocol::{Effects, Envelope, Message, NodeId, ProduceAck, Timer, TxnMarkerEntry};
 use crate::record::{EndTxnMarker, ProduceBatch};
 use crate::rename::{Names, Rename};
-use crate::types::{ProducerId, ProducerIdAndEpoch, TimeMs, TopicPartition};
+use crate::types::{ProducerId, ProducerIdAndEpoch, TimeMs, TopicPartition, TransactionVersion};
 use std::collections::BTreeMap;
 
 /// A transactional Produce waiting for the coordinator's KIP-890 answer.
@@ -160,13 +160,20 @@ impl Broker {
                 });
                 Some(Message::InitProducerIdResponse { result })
             }
-            Message::AddPartitionsToTxnRequest { transactional_id, producer, partitions, verify_only } => {
+            Message::AddPartitionsToTxnRequest {
+                transactional_id,
+                producer,
+                partitions,
+                verify_only,
+                transaction_version,
+            } => {
                 let result = if partitions.iter().all(|tp| self.partitions.contains_key(tp)) {
                     self.coordinator.handle_add_partitions(
                         &transactional_id,
                         producer,
                         &partitions,
                         verify_only,
+                        transaction_version,
                         now_ms,
                     )
                 } else {
@@ -174,14 +181,23 @@ impl Broker {
                 };
                 Some(Message::AddPartitionsToTxnResponse { result })
             }
-            Message::EndTxnRequest { transactional_id, producer, result } => {
+            Message::EndTxnRequest { transactional_id, producer, result, transaction_version } => {
                 let result = self.coordinate(now_ms, &mut effects, |c, ctx| {
-                    c.handle_end_txn(&transactional_id, producer, result, ctx)
+                    c.handle_end_txn(&transactional_id, producer, result, transaction_version, ctx)
                 });
                 Some(Message::EndTxnResponse { result })
             }
-            Message::ProduceRequest { transactional_id, partition, batch } => self
-                .handle_produce(now_ms, reply_to.clone(), corr, transactional_id, partition, batch, &mut effects)
+            Message::ProduceRequest { transactional_id, partition, batch, transaction_version } => self
+                .handle_produce(
+                    now_ms,
+                    reply_to.clone(),
+                    corr,
+                    transactional_id,
+                    partition,
+                    batch,
+                    transaction_version,
+                    &mut effects,
+                )
                 .map(|(partition, result)| Message::ProduceResponse { partition, result }),
             Message::WriteTxnMarkersRequest { markers } => {
                 Some(Message::WriteTxnMarkersResponse { results: self.handle_write_txn_markers(now_ms, &markers) })
@@ -235,6 +251,7 @@ impl Broker {
         transactional_id: Option<String>,
         partition: TopicPartition,
         batch: ProduceBatch,
+        version: TransactionVersion,
         effects: &mut Effects,
     ) -> Option<(TopicPartition, Result<ProduceAck, KafkaError>)> {
         let Some(log) = self.partitions.get(&partition) else {
@@ -255,12 +272,13 @@ impl Broker {
         let corr_to_coordinator = self.next_correlation_id;
         // `maybeStartTransactionVerification`: an existing guard is reused, so pipelined batches share it.
         let guard = *self.verification_guards.entry((partition.clone(), p.producer_id)).or_insert(corr_to_coordinator);
-        let verify_only = !self.config.transaction_version.supports_epoch_bump();
+        // `AddPartitionsToTxnManager`: a Produce v12+ (TV2) adds the partition; an older one only verifies.
         let request = Message::AddPartitionsToTxnRequest {
             transactional_id: tid,
             producer: ProducerIdAndEpoch { producer_id: p.producer_id, epoch: p.epoch },
             partitions: vec![partition.clone()],
-            verify_only,
+            verify_only: !version.supports_epoch_bump(),
+            transaction_version: version,
         };
         self.pending_verifications.insert(
             corr_to_coordinator,

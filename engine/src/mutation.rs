@@ -56,10 +56,19 @@ pub enum Mutation {
     RedeliverLastRecord,
     /// M21: the broker attaches the aborted list at read_uncommitted and the consumer filters with it.
     AbortedListForReadUncommitted,
+    /// The pre-4.0 TV2 EndTxn table: an ABORT at the current epoch of a completed or empty transaction keeps
+    /// the epoch (NONE or INVALID_TXN_STATE), so a late batch of the aborted send joins the next transaction.
+    Tv2AbortKeepsEpoch,
+    /// KIP-360 retry lost: an InitProducerId naming the epoch the coordinator bumped from (its first answer
+    /// was lost) is fenced instead of answered with the current epoch.
+    Kip360RetryFenced,
+    /// The TV1 client policy under TV2: after an abort with a failed batch the client sends a KIP-360
+    /// InitProducerId though the EndTxn answer already bumped its epoch (`needToTriggerEpochBumpFromClient`).
+    Tv2InitAfterAbort,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 25] = [
+    pub const ALL: [Mutation; 28] = [
         Mutation::ReadCommittedBoundedByHw,
         Mutation::LsoInclusive,
         Mutation::LsoIgnoresOngoingTxns,
@@ -85,6 +94,9 @@ impl Mutation {
         Mutation::PositionSkipsToHighWatermark,
         Mutation::RedeliverLastRecord,
         Mutation::AbortedListForReadUncommitted,
+        Mutation::Tv2AbortKeepsEpoch,
+        Mutation::Kip360RetryFenced,
+        Mutation::Tv2InitAfterAbort,
     ];
 
     /// The kebab-case name used on the command line and in seed files.
@@ -115,6 +127,9 @@ impl Mutation {
             Mutation::PositionSkipsToHighWatermark => "position-skips-to-high-watermark",
             Mutation::RedeliverLastRecord => "redeliver-last-record",
             Mutation::AbortedListForReadUncommitted => "aborted-list-for-read-uncommitted",
+            Mutation::Tv2AbortKeepsEpoch => "tv2-abort-keeps-epoch",
+            Mutation::Kip360RetryFenced => "kip360-retry-fenced",
+            Mutation::Tv2InitAfterAbort => "tv2-init-after-abort",
         }
     }
 

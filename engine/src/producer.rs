@@ -7,7 +7,7 @@ use crate::error::KafkaError;
 use crate::protocol::{Effects, Envelope, Message, NodeId, ProduceAck, Timer};
 use crate::record::{increment_sequence, BatchProducer, ProduceBatch};
 use crate::rename::{Names, Rename};
-use crate::types::{ProducerIdAndEpoch, TimeMs, TopicPartition, TransactionResult};
+use crate::types::{ProducerIdAndEpoch, TimeMs, TopicPartition, TransactionResult, TransactionVersion};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -134,6 +134,9 @@ pub struct Producer {
     now_ms: TimeMs,
     /// A batch failed in a way that leaves its sequence unknown: the next abort bumps the epoch (KIP-360).
     epoch_bump_required: bool,
+    /// The highest `transaction.version` this client speaks; the cluster's finalized feature caps it
+    /// (`TransactionManager.isTransactionV2Enabled`).
+    pub client_transaction_version: TransactionVersion,
 }
 
 impl Rename for InFlight {
@@ -187,7 +190,13 @@ impl Producer {
             attempts: BTreeMap::new(),
             now_ms: 0,
             epoch_bump_required: false,
+            client_transaction_version: TransactionVersion::V2,
         }
+    }
+
+    /// The version this client's requests speak: its own highest, capped by the cluster's finalized one.
+    pub fn transaction_version(&self) -> TransactionVersion {
+        self.client_transaction_version.min(self.config.transaction_version)
     }
 
     pub fn transactional_id(&self) -> Option<&str> {
@@ -200,6 +209,42 @@ impl Producer {
     /// Completed calls since the last take, in completion order.
     pub fn take_completions(&mut self) -> Vec<Completion> {
         std::mem::take(&mut self.completions)
+    }
+
+    /// The sequence the next batch to `partition` gets (`TransactionManager.sequenceNumber`).
+    pub fn next_sequence(&self, partition: &TopicPartition) -> i32 {
+        self.next_sequence.get(partition).copied().unwrap_or(0)
+    }
+
+    /// Batches sent and not yet answered, or waiting out a backoff before their resend.
+    pub fn in_flight_batches(&self) -> usize {
+        self.in_flight
+            .values()
+            .chain(self.backing_off.values())
+            .filter(|f| matches!(f, InFlight::Produce { .. }))
+            .count()
+    }
+
+    /// The connection to `broker` broke (`NetworkClient` disconnect): every request on it failed without an
+    /// answer, and is retried after `retry.backoff.ms` (`TxnRequestHandler` re-enqueues; the `Sender`
+    /// retries a batch as for any retriable error). Whether the broker processed it is unknown here.
+    pub fn on_disconnect(&mut self, now_ms: TimeMs, broker: &NodeId) -> Effects {
+        self.now_ms = now_ms;
+        let mut effects = Effects::default();
+        let lost: Vec<u64> = self
+            .in_flight
+            .iter()
+            .filter(|(_, f)| match f {
+                InFlight::Produce { .. } => &self.leader == broker,
+                _ => &self.coordinator == broker,
+            })
+            .map(|(corr, _)| *corr)
+            .collect();
+        for corr in lost {
+            let in_flight = self.in_flight.remove(&corr).expect("listed above");
+            self.back_off(now_ms, in_flight, &mut effects);
+        }
+        effects
     }
 
     pub fn is_idle(&self) -> bool {
@@ -268,18 +313,21 @@ impl Producer {
                 transactional_id: transactional_id(),
                 producer: self.producer_id_and_epoch.expect("initialized"),
                 result: *result,
+                transaction_version: self.transaction_version(),
             },
             InFlight::AddPartitions { partitions } => Message::AddPartitionsToTxnRequest {
                 transactional_id: transactional_id(),
                 producer: self.producer_id_and_epoch.expect("initialized"),
                 partitions: partitions.clone(),
                 verify_only: false,
+                transaction_version: self.transaction_version(),
             },
             // The same batch with the same sequence: the leader deduplicates it if the first copy landed.
             InFlight::Produce { partition, batch, .. } => Message::ProduceRequest {
                 transactional_id: self.transactional_id().map(str::to_string),
                 partition: partition.clone(),
                 batch: batch.clone(),
+                transaction_version: self.transaction_version(),
             },
         };
         let to = match in_flight {
@@ -343,7 +391,7 @@ impl Producer {
                     return Err(KafkaError::InvalidTxnState);
                 }
                 let op = self.new_op();
-                let tv2 = self.config.transaction_version.supports_epoch_bump();
+                let tv2 = self.transaction_version().supports_epoch_bump();
                 if tv2 || self.partitions_in_txn.contains(&partition) {
                     // Under TV2 the partition leader adds the partition itself (KIP-890 part 2).
                     self.transaction_started = true;
@@ -358,6 +406,7 @@ impl Producer {
                             producer: pie,
                             partitions: vec![partition.clone()],
                             verify_only: false,
+                            transaction_version: self.transaction_version(),
                         };
                         let in_flight = InFlight::AddPartitions { partitions: vec![partition] };
                         self.request(self.coordinator.clone(), message, in_flight, &mut effects);
@@ -390,6 +439,7 @@ impl Producer {
             transactional_id: self.transactional_id().map(str::to_string),
             partition: partition.clone(),
             batch: batch.clone(),
+            transaction_version: self.transaction_version(),
         };
         self.request(self.leader.clone(), message, InFlight::Produce { op, partition, batch }, effects);
     }
@@ -460,6 +510,7 @@ impl Producer {
             transactional_id: self.transactional_id().expect("transactional").to_string(),
             producer: self.producer_id_and_epoch.expect("initialized"),
             result,
+            transaction_version: self.transaction_version(),
         };
         self.request(self.coordinator.clone(), message, InFlight::EndTxn { op, result }, effects);
     }
@@ -613,7 +664,11 @@ impl Producer {
                     if let Some(pie) = bumped {
                         self.set_producer_id_and_epoch(pie);
                     }
-                    if txn_result == TransactionResult::Abort && self.epoch_bump_required {
+                    // TV2's answer carries the bumped epoch already: a TV2 client never sends InitProducerId
+                    // after an abort (`needToTriggerEpochBumpFromClient` is TV1 only).
+                    let client_bump = !self.transaction_version().supports_epoch_bump()
+                        || self.config.mutations.has(crate::mutation::Mutation::Tv2InitAfterAbort);
+                    if txn_result == TransactionResult::Abort && self.epoch_bump_required && client_bump {
                         // KIP-360: a batch of the aborted transaction timed out or broke its sequence; a new
                         // epoch restarts every sequence at 0 before the next transaction.
                         self.transition(TxnManagerState::Initializing);
@@ -621,6 +676,7 @@ impl Producer {
                         self.transaction_started = false;
                         self.send_init(op, true, &mut effects);
                     } else {
+                        self.epoch_bump_required &= bumped.is_none();
                         self.finish_transaction(op, txn_result);
                     }
                 }

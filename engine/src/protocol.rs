@@ -63,6 +63,9 @@ pub enum Message {
         producer: ProducerIdAndEpoch,
         partitions: Vec<TopicPartition>,
         verify_only: bool,
+        /// The client's transaction version, as Kafka reads it off the request versions (a leader's
+        /// v5 add on behalf of a Produce v12+ is TV2; a client's v0-v3 and a v4 verify are TV1).
+        transaction_version: TransactionVersion,
     },
     AddPartitionsToTxnResponse {
         result: Result<(), KafkaError>,
@@ -71,6 +74,8 @@ pub enum Message {
         transactional_id: Option<String>,
         partition: TopicPartition,
         batch: ProduceBatch,
+        /// Produce v12+ from a client with TV2 enabled: the leader adds the partition to the transaction itself.
+        transaction_version: TransactionVersion,
     },
     ProduceResponse {
         partition: TopicPartition,
@@ -80,6 +85,8 @@ pub enum Message {
         transactional_id: String,
         producer: ProducerIdAndEpoch,
         result: TransactionResult,
+        /// EndTxn v5+ is TV2 (`KafkaApis.handleEndTxnRequest`): the coordinator picks its table by this.
+        transaction_version: TransactionVersion,
     },
     /// Under transaction version 2 the response carries the bumped epoch (EndTxn v5, KIP-890).
     EndTxnResponse {
@@ -113,6 +120,20 @@ pub enum Message {
 }
 
 impl Message {
+    /// Whether this is a request (the variant names say so, as Kafka's `ApiKeys` pairs do).
+    pub fn is_request(&self) -> bool {
+        matches!(
+            self,
+            Message::InitProducerIdRequest { .. }
+                | Message::AddPartitionsToTxnRequest { .. }
+                | Message::ProduceRequest { .. }
+                | Message::EndTxnRequest { .. }
+                | Message::WriteTxnMarkersRequest { .. }
+                | Message::FetchRequest { .. }
+                | Message::ListOffsetsRequest { .. }
+        )
+    }
+
     /// The API name, as Kafka's request logs print it.
     pub fn api_name(&self) -> &'static str {
         match self {

@@ -906,7 +906,7 @@ pub fn describe(env: &Envelope) -> String {
             Ok(p) => format!("{api} resp pid {} epoch {}", p.producer_id, p.epoch),
             Err(e) => format!("{api} resp {e}"),
         },
-        Message::AddPartitionsToTxnRequest { transactional_id, producer, partitions, verify_only } => format!(
+        Message::AddPartitionsToTxnRequest { transactional_id, producer, partitions, verify_only, .. } => format!(
             "{api} req {transactional_id} pid {} e{} [{}]{}",
             producer.producer_id,
             producer.epoch,
@@ -934,7 +934,7 @@ pub fn describe(env: &Envelope) -> String {
             ),
             Err(e) => format!("{api} resp {partition} {e}"),
         },
-        Message::EndTxnRequest { transactional_id, producer, result } => {
+        Message::EndTxnRequest { transactional_id, producer, result, .. } => {
             format!("{api} req {transactional_id} {} pid {} e{}", result.name(), producer.producer_id, producer.epoch)
         }
         Message::EndTxnResponse { result } => match result {

@@ -13,6 +13,7 @@ use crate::protocol::{Effects, Message, NodeId, TxnMarkerEntry};
 use crate::rename::{Names, Rename};
 use crate::types::{
     CoordinatorEpoch, Offset, ProducerEpoch, ProducerId, ProducerIdAndEpoch, TimeMs, TopicPartition, TransactionResult,
+    TransactionVersion, NO_PRODUCER_EPOCH,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -160,19 +161,35 @@ impl TransactionCoordinator {
             self.txns.insert(tid.to_string(), TransactionMetadata::new(tid, pid, txn_timeout_ms, ctx.now_ms));
         }
         let meta = self.txns.get_mut(tid).expect("inserted above");
-        if expected.is_some_and(|e| e.producer_id != meta.producer_id || e.epoch != meta.producer_epoch) {
-            // Someone else has bumped the epoch since: the asker is a zombie.
-            return Err(KafkaError::ProducerFenced);
-        }
+        // `prepareInitProducerIdTransit`: a pending transition first (the caller backs off and retries),
+        // then the producer id a KIP-360 caller names; its epoch is judged by `prepareIncrementProducerEpoch`.
         if meta.pending_transition_in_progress() {
             return Err(KafkaError::ConcurrentTransactions);
+        }
+        if expected.is_some_and(|e| meta.producer_epoch != NO_PRODUCER_EPOCH && e.producer_id != meta.producer_id) {
+            return Err(KafkaError::ProducerFenced);
         }
         match meta.state {
             TransactionState::PrepareCommit | TransactionState::PrepareAbort => Err(KafkaError::ConcurrentTransactions),
             TransactionState::Empty | TransactionState::CompleteCommit | TransactionState::CompleteAbort => {
                 // `prepareIncrementProducerEpoch`: the new session's epoch; the Empty record is durable at once.
-                meta.last_producer_epoch = -1;
-                meta.producer_epoch += 1;
+                let (epoch, last_epoch) = match expected {
+                    None => (meta.producer_epoch + 1, NO_PRODUCER_EPOCH),
+                    Some(e) if meta.producer_epoch == NO_PRODUCER_EPOCH || e.epoch == meta.producer_epoch => {
+                        (meta.producer_epoch + 1, meta.producer_epoch)
+                    }
+                    // KIP-360: the caller's epoch is the one this coordinator bumped from, so its first call
+                    // succeeded and the answer was lost: answer again with the current epoch, no second bump.
+                    Some(e)
+                        if e.epoch == meta.last_producer_epoch
+                            && !ctx.config.mutations.has(Mutation::Kip360RetryFenced) =>
+                    {
+                        (meta.producer_epoch, meta.last_producer_epoch)
+                    }
+                    Some(_) => return Err(KafkaError::ProducerFenced),
+                };
+                meta.producer_epoch = epoch;
+                meta.last_producer_epoch = last_epoch;
                 meta.txn_timeout_ms = txn_timeout_ms;
                 meta.topic_partitions.clear();
                 meta.transition_to(TransactionState::Empty, ctx.now_ms);
@@ -220,9 +237,13 @@ impl TransactionCoordinator {
     ) {
         let meta = self.txns.get_mut(tid).expect("decision on a known transactional id");
         // TV2 bumps once per transaction; a fence or timeout abort has bumped already (KAFKA_SEMANTICS 1.10).
-        if ctx.config.transaction_version.supports_epoch_bump() && cause == DecisionCause::Client {
+        if meta.client_transaction_version.supports_epoch_bump() && cause == DecisionCause::Client {
             meta.last_producer_epoch = meta.producer_epoch;
             meta.producer_epoch += 1;
+        }
+        if meta.topic_partitions.is_empty() {
+            // TV2's abort of a transaction that added no partition (`noPartitionAdded`): it starts now.
+            meta.txn_start_timestamp_ms = ctx.now_ms;
         }
         let prepare = match result {
             TransactionResult::Commit => TransactionState::PrepareCommit,
@@ -282,7 +303,7 @@ impl TransactionCoordinator {
                 result: pending.result,
                 partitions,
                 coordinator_epoch: self.coordinator_epoch,
-                transaction_version: ctx.config.transaction_version,
+                transaction_version: self.txns[&pending.transactional_id].client_transaction_version,
             };
             ctx.effects.send(
                 ctx.me,
@@ -420,6 +441,7 @@ impl TransactionCoordinator {
         producer: ProducerIdAndEpoch,
         partitions: &[TopicPartition],
         verify_only: bool,
+        version: TransactionVersion,
         now_ms: TimeMs,
     ) -> Result<(), KafkaError> {
         let Some(meta) = self.txns.get_mut(tid) else {
@@ -453,17 +475,20 @@ impl TransactionCoordinator {
             meta.txn_start_timestamp_ms = now_ms;
         }
         meta.topic_partitions.extend(partitions.iter().cloned());
+        meta.client_transaction_version = version;
         meta.transition_to(TransactionState::Ongoing, now_ms);
         Ok(())
     }
 
     /// `endTransaction` from a client (KAFKA_SEMANTICS 1.5). Answers once the decision is durable, before
-    /// any marker is written. Under transaction version 2 the answer carries the bumped epoch.
+    /// any marker is written. The request's version picks the table: TV1's (`endTransactionWithTV1`) or
+    /// TV2's, whose answer carries the bumped epoch and whose retries come one epoch behind.
     pub fn handle_end_txn(
         &mut self,
         tid: &str,
         producer: ProducerIdAndEpoch,
         result: TransactionResult,
+        version: TransactionVersion,
         ctx: &mut Ctx<'_>,
     ) -> Result<Option<ProducerIdAndEpoch>, KafkaError> {
         let Some(meta) = self.txns.get(tid) else {
@@ -472,33 +497,46 @@ impl TransactionCoordinator {
         if meta.producer_id != producer.producer_id {
             return Err(KafkaError::InvalidProducerIdMapping);
         }
-        let tv2 = ctx.config.transaction_version.supports_epoch_bump();
-        // TV2 recognises a retry of a completed EndTxn by `stored == request + 1` (`endTxnEpochBumped`).
-        let retry_of_bumped = tv2 && meta.producer_epoch == producer.epoch + 1;
-        if meta.producer_epoch != producer.epoch && !retry_of_bumped {
+        let tv2 = version.supports_epoch_bump();
+        let current = meta.producer_epoch == producer.epoch;
+        // `endTxnEpochBumped`: the stored epoch is one past the request's, so this retries an EndTxn that bumped.
+        let retry = tv2 && meta.producer_epoch == producer.epoch + 1;
+        use TransactionState::*;
+        let valid_epoch = match meta.state {
+            _ if !tv2 => current,
+            Ongoing | Empty | Dead | PrepareEpochFence => current,
+            PrepareCommit | PrepareAbort => retry,
+            CompleteCommit | CompleteAbort => retry || current,
+        };
+        if !valid_epoch {
             return Err(KafkaError::ProducerFenced);
         }
         if meta.pending_transition_in_progress() {
             return Err(KafkaError::ConcurrentTransactions);
         }
-        let current = ProducerIdAndEpoch { producer_id: meta.producer_id, epoch: meta.producer_epoch };
-        use TransactionState::*;
+        let stored = ProducerIdAndEpoch { producer_id: meta.producer_id, epoch: meta.producer_epoch };
+        let old_tv2_table = ctx.config.mutations.has(Mutation::Tv2AbortKeepsEpoch);
+        // TV2's EB cells: an ABORT at the current epoch of a transaction that added no partition (its first
+        // send never reached a leader) bumps the epoch with no markers, fencing that send if it lands later.
+        let empty_abort = tv2 && !old_tv2_table && current && result == TransactionResult::Abort;
         match (meta.state, result) {
-            (Ongoing, _) if retry_of_bumped => Err(KafkaError::ProducerFenced),
-            (Ongoing, _) => {
-                let data_epoch = producer.epoch;
-                self.prepare_abort_or_commit(tid, result, DecisionCause::Client, data_epoch, ctx);
-                let meta = &self.txns[tid];
-                Ok(tv2.then_some(ProducerIdAndEpoch { producer_id: meta.producer_id, epoch: meta.producer_epoch }))
-            }
+            (Ongoing, _) => {}
+            (Empty | CompleteCommit | CompleteAbort, TransactionResult::Abort) if empty_abort => {}
             (PrepareCommit, TransactionResult::Commit) | (PrepareAbort, TransactionResult::Abort) => {
-                Err(KafkaError::ConcurrentTransactions)
+                return Err(KafkaError::ConcurrentTransactions)
             }
-            (CompleteCommit, TransactionResult::Commit) | (CompleteAbort, TransactionResult::Abort) => {
-                Ok(tv2.then_some(current))
+            // A retry of the EndTxn that completed this (under TV1 the same epoch is the only kind there is).
+            (CompleteCommit, TransactionResult::Commit) | (CompleteAbort, TransactionResult::Abort)
+                if retry || !tv2 || old_tv2_table =>
+            {
+                return Ok(tv2.then_some(stored));
             }
-            _ => Err(KafkaError::InvalidTxnState),
+            _ => return Err(KafkaError::InvalidTxnState),
         }
+        self.txns.get_mut(tid).expect("found above").client_transaction_version = version;
+        self.prepare_abort_or_commit(tid, result, DecisionCause::Client, producer.epoch, ctx);
+        let meta = &self.txns[tid];
+        Ok(tv2.then_some(ProducerIdAndEpoch { producer_id: meta.producer_id, epoch: meta.producer_epoch }))
     }
 
     /// `abortTimedOutTransactions` for one transactional id: fence (epoch + 1) and abort.

@@ -1,6 +1,6 @@
 //! `TransactionMetadata` and its state machine (KAFKA_SEMANTICS 1.4, `TransactionMetadata.scala`).
 
-use crate::types::{ProducerEpoch, ProducerId, TimeMs, TopicPartition};
+use crate::types::{ProducerEpoch, ProducerId, TimeMs, TopicPartition, TransactionVersion};
 use std::collections::BTreeSet;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -24,7 +24,9 @@ impl TransactionState {
             Empty => &[Empty, CompleteCommit, CompleteAbort],
             Ongoing => &[Ongoing, Empty, CompleteCommit, CompleteAbort],
             PrepareCommit => &[Ongoing],
-            PrepareAbort => &[Ongoing, PrepareEpochFence],
+            // TV2 aborts a transaction that added no partition from a completed or empty state (the EB
+            // cells of `TransactionCoordinator.endTransaction`'s table, `noPartitionAdded = true`).
+            PrepareAbort => &[Ongoing, PrepareEpochFence, Empty, CompleteCommit, CompleteAbort],
             CompleteCommit => &[PrepareCommit],
             CompleteAbort => &[PrepareAbort],
             Dead => &[Empty, CompleteCommit, CompleteAbort],
@@ -67,6 +69,9 @@ pub struct TransactionMetadata {
     pub txn_last_update_timestamp_ms: TimeMs,
     /// Every state this transactional id has completed into, in order (`__transaction_state` as a history).
     pub transitions: Vec<TransactionState>,
+    /// `clientTransactionVersion`: the version of the request that last added partitions or ended the
+    /// transaction; it decides whether the decision bumps the epoch and which marker rule leaders apply.
+    pub client_transaction_version: TransactionVersion,
 }
 
 impl TransactionMetadata {
@@ -83,6 +88,7 @@ impl TransactionMetadata {
             txn_start_timestamp_ms: now_ms,
             txn_last_update_timestamp_ms: now_ms,
             transitions: vec![TransactionState::Empty],
+            client_transaction_version: TransactionVersion::V1,
         }
     }
 
