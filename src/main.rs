@@ -141,9 +141,14 @@ fn run_scenarios(paths: &[PathBuf], show: bool, mutation: Option<Mutation>) -> E
         }
     }
     let opts = RunOptions { mutations: mutation.map(Mutations::one).unwrap_or_default(), show };
-    let (mut passed, mut failed) = (0, 0);
+    let (mut passed, mut failed, mut bad) = (0, 0, 0);
     for sc in &scenarios {
         let report = scenario::run(sc, &opts);
+        if let Some(e) = &report.input_error {
+            bad += 1;
+            eprintln!("error: {e}");
+            continue;
+        }
         if show {
             for line in &report.table {
                 println!("{line}");
@@ -165,7 +170,9 @@ fn run_scenarios(paths: &[PathBuf], show: bool, mutation: Option<Mutation>) -> E
     }
     let with = mutation.map(|m| format!(" with mutation {}", m.name())).unwrap_or_default();
     println!("scenarios: {passed} passed, {failed} failed{with}");
-    if failed > 0 {
+    if bad > 0 {
+        ExitCode::from(2)
+    } else if failed > 0 {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS

@@ -163,6 +163,35 @@ impl Cluster {
         self.network.push_back(env);
     }
 
+    /// Every message in flight, oldest first: the network scenario layer picks one by API and endpoints.
+    pub fn in_flight(&self) -> impl Iterator<Item = &Envelope> {
+        self.network.iter()
+    }
+
+    /// Takes the `index`-th message in flight off the network (to deliver, drop or hold it).
+    pub fn remove_in_flight(&mut self, index: usize) -> Option<Envelope> {
+        self.network.remove(index)
+    }
+
+    /// Delivers one message now, whatever else is in flight; what its receiver sends stays in flight.
+    pub fn deliver_message(&mut self, env: Envelope) {
+        self.deliver(env);
+    }
+
+    /// Fires every timer due by `until`, in due order (timers due at the same instant fire in the order
+    /// they were set), without delivering any message they send; then time is `until`.
+    pub fn fire_timers_until(&mut self, until: TimeMs) {
+        while let Some((&key, _)) = self.timers.iter().next() {
+            if key.0 > until {
+                break;
+            }
+            let (node, timer) = self.timers.remove(&key).expect("found above");
+            self.now_ms = self.now_ms.max(key.0);
+            self.fire(node, timer);
+        }
+        self.now_ms = self.now_ms.max(until);
+    }
+
     /// Drops every message in flight (a broker restart loses its connections) and returns them.
     pub fn drop_messages(&mut self) -> Vec<Envelope> {
         self.network.drain(..).collect()

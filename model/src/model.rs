@@ -161,7 +161,7 @@ macro_rules! table {
 }
 
 const INVARIANT_FNS: [PropFn; INVARIANTS] =
-    table!(invariant_holds; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28);
+    table!(invariant_holds; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30);
 const FACT_FNS: [PropFn; 6] = table!(fact_seen; 0 1 2 3 4 5);
 
 /// Builds the model for `bounds`; panics on bounds `Bounds::validate` rejects.

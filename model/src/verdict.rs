@@ -13,7 +13,8 @@ use std::sync::Arc;
 use txnsim_engine::coordinator::DecisionCause;
 use txnsim_engine::{read_to_end, Broker, IsolationLevel, Offset, TopicPartition, TransactionResult};
 use txnsim_properties::{
-    check_history, check_liveness, check_read_superset, check_state, ClusterView, History, Invariant, Violation,
+    check_committed_sends, check_failed_sends, check_history, check_liveness, check_read_superset, check_state,
+    ClusterView, History, Invariant, Violation,
 };
 
 /// Reachability facts from the seed document and the issue, checked as `sometimes` properties.
@@ -173,14 +174,25 @@ fn liveness_violations(s: &TxnState) -> Vec<Violation> {
             readers.push((reader_name(IsolationLevel::ReadCommitted).to_string(), tp.clone(), end));
         }
     }
-    check_liveness(&ClusterView::of_broker(broker), &readers)
+    let mut out = check_liveness(&ClusterView::of_broker(broker), &readers);
+    out.extend(check_committed_sends(&history(s), &broker.partitions));
+    out
+}
+
+/// The history invariants, with the client-intent one that holds under transaction version 2 only.
+fn history_violations(history: &History, broker: &Broker) -> Vec<Violation> {
+    let mut out = check_history(history, &broker.partitions);
+    if broker.config.transaction_version.supports_epoch_bump() {
+        out.extend(check_failed_sends(history, &broker.partitions));
+    }
+    out
 }
 
 /// Evaluates every property on one state, with witnesses (no caching; see `verdict`).
 pub fn evaluate(ctx: &Ctx, s: &TxnState) -> Evaluation {
     let broker = &broker_of(s).broker;
     let mut violations = broker_violations(broker);
-    violations.extend(check_history(&history(s), &broker.partitions));
+    violations.extend(history_violations(&history(s), broker));
     let quiescent = quiescent(ctx, s);
     if quiescent {
         violations.extend(liveness_violations(s));
@@ -271,7 +283,7 @@ pub fn verdict(ctx: &Ctx, s: &TxnState) -> Verdict {
             node.readers.digest(),
             s.actor_states[1..].iter().map(|a| a.producer().map(|p| p.events.digest())).collect::<Vec<_>>(),
         ));
-        violated |= *c.history.entry(key).or_insert_with(|| bits(&check_history(&history(s), &broker.partitions)));
+        violated |= *c.history.entry(key).or_insert_with(|| bits(&history_violations(&history(s), broker)));
         if quiescent {
             violated |= bits(&liveness_violations(s));
         }

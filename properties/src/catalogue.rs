@@ -44,14 +44,16 @@ pub enum Invariant {
     NonmonotonicSend,
     PositionReachesLso,
     UncommittedSupersetOfCommitted,
+    FailedSendCommitted,
     DecidedTransactionsComplete,
     LsoReachesHighWatermark,
     OpenTransactionsTimeOut,
     ReaderCatchesUp,
+    CommittedWritesCommitted,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 29] = [
+    pub const ALL: [Invariant; 31] = [
         Invariant::LsoBounds,
         Invariant::LsoIsFirstUnstableOffset,
         Invariant::NothingUndecidedBelowLso,
@@ -77,10 +79,12 @@ impl Invariant {
         Invariant::NonmonotonicSend,
         Invariant::PositionReachesLso,
         Invariant::UncommittedSupersetOfCommitted,
+        Invariant::FailedSendCommitted,
         Invariant::DecidedTransactionsComplete,
         Invariant::LsoReachesHighWatermark,
         Invariant::OpenTransactionsTimeOut,
         Invariant::ReaderCatchesUp,
+        Invariant::CommittedWritesCommitted,
     ];
 
     /// The stable name: Jepsen's where one exists.
@@ -112,6 +116,8 @@ impl Invariant {
             NonmonotonicSend => "nonmonotonic-send",
             PositionReachesLso => "position-reaches-lso",
             UncommittedSupersetOfCommitted => "read-uncommitted-superset",
+            FailedSendCommitted => "failed-send-committed",
+            CommittedWritesCommitted => "committed-writes-committed",
             DecidedTransactionsComplete => "decided-transactions-complete",
             LsoReachesHighWatermark => "lso-reaches-high-watermark",
             OpenTransactionsTimeOut => "open-transactions-time-out",
@@ -150,10 +156,13 @@ impl Invariant {
             | NonmonotonicPoll
             | NonmonotonicSend
             | PositionReachesLso
-            | UncommittedSupersetOfCommitted => Kind::History,
-            DecidedTransactionsComplete | LsoReachesHighWatermark | OpenTransactionsTimeOut | ReaderCatchesUp => {
-                Kind::Liveness
-            }
+            | UncommittedSupersetOfCommitted
+            | FailedSendCommitted => Kind::History,
+            DecidedTransactionsComplete
+            | LsoReachesHighWatermark
+            | OpenTransactionsTimeOut
+            | ReaderCatchesUp
+            | CommittedWritesCommitted => Kind::Liveness,
         }
     }
 
@@ -186,6 +195,8 @@ impl Invariant {
             NonmonotonicSend => "a producer's successive acknowledged sends to a partition get increasing offsets (2.3 #28)",
             PositionReachesLso => "a read_committed poll that makes no progress has its position at the LSO (2.3 #30, KAFKA-12980)",
             UncommittedSupersetOfCommitted => "from the same offset and state, read_uncommitted delivers a superset of read_committed (1.9)",
+            FailedSendCommitted => "under TV2, no record of a send the application was told failed, or of a transaction it aborted, is committed or read as committed (KIP-890)",
+            CommittedWritesCommitted => "after healing, every acknowledged send of a transaction the application was told committed is committed data",
             DecidedTransactionsComplete => "after healing, every decided transaction is complete with markers on all its partitions (L1)",
             LsoReachesHighWatermark => "after healing, producers stopped and timeouts passed, LSO = HW on every partition (L2)",
             OpenTransactionsTimeOut => "after healing and the transaction timeout, no transaction is Ongoing (L3)",
@@ -220,6 +231,8 @@ impl Invariant {
             | NonmonotonicPoll | NonmonotonicSend => "jepsen/tests/kafka.clj",
             PositionReachesLso => "CompletedFetch.nextFetchedRecord, FetchCollector (KAFKA-12980)",
             UncommittedSupersetOfCommitted => "UnifiedLog.read (FetchIsolation), CompletedFetch",
+            FailedSendCommitted => "KIP-890; TransactionCoordinator.endTransaction (TV2 table, EB cells)",
+            CommittedWritesCommitted => "KIP-98: EndTxn(COMMIT) answered only once PrepareCommit is durable",
             DecidedTransactionsComplete => "TransactionMarkerChannelManager retries; KAFKA-16352",
             LsoReachesHighWatermark => "KIP-890 (hanging transactions), UnifiedLog.hasLateTransaction",
             OpenTransactionsTimeOut => "TransactionCoordinator.abortTimedOutTransactions",
@@ -256,6 +269,8 @@ impl Invariant {
             NonmonotonicSend => Mutation::DuplicateReturnsWrongOffsets,
             PositionReachesLso => Mutation::NoPositionAdvanceOverControl,
             UncommittedSupersetOfCommitted => Mutation::LsoNotClampedToHw,
+            FailedSendCommitted => Mutation::Tv2AbortKeepsEpoch,
+            CommittedWritesCommitted => Mutation::RestartAbortsPreparedCommits,
             DecidedTransactionsComplete => Mutation::DropPendingMarkersOnRestart,
             LsoReachesHighWatermark => Mutation::MarkersToSubsetOfPartitions,
             OpenTransactionsTimeOut => Mutation::NoTimeoutAbort,

@@ -1,9 +1,10 @@
 //! txnsim's oracle: the one catalogue of invariants (`catalogue`), their checks over cluster snapshots
-//! (`state`), over client histories (`history`) and after healing (`liveness`), and a deliberately tiny
+//! (`state`), over client histories (`history`, `intent`) and after healing (`liveness`), and a deliberately tiny
 //! reference model of what each reader must deliver (`reference`).
 
 pub mod catalogue;
 pub mod history;
+pub mod intent;
 pub mod liveness;
 pub mod log_facts;
 pub mod reference;
@@ -11,6 +12,7 @@ pub mod state;
 
 pub use catalogue::{Invariant, Kind, Violation};
 pub use history::{check_history, check_read_superset, CallOutcome, Event, History, ProducerCall};
+pub use intent::{check_committed_sends, check_failed_sends};
 pub use liveness::check_liveness;
 pub use log_facts::LogFacts;
 pub use reference::ReferenceModel;

@@ -17,7 +17,9 @@ use txnsim_engine::coordinator::{DecisionCause, MARKER_RETRY_MS};
 use txnsim_engine::{
     read_to_end, EngineConfig, IsolationLevel, Mutation, Mutations, Offset, TransactionResult, TxnManagerState,
 };
-use txnsim_properties::{check_history, check_liveness, check_read_superset, ClusterView, History};
+use txnsim_properties::{
+    check_committed_sends, check_failed_sends, check_history, check_liveness, check_read_superset, ClusterView, History,
+};
 
 /// What to run.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -524,6 +526,11 @@ impl World {
             .collect();
         let mut violations = check_liveness(&ClusterView::of_broker(&self.broker), &readers);
         violations.extend(check_history(&self.history, &self.broker.partitions));
+        violations.extend(check_committed_sends(&self.history, &self.broker.partitions));
+        if self.config.transaction_version.supports_epoch_bump() {
+            // Under TV1 KIP-890's late batch breaks it, as in Kafka: the check is TV2's promise.
+            violations.extend(check_failed_sends(&self.history, &self.broker.partitions));
+        }
         for (tp, log) in &self.broker.partitions {
             let m = &self.config.mutations;
             let (ru, _) = read_to_end(log, IsolationLevel::ReadUncommitted, log.log_start_offset(), m);

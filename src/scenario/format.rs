@@ -15,6 +15,8 @@ pub enum Layer {
     Producer,
     Log,
     ConsumerFetch,
+    /// Every message waits in flight until an op moves it (`network.rs`).
+    Network,
 }
 
 impl Layer {
@@ -23,6 +25,7 @@ impl Layer {
             Layer::Producer => "producer",
             Layer::Log => "log",
             Layer::ConsumerFetch => "consumer_fetch",
+            Layer::Network => "network",
         }
     }
 }

@@ -2,6 +2,7 @@
 //! `load` parses and validates strictly; `run` drives the engine and returns the first difference.
 
 mod format;
+pub mod network;
 mod runner;
 mod show;
 
@@ -71,6 +72,14 @@ pub struct Scenario {
     pub transaction_version: TransactionVersion,
     pub ops: Vec<Op>,
     pub expect: Option<Expectation>,
+    /// The network layer's ops and final expectation (its ops are not the other layers').
+    pub network: Option<NetworkScript>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct NetworkScript {
+    pub ops: Vec<network::NetOp>,
+    pub expect: Option<network::Expect>,
 }
 
 impl Scenario {
@@ -213,7 +222,11 @@ fn build(file: &str, h: ScenarioHeader) -> Result<Scenario, ScenarioError> {
         transaction_version,
         ops: Vec::new(),
         expect: None,
+        network: None,
     };
+    if sc.layer == Layer::Network {
+        return build_network(sc, h.ops, h.expect);
+    }
     for (i, value) in h.ops.into_iter().enumerate() {
         let op: Op = serde_json::from_value(value).map_err(|e| {
             let msg = e.to_string();
@@ -250,6 +263,29 @@ fn build(file: &str, h: ScenarioHeader) -> Result<Scenario, ScenarioError> {
         sc.expect = Some(expectation);
     }
     validate(&sc)?;
+    Ok(sc)
+}
+
+fn build_network(mut sc: Scenario, ops: Vec<Value>, expect: Option<Value>) -> Result<Scenario, ScenarioError> {
+    let mut script = NetworkScript { ops: Vec::new(), expect: None };
+    for (i, value) in ops.into_iter().enumerate() {
+        let op = network::parse_op(value).map_err(|(field, message)| ScenarioError {
+            file: sc.file.clone(),
+            scenario: Some(sc.name.clone()),
+            op_index: Some(i),
+            field,
+            message,
+        })?;
+        script.ops.push(op);
+    }
+    if let Some(value) = expect {
+        let e: network::Expect = serde_json::from_value(value).map_err(|e| {
+            sc.error(None, &format!("expect.{}", serde_field(&e.to_string()).unwrap_or_default()), e.to_string())
+        })?;
+        script.expect = Some(e);
+    }
+    network::validate(&script.ops, script.expect.as_ref(), &|at, field, message| sc.error(at, field, message))?;
+    sc.network = Some(script);
     Ok(sc)
 }
 

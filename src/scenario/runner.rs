@@ -50,6 +50,8 @@ impl std::fmt::Display for Difference {
 pub struct RunReport {
     pub difference: Option<Difference>,
     pub table: Vec<String>,
+    /// The scenario itself is wrong (a network op names no message in flight, or several): exit 2.
+    pub input_error: Option<String>,
 }
 
 struct Instance {
@@ -69,6 +71,9 @@ struct Runner<'a> {
 const PLAIN_PRODUCER: &str = "__plain";
 
 pub fn run(sc: &Scenario, opts: &RunOptions) -> RunReport {
+    if let Some(script) = &sc.network {
+        return run_network(sc, script, opts);
+    }
     let config = EngineConfig {
         transaction_version: sc.transaction_version,
         manual_high_watermark: sc.manual_high_watermark,
@@ -130,7 +135,62 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> RunReport {
     if let (Some(t), Some(d)) = (runner.table.as_mut(), &difference) {
         t.push(format!("FAIL {d}"));
     }
-    RunReport { difference, table: runner.table.unwrap_or_default() }
+    RunReport { difference, table: runner.table.unwrap_or_default(), input_error: None }
+}
+
+/// A network scenario: its ops, every state invariant after each, then its final expectation.
+fn run_network(sc: &Scenario, script: &super::NetworkScript, opts: &RunOptions) -> RunReport {
+    use super::network::{Failure, NetworkRunner};
+    let mut runner = NetworkRunner::new(&sc.topics, sc.transaction_version, opts.mutations.clone());
+    let mut table = Vec::new();
+    let mut difference = None;
+    let mut input_error = None;
+    for (i, op) in script.ops.iter().enumerate() {
+        let outcome = runner.exec(i, op);
+        if opts.show {
+            let in_flight: Vec<String> = runner.cluster().in_flight().map(super::network::describe).collect();
+            table.push(format!("{i:>3} {:<13} in flight: [{}]", op.name(), in_flight.join("; ")));
+        }
+        let found = match outcome {
+            Ok(()) => runner.state_violation().map(|v| Difference {
+                op_index: Some(i),
+                op: op.name().to_string(),
+                field: format!("invariant {}", v.invariant.name()),
+                expected: "holds".into(),
+                actual: v.witness,
+            }),
+            Err(Failure::Differs(d)) => Some(Difference {
+                op_index: d.op_index,
+                op: d.op,
+                field: d.field,
+                expected: d.expected,
+                actual: d.actual,
+            }),
+            Err(Failure::Input(i, field, message)) => {
+                input_error = Some(format!("{}: scenario '{}': op {i}: field '{field}': {message}", sc.file, sc.name));
+                break;
+            }
+        };
+        if found.is_some() {
+            difference = found;
+            break;
+        }
+    }
+    if difference.is_none() {
+        if let Some(e) = &script.expect {
+            difference = runner.check(None, "final", e).err().map(|d| Difference {
+                op_index: None,
+                op: d.op,
+                field: format!("expect.{}", d.field),
+                expected: d.expected,
+                actual: d.actual,
+            });
+        }
+    }
+    if let Some(d) = &difference {
+        table.push(format!("FAIL {d}"));
+    }
+    RunReport { difference, table, input_error }
 }
 
 fn error_name(e: KafkaError) -> String {

@@ -1,0 +1,804 @@
+//! The `network` layer: the cluster does not run to quiescence. Every request and response waits in flight
+//! until an op delivers, drops, duplicates or holds it, so a scenario can lose or delay one message the way
+//! Kafka's `MockClient`-driven tests (`TransactionManagerTest`, `SenderTest`) do, and time moves only when
+//! an op advances it. Client calls only enqueue requests; their outcomes are checked by name.
+
+use super::format::Isolation;
+use super::ScenarioError;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use txnsim_engine::coordinator::TransactionMetadata;
+use txnsim_engine::producer::{OpId, OpOutput, Producer};
+use txnsim_engine::protocol::{Envelope, NodeId};
+use txnsim_engine::record::BatchBody;
+use txnsim_engine::{
+    read_to_end, Cluster, EngineConfig, IsolationLevel, KafkaError, Mutations, ProducerKind, TimeMs, TopicPartition,
+    TransactionVersion, TxnManagerState,
+};
+
+/// Which message in flight an op means: its API, sender and receiver, and which of the matches (1-based,
+/// oldest first). `kind` tells a request from a response where both go the same way (broker to itself).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pick {
+    pub api: String,
+    pub from: String,
+    pub to: String,
+    pub occurrence: Option<usize>,
+    pub kind: Option<MessageKind>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageKind {
+    Request,
+    Response,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NetAction {
+    /// Deliver it now; what its receiver sends stays in flight.
+    Deliver,
+    /// Lose it.
+    Drop,
+    /// Put a copy at the back of the network (a retransmission the receiver sees twice).
+    Duplicate,
+    /// Set it aside; `release` puts it back in flight, delayed past everything sent meanwhile.
+    Hold,
+    Release,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InitProducer {
+    pub producer: String,
+    pub transactional_id: Option<String>,
+    /// The highest transaction version the client speaks (default 2); the scenario's version caps it.
+    pub client_transaction_version: Option<u8>,
+    #[serde(rename = "as")]
+    pub name: Option<String>,
+    pub expect_error: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientCall {
+    pub producer: String,
+    #[serde(rename = "as")]
+    pub name: Option<String>,
+    pub expect_error: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Send {
+    pub producer: String,
+    pub topic: Option<String>,
+    pub partition: u32,
+    pub values: Vec<String>,
+    #[serde(rename = "as")]
+    pub name: Option<String>,
+    pub expect_error: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Disconnect {
+    pub client: String,
+    pub broker: u32,
+    /// Whether the broker had processed the requests before the connection broke (both cases exist in
+    /// Kafka's `MockClient` tests): processed requests take effect, and their answers are lost.
+    pub processed: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdvanceTime {
+    pub ms: TimeMs,
+}
+
+/// What a `TransactionManager` holds, as Kafka's tests assert it.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProducerExpect {
+    pub name: String,
+    /// Kafka's `TransactionManager.State` name: `READY`, `IN_TRANSACTION`, `ABORTABLE_ERROR`, ...
+    pub state: Option<String>,
+    pub producer_id: Option<i64>,
+    pub epoch: Option<i16>,
+    /// `{"topic/partition": next sequence}`.
+    pub next_sequence: Option<BTreeMap<String, i32>>,
+    pub in_flight_batches: Option<usize>,
+    /// The error behind ABORTABLE_ERROR or FATAL_ERROR.
+    pub last_error: Option<String>,
+}
+
+/// What a `TransactionMetadata` holds, as Kafka's coordinator tests assert it.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CoordinatorExpect {
+    pub transactional_id: String,
+    /// Kafka's state name: `Empty`, `Ongoing`, `PrepareCommit`, `CompleteAbort`, ...
+    pub state: Option<String>,
+    pub producer_id: Option<i64>,
+    pub epoch: Option<i16>,
+    pub last_epoch: Option<i16>,
+    /// The pending transition's state name, or null for none.
+    #[serde(default, deserialize_with = "some_value")]
+    pub pending: Option<Value>,
+    pub partitions: Option<Vec<String>>,
+}
+
+/// A partition's log: each offset as its record's value or its marker (`COMMIT`, `ABORT`), and offsets.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogExpect {
+    pub topic: Option<String>,
+    pub partition: u32,
+    pub records: Option<Vec<String>>,
+    pub lso: Option<u64>,
+    pub high_watermark: Option<u64>,
+    pub log_end_offset: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReadExpect {
+    pub values: Vec<String>,
+    pub offsets: Vec<u64>,
+    pub end_position: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Read {
+    pub isolation: Isolation,
+    pub topic: Option<String>,
+    pub partition: u32,
+    pub from_offset: u64,
+    pub expect: ReadExpect,
+}
+
+/// Everything an `expect` op (or the scenario's final `expect`) may pin down; absent fields are not checked.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Expect {
+    /// Every message in flight, oldest first, as `"EndTxn request p -> broker-0"`.
+    pub in_flight: Option<Vec<String>>,
+    pub held: Option<Vec<String>>,
+    pub producers: Option<Vec<ProducerExpect>>,
+    pub coordinator: Option<Vec<CoordinatorExpect>>,
+    /// Each named call's outcome as the application sees it: `pending`, `ok`, or a Kafka error name.
+    pub outcomes: Option<BTreeMap<String, String>>,
+    pub logs: Option<Vec<LogExpect>>,
+    pub reads: Option<Vec<Read>>,
+    pub now_ms: Option<TimeMs>,
+}
+
+/// A field that may be given as `null`: absent is `None`, `null` is `Some(Value::Null)`.
+fn some_value<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum NetOp {
+    InitProducer(InitProducer),
+    Begin(ClientCall),
+    Send(Send),
+    Commit(ClientCall),
+    Abort(ClientCall),
+    Net(NetAction, Pick),
+    Disconnect(Disconnect),
+    AdvanceTime(AdvanceTime),
+    /// Deliver every message in flight, oldest first, until none is left (held ones stay held; no timer fires).
+    Run,
+    Expect(Box<Expect>),
+}
+
+impl NetOp {
+    pub fn name(&self) -> &'static str {
+        match self {
+            NetOp::InitProducer(_) => "init_producer",
+            NetOp::Begin(_) => "begin",
+            NetOp::Send(_) => "send",
+            NetOp::Commit(_) => "commit",
+            NetOp::Abort(_) => "abort",
+            NetOp::Net(NetAction::Deliver, _) => "deliver",
+            NetOp::Net(NetAction::Drop, _) => "drop",
+            NetOp::Net(NetAction::Duplicate, _) => "duplicate",
+            NetOp::Net(NetAction::Hold, _) => "hold",
+            NetOp::Net(NetAction::Release, _) => "release",
+            NetOp::Disconnect(_) => "disconnect",
+            NetOp::AdvanceTime(_) => "advance_time",
+            NetOp::Run => "run",
+            NetOp::Expect(_) => "expect",
+        }
+    }
+}
+
+fn from_value<T: DeserializeOwned>(v: Value) -> Result<T, (Option<String>, String)> {
+    serde_json::from_value(v).map_err(|e| {
+        let msg = e.to_string();
+        (super::serde_field(&msg), msg)
+    })
+}
+
+/// Parses one op of a network scenario; the error names the field and says what is wrong.
+pub fn parse_op(value: Value) -> Result<NetOp, (Option<String>, String)> {
+    let Value::Object(mut map) = value else {
+        return Err((None, "an op is a JSON object".into()));
+    };
+    let name = match map.remove("op") {
+        Some(Value::String(s)) => s,
+        Some(other) => return Err((Some("op".into()), format!("must be a string, found {other}"))),
+        None => return Err((Some("op".into()), "missing field".into())),
+    };
+    let rest = Value::Object(map);
+    let net = |a| from_value(rest.clone()).map(|p| NetOp::Net(a, p));
+    match name.as_str() {
+        "init_producer" => from_value(rest).map(NetOp::InitProducer),
+        "begin" => from_value(rest).map(NetOp::Begin),
+        "send" => from_value(rest).map(NetOp::Send),
+        "commit" => from_value(rest).map(NetOp::Commit),
+        "abort" => from_value(rest).map(NetOp::Abort),
+        "deliver" => net(NetAction::Deliver),
+        "drop" => net(NetAction::Drop),
+        "duplicate" => net(NetAction::Duplicate),
+        "hold" => net(NetAction::Hold),
+        "release" => net(NetAction::Release),
+        "disconnect" => from_value(rest).map(NetOp::Disconnect),
+        "advance_time" => from_value(rest).map(NetOp::AdvanceTime),
+        "expect" => from_value(rest).map(|e| NetOp::Expect(Box::new(e))),
+        "run" => match rest.as_object().and_then(|m| m.keys().next()) {
+            Some(k) => Err((Some(k.clone()), "unknown field".into())),
+            None => Ok(NetOp::Run),
+        },
+        other => Err((
+            Some("op".into()),
+            format!(
+                "unknown op '{other}' for the network layer (init_producer, begin, send, commit, abort, deliver, \
+                 drop, duplicate, hold, release, disconnect, advance_time, run, expect)"
+            ),
+        )),
+    }
+}
+
+/// Checks before running what needs no engine: error names, state names, producer names.
+pub fn validate(
+    ops: &[NetOp],
+    expect: Option<&Expect>,
+    err: &dyn Fn(Option<usize>, &str, String) -> ScenarioError,
+) -> Result<(), ScenarioError> {
+    let error_name = |at, field: &str, n: &Option<String>| match n {
+        Some(n) if KafkaError::from_name(n).is_none() => {
+            Err(err(at, field, format!("'{n}' is not a Kafka error name this engine knows")))
+        }
+        _ => Ok(()),
+    };
+    let mut producers: BTreeSet<&str> = BTreeSet::new();
+    let mut names: BTreeSet<&str> = BTreeSet::new();
+    for (i, op) in ops.iter().enumerate() {
+        let at = Some(i);
+        let (producer, name, expect_error) = match op {
+            NetOp::InitProducer(o) => {
+                if let Some(v) = o.client_transaction_version {
+                    if TransactionVersion::from_number(v).is_none() {
+                        return Err(err(at, "client_transaction_version", format!("must be 1 or 2, found {v}")));
+                    }
+                }
+                producers.insert(&o.producer);
+                (&o.producer, &o.name, &o.expect_error)
+            }
+            NetOp::Begin(o) | NetOp::Commit(o) | NetOp::Abort(o) => (&o.producer, &o.name, &o.expect_error),
+            NetOp::Send(o) => (&o.producer, &o.name, &o.expect_error),
+            NetOp::Disconnect(d) => {
+                if !producers.contains(d.client.as_str()) {
+                    return Err(err(at, "client", format!("no producer '{}' yet", d.client)));
+                }
+                continue;
+            }
+            NetOp::Expect(e) => {
+                validate_expect(e, at, err)?;
+                continue;
+            }
+            NetOp::Net(..) | NetOp::AdvanceTime(_) | NetOp::Run => continue,
+        };
+        if !producers.contains(producer.as_str()) {
+            return Err(err(at, "producer", format!("no producer '{producer}': it needs an init_producer first")));
+        }
+        if let Some(n) = name {
+            if !names.insert(n) {
+                return Err(err(at, "as", format!("the name '{n}' is already taken by an earlier op")));
+            }
+        }
+        error_name(at, "expect_error", expect_error)?;
+    }
+    if let Some(e) = expect {
+        validate_expect(e, None, err)?;
+    }
+    Ok(())
+}
+
+fn validate_expect(
+    e: &Expect,
+    at: Option<usize>,
+    err: &dyn Fn(Option<usize>, &str, String) -> ScenarioError,
+) -> Result<(), ScenarioError> {
+    for (k, p) in e.producers.iter().flatten().enumerate() {
+        if let Some(s) = &p.state {
+            if client_state(s).is_none() {
+                return Err(err(
+                    at,
+                    &format!("producers[{k}].state"),
+                    format!("'{s}' is not a TransactionManager state"),
+                ));
+            }
+        }
+    }
+    for (name, outcome) in e.outcomes.iter().flatten() {
+        if !matches!(outcome.as_str(), "ok" | "pending") && KafkaError::from_name(outcome).is_none() {
+            return Err(err(
+                at,
+                &format!("outcomes.{name}"),
+                format!("'{outcome}' is neither ok, pending nor a Kafka error"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn client_state(name: &str) -> Option<TxnManagerState> {
+    use TxnManagerState::*;
+    [
+        Uninitialized,
+        Initializing,
+        Ready,
+        InTransaction,
+        CommittingTransaction,
+        AbortingTransaction,
+        AbortableError,
+        FatalError,
+    ]
+    .into_iter()
+    .find(|s| client_state_name(*s) == name)
+}
+
+/// Kafka's names for `TransactionManager.State`.
+fn client_state_name(s: TxnManagerState) -> &'static str {
+    use TxnManagerState::*;
+    match s {
+        Uninitialized => "UNINITIALIZED",
+        Initializing => "INITIALIZING",
+        Ready => "READY",
+        InTransaction => "IN_TRANSACTION",
+        CommittingTransaction => "COMMITTING_TRANSACTION",
+        AbortingTransaction => "ABORTING_TRANSACTION",
+        AbortableError => "ABORTABLE_ERROR",
+        FatalError => "FATAL_ERROR",
+    }
+}
+
+/// One line per message: `"EndTxn request p -> broker-0"`.
+pub fn describe(env: &Envelope) -> String {
+    let kind = if env.message.is_request() { "request" } else { "response" };
+    format!("{} {kind} {} -> {}", env.message.api_name(), env.from, env.to)
+}
+
+/// The difference a network scenario ran into: the op, the field and both values.
+pub struct NetDifference {
+    pub op_index: Option<usize>,
+    pub op: String,
+    pub field: String,
+    pub expected: String,
+    pub actual: String,
+}
+
+/// A misnamed message is the scenario's fault, not the engine's: exit 2, not a difference.
+pub enum Failure {
+    Differs(NetDifference),
+    Input(usize, String, String),
+}
+
+pub struct NetworkRunner<'a> {
+    cluster: Cluster,
+    held: Vec<Envelope>,
+    /// Named calls: name to (producer, op id); unnamed calls are tracked too, so completions are drained.
+    calls: BTreeMap<String, (String, OpId)>,
+    outcomes: BTreeMap<(String, OpId), Result<OpOutput, KafkaError>>,
+    /// Requests whose connection broke after the broker took them: their answers are lost on arrival.
+    dead: BTreeSet<(NodeId, u64)>,
+    topics: &'a BTreeMap<String, u32>,
+}
+
+fn tp(topic: &Option<String>, partition: u32) -> TopicPartition {
+    TopicPartition::new(topic.as_deref().unwrap_or("t"), partition)
+}
+
+fn json<T: serde::Serialize>(v: T) -> String {
+    serde_json::to_value(v).expect("plain data serializes").to_string()
+}
+
+impl<'a> NetworkRunner<'a> {
+    pub fn new(topics: &'a BTreeMap<String, u32>, version: TransactionVersion, mutations: Mutations) -> Self {
+        let config = EngineConfig { transaction_version: version, mutations, ..EngineConfig::default() };
+        NetworkRunner {
+            cluster: Cluster::new(topics, config),
+            held: Vec::new(),
+            calls: BTreeMap::new(),
+            outcomes: BTreeMap::new(),
+            dead: BTreeSet::new(),
+            topics,
+        }
+    }
+
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    /// Collects every producer's completed calls and loses answers to broken connections.
+    fn settle(&mut self) {
+        for (name, p) in self.cluster.producers.iter_mut() {
+            for c in p.take_completions() {
+                self.outcomes.insert((name.clone(), c.op), c.result);
+            }
+        }
+        if !self.dead.is_empty() {
+            let dead: Vec<usize> = self
+                .cluster
+                .in_flight()
+                .enumerate()
+                .filter(|(_, e)| !e.message.is_request() && self.dead.contains(&(e.to.clone(), e.correlation_id)))
+                .map(|(i, _)| i)
+                .collect();
+            for i in dead.into_iter().rev() {
+                let env = self.cluster.remove_in_flight(i).expect("listed above");
+                self.dead.remove(&(env.to, env.correlation_id));
+            }
+        }
+    }
+
+    fn producer(&mut self, name: &str) -> &mut Producer {
+        self.cluster.producers.get_mut(name).expect("validated: init_producer came first")
+    }
+
+    fn record(&mut self, producer: &str, name: &Option<String>, op: OpId) {
+        let key = name.clone().unwrap_or_else(|| format!("#{producer}:{op}"));
+        self.calls.insert(key, (producer.to_string(), op));
+    }
+
+    fn immediate<T>(
+        i: usize,
+        op: &str,
+        result: &Result<T, KafkaError>,
+        expect_error: &Option<String>,
+    ) -> Result<bool, Failure> {
+        let differs = |expected: &str, actual: &str| {
+            Failure::Differs(NetDifference {
+                op_index: Some(i),
+                op: op.into(),
+                field: "expect_error".into(),
+                expected: json(expected),
+                actual: json(actual),
+            })
+        };
+        match (expect_error, result) {
+            (Some(e), Err(a)) if e == a.name() || KafkaError::from_name(e) == Some(*a) => Ok(false),
+            (Some(e), Err(a)) => Err(differs(e, a.name())),
+            (Some(e), Ok(_)) => Err(differs(e, "accepted")),
+            (None, Err(a)) => Err(differs("accepted", a.name())),
+            (None, Ok(_)) => Ok(true),
+        }
+    }
+
+    fn pick(&self, i: usize, action: NetAction, p: &Pick) -> Result<usize, Failure> {
+        let pool: Vec<&Envelope> =
+            if action == NetAction::Release { self.held.iter().collect() } else { self.cluster.in_flight().collect() };
+        let matches: Vec<usize> = pool
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| {
+                e.message.api_name() == p.api
+                    && e.from.to_string() == p.from
+                    && e.to.to_string() == p.to
+                    && p.kind.is_none_or(|k| (k == MessageKind::Request) == e.message.is_request())
+            })
+            .map(|(k, _)| k)
+            .collect();
+        let listing = || pool.iter().map(|e| describe(e)).collect::<Vec<_>>().join("; ");
+        let name = format!("{} {} -> {}", p.api, p.from, p.to);
+        let place = if action == NetAction::Release { "held" } else { "in flight" };
+        match (p.occurrence, matches.len()) {
+            (_, 0) => Err(Failure::Input(i, "api".into(), format!("no {name} {place} (now: [{}])", listing()))),
+            (None, 1) => Ok(matches[0]),
+            (None, n) => Err(Failure::Input(
+                i,
+                "occurrence".into(),
+                format!("{n} messages match {name}: say which with 'occurrence' (1 = oldest)"),
+            )),
+            (Some(k), n) if k == 0 || k > n => {
+                Err(Failure::Input(i, "occurrence".into(), format!("{k} is out of range: {n} messages match {name}")))
+            }
+            (Some(k), _) => Ok(matches[k - 1]),
+        }
+    }
+
+    pub fn exec(&mut self, i: usize, op: &NetOp) -> Result<(), Failure> {
+        let now = self.cluster.now_ms;
+        match op {
+            NetOp::InitProducer(o) => {
+                let tid = o.transactional_id.clone().unwrap_or_else(|| o.producer.clone());
+                self.cluster.add_producer(&o.producer, ProducerKind::Transactional { transactional_id: tid });
+                if let Some(v) = o.client_transaction_version.and_then(TransactionVersion::from_number) {
+                    self.producer(&o.producer).client_transaction_version = v;
+                }
+                let result = self.producer(&o.producer).init_transactions(now);
+                self.started(i, op.name(), &o.producer, &o.name, &o.expect_error, result)?;
+            }
+            NetOp::Begin(o) => {
+                let result = self.producer(&o.producer).begin_transaction();
+                Self::immediate(i, op.name(), &result, &o.expect_error)?;
+            }
+            NetOp::Send(o) => {
+                let result = self.producer(&o.producer).send(now, tp(&o.topic, o.partition), o.values.clone());
+                self.started(i, op.name(), &o.producer, &o.name, &o.expect_error, result)?;
+            }
+            NetOp::Commit(o) => {
+                let result = self.producer(&o.producer).commit_transaction(now);
+                self.started(i, op.name(), &o.producer, &o.name, &o.expect_error, result)?;
+            }
+            NetOp::Abort(o) => {
+                let result = self.producer(&o.producer).abort_transaction(now);
+                self.started(i, op.name(), &o.producer, &o.name, &o.expect_error, result)?;
+            }
+            NetOp::Net(action, p) => {
+                let k = self.pick(i, *action, p)?;
+                match action {
+                    NetAction::Release => {
+                        let env = self.held.remove(k);
+                        self.cluster.inject(env);
+                    }
+                    _ => {
+                        let env = self.cluster.remove_in_flight(k).expect("picked");
+                        match action {
+                            NetAction::Deliver => self.cluster.deliver_message(env),
+                            NetAction::Drop => {}
+                            NetAction::Duplicate => {
+                                self.cluster.inject(env.clone());
+                                self.cluster.inject(env);
+                            }
+                            NetAction::Hold => self.held.push(env),
+                            NetAction::Release => unreachable!("handled above"),
+                        }
+                    }
+                }
+            }
+            NetOp::Disconnect(d) => {
+                let client = NodeId::Client(d.client.clone());
+                let broker = NodeId::Broker(d.broker);
+                let on_link: Vec<usize> = self
+                    .cluster
+                    .in_flight()
+                    .enumerate()
+                    .filter(|(_, e)| (e.from == client && e.to == broker) || (e.from == broker && e.to == client))
+                    .map(|(k, _)| k)
+                    .collect();
+                let mut requests = Vec::new();
+                for k in on_link.into_iter().rev() {
+                    let env = self.cluster.remove_in_flight(k).expect("listed above");
+                    if env.message.is_request() {
+                        requests.push(env);
+                    }
+                }
+                if d.processed {
+                    for env in requests.into_iter().rev() {
+                        self.dead.insert((env.from.clone(), env.correlation_id));
+                        self.cluster.deliver_message(env);
+                    }
+                }
+                let effects = self.producer(&d.client).on_disconnect(now, &broker);
+                self.cluster.apply(&client, effects);
+            }
+            NetOp::AdvanceTime(t) => self.cluster.fire_timers_until(now + t.ms),
+            NetOp::Run => {
+                // Each delivery answers or forwards; a cluster with nothing held goes quiet well inside this.
+                for _ in 0..txnsim_engine::cluster::MAX_STEPS_PER_RUN {
+                    self.settle();
+                    if self.cluster.in_flight().next().is_none() {
+                        break;
+                    }
+                    let env = self.cluster.remove_in_flight(0).expect("checked above");
+                    self.cluster.deliver_message(env);
+                }
+            }
+            NetOp::Expect(e) => {
+                self.settle();
+                return self.check(Some(i), op.name(), e).map_err(Failure::Differs);
+            }
+        }
+        self.settle();
+        Ok(())
+    }
+
+    fn started(
+        &mut self,
+        i: usize,
+        op: &str,
+        producer: &str,
+        name: &Option<String>,
+        expect_error: &Option<String>,
+        result: Result<(OpId, txnsim_engine::protocol::Effects), KafkaError>,
+    ) -> Result<(), Failure> {
+        if Self::immediate(i, op, &result, expect_error)? {
+            let (id, effects) = result.expect("accepted");
+            let node = self.producer(producer).id.clone();
+            self.cluster.apply(&node, effects);
+            self.record(producer, name, id);
+        }
+        Ok(())
+    }
+
+    pub fn check(&self, i: Option<usize>, op: &str, e: &Expect) -> Result<(), NetDifference> {
+        let diff = |field: String, expected: String, actual: String| NetDifference {
+            op_index: i,
+            op: op.to_string(),
+            field,
+            expected,
+            actual,
+        };
+        let cmp = |field: String, expected: String, actual: String| {
+            if expected == actual {
+                Ok(())
+            } else {
+                Err(diff(field, expected, actual))
+            }
+        };
+        if let Some(want) = &e.now_ms {
+            cmp("now_ms".into(), json(want), json(self.cluster.now_ms))?;
+        }
+        if let Some(want) = &e.in_flight {
+            let got: Vec<String> = self.cluster.in_flight().map(describe).collect();
+            cmp("in_flight".into(), json(want), json(got))?;
+        }
+        if let Some(want) = &e.held {
+            let got: Vec<String> = self.held.iter().map(describe).collect();
+            cmp("held".into(), json(want), json(got))?;
+        }
+        for (k, p) in e.producers.iter().flatten().enumerate() {
+            let f = |name: &str| format!("producers[{k}].{name}");
+            let Some(prod) = self.cluster.producers.get(&p.name) else {
+                return Err(diff(f("name"), json(&p.name), "no such producer".into()));
+            };
+            if let Some(s) = &p.state {
+                cmp(f("state"), json(s), json(client_state_name(prod.state)))?;
+            }
+            if let Some(pid) = p.producer_id {
+                cmp(f("producer_id"), json(pid), json(prod.producer_id_and_epoch.map(|x| x.producer_id)))?;
+            }
+            if let Some(epoch) = p.epoch {
+                cmp(f("epoch"), json(epoch), json(prod.producer_id_and_epoch.map(|x| x.epoch)))?;
+            }
+            for (part, want) in p.next_sequence.iter().flatten() {
+                let (topic, n) = part.rsplit_once('/').unwrap_or((part, "0"));
+                let got = prod.next_sequence(&TopicPartition::new(topic, n.parse().unwrap_or(0)));
+                cmp(f(&format!("next_sequence.{part}")), json(want), json(got))?;
+            }
+            if let Some(n) = p.in_flight_batches {
+                cmp(f("in_flight_batches"), json(n), json(prod.in_flight_batches()))?;
+            }
+            if let Some(err) = &p.last_error {
+                cmp(f("last_error"), json(err), json(prod.last_error.map(|x| x.name())))?;
+            }
+        }
+        for (k, c) in e.coordinator.iter().flatten().enumerate() {
+            let f = |name: &str| format!("coordinator[{k}].{name}");
+            let Some(meta) = self.cluster.broker.coordinator.txns.get(&c.transactional_id) else {
+                return Err(diff(
+                    f("transactional_id"),
+                    json(&c.transactional_id),
+                    "unknown to the coordinator".into(),
+                ));
+            };
+            check_metadata(meta, c, &f, &cmp)?;
+        }
+        for (name, want) in e.outcomes.iter().flatten() {
+            let got = match self.calls.get(name) {
+                None => return Err(diff(format!("outcomes.{name}"), json(want), "no call has this name".into())),
+                Some(key) => match self.outcomes.get(key) {
+                    None => "pending".to_string(),
+                    Some(Ok(_)) => "ok".to_string(),
+                    Some(Err(err)) => err.name().to_string(),
+                },
+            };
+            cmp(format!("outcomes.{name}"), json(want), json(got))?;
+        }
+        let mutations = &self.cluster.config.mutations;
+        for (k, l) in e.logs.iter().flatten().enumerate() {
+            let f = |name: &str| format!("logs[{k}].{name}");
+            let Some(log) = self.cluster.broker.partition(&tp(&l.topic, l.partition)) else {
+                return Err(diff(f("partition"), json(l.partition), "no such partition".into()));
+            };
+            if let Some(want) = &l.records {
+                let got: Vec<String> = log
+                    .batches()
+                    .flat_map(|b| match &b.body {
+                        BatchBody::Data(records) => records.iter().map(|r| r.value.clone()).collect(),
+                        BatchBody::Control(m) => vec![m.map(|m| m.result.name()).unwrap_or("EMPTY").to_string()],
+                    })
+                    .collect();
+                cmp(f("records"), json(want), json(got))?;
+            }
+            let offsets = [
+                ("lso", l.lso, log.last_stable_offset(mutations)),
+                ("high_watermark", l.high_watermark, log.high_watermark()),
+                ("log_end_offset", l.log_end_offset, log.log_end_offset()),
+            ];
+            for (name, want, got) in offsets {
+                if let Some(w) = want {
+                    cmp(f(name), json(w), json(got))?;
+                }
+            }
+        }
+        for (k, r) in e.reads.iter().flatten().enumerate() {
+            let f = |name: &str| format!("reads[{k}].{name}");
+            let Some(log) = self.cluster.broker.partition(&tp(&r.topic, r.partition)) else {
+                return Err(diff(f("partition"), json(r.partition), "no such partition".into()));
+            };
+            let isolation = match r.isolation {
+                Isolation::ReadCommitted => IsolationLevel::ReadCommitted,
+                Isolation::ReadUncommitted => IsolationLevel::ReadUncommitted,
+            };
+            let (records, position) = read_to_end(log, isolation, r.from_offset, mutations);
+            let values: Vec<&String> = records.iter().map(|(_, v)| v).collect();
+            let offsets: Vec<u64> = records.iter().map(|(o, _)| *o).collect();
+            cmp(f("values"), json(&r.expect.values), json(values))?;
+            cmp(f("offsets"), json(&r.expect.offsets), json(offsets))?;
+            cmp(f("end_position"), json(r.expect.end_position), json(position))?;
+        }
+        Ok(())
+    }
+
+    /// Every state invariant of the catalogue, over the broker as it is now.
+    pub fn state_violation(&self) -> Option<txnsim_properties::Violation> {
+        let broker = &self.cluster.broker;
+        let view = txnsim_properties::ClusterView {
+            partitions: &broker.partitions,
+            coordinator: Some(&broker.coordinator),
+            mutations: &broker.config.mutations,
+        };
+        txnsim_properties::check_state(&view).into_iter().next()
+    }
+
+    pub fn topics(&self) -> &BTreeMap<String, u32> {
+        self.topics
+    }
+}
+
+fn check_metadata(
+    meta: &TransactionMetadata,
+    c: &CoordinatorExpect,
+    f: &dyn Fn(&str) -> String,
+    cmp: &dyn Fn(String, String, String) -> Result<(), NetDifference>,
+) -> Result<(), NetDifference> {
+    if let Some(s) = &c.state {
+        cmp(f("state"), json(s), json(meta.state.name()))?;
+    }
+    if let Some(pid) = c.producer_id {
+        cmp(f("producer_id"), json(pid), json(meta.producer_id))?;
+    }
+    if let Some(e) = c.epoch {
+        cmp(f("epoch"), json(e), json(meta.producer_epoch))?;
+    }
+    if let Some(e) = c.last_epoch {
+        cmp(f("last_epoch"), json(e), json(meta.last_producer_epoch))?;
+    }
+    if let Some(p) = &c.pending {
+        cmp(f("pending"), p.to_string(), json(meta.pending_state.map(|s| s.name())))?;
+    }
+    if let Some(ps) = &c.partitions {
+        let got: Vec<String> = meta.topic_partitions.iter().map(|t| t.to_string()).collect();
+        cmp(f("partitions"), json(ps), json(got))?;
+    }
+    Ok(())
+}
