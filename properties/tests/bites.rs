@@ -52,9 +52,12 @@ fn suite(inv: Invariant) -> Suite {
         | LsoReachesHighWatermark
         | OpenTransactionsTimeOut
         | ReaderCatchesUp => Producer(Profile::Clean),
-        MarkerMatchesDecision | ValidCoordinatorTransitions | PartitionCoverage | DecidedTransactionsComplete => {
-            Producer(Profile::Faults)
-        }
+        MarkerMatchesDecision
+        | ValidCoordinatorTransitions
+        | PartitionCoverage
+        | DecidedTransactionsComplete
+        | FailedSendCommitted
+        | CommittedWritesCommitted => Producer(Profile::Faults),
         NoNonTransactionalWriteInOpenTxn | ProducerEpochMonotonic | CoordinatorEpochMonotonic => Log,
         NoDuplicateAppends | Duplicate => Log,
         DecisionIrrevocable => Producer(Profile::Faults),
@@ -186,6 +189,8 @@ bite_tests! {
     lso_reaches_high_watermark => LsoReachesHighWatermark,
     open_transactions_time_out => OpenTransactionsTimeOut,
     reader_catches_up => ReaderCatchesUp,
+    failed_send_committed => FailedSendCommitted,
+    committed_writes_committed => CommittedWritesCommitted,
 }
 
 /// The same generators and seed with no mutation: no invariant fires, the engine matches the reference

@@ -18,7 +18,8 @@ use txnsim_engine::{
 };
 use txnsim_properties::reference::Predicted;
 use txnsim_properties::{
-    check_history, check_liveness, check_read_superset, check_state, CallOutcome, ClusterView, Event, History,
+    check_committed_sends, check_failed_sends, check_history, check_liveness, check_read_superset, check_state,
+    CallOutcome, ClusterView, Event, History,
     Invariant, MonotonicityChecker, ProducerCall, ReferenceModel, Violation,
 };
 
@@ -395,6 +396,12 @@ pub fn run_case(case: &Case, mutations: Mutations) -> Report {
         let live = check_liveness(&view, &readers);
         h.at = "the liveness check after healing".into();
         h.record(live);
+        let mut intent = check_committed_sends(&h.history, &h.cluster.broker.partitions);
+        if h.setup.tv.supports_epoch_bump() {
+            intent.extend(check_failed_sends(&h.history, &h.cluster.broker.partitions));
+        }
+        h.at = "the client-intent check after healing".into();
+        h.record(intent);
         let hist = check_history(&h.history, &h.cluster.broker.partitions);
         h.at = "the history check at the end".into();
         h.record(hist);
