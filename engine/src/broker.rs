@@ -118,7 +118,10 @@ impl Broker {
             Timer::ResendTxnMarkers { decision } => {
                 self.coordinate(now_ms, &mut effects, |c, ctx| c.on_resend_markers(decision, ctx));
             }
-            Timer::RetryBackoff { .. } | Timer::RequestTimeout { .. } => {
+            Timer::RetryBackoff { .. }
+            | Timer::RequestTimeout { .. }
+            | Timer::DeliveryTimeout { .. }
+            | Timer::Linger { .. } => {
                 unreachable!("brokers set no client timers")
             }
         }

@@ -19,8 +19,14 @@ pub struct EngineConfig {
     pub retry_backoff_ms: TimeMs,
     /// Client `request.timeout.ms` (default 30000).
     pub request_timeout_ms: TimeMs,
-    /// Sends of one batch before the producer gives up on it (`delivery.timeout.ms` / `request.timeout.ms`).
-    pub delivery_attempts_max: u32,
+    /// Producer `delivery.timeout.ms` (default 120000): a batch fails this long after its creation, however
+    /// many times it was retried (`ProducerBatch.hasReachedDeliveryTimeout`; `retries` is unbounded).
+    pub delivery_timeout_ms: TimeMs,
+    /// Producer `linger.ms`: how long a new batch waits in the accumulator before the sender may drain it.
+    /// Kafka 4.x's default is 5 (KIP-1030); 0 here keeps every driver's timeline one step shorter.
+    pub linger_ms: TimeMs,
+    /// Producer `max.in.flight.requests.per.connection` (default 5; at most 5 with idempotence).
+    pub max_in_flight_requests_per_connection: u32,
     /// Historical bugs switched on; empty in every normal run.
     pub mutations: Mutations,
 }
@@ -35,8 +41,30 @@ impl Default for EngineConfig {
             abort_timed_out_cleanup_interval_ms: 10_000,
             retry_backoff_ms: 100,
             request_timeout_ms: 30_000,
-            delivery_attempts_max: 4,
+            delivery_timeout_ms: 120_000,
+            linger_ms: 0,
+            max_in_flight_requests_per_connection: 5,
             mutations: Mutations::none(),
         }
+    }
+}
+
+impl EngineConfig {
+    /// The producer's config checks (`KafkaProducer.configureDeliveryTimeout`, `ProducerConfig`): a
+    /// `ConfigException` message, as Kafka words it, for a combination Kafka refuses.
+    pub fn check_producer_config(&self) -> Result<(), String> {
+        if self.delivery_timeout_ms < self.linger_ms + self.request_timeout_ms {
+            return Err(format!(
+                "delivery.timeout.ms should be equal to or larger than linger.ms + request.timeout.ms ({} < {} + {})",
+                self.delivery_timeout_ms, self.linger_ms, self.request_timeout_ms
+            ));
+        }
+        if !(1..=5).contains(&self.max_in_flight_requests_per_connection) {
+            return Err(format!(
+                "Must set max.in.flight.requests.per.connection to at most 5 (and at least 1) to use the idempotent producer, not {}",
+                self.max_in_flight_requests_per_connection
+            ));
+        }
+        Ok(())
     }
 }

@@ -21,10 +21,12 @@ pub enum KafkaError {
     ProducerFenced,
     UnknownProducerId,
     RequestTimedOut,
+    /// Client-side only (`TransactionAbortedException`): a batch never sent, failed by an abort. No wire code.
+    TransactionAborted,
 }
 
 impl KafkaError {
-    pub const ALL: [KafkaError; 16] = [
+    pub const ALL: [KafkaError; 17] = [
         KafkaError::OffsetOutOfRange,
         KafkaError::UnknownTopicOrPartition,
         KafkaError::NotCoordinator,
@@ -41,6 +43,7 @@ impl KafkaError {
         KafkaError::ProducerFenced,
         KafkaError::UnknownProducerId,
         KafkaError::RequestTimedOut,
+        KafkaError::TransactionAborted,
     ];
 
     /// The wire code from `Errors.java`.
@@ -62,6 +65,8 @@ impl KafkaError {
             KafkaError::TransactionCoordinatorFenced => 52,
             KafkaError::UnknownProducerId => 59,
             KafkaError::ProducerFenced => 90,
+            // Never on the wire: `Errors.UNKNOWN_SERVER_ERROR` if it ever had to be.
+            KafkaError::TransactionAborted => -1,
         }
     }
 
@@ -84,6 +89,7 @@ impl KafkaError {
             KafkaError::ProducerFenced => "PRODUCER_FENCED",
             KafkaError::UnknownProducerId => "UNKNOWN_PRODUCER_ID",
             KafkaError::RequestTimedOut => "REQUEST_TIMED_OUT",
+            KafkaError::TransactionAborted => "TRANSACTION_ABORTED",
         }
     }
 
@@ -96,11 +102,16 @@ impl KafkaError {
         KafkaError::ALL.into_iter().find(|e| e.name() == name)
     }
 
-    /// Errors a client retries by itself (`RetriableException` subclasses on these APIs).
+    /// Errors a client retries by itself (`RetriableException` subclasses on these APIs; REQUEST_TIMED_OUT
+    /// and UNKNOWN_TOPIC_OR_PARTITION too, `TransactionManagerTest#testRetriableErrors`).
     pub fn is_retriable(self) -> bool {
         matches!(
             self,
-            KafkaError::ConcurrentTransactions | KafkaError::NotCoordinator | KafkaError::CoordinatorLoadInProgress
+            KafkaError::ConcurrentTransactions
+                | KafkaError::NotCoordinator
+                | KafkaError::CoordinatorLoadInProgress
+                | KafkaError::RequestTimedOut
+                | KafkaError::UnknownTopicOrPartition
         )
     }
 }

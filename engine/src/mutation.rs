@@ -65,10 +65,19 @@ pub enum Mutation {
     /// The TV1 client policy under TV2: after an abort with a failed batch the client sends a KIP-360
     /// InitProducerId though the EndTxn answer already bumped its epoch (`needToTriggerEpochBumpFromClient`).
     Tv2InitAfterAbort,
+    /// `abortUndrainedBatches` missing: batches not yet sent when the application aborts (or an abortable
+    /// error strikes) are sent anyway instead of failing with TransactionAbortedException.
+    AbortSendsUndrainedBatches,
+    /// A batch that fails while a commit or abort is completing still sets the KIP-360 epoch bump.
+    EpochBumpWhileCompleting,
+    /// An idempotent producer never bumps its epoch after a sequence gap or an expired batch.
+    NoIdempotentEpochBump,
+    /// OUT_OF_ORDER_SEQUENCE is final even for a batch that is not the next sequence (an earlier one's failure).
+    OutOfOrderNeverRetried,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 28] = [
+    pub const ALL: [Mutation; 32] = [
         Mutation::ReadCommittedBoundedByHw,
         Mutation::LsoInclusive,
         Mutation::LsoIgnoresOngoingTxns,
@@ -97,6 +106,10 @@ impl Mutation {
         Mutation::Tv2AbortKeepsEpoch,
         Mutation::Kip360RetryFenced,
         Mutation::Tv2InitAfterAbort,
+        Mutation::AbortSendsUndrainedBatches,
+        Mutation::EpochBumpWhileCompleting,
+        Mutation::NoIdempotentEpochBump,
+        Mutation::OutOfOrderNeverRetried,
     ];
 
     /// The kebab-case name used on the command line and in seed files.
@@ -130,6 +143,10 @@ impl Mutation {
             Mutation::Tv2AbortKeepsEpoch => "tv2-abort-keeps-epoch",
             Mutation::Kip360RetryFenced => "kip360-retry-fenced",
             Mutation::Tv2InitAfterAbort => "tv2-init-after-abort",
+            Mutation::AbortSendsUndrainedBatches => "abort-sends-undrained-batches",
+            Mutation::EpochBumpWhileCompleting => "epoch-bump-while-completing",
+            Mutation::NoIdempotentEpochBump => "no-idempotent-epoch-bump",
+            Mutation::OutOfOrderNeverRetried => "out-of-order-never-retried",
         }
     }
 

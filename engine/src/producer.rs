@@ -55,6 +55,9 @@ impl TxnManagerState {
     }
 }
 
+/// `TransactionManager.ADD_PARTITIONS_RETRY_BACKOFF_MS`: the retry of an AddPartitions answered CONCURRENT_TRANSACTIONS.
+pub const ADD_PARTITIONS_RETRY_BACKOFF_MS: TimeMs = 20;
+
 /// Identifies one asynchronous call on this producer.
 pub type OpId = u64;
 
@@ -94,7 +97,8 @@ enum InFlight {
     },
 }
 
-/// A send waiting for its partition to join the transaction (TV1's AddPartitionsToTxn first).
+/// A batch in the `RecordAccumulator`, not yet drained: waiting for its partition to join the transaction
+/// (TV1's AddPartitionsToTxn first), for `linger.ms`, or for room under `max.in.flight.requests.per.connection`.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct QueuedSend {
     op: OpId,
@@ -119,7 +123,8 @@ pub struct Producer {
     partitions_in_txn: BTreeSet<TopicPartition>,
     /// Whether any partition joined the transaction; an empty one ends without an EndTxn (`transactionStarted`).
     transaction_started: bool,
-    queued_sends: Vec<QueuedSend>,
+    /// Undrained batches in send order; the sender drains them (`RecordAccumulator.drain`).
+    accumulator: Vec<QueuedSend>,
     /// An EndTxn waiting for in-flight sends to finish (commit and abort flush first).
     pending_end: Option<(OpId, TransactionResult)>,
     in_flight: BTreeMap<u64, InFlight>,
@@ -128,8 +133,10 @@ pub struct Producer {
     next_correlation_id: u64,
     next_op: OpId,
     completions: Vec<Completion>,
-    /// Sends of each produce op so far, for `delivery_attempts_max`.
-    attempts: BTreeMap<OpId, u32>,
+    /// When each incomplete batch was created: it fails `delivery.timeout.ms` later (`ProducerBatch.createdMs`).
+    created_ms: BTreeMap<OpId, TimeMs>,
+    /// The last sequence a leader acknowledged per partition (`TxnPartitionEntry.lastAckedSequence`).
+    last_acked_sequence: BTreeMap<TopicPartition, i32>,
     /// The time of the latest input; requests' timeouts count from it.
     now_ms: TimeMs,
     /// A batch failed in a way that leaves its sequence unknown: the next abort bumps the epoch (KIP-360).
@@ -155,7 +162,7 @@ impl Rename for Producer {
             ProducerKind::Transactional { transactional_id } => names(transactional_id),
             ProducerKind::Plain | ProducerKind::Idempotent => {}
         }
-        self.queued_sends.iter_mut().for_each(|q| q.values.rename(names));
+        self.accumulator.iter_mut().for_each(|q| q.values.rename(names));
         self.in_flight.rename(names);
         self.backing_off.rename(names);
     }
@@ -180,14 +187,15 @@ impl Producer {
             next_sequence: BTreeMap::new(),
             partitions_in_txn: BTreeSet::new(),
             transaction_started: false,
-            queued_sends: Vec::new(),
+            accumulator: Vec::new(),
             pending_end: None,
             in_flight: BTreeMap::new(),
             backing_off: BTreeMap::new(),
             next_correlation_id: 0,
             next_op: 0,
             completions: Vec::new(),
-            attempts: BTreeMap::new(),
+            created_ms: BTreeMap::new(),
+            last_acked_sequence: BTreeMap::new(),
             now_ms: 0,
             epoch_bump_required: false,
             client_transaction_version: TransactionVersion::V2,
@@ -214,6 +222,32 @@ impl Producer {
     /// The sequence the next batch to `partition` gets (`TransactionManager.sequenceNumber`).
     pub fn next_sequence(&self, partition: &TopicPartition) -> i32 {
         self.next_sequence.get(partition).copied().unwrap_or(0)
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Whether batch `op` is still incomplete (its delivery timeout can still fail it).
+    pub fn batch_incomplete(&self, op: OpId) -> bool {
+        self.created_ms.contains_key(&op)
+    }
+
+    /// The batch a Produce request in flight carries (drivers reason about which timers can still matter).
+    pub fn batch_of_request(&self, correlation_id: u64) -> Option<OpId> {
+        match self.in_flight.get(&correlation_id) {
+            Some(InFlight::Produce { op, .. }) => Some(*op),
+            _ => None,
+        }
+    }
+
+    /// The requests in flight that carry batch `op`.
+    pub fn requests_of_batch(&self, op: OpId) -> Vec<u64> {
+        self.in_flight
+            .iter()
+            .filter(|(_, f)| matches!(f, InFlight::Produce { op: o, .. } if *o == op))
+            .map(|(c, _)| *c)
+            .collect()
     }
 
     /// Batches sent and not yet answered, or waiting out a backoff before their resend.
@@ -250,7 +284,7 @@ impl Producer {
     pub fn is_idle(&self) -> bool {
         self.in_flight.is_empty()
             && self.backing_off.is_empty()
-            && self.queued_sends.is_empty()
+            && self.accumulator.is_empty()
             && self.pending_end.is_none()
     }
 
@@ -271,6 +305,46 @@ impl Producer {
         }
         self.last_error = Some(error);
         self.transition(TxnManagerState::AbortableError);
+        // The sender fails what it never drained once an abortable error is set.
+        if !self.config.mutations.has(crate::mutation::Mutation::AbortSendsUndrainedBatches) {
+            self.abort_undrained_batches(error);
+        }
+    }
+
+    /// A batch failed in a way that leaves its sequence unknown: TV1 and idempotent producers bump the epoch
+    /// before the next transaction or batch (`maybeTransitionToErrorState`: not while completing one).
+    fn sequence_unknown(&mut self) {
+        if !matches!(self.state, TxnManagerState::CommittingTransaction | TxnManagerState::AbortingTransaction)
+            || self.config.mutations.has(crate::mutation::Mutation::EpochBumpWhileCompleting)
+        {
+            self.epoch_bump_required = true;
+        }
+    }
+
+    /// `bumpIdempotentEpochAndResetIdIfNeeded`: an idempotent producer with a broken sequence bumps its own
+    /// epoch once nothing is in flight, and restarts every partition's sequence at 0.
+    fn maybe_bump_idempotent_epoch(&mut self) {
+        if self.kind != ProducerKind::Idempotent || !self.epoch_bump_required || self.in_flight_batches() > 0 {
+            return;
+        }
+        if self.config.mutations.has(crate::mutation::Mutation::NoIdempotentEpochBump) {
+            return;
+        }
+        let Some(pie) = self.producer_id_and_epoch else { return };
+        self.set_producer_id_and_epoch(ProducerIdAndEpoch { producer_id: pie.producer_id, epoch: pie.epoch + 1 });
+        self.epoch_bump_required = false;
+    }
+
+    /// `TransactionManager.isNextSequence`: the batch right after the last acknowledged one.
+    fn is_next_sequence(&self, partition: &TopicPartition, base_sequence: i32) -> bool {
+        let last = self.last_acked_sequence.get(partition).copied();
+        base_sequence == last.map_or(0, |l| increment_sequence(l, 1))
+    }
+
+    /// A batch is done: it leaves the delivery-timeout bookkeeping and its outcome reaches the application.
+    fn complete_batch(&mut self, op: OpId, result: Result<OpOutput, KafkaError>) {
+        self.created_ms.remove(&op);
+        self.completions.push(Completion { op, result });
     }
 
     /// `maybeFailWithError`: a producer in an error state rejects calls with that error.
@@ -291,9 +365,6 @@ impl Producer {
     fn request(&mut self, to: NodeId, message: Message, in_flight: InFlight, effects: &mut Effects) {
         self.next_correlation_id += 1;
         let corr = self.next_correlation_id;
-        if let InFlight::Produce { op, .. } = &in_flight {
-            *self.attempts.entry(*op).or_insert(0) += 1;
-        }
         self.in_flight.insert(corr, in_flight);
         effects.send(&self.id.clone(), &to, corr, message);
         let due = self.now_ms + self.config.request_timeout_ms;
@@ -386,40 +457,77 @@ impl Producer {
         self.check_not_failed()?;
         let mut effects = Effects::default();
         match self.kind {
-            ProducerKind::Transactional { .. } => {
-                if self.state != TxnManagerState::InTransaction {
-                    return Err(KafkaError::InvalidTxnState);
-                }
-                let op = self.new_op();
-                let tv2 = self.transaction_version().supports_epoch_bump();
-                if tv2 || self.partitions_in_txn.contains(&partition) {
-                    // Under TV2 the partition leader adds the partition itself (KIP-890 part 2).
-                    self.transaction_started = true;
-                    self.send_batch(op, partition, values, &mut effects);
-                } else {
-                    let adding = self.queued_sends.iter().any(|q| q.partition == partition);
-                    self.queued_sends.push(QueuedSend { op, partition: partition.clone(), values });
-                    if !adding {
-                        let pie = self.producer_id_and_epoch.expect("in a transaction after init");
-                        let message = Message::AddPartitionsToTxnRequest {
-                            transactional_id: self.transactional_id().expect("transactional").to_string(),
-                            producer: pie,
-                            partitions: vec![partition.clone()],
-                            verify_only: false,
-                            transaction_version: self.transaction_version(),
-                        };
-                        let in_flight = InFlight::AddPartitions { partitions: vec![partition] };
-                        self.request(self.coordinator.clone(), message, in_flight, &mut effects);
-                    }
-                }
-                Ok((op, effects))
+            ProducerKind::Transactional { .. } if self.state != TxnManagerState::InTransaction => {
+                return Err(KafkaError::InvalidTxnState)
             }
-            ProducerKind::Idempotent if self.state != TxnManagerState::Ready => Err(KafkaError::InvalidTxnState),
-            ProducerKind::Idempotent | ProducerKind::Plain => {
-                let op = self.new_op();
-                self.send_batch(op, partition, values, &mut effects);
-                Ok((op, effects))
+            ProducerKind::Idempotent if self.state != TxnManagerState::Ready => {
+                return Err(KafkaError::InvalidTxnState)
             }
+            _ => {}
+        }
+        let op = self.new_op();
+        let tv1_txn = self.transactional_id().is_some() && !self.transaction_version().supports_epoch_bump();
+        if self.transactional_id().is_some() && !tv1_txn {
+            // Under TV2 the partition leader adds the partition itself (KIP-890 part 2): the transaction
+            // counts as started at its first send, even if that batch never reaches a leader.
+            self.transaction_started = true;
+        }
+        let needs_add = tv1_txn
+            && !self.partitions_in_txn.contains(&partition)
+            && !self.accumulator.iter().any(|q| q.partition == partition);
+        self.accumulator.push(QueuedSend { op, partition: partition.clone(), values });
+        self.created_ms.insert(op, now_ms);
+        effects.timers.push((now_ms + self.config.delivery_timeout_ms, Timer::DeliveryTimeout { op }));
+        if self.config.linger_ms > 0 {
+            effects.timers.push((now_ms + self.config.linger_ms, Timer::Linger { op }));
+        }
+        if needs_add {
+            let message = Message::AddPartitionsToTxnRequest {
+                transactional_id: self.transactional_id().expect("transactional").to_string(),
+                producer: self.producer_id_and_epoch.expect("in a transaction after init"),
+                partitions: vec![partition.clone()],
+                verify_only: false,
+                transaction_version: self.transaction_version(),
+            };
+            let in_flight = InFlight::AddPartitions { partitions: vec![partition] };
+            self.request(self.coordinator.clone(), message, in_flight, &mut effects);
+        }
+        self.drain(&mut effects);
+        Ok((op, effects))
+    }
+
+    /// `Sender.sendProducerData` + `RecordAccumulator.drain`: sends every batch that may go, in order: its
+    /// partition is in the transaction (TV1), its `linger.ms` is over (or a commit is flushing), no earlier
+    /// batch of the partition waits, and fewer than `max.in.flight.requests.per.connection` are in flight.
+    fn drain(&mut self, effects: &mut Effects) {
+        let tv1_txn = self.transactional_id().is_some() && !self.transaction_version().supports_epoch_bump();
+        let flushing = matches!(self.pending_end, Some((_, TransactionResult::Commit)));
+        let mut blocked: BTreeSet<TopicPartition> = BTreeSet::new();
+        let mut k = 0;
+        while k < self.accumulator.len() {
+            let q = &self.accumulator[k];
+            let in_flight = self.in_flight.values().filter(|f| matches!(f, InFlight::Produce { .. })).count();
+            let lingering = self.now_ms < self.created_ms[&q.op] + self.config.linger_ms && !flushing;
+            let may_go = !blocked.contains(&q.partition)
+                && (!tv1_txn || self.partitions_in_txn.contains(&q.partition))
+                && !lingering
+                && (in_flight as u32) < self.config.max_in_flight_requests_per_connection;
+            if may_go {
+                let q = self.accumulator.remove(k);
+                self.send_batch(q.op, q.partition, q.values, effects);
+            } else {
+                blocked.insert(q.partition.clone());
+                k += 1;
+            }
+        }
+    }
+
+    /// `RecordAccumulator.abortUndrainedBatches`: batches never sent fail with `error`; sent ones are left
+    /// to complete (an abort or an abortable error).
+    fn abort_undrained_batches(&mut self, error: KafkaError) {
+        for q in std::mem::take(&mut self.accumulator) {
+            self.created_ms.remove(&q.op);
+            self.completions.push(Completion { op: q.op, result: Err(error) });
         }
     }
 
@@ -448,11 +556,28 @@ impl Producer {
     pub fn commit_transaction(&mut self, now_ms: TimeMs) -> Result<(OpId, Effects), KafkaError> {
         self.now_ms = now_ms;
         self.check_not_failed()?;
+        if let Some(op) = self.ending(TransactionResult::Commit) {
+            // The application retries a commit whose call timed out: the same pending result
+            // (`TransactionManagerTest#testRetryCommitTransaction`).
+            return Ok((op, Effects::default()));
+        }
         if self.transactional_id().is_none() || self.state != TxnManagerState::InTransaction {
             return Err(KafkaError::InvalidTxnState);
         }
         self.transition(TxnManagerState::CommittingTransaction);
         Ok(self.begin_end(TransactionResult::Commit))
+    }
+
+    /// The commit or abort under way, if it is `result`'s (its EndTxn, or TV1's InitProducerId after it).
+    fn ending(&self, result: TransactionResult) -> Option<OpId> {
+        if let Some((op, r)) = self.pending_end {
+            return (r == result).then_some(op);
+        }
+        self.in_flight.values().chain(self.backing_off.values()).find_map(|f| match f {
+            InFlight::EndTxn { op, result: r } if *r == result => Some(*op),
+            InFlight::InitProducerId { op, after_abort: true } if result == TransactionResult::Abort => Some(*op),
+            _ => None,
+        })
     }
 
     /// `abortTransaction()`: allowed after an abortable error.
@@ -461,12 +586,18 @@ impl Producer {
         if self.state == TxnManagerState::FatalError {
             return Err(self.last_error.expect("fatal state records its error"));
         }
+        if let Some(op) = self.ending(TransactionResult::Abort) {
+            return Ok((op, Effects::default()));
+        }
         if self.transactional_id().is_none()
             || !matches!(self.state, TxnManagerState::InTransaction | TxnManagerState::AbortableError)
         {
             return Err(KafkaError::InvalidTxnState);
         }
         self.transition(TxnManagerState::AbortingTransaction);
+        if !self.config.mutations.has(crate::mutation::Mutation::AbortSendsUndrainedBatches) {
+            self.abort_undrained_batches(KafkaError::TransactionAborted);
+        }
         Ok(self.begin_end(TransactionResult::Abort))
     }
 
@@ -475,6 +606,8 @@ impl Producer {
         assert!(self.pending_end.is_none(), "{}: one EndTxn at a time", self.id);
         self.pending_end = Some((op, result));
         let mut effects = Effects::default();
+        // A commit flushes: lingering batches go now.
+        self.drain(&mut effects);
         self.maybe_send_end_txn(&mut effects);
         (op, effects)
     }
@@ -483,7 +616,7 @@ impl Producer {
     fn maybe_send_end_txn(&mut self, effects: &mut Effects) {
         let busy =
             self.in_flight.values().chain(self.backing_off.values()).any(|f| !matches!(f, InFlight::EndTxn { .. }))
-                || !self.queued_sends.is_empty();
+                || !self.accumulator.is_empty();
         if busy {
             return;
         }
@@ -530,6 +663,7 @@ impl Producer {
         if self.producer_id_and_epoch != Some(pie) {
             // A new epoch starts every partition's sequence at 0 (KAFKA_SEMANTICS 2.4, 32).
             self.next_sequence.clear();
+            self.last_acked_sequence.clear();
         }
         self.producer_id_and_epoch = Some(pie);
     }
@@ -544,38 +678,66 @@ impl Producer {
                 }
             }
             Timer::RequestTimeout { correlation_id } => {
-                let Some(in_flight) = self.in_flight.remove(&correlation_id) else {
-                    return effects;
-                };
-                match in_flight {
-                    InFlight::Produce { op, .. }
-                        if self.attempts.get(&op).copied().unwrap_or(0) >= self.config.delivery_attempts_max =>
-                    {
-                        // `delivery.timeout.ms` passed: the batch fails, though a copy may still be in the network.
-                        self.attempts.remove(&op);
-                        // The batch may or may not be in the log: its sequence is now unknown.
-                        self.epoch_bump_required = true;
-                        if self.transactional_id().is_some() {
-                            self.fail_abortable(KafkaError::RequestTimedOut);
-                        }
-                        self.completions.push(Completion { op, result: Err(KafkaError::RequestTimedOut) });
-                    }
-                    other => self.resend(other, &mut effects),
+                // `NetworkClient` closes the connection of a timed-out request: it fails unanswered and is
+                // retried after `retry.backoff.ms`, as for any disconnect.
+                if let Some(in_flight) = self.in_flight.remove(&correlation_id) {
+                    self.back_off(now_ms, in_flight, &mut effects);
                 }
-                self.maybe_send_end_txn(&mut effects);
             }
+            Timer::DeliveryTimeout { op } => self.expire_batch(op),
+            Timer::Linger { .. } => {}
             Timer::AbortTimedOutTransactions | Timer::ResendTxnMarkers { .. } => {
                 unreachable!("producers set only client timers")
             }
         }
+        self.after_event(&mut effects);
         effects
     }
 
+    /// What the sender loop does after any input: drain, bump an idempotent epoch, send a waiting EndTxn.
+    fn after_event(&mut self, effects: &mut Effects) {
+        self.drain(effects);
+        self.maybe_bump_idempotent_epoch();
+        self.drain(effects);
+        self.maybe_send_end_txn(effects);
+    }
+
+    /// `delivery.timeout.ms` since the batch's creation has passed (`Sender.getExpiredInflightBatches`,
+    /// `RecordAccumulator.expiredBatches`): it fails wherever it is, though a copy may still be in the
+    /// network; a batch that was sent leaves its sequence unknown.
+    fn expire_batch(&mut self, op: OpId) {
+        if !self.created_ms.contains_key(&op) {
+            return; // Completed before its delivery timeout.
+        }
+        let was_sent = |f: &InFlight| matches!(f, InFlight::Produce { op: o, .. } if *o == op);
+        let sent_corrs: Vec<u64> = self.in_flight.iter().filter(|(_, f)| was_sent(f)).map(|(c, _)| *c).collect();
+        let backing: Vec<u64> = self.backing_off.iter().filter(|(_, f)| was_sent(f)).map(|(c, _)| *c).collect();
+        let sent = !sent_corrs.is_empty() || !backing.is_empty();
+        for c in sent_corrs {
+            self.in_flight.remove(&c);
+        }
+        for c in backing {
+            self.backing_off.remove(&c);
+        }
+        self.accumulator.retain(|q| q.op != op);
+        if sent {
+            self.sequence_unknown();
+        }
+        if self.transactional_id().is_some() {
+            self.fail_abortable(KafkaError::RequestTimedOut);
+        }
+        self.complete_batch(op, Err(KafkaError::RequestTimedOut));
+    }
+
     fn back_off(&mut self, now_ms: TimeMs, in_flight: InFlight, effects: &mut Effects) {
+        self.back_off_for(now_ms, self.config.retry_backoff_ms, in_flight, effects);
+    }
+
+    fn back_off_for(&mut self, now_ms: TimeMs, backoff_ms: TimeMs, in_flight: InFlight, effects: &mut Effects) {
         self.next_correlation_id += 1;
         let corr = self.next_correlation_id;
         self.backing_off.insert(corr, in_flight);
-        effects.timers.push((now_ms + self.config.retry_backoff_ms, Timer::RetryBackoff { correlation_id: corr }));
+        effects.timers.push((now_ms + backoff_ms, Timer::RetryBackoff { correlation_id: corr }));
     }
 
     pub fn on_message(&mut self, now_ms: TimeMs, env: Envelope) -> Effects {
@@ -607,47 +769,53 @@ impl Producer {
                 Ok(()) => {
                     self.partitions_in_txn.extend(partitions.iter().cloned());
                     self.transaction_started = true;
-                    let ready: Vec<QueuedSend> = std::mem::take(&mut self.queued_sends);
-                    let (go, wait): (Vec<_>, Vec<_>) =
-                        ready.into_iter().partition(|q| partitions.contains(&q.partition));
-                    self.queued_sends = wait;
-                    for q in go {
-                        self.send_batch(q.op, q.partition, q.values, &mut effects);
-                    }
                 }
+                // `AddPartitionsHandler`: CONCURRENT_TRANSACTIONS retries sooner than `retry.backoff.ms`
+                // (`ADD_PARTITIONS_RETRY_BACKOFF_MS`), the previous transaction's markers being nearly done.
+                Err(KafkaError::ConcurrentTransactions) => self.back_off_for(
+                    now_ms,
+                    ADD_PARTITIONS_RETRY_BACKOFF_MS.min(self.config.retry_backoff_ms),
+                    InFlight::AddPartitions { partitions },
+                    &mut effects,
+                ),
                 Err(e) if e.is_retriable() => {
                     self.back_off(now_ms, InFlight::AddPartitions { partitions }, &mut effects)
                 }
                 Err(e) => {
                     if e == KafkaError::ProducerFenced {
+                        // Batches never drained fail with the fatal error too.
                         self.fail_fatal(e);
+                        self.abort_undrained_batches(e);
                     } else {
                         self.fail_abortable(e);
-                    }
-                    let failed: Vec<QueuedSend> = std::mem::take(&mut self.queued_sends);
-                    for q in failed {
-                        self.completions.push(Completion { op: q.op, result: Err(e) });
                     }
                 }
             },
             (InFlight::Produce { op, partition, batch }, Message::ProduceResponse { result, .. }) => match result {
                 Ok(ack) => {
-                    self.attempts.remove(&op);
-                    self.completions.push(Completion { op, result: Ok(OpOutput::Sent { partition, ack }) })
+                    if let Some(p) = batch.producer {
+                        let last = increment_sequence(p.base_sequence, batch.values.len() as i64 - 1);
+                        let acked = self.last_acked_sequence.entry(partition.clone()).or_insert(last);
+                        *acked = (*acked).max(last);
+                    }
+                    self.complete_batch(op, Ok(OpOutput::Sent { partition, ack }))
                 }
-                // `Sender.canRetry`: a retriable error resends the same batch after the backoff. The leader's
-                // KIP-890 verification answers CONCURRENT_TRANSACTIONS while the previous transaction's
-                // markers are on their way (KAFKA-18662; older clients see NOT_ENOUGH_REPLICAS, also retried).
+                // `Sender.canRetry`: a retriable error resends the same batch after the backoff, until its
+                // delivery timeout. The leader's KIP-890 verification answers CONCURRENT_TRANSACTIONS while the
+                // previous transaction's markers are on their way (KAFKA-18662). OUT_OF_ORDER_SEQUENCE for a
+                // batch that is not the next one is an earlier batch's failure showing: retried
+                // (`TransactionManager.canRetry`).
                 Err(e)
                     if e.is_retriable()
-                        && self.attempts.get(&op).copied().unwrap_or(0) < self.config.delivery_attempts_max =>
+                        || (e == KafkaError::OutOfOrderSequence
+                            && !self.config.mutations.has(crate::mutation::Mutation::OutOfOrderNeverRetried)
+                            && batch.producer.is_some_and(|p| !self.is_next_sequence(&partition, p.base_sequence))) =>
                 {
                     self.back_off(now_ms, InFlight::Produce { op, partition, batch }, &mut effects)
                 }
                 Err(e) => {
-                    self.attempts.remove(&op);
                     if e == KafkaError::OutOfOrderSequence {
-                        self.epoch_bump_required = true;
+                        self.sequence_unknown();
                     }
                     if self.transactional_id().is_some() {
                         if e == KafkaError::ProducerFenced {
@@ -656,7 +824,7 @@ impl Producer {
                             self.fail_abortable(e);
                         }
                     }
-                    self.completions.push(Completion { op, result: Err(e) });
+                    self.complete_batch(op, Err(e));
                 }
             },
             (InFlight::EndTxn { op, result: txn_result }, Message::EndTxnResponse { result }) => match result {
@@ -692,7 +860,7 @@ impl Producer {
                 unreachable!("{}: response {} does not answer {in_flight:?}", self.id, message.api_name())
             }
         }
-        self.maybe_send_end_txn(&mut effects);
+        self.after_event(&mut effects);
         effects
     }
 }

@@ -165,8 +165,12 @@ pub enum Timer {
     AbortTimedOutTransactions,
     /// A client's `retry.backoff.ms` before resending the request it keeps under this correlation id.
     RetryBackoff { correlation_id: u64 },
-    /// `request.timeout.ms` of a client request: no answer yet, so resend or give up.
+    /// `request.timeout.ms` of a client request: no answer yet, so the connection closes and it is retried.
     RequestTimeout { correlation_id: u64 },
+    /// `delivery.timeout.ms` of a batch, counted from its creation: it fails if still incomplete.
+    DeliveryTimeout { op: u64 },
+    /// `linger.ms` of a new batch is over: the sender may drain it.
+    Linger { op: u64 },
     /// The coordinator's marker channel retry for one decision (index into its decision log).
     ResendTxnMarkers { decision: usize },
 }

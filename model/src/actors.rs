@@ -302,9 +302,10 @@ impl Node {
                     o.set_timer(ModelTimer::Engine(timer), model_timeout())
                 }
                 Timer::ResendTxnMarkers { .. } => node.starved |= self.ctx.bounds.lossy,
-                Timer::RetryBackoff { .. } | Timer::RequestTimeout { .. } => {
-                    unreachable!("brokers set no client timers")
-                }
+                Timer::RetryBackoff { .. }
+                | Timer::RequestTimeout { .. }
+                | Timer::DeliveryTimeout { .. }
+                | Timer::Linger { .. } => unreachable!("brokers set no client timers"),
             }
         }
         let (was, now) = (ongoing(before), ongoing(after));
@@ -442,8 +443,10 @@ impl Node {
         self.send_all(effects.sends, o);
         for (_, timer) in effects.timers {
             let budget = match timer {
-                Timer::RequestTimeout { .. } => node.request_timeouts_left,
+                // A delivery timeout spends the request-timeout budget: both fire for a request that is lost.
+                Timer::RequestTimeout { .. } | Timer::DeliveryTimeout { .. } => node.request_timeouts_left,
                 Timer::RetryBackoff { .. } => node.backoffs_left,
+                Timer::Linger { .. } => unreachable!("the model's producers do not linger (linger.ms = 0)"),
                 _ => unreachable!("producers set only client timers"),
             };
             if budget > 0 {
@@ -478,6 +481,17 @@ impl Node {
         step(self, &mut after, &mut effects, o);
         self.drive(&mut after, &mut effects, o);
         self.producer_effects(&mut after, effects, o);
+        // A batch that completed cannot time out any more: its delivery timer goes.
+        let done: Vec<Timer> = after
+            .timers
+            .iter()
+            .filter(|t| matches!(t, Timer::DeliveryTimeout { op } if !after.producer.batch_incomplete(*op)))
+            .cloned()
+            .collect();
+        for t in done {
+            after.timers.remove(&t);
+            o.cancel_timer(ModelTimer::Engine(t));
+        }
         if !o.is_empty() || after != *before {
             *state = Cow::Owned(Shared::new(NodeKind::Producer(after)));
         }
@@ -501,7 +515,7 @@ impl Node {
         match timer {
             ModelTimer::Engine(t) => self.producer_step(state, o, |me, n, fx, o| {
                 n.timers.remove(t);
-                let is_timeout = matches!(t, Timer::RequestTimeout { .. });
+                let is_timeout = matches!(t, Timer::RequestTimeout { .. } | Timer::DeliveryTimeout { .. });
                 let left = if is_timeout { &mut n.request_timeouts_left } else { &mut n.backoffs_left };
                 *left -= 1;
                 if *left == 0 {
@@ -509,7 +523,9 @@ impl Node {
                     let spent: Vec<Timer> = n
                         .timers
                         .iter()
-                        .filter(|x| matches!(x, Timer::RequestTimeout { .. }) == is_timeout)
+                        .filter(|x| {
+                            matches!(x, Timer::RequestTimeout { .. } | Timer::DeliveryTimeout { .. }) == is_timeout
+                        })
                         .cloned()
                         .collect();
                     for x in spent {

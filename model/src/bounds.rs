@@ -41,7 +41,8 @@ pub struct Bounds {
     pub backoff_retries: usize,
     /// Marker resends the coordinator may make (its retry timer after a lost WriteTxnMarkers).
     pub marker_resends: usize,
-    /// `delivery_attempts_max`: sends of one batch before the producer gives up on it.
+    /// `delivery.timeout.ms` as a multiple of `request.timeout.ms` (linger 0): 1 fails a batch when its
+    /// first request times out (the delivery timeout, set first, fires first at that instant).
     pub delivery_attempts: u32,
     /// Fetches each reader may send in a run (0: no readers).
     pub polls_per_reader: usize,
@@ -144,7 +145,7 @@ impl Bounds {
     pub fn engine_config(&self) -> EngineConfig {
         EngineConfig {
             transaction_version: self.transaction_version,
-            delivery_attempts_max: self.delivery_attempts,
+            delivery_timeout_ms: self.delivery_attempts as u64 * EngineConfig::default().request_timeout_ms,
             mutations: self.mutation.map(Mutations::one).unwrap_or_default(),
             ..EngineConfig::default()
         }

@@ -124,6 +124,8 @@ fn timer_text(t: &ModelTimer) -> String {
         ModelTimer::Engine(Timer::RetryBackoff { correlation_id }) => {
             format!("retry backoff ends, resends #{correlation_id}")
         }
+        ModelTimer::Engine(Timer::DeliveryTimeout { op }) => format!("batch #{op}'s delivery timeout"),
+        ModelTimer::Engine(Timer::Linger { op }) => format!("batch #{op}'s linger ends"),
         ModelTimer::Engine(Timer::ResendTxnMarkers { decision }) => format!("marker retry for decision #{decision}"),
         ModelTimer::Engine(Timer::AbortTimedOutTransactions) => "timeout scan".into(),
         ModelTimer::TxnTimeout(tid) => format!("coordinator times out '{tid}'"),

@@ -27,10 +27,29 @@ pub fn explored(s: &TxnState, action: &TxnAction) -> bool {
         ActorModelAction::Timeout(id, ModelTimer::Engine(Timer::RequestTimeout { correlation_id })) => {
             let Some(p) = s.actor_states[usize::from(*id)].producer() else { return true };
             let me = &p.producer.id;
+            let c = p.producer.config();
+            // With `delivery.timeout.ms <= linger.ms + request.timeout.ms` a batch's delivery timeout, set
+            // first, fires at or before its first request's timeout: that request timeout never matters.
+            let delivery_first = c.delivery_timeout_ms <= c.linger_ms + c.request_timeout_ms;
+            if let Some(op) = p.producer.batch_of_request(*correlation_id) {
+                if delivery_first && p.timers.contains(&Timer::DeliveryTimeout { op }) {
+                    return false;
+                }
+            }
             // A request the broker holds (waiting on its own verification) is not lost either: wait for
             // the broker's messages to itself to land first.
             !in_flight(s, |m| {
                 (m.correlation_id == *correlation_id && (m.from == *me || m.to == *me))
+                    || (matches!(m.from, NodeId::Broker(_)) && matches!(m.to, NodeId::Broker(_)))
+            })
+        }
+        ActorModelAction::Timeout(id, ModelTimer::Engine(Timer::DeliveryTimeout { op })) => {
+            let Some(p) = s.actor_states[usize::from(*id)].producer() else { return true };
+            let me = &p.producer.id;
+            let requests = p.producer.requests_of_batch(*op);
+            // As for a request timeout: the batch's request is lost, not merely slow or held by the broker.
+            !in_flight(s, |m| {
+                (requests.contains(&m.correlation_id) && (m.from == *me || m.to == *me))
                     || (matches!(m.from, NodeId::Broker(_)) && matches!(m.to, NodeId::Broker(_)))
             })
         }
@@ -93,6 +112,10 @@ pub fn stubborn_set(s: &TxnState, actions: &mut Vec<TxnAction>) {
                 || match t {
                     ModelTimer::Engine(Timer::RequestTimeout { correlation_id }) => {
                         waiting.iter().any(|m| m.correlation_id == *correlation_id && m.to == p.producer.id)
+                    }
+                    ModelTimer::Engine(Timer::DeliveryTimeout { op }) => {
+                        let requests = p.producer.requests_of_batch(*op);
+                        waiting.iter().any(|m| requests.contains(&m.correlation_id) && m.to == p.producer.id)
                     }
                     _ => false,
                 }

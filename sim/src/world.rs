@@ -423,7 +423,7 @@ impl World {
         if let Some(slot) = self.producers.get_mut(name) {
             let config = if slot.spec.kind == ProducerKind::Plain {
                 // `retries=0`, `max.in.flight.requests.per.connection=1`: a timed-out send fails.
-                EngineConfig { delivery_attempts_max: 1, ..self.config.clone() }
+                EngineConfig { delivery_timeout_ms: self.config.request_timeout_ms, ..self.config.clone() }
             } else {
                 self.config.clone()
             };

@@ -19,8 +19,7 @@ use txnsim_engine::{
 use txnsim_properties::reference::Predicted;
 use txnsim_properties::{
     check_committed_sends, check_failed_sends, check_history, check_liveness, check_read_superset, check_state,
-    CallOutcome, ClusterView, Event, History,
-    Invariant, MonotonicityChecker, ProducerCall, ReferenceModel, Violation,
+    CallOutcome, ClusterView, Event, History, Invariant, MonotonicityChecker, ProducerCall, ReferenceModel, Violation,
 };
 
 /// Which ops a case may hold, and how the engine is configured for them.
@@ -1164,7 +1163,7 @@ impl Harness {
                     Ok(op) => {
                         self.drive(&mut mode);
                         let config = &self.cluster.config;
-                        let span = config.request_timeout_ms * config.delivery_attempts_max as TimeMs + 1;
+                        let span = config.delivery_timeout_ms + 1;
                         self.advance(span, &mut mode);
                         self.collect_completions();
                         self.finished.remove(&(name.clone(), op))
@@ -1377,7 +1376,7 @@ impl Harness {
         let span = config.transaction_timeout_ms
             + config.abort_timed_out_cleanup_interval_ms
             + MARKER_RETRY_MS
-            + config.request_timeout_ms * config.delivery_attempts_max as TimeMs
+            + config.delivery_timeout_ms
             + 1_000;
         for _ in 0..2 {
             self.release();
