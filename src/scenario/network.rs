@@ -28,6 +28,19 @@ pub struct Pick {
     pub to: String,
     pub occurrence: Option<usize>,
     pub kind: Option<MessageKind>,
+    /// With `hold`: every matching message, now and until `release` with `every` (a clogged link for that
+    /// API); with `release`: every held match, and the clog ends.
+    #[serde(default)]
+    pub every: bool,
+}
+
+impl Pick {
+    fn matches(&self, e: &Envelope) -> bool {
+        e.message.api_name() == self.api
+            && e.from.to_string() == self.from
+            && e.to.to_string() == self.to
+            && self.kind.is_none_or(|k| (k == MessageKind::Request) == e.message.is_request())
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -50,11 +63,51 @@ pub enum NetAction {
     Release,
 }
 
+/// Which client `init_producer` starts: Kafka's `TransactionManager` with or without a transactional id,
+/// or a producer with idempotence off (no producer id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientKind {
+    Transactional,
+    Idempotent,
+    Plain,
+}
+
+/// Producer settings a scenario may override (Kafka's names with `_` for `.`); the rest are Kafka's defaults.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProducerConfig {
+    pub request_timeout_ms: Option<TimeMs>,
+    pub delivery_timeout_ms: Option<TimeMs>,
+    pub retry_backoff_ms: Option<TimeMs>,
+    pub linger_ms: Option<TimeMs>,
+    pub max_in_flight_requests_per_connection: Option<u32>,
+    pub transaction_timeout_ms: Option<TimeMs>,
+}
+
+impl ProducerConfig {
+    pub fn apply(&self, base: &EngineConfig) -> EngineConfig {
+        let mut c = base.clone();
+        c.request_timeout_ms = self.request_timeout_ms.unwrap_or(c.request_timeout_ms);
+        c.delivery_timeout_ms = self.delivery_timeout_ms.unwrap_or(c.delivery_timeout_ms);
+        c.retry_backoff_ms = self.retry_backoff_ms.unwrap_or(c.retry_backoff_ms);
+        c.linger_ms = self.linger_ms.unwrap_or(c.linger_ms);
+        c.max_in_flight_requests_per_connection =
+            self.max_in_flight_requests_per_connection.unwrap_or(c.max_in_flight_requests_per_connection);
+        c.transaction_timeout_ms = self.transaction_timeout_ms.unwrap_or(c.transaction_timeout_ms);
+        c
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InitProducer {
     pub producer: String,
     pub transactional_id: Option<String>,
+    /// Default `transactional`; an `idempotent` one has no transactional id, a `plain` one no producer id.
+    pub kind: Option<ClientKind>,
+    #[serde(default)]
+    pub config: ProducerConfig,
     /// The highest transaction version the client speaks (default 2); the scenario's version caps it.
     pub client_transaction_version: Option<u8>,
     #[serde(rename = "as")]
@@ -288,6 +341,11 @@ pub fn validate(
                         return Err(err(at, "client_transaction_version", format!("must be 1 or 2, found {v}")));
                     }
                 }
+                // Kafka refuses such a producer at construction (`ConfigException`).
+                o.config.apply(&EngineConfig::default()).check_producer_config().map_err(|e| err(at, "config", e))?;
+                if o.kind.is_some_and(|k| k != ClientKind::Transactional) && o.transactional_id.is_some() {
+                    return Err(err(at, "transactional_id", "only a transactional producer has one".into()));
+                }
                 producers.insert(&o.producer);
                 (&o.producer, &o.name, &o.expect_error)
             }
@@ -409,6 +467,8 @@ pub struct NetworkRunner<'a> {
     outcomes: BTreeMap<(String, OpId), Result<OpOutput, KafkaError>>,
     /// Requests whose connection broke after the broker took them: their answers are lost on arrival.
     dead: BTreeSet<(NodeId, u64)>,
+    /// Standing holds (`hold` with `every`): matching messages are set aside as soon as they are sent.
+    clogs: Vec<Pick>,
     topics: &'a BTreeMap<String, u32>,
 }
 
@@ -429,6 +489,7 @@ impl<'a> NetworkRunner<'a> {
             calls: BTreeMap::new(),
             outcomes: BTreeMap::new(),
             dead: BTreeSet::new(),
+            clogs: Vec::new(),
             topics,
         }
     }
@@ -443,6 +504,19 @@ impl<'a> NetworkRunner<'a> {
             for c in p.take_completions() {
                 self.outcomes.insert((name.clone(), c.op), c.result);
             }
+        }
+        if !self.clogs.is_empty() {
+            let clogged: Vec<usize> = self
+                .cluster
+                .in_flight()
+                .enumerate()
+                .filter(|(_, e)| self.clogs.iter().any(|c| c.matches(e)))
+                .map(|(i, _)| i)
+                .collect();
+            let mut envs: Vec<Envelope> =
+                clogged.into_iter().rev().map(|i| self.cluster.remove_in_flight(i).expect("listed above")).collect();
+            envs.reverse();
+            self.held.extend(envs);
         }
         if !self.dead.is_empty() {
             let dead: Vec<usize> = self
@@ -495,17 +569,7 @@ impl<'a> NetworkRunner<'a> {
     fn pick(&self, i: usize, action: NetAction, p: &Pick) -> Result<usize, Failure> {
         let pool: Vec<&Envelope> =
             if action == NetAction::Release { self.held.iter().collect() } else { self.cluster.in_flight().collect() };
-        let matches: Vec<usize> = pool
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| {
-                e.message.api_name() == p.api
-                    && e.from.to_string() == p.from
-                    && e.to.to_string() == p.to
-                    && p.kind.is_none_or(|k| (k == MessageKind::Request) == e.message.is_request())
-            })
-            .map(|(k, _)| k)
-            .collect();
+        let matches: Vec<usize> = pool.iter().enumerate().filter(|(_, e)| p.matches(e)).map(|(k, _)| k).collect();
         let listing = || pool.iter().map(|e| describe(e)).collect::<Vec<_>>().join("; ");
         let name = format!("{} {} -> {}", p.api, p.from, p.to);
         let place = if action == NetAction::Release { "held" } else { "in flight" };
@@ -528,13 +592,23 @@ impl<'a> NetworkRunner<'a> {
         let now = self.cluster.now_ms;
         match op {
             NetOp::InitProducer(o) => {
-                let tid = o.transactional_id.clone().unwrap_or_else(|| o.producer.clone());
-                self.cluster.add_producer(&o.producer, ProducerKind::Transactional { transactional_id: tid });
+                let kind = match o.kind.unwrap_or(ClientKind::Transactional) {
+                    ClientKind::Transactional => ProducerKind::Transactional {
+                        transactional_id: o.transactional_id.clone().unwrap_or_else(|| o.producer.clone()),
+                    },
+                    ClientKind::Idempotent => ProducerKind::Idempotent,
+                    ClientKind::Plain => ProducerKind::Plain,
+                };
+                let config = o.config.apply(&self.cluster.config);
+                let mut producer = Producer::new(&o.producer, kind.clone(), self.cluster.broker_id(), config);
                 if let Some(v) = o.client_transaction_version.and_then(TransactionVersion::from_number) {
-                    self.producer(&o.producer).client_transaction_version = v;
+                    producer.client_transaction_version = v;
                 }
-                let result = self.producer(&o.producer).init_transactions(now);
-                self.started(i, op.name(), &o.producer, &o.name, &o.expect_error, result)?;
+                self.cluster.producers.insert(o.producer.clone(), producer);
+                if kind != ProducerKind::Plain {
+                    let result = self.producer(&o.producer).init_transactions(now);
+                    self.started(i, op.name(), &o.producer, &o.name, &o.expect_error, result)?;
+                }
             }
             NetOp::Begin(o) => {
                 let result = self.producer(&o.producer).begin_transaction();
@@ -551,6 +625,16 @@ impl<'a> NetworkRunner<'a> {
             NetOp::Abort(o) => {
                 let result = self.producer(&o.producer).abort_transaction(now);
                 self.started(i, op.name(), &o.producer, &o.name, &o.expect_error, result)?;
+            }
+            NetOp::Net(NetAction::Hold, p) if p.every => self.clogs.push(p.clone()),
+            NetOp::Net(NetAction::Release, p) if p.every => {
+                self.clogs.retain(|c| c != &Pick { every: true, ..p.clone() });
+                let (release, keep): (Vec<Envelope>, Vec<Envelope>) =
+                    std::mem::take(&mut self.held).into_iter().partition(|e| p.matches(e));
+                self.held = keep;
+                for env in release {
+                    self.cluster.inject(env);
+                }
             }
             NetOp::Net(action, p) => {
                 let k = self.pick(i, *action, p)?;
