@@ -133,15 +133,19 @@ impl Cluster {
         false
     }
 
-    /// One step of `run_until_quiet`: delivers the next message in flight, or else fires the earliest
-    /// client retry timer (moving time to it). Returns false if there was nothing to do (quiet).
+    /// One step of `run_until_quiet`: delivers the next message in flight, or else, while a client retry
+    /// timer is set, fires the earliest timer (moving time to it). Returns false if there was nothing to do.
     pub fn step(&mut self) -> bool {
         if let Some(env) = self.network.pop_front() {
             self.deliver(env);
             return true;
         }
-        let next = self.timers.iter().find(|(_, (_, t))| !t.is_background()).map(|(k, _)| *k);
-        let Some(key) = next else { return false };
+        if !self.timers.values().any(|(_, t)| !t.is_background()) {
+            return false;
+        }
+        // Time moves to the next client retry: every timer due by then (background ones too, such as a
+        // batch's delivery timeout) fires first, in due order.
+        let key = *self.timers.keys().next().expect("a client timer is set");
         let (node, timer) = self.timers.remove(&key).expect("found above");
         self.now_ms = self.now_ms.max(key.0);
         self.fire(node, timer);

@@ -2,14 +2,15 @@
 //! assertions guard its invariants.
 
 use std::collections::BTreeMap;
+use txnsim_engine::cluster::Step;
 use txnsim_engine::coordinator::{TransactionMetadata, TransactionState};
 use txnsim_engine::producer::OpOutput;
 use txnsim_engine::producer_state::AppendOrigin;
-use txnsim_engine::protocol::NodeId;
+use txnsim_engine::protocol::{Message, NodeId};
 use txnsim_engine::record::{BatchProducer, EndTxnMarker, ProduceBatch};
 use txnsim_engine::{
     Cluster, EngineConfig, KafkaError, Mutations, PartitionLog, ProducerKind, TopicPartition, TransactionResult,
-    TransactionVersion,
+    TransactionVersion, TxnManagerState,
 };
 
 fn cluster() -> Cluster {
@@ -71,13 +72,30 @@ fn idempotent_producer_cannot_begin() {
     assert_eq!(c.producers.get_mut("i").unwrap().begin_transaction(), Err(KafkaError::InvalidTxnState));
 }
 
+/// `TransactionManagerTest#testRetriableErrors(UNKNOWN_TOPIC_OR_PARTITION)`: an AddPartitionsToTxn answered
+/// UNKNOWN_TOPIC_OR_PARTITION is retried after `retry.backoff.ms`, not failed; the batch waits undrained.
 #[test]
-fn produce_to_an_unknown_partition_is_unknown_topic_or_partition() {
+fn add_partitions_unknown_topic_or_partition_is_retried() {
     let mut c = cluster();
     init(&mut c, "p");
     c.producers.get_mut("p").unwrap().begin_transaction().unwrap();
-    let r = c.call_producer("p", |p, now| p.send(now, TopicPartition::new("nope", 0), vec!["v".into()]));
-    assert_eq!(r, Err(KafkaError::UnknownTopicOrPartition), "AddPartitionsToTxn names a partition the cluster lacks");
+    let (op, effects) =
+        c.producers.get_mut("p").unwrap().send(0, TopicPartition::new("nope", 0), vec!["v".into()]).unwrap();
+    c.apply(&NodeId::Client("p".into()), effects);
+    c.record_steps = true;
+    for _ in 0..40 {
+        c.step();
+    }
+    let adds = c
+        .steps
+        .iter()
+        .filter(|s| matches!(s, Step::Delivered { envelope, .. } if matches!(envelope.message, Message::AddPartitionsToTxnRequest { .. })))
+        .count();
+    assert!(adds >= 5, "the AddPartitionsToTxn is retried every retry.backoff.ms; delivered {adds} times in 40 steps");
+    let p = c.producers.get_mut("p").unwrap();
+    assert_eq!(p.state, TxnManagerState::InTransaction, "a retriable error leaves the transaction as it was");
+    assert!(p.take_completions().iter().all(|x| x.op != op), "the send neither succeeded nor failed yet");
+    assert_eq!(p.in_flight_batches(), 0, "the batch was never drained: its partition is not in the transaction");
 }
 
 #[test]
