@@ -168,6 +168,12 @@ pub enum Phase {
     Choosing {
         txn: u8,
     },
+    /// An abort waits for the transaction's sends to complete: called at once, it would fail them all
+    /// undrained (`abortUndrainedBatches`) and no aborted data would ever reach a log.
+    Sending {
+        txn: u8,
+        awaiting: u8,
+    },
     Ending {
         txn: u8,
         result: TransactionResult,
@@ -598,6 +604,13 @@ impl Node {
                 Ok(other) => unreachable!("a send completed with {other:?}"),
             };
             n.events.update(|events| events.push(Event::Complete { time_ms: NOW_MS, process, call_id: c.op, outcome }));
+            if let Phase::Sending { txn, awaiting } = n.phase {
+                if awaiting > 1 {
+                    n.phase = Phase::Sending { txn, awaiting: awaiting - 1 };
+                } else {
+                    self.end_txn(n, txn, TransactionResult::Abort, fx, o);
+                }
+            }
             return;
         }
         match (&n.phase, c.result) {
@@ -627,9 +640,9 @@ impl Node {
         o.choose_random("end", vec![TransactionResult::Commit, TransactionResult::Abort]);
     }
 
-    /// `beginTransaction()`, one `send()` per record, then `commitTransaction()` or `abortTransaction()`
-    /// at once. The choice is made up front: the engine holds EndTxn until every send is answered, so a
-    /// later call would only add a delay the network already models, and the abort still races the sends.
+    /// `beginTransaction()`, one `send()` per record, then `commitTransaction()` at once (it flushes) or
+    /// `abortTransaction()` once every send has completed (an abort at once would fail them undrained).
+    /// The choice is made up front.
     fn run_txn(
         &self,
         index: usize,
@@ -657,8 +670,13 @@ impl Node {
                 Err(_) => break, // the producer is failed; the end call will say so
             }
         }
+        let awaiting = invoked.len() as u8;
         n.events.update(|events| events.extend(invoked));
-        self.end_txn(n, txn, choice, fx, o);
+        if choice == TransactionResult::Abort && awaiting > 0 {
+            n.phase = Phase::Sending { txn, awaiting };
+        } else {
+            self.end_txn(n, txn, choice, fx, o);
+        }
     }
 
     fn end_txn(&self, n: &mut ProducerNode, txn: u8, result: TransactionResult, fx: &mut Effects, o: &mut O) {

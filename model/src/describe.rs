@@ -295,6 +295,7 @@ fn producer_changes(p0: &ProducerNode, p1: &ProducerNode, out: &mut Vec<String>)
         out.push(match &p1.phase {
             Phase::Initializing => "initializing".into(),
             Phase::Choosing { txn } => format!("ready for transaction {txn}"),
+            Phase::Sending { awaiting, .. } => format!("will abort once {awaiting} send(s) complete"),
             Phase::Ending { result, .. } => format!(
                 "{} called",
                 if *result == TransactionResult::Commit { "commitTransaction()" } else { "abortTransaction()" }
