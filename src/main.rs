@@ -41,7 +41,7 @@ enum Command {
         #[arg(long, default_value = DEFAULT_SCENARIOS)]
         scenarios: PathBuf,
     },
-    /// List the injectable historical bugs.
+    /// List the injectable historical bugs: mechanism, Kafka JIRA or KIP, and the invariants that catch each.
     Mutations,
     /// List the invariants: name, kind, statement, Kafka source, and the mutation that proves each bites.
     Invariants,
@@ -76,9 +76,7 @@ fn main() -> ExitCode {
         Command::Scenario { paths, show, mutation } => run_scenarios(&paths, show, mutation),
         Command::Run { scenarios } => main_job(&scenarios),
         Command::Mutations => {
-            for m in Mutation::ALL {
-                println!("{}", m.name());
-            }
+            print!("{}", txnsim_properties::catalogue::mutations_text());
             ExitCode::SUCCESS
         }
         Command::Invariants => {
