@@ -95,7 +95,7 @@ fn mutations_command_prints_mechanism_source_and_catchers() {
     assert_eq!(text, txnsim_properties::catalogue::mutations_text(), "the CLI prints the library's text");
     for want in [
         "skip-aborted-index-on-fetch\n    a fetch does not consult the aborted-transaction index",
-        "    kafka: M5: KAFKA-5376\n    caught by: aborted-read\n",
+        "    kafka: KAFKA-5376\n    caught by: aborted-read\n",
         "lso-inclusive\n",
         "    caught by: precommitted-read\n",
     ] {

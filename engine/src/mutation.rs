@@ -174,37 +174,37 @@ impl Mutation {
         }
     }
 
-    /// The Kafka JIRA, KIP or Kafka-compatible broker's issue the bug comes from (KAFKA_SEMANTICS.md
-    /// section 3's M-number where it has one), or the Kafka class whose check it removes.
+    /// The Kafka JIRA, KIP or Kafka-compatible broker's issue the bug comes from, or the Kafka class whose
+    /// check it removes.
     pub fn kafka(self) -> &'static str {
         match self {
-            Mutation::ReadCommittedBoundedByHw => "M3: Redpanda PR #3036, generalised (KIP-98 fetch isolation)",
-            Mutation::LsoInclusive => "M3: Redpanda PR #3036 (the LSO is an exclusive bound)",
-            Mutation::LsoIgnoresOngoingTxns => "M7: KAFKA-13194 family (ProducerStateManager.firstUnstableOffset)",
-            Mutation::LsoIgnoresUnreplicatedTxns => "M7: KAFKA-13194 family (ProducerStateManager.unreplicatedTxns)",
-            Mutation::LsoNotClampedToHw => "M7/M20: KAFKA-13194, Redpanda #5090",
-            Mutation::SkipAbortedIndexOnFetch => "M5: KAFKA-5376",
-            Mutation::NoAbortedIndexEntry => "M6/M14: KAFKA-13727, KAFKA-7866",
+            Mutation::ReadCommittedBoundedByHw => "Redpanda PR #3036, generalised (KIP-98 fetch isolation)",
+            Mutation::LsoInclusive => "Redpanda PR #3036 (the LSO is an exclusive bound)",
+            Mutation::LsoIgnoresOngoingTxns => "KAFKA-13194 family (ProducerStateManager.firstUnstableOffset)",
+            Mutation::LsoIgnoresUnreplicatedTxns => "KAFKA-13194 family (ProducerStateManager.unreplicatedTxns)",
+            Mutation::LsoNotClampedToHw => "KAFKA-13194, Redpanda #5090",
+            Mutation::SkipAbortedIndexOnFetch => "KAFKA-5376",
+            Mutation::NoAbortedIndexEntry => "KAFKA-13727, KAFKA-7866",
             Mutation::AllowNonTxnWriteInOpenTxn => "KIP-98 (ProducerAppendInfo.appendDataBatch)",
             Mutation::NoDedup => "KIP-98 idempotence (ProducerStateEntry.findDuplicateBatch)",
             Mutation::DuplicateReturnsWrongOffsets => "KIP-98 idempotence (ProducerStateEntry.findDuplicateBatch)",
             Mutation::SkipProducerEpochCheck => "KIP-98 fencing (ProducerAppendInfo.checkProducerEpoch)",
-            Mutation::SkipCoordinatorEpochCheck => "M13: KAFKA-9144 family, KIP-664",
-            Mutation::MarkersToSubsetOfPartitions => "M16: TransactionMarkerRequestCompletionHandler, KAFKA-5202",
-            Mutation::DoubleComplete => "M11: KAFKA-10080",
-            Mutation::TimeoutAbortSameEpoch => "M8: KAFKA-6119",
-            Mutation::FenceAbortSameEpoch => "M9: KAFKA-5231",
+            Mutation::SkipCoordinatorEpochCheck => "KAFKA-9144 family, KIP-664",
+            Mutation::MarkersToSubsetOfPartitions => "TransactionMarkerRequestCompletionHandler, KAFKA-5202",
+            Mutation::DoubleComplete => "KAFKA-10080",
+            Mutation::TimeoutAbortSameEpoch => "KAFKA-6119",
+            Mutation::FenceAbortSameEpoch => "KAFKA-5231",
             Mutation::NoTimeoutAbort => {
                 "KIP-98 transaction.timeout.ms (TransactionCoordinator.abortTimedOutTransactions)"
             }
-            Mutation::DropPendingMarkersOnRestart => "M12: KAFKA-16352",
+            Mutation::DropPendingMarkersOnRestart => "KAFKA-16352",
             Mutation::RestartAbortsPreparedCommits => "KIP-98 (TransactionStateManager.loadTransactions)",
-            Mutation::NoTxnVerification => "M1: KIP-890 motivation, KAFKA-14402",
-            Mutation::NoPositionAdvanceOverControl => "M15: KAFKA-12980, KAFKA-6607",
+            Mutation::NoTxnVerification => "KIP-890 motivation, KAFKA-14402",
+            Mutation::NoPositionAdvanceOverControl => "KAFKA-12980, KAFKA-6607",
             Mutation::AbortedPidNotClearedOnMarker => "CompletedFetch.nextFetchedRecord (abortedProducerIds)",
             Mutation::PositionSkipsToHighWatermark => "CompletedFetch / FetchCollector (nextFetchOffset)",
-            Mutation::RedeliverLastRecord => "M15: KAFKA-6607 (offset + 1)",
-            Mutation::AbortedListForReadUncommitted => "M21: Redpanda #6630, PR #18852, franz-go PR #758",
+            Mutation::RedeliverLastRecord => "KAFKA-6607 (offset + 1)",
+            Mutation::AbortedListForReadUncommitted => "Redpanda #6630, PR #18852, franz-go PR #758",
         }
     }
 }
