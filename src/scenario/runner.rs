@@ -45,11 +45,12 @@ impl std::fmt::Display for Difference {
     }
 }
 
-/// What a run found, and the step table when asked for.
+/// What a run found, and the step table when asked for (as lines, and as the data they are drawn from).
 #[derive(Clone, Debug)]
 pub struct RunReport {
     pub difference: Option<Difference>,
     pub table: Vec<String>,
+    pub steps: Vec<crate::html::Step>,
 }
 
 struct Instance {
@@ -64,6 +65,7 @@ struct Runner<'a> {
     instances: BTreeMap<String, Instance>,
     idempotent: BTreeSet<String>,
     table: Option<Vec<String>>,
+    steps: Vec<crate::html::Step>,
 }
 
 const PLAIN_PRODUCER: &str = "__plain";
@@ -81,6 +83,7 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> RunReport {
         instances: BTreeMap::new(),
         idempotent: BTreeSet::new(),
         table: opts.show.then(Vec::new),
+        steps: Vec::new(),
     };
     if let Some(t) = runner.table.as_mut() {
         t.extend(show::header(sc));
@@ -95,11 +98,10 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> RunReport {
                     format!("{} <-- DIFFERS: {}: expected {}, actual {}", d.actual, d.field, d.expected, d.actual)
                 }
             };
-            t.push(show::op_line(i, op, &summary));
-            if sc.layer != Layer::ConsumerFetch {
-                let lines = show::partitions(&mut runner.cluster, &sc.topics);
-                runner.table.as_mut().expect("show on").extend(lines);
-            }
+            let cluster = (sc.layer != Layer::ConsumerFetch).then_some(&mut runner.cluster);
+            let step = show::step(i, op, &summary, outcome.is_err(), cluster, sc);
+            t.extend(show::step_lines(&step));
+            runner.steps.push(step);
         }
         if let Err(d) = outcome {
             difference = Some(d);
@@ -130,7 +132,7 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> RunReport {
     if let (Some(t), Some(d)) = (runner.table.as_mut(), &difference) {
         t.push(format!("FAIL {d}"));
     }
-    RunReport { difference, table: runner.table.unwrap_or_default() }
+    RunReport { difference, table: runner.table.unwrap_or_default(), steps: runner.steps }
 }
 
 fn error_name(e: KafkaError) -> String {
