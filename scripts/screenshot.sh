@@ -3,24 +3,26 @@
 #
 #   scripts/screenshot.sh PAGE.html OUT.png [STEP] [WIDTHxHEIGHT]
 #
-# STEP is the step to show: a number (0 is the first op), or `last` (the default). The page reads it
-# from its URL fragment (`page.html#last`), so the picture is of a chosen step without a click. Needs
-# Chromium (`apt-get install -y chromium`, or set CHROMIUM to another Chrome binary). Nothing is fetched
-# from the network: the page is self-contained.
+# STEP is the step to show: a number (0 is the first op), `last` (the default), or `S:N` for step N of
+# the S-th scenario when the page holds several. The page reads it from its URL fragment
+# (`page.html#last`), so the picture is of a chosen step without a click. Needs Chromium
+# (`apt-get install -y chromium`, or set CHROMIUM to another Chrome binary). Nothing is fetched from the
+# network: the page is self-contained.
 #
 # The README's picture is made with:
 #   cargo run --release -- scenario --show --html target/seed.html seeds/scenarios/seed_experiment.json
-#   scripts/screenshot.sh target/seed.html docs/img/seed_experiment.png last 1180x1010
+#   scripts/screenshot.sh target/seed.html docs/img/seed_experiment.png last 1180x700
+#   scripts/screenshot.sh target/seed.html docs/img/seed_experiment_open.png 2 1180x700
 set -euo pipefail
 
 if [ $# -lt 2 ]; then
-    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
     exit 2
 fi
 page=$1
 out=$2
 step=${3:-last}
-size=${4:-1180x1010}
+size=${4:-1180x700}
 [ -f "$page" ] || { echo "error: no page at $page" >&2; exit 2; }
 
 chromium=${CHROMIUM:-}

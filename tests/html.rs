@@ -10,11 +10,12 @@ use txnsim::scenario::{self, RunOptions};
 
 const SEED: &str = "seeds/scenarios/seed_experiment.json";
 
-fn seed_page() -> (String, Vec<String>, Value) {
+/// Writes the seed experiment's page as `name` (each test its own file: tests run in parallel).
+fn seed_page(name: &str) -> (String, Vec<String>, Value) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(SEED);
     let out_dir = std::env::temp_dir().join(format!("txnsim-html-{}", std::process::id()));
     std::fs::create_dir_all(&out_dir).expect("temp dir");
-    let page = out_dir.join("seed.html");
+    let page = out_dir.join(name);
     let out = Command::new(env!("CARGO_BIN_EXE_txnsim"))
         .args(["scenario", "--show", "--html"])
         .arg(&page)
@@ -33,7 +34,7 @@ fn seed_page() -> (String, Vec<String>, Value) {
 
 #[test]
 fn the_page_embeds_the_runners_step_table() {
-    let (_, stdout, data) = seed_page();
+    let (_, stdout, data) = seed_page("table.html");
     let sc = scenario::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join(SEED)).expect("the seed parses").remove(0);
     let report = scenario::run(&sc, &RunOptions { show: true, ..RunOptions::default() });
     let story = scenario::story(&sc, report.steps.clone(), "PASS".into());
@@ -73,7 +74,7 @@ fn counts(step: &Value) -> (usize, usize) {
 
 #[test]
 fn the_seed_page_shows_the_articles_numbers() {
-    let (html, _, data) = seed_page();
+    let (html, _, data) = seed_page("numbers.html");
     let steps = data["stories"][0]["steps"].as_array().expect("steps");
     // Op 2 produced the open transaction's three records; op 5 committed; op 8 aborted the second one.
     assert_eq!(counts(&steps[2]), (3, 0), "while the transaction is open: read_uncommitted 3, read_committed 0");
@@ -118,4 +119,17 @@ fn html_needs_show_and_a_writable_path() {
         .output()
         .expect("run txnsim");
     assert_eq!(out.status.code(), Some(2), "--html without --show is a usage error");
+}
+
+/// The screenshot script is valid shell and, called without a page, prints its usage and exits 2 (it is
+/// run by hand with Chromium installed; this checks only what needs no browser).
+#[test]
+fn screenshot_script_explains_itself() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/screenshot.sh");
+    let syntax = Command::new("bash").arg("-n").arg(&script).output().expect("run bash");
+    assert!(syntax.status.success(), "scripts/screenshot.sh: {}", String::from_utf8_lossy(&syntax.stderr));
+    let usage = Command::new("bash").arg(&script).output().expect("run bash");
+    assert_eq!(usage.status.code(), Some(2), "no arguments is a usage error");
+    let text = String::from_utf8_lossy(&usage.stdout);
+    assert!(text.contains("scripts/screenshot.sh PAGE.html OUT.png [STEP]"), "usage: {text}");
 }
