@@ -160,7 +160,8 @@ fn run_scenarios(
     for sc in &scenarios {
         let report = scenario::run(sc, &opts);
         if html.is_some() {
-            let verdict = report.difference.as_ref().map_or("PASS".to_string(), |d| format!("FAIL {d}"));
+            let verdict = report.difference.as_ref().map_or("PASS".to_string(), |d| format!("FAIL {d}"))
+                + &mutation.map(|m| format!(" (with mutation {})", m.name())).unwrap_or_default();
             stories.push(scenario::story(sc, report.steps.clone(), verdict));
         }
         if show {
