@@ -31,6 +31,10 @@ enum Command {
         /// Print a step table: each partition's log, LEO, HW, LSO and what fresh readers deliver after every op.
         #[arg(long)]
         show: bool,
+        /// With --show: also write the steps as one self-contained HTML page (the log as offset cells,
+        /// HW and LSO marks, both readers' deliveries, a control to step through the ops).
+        #[arg(long, value_name = "FILE", requires = "show")]
+        html: Option<PathBuf>,
         /// Run with one injected historical bug (see `txnsim mutations`).
         #[arg(long, value_parser = parse_mutation)]
         mutation: Option<Mutation>,
@@ -41,7 +45,7 @@ enum Command {
         #[arg(long, default_value = DEFAULT_SCENARIOS)]
         scenarios: PathBuf,
     },
-    /// List the injectable historical bugs.
+    /// List the injectable historical bugs: mechanism, Kafka JIRA or KIP, and the invariants that catch each.
     Mutations,
     /// List the invariants: name, kind, statement, Kafka source, and the mutation that proves each bites.
     Invariants,
@@ -73,12 +77,10 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     match cli.command {
-        Command::Scenario { paths, show, mutation } => run_scenarios(&paths, show, mutation),
+        Command::Scenario { paths, show, html, mutation } => run_scenarios(&paths, show, html.as_deref(), mutation),
         Command::Run { scenarios } => main_job(&scenarios),
         Command::Mutations => {
-            for m in Mutation::ALL {
-                println!("{}", m.name());
-            }
+            print!("{}", txnsim_properties::catalogue::mutations_text());
             ExitCode::SUCCESS
         }
         Command::Invariants => {
@@ -111,7 +113,12 @@ extern "C" fn on_interrupt(_: libc::c_int) {
     }
 }
 
-fn run_scenarios(paths: &[PathBuf], show: bool, mutation: Option<Mutation>) -> ExitCode {
+fn run_scenarios(
+    paths: &[PathBuf],
+    show: bool,
+    html: Option<&std::path::Path>,
+    mutation: Option<Mutation>,
+) -> ExitCode {
     let mut files = Vec::new();
     for p in paths {
         match scenario::collect_files(p) {
@@ -140,14 +147,27 @@ fn run_scenarios(paths: &[PathBuf], show: bool, mutation: Option<Mutation>) -> E
             }
         }
     }
+    let page = match html.map(txnsim::html::create).transpose() {
+        Ok(page) => page,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let opts = RunOptions { mutations: mutation.map(Mutations::one).unwrap_or_default(), show };
     let (mut passed, mut failed, mut bad) = (0, 0, 0);
+    let mut stories = Vec::new();
     for sc in &scenarios {
         let report = scenario::run(sc, &opts);
         if let Some(e) = &report.input_error {
             bad += 1;
             eprintln!("error: {e}");
             continue;
+        }
+        if html.is_some() {
+            let verdict = report.difference.as_ref().map_or("PASS".to_string(), |d| format!("FAIL {d}"))
+                + &mutation.map(|m| format!(" (with mutation {})", m.name())).unwrap_or_default();
+            stories.push(scenario::story(sc, report.steps.clone(), verdict));
         }
         if show {
             for line in &report.table {
@@ -170,6 +190,13 @@ fn run_scenarios(paths: &[PathBuf], show: bool, mutation: Option<Mutation>) -> E
     }
     let with = mutation.map(|m| format!(" with mutation {}", m.name())).unwrap_or_default();
     println!("scenarios: {passed} passed, {failed} failed{with}");
+    if let (Some(page), Some(path)) = (page, html) {
+        if let Err(e) = txnsim::html::write(page, path, &format!("txnsim: {}", paths[0].display()), &stories) {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+        println!("wrote {}", path.display());
+    }
     if bad > 0 {
         ExitCode::from(2)
     } else if failed > 0 {
@@ -183,7 +210,7 @@ fn run_scenarios(paths: &[PathBuf], show: bool, mutation: Option<Mutation>) -> E
 fn main_job(scenarios: &std::path::Path) -> ExitCode {
     let started = std::time::Instant::now();
     println!("== scenarios ({})", scenarios.display());
-    let code = run_scenarios(&[scenarios.to_path_buf()], false, None);
+    let code = run_scenarios(&[scenarios.to_path_buf()], false, None, None);
     let scenario_line = if code == ExitCode::SUCCESS {
         "scenarios: all passed".to_string()
     } else {

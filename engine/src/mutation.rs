@@ -1,78 +1,44 @@
 //! Injectable historical bugs (KAFKA_SEMANTICS.md section 3). Each is one small, marked branch in the
-//! engine, off by default; they exist only to prove that the suite's checkers catch the bug.
+//! engine, off by default; they exist only to prove that the suite's checkers catch the bug. What each
+//! one breaks is `Mutation::mechanism`, where Kafka (or a Kafka-compatible broker) had it is
+//! `Mutation::kafka`; `txnsim mutations` prints both with the invariants that catch it.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Mutation {
-    /// M3 (Redpanda #3036, generalised): read_committed fetches are bounded by the high watermark, not the LSO.
     ReadCommittedBoundedByHw,
-    /// M3: the LSO is read as the last readable offset, so the batch starting at the LSO leaks to read_committed.
     LsoInclusive,
-    /// M7: the first unstable offset ignores ongoing transactions.
     LsoIgnoresOngoingTxns,
-    /// M7: the first unstable offset ignores decided transactions whose marker is not yet below the HW.
     LsoIgnoresUnreplicatedTxns,
-    /// M7/M20: the LSO is not clamped to the high watermark (visibility computed from the log end).
     LsoNotClampedToHw,
-    /// M5 (KAFKA-5376): a fetch does not consult the aborted-transaction index.
     SkipAbortedIndexOnFetch,
-    /// M6/M14 (KAFKA-13727, KAFKA-7866): an aborted transaction gets no index entry.
     NoAbortedIndexEntry,
-    /// KAFKA_SEMANTICS 1.1 step 5 dropped: non-transactional data from a producer with an open transaction is appended.
     AllowNonTxnWriteInOpenTxn,
-    /// Idempotence off at the leader: a retried batch (same epoch and sequences as a retained one) is appended again.
     NoDedup,
-    /// A detected duplicate is answered with the log end instead of the original batch's offsets.
     DuplicateReturnsWrongOffsets,
-    /// Zombie fencing off at the leader: batches with an epoch below the producer's current one are appended.
     SkipProducerEpochCheck,
-    /// KAFKA-9144 family: markers from a stale coordinator epoch are accepted.
     SkipCoordinatorEpochCheck,
-    /// M16: the coordinator writes markers to the first partition only, then completes the transaction.
     MarkersToSubsetOfPartitions,
-    /// M11 (KAFKA-10080): a late marker acknowledgement writes Complete* again, unchecked, over whatever state the id is in.
     DoubleComplete,
-    /// M8 (KAFKA-6119): a timeout abort keeps the producer's epoch.
     TimeoutAbortSameEpoch,
-    /// M9 (KAFKA-5231): an InitProducerId fence aborts with the old epoch.
     FenceAbortSameEpoch,
-    /// The coordinator's timeout scan never aborts anything: a dead producer's transaction hangs.
     NoTimeoutAbort,
-    /// M12 (KAFKA-16352): a restarted coordinator does not resend the markers of PrepareCommit/PrepareAbort transactions.
     DropPendingMarkersOnRestart,
-    /// KIP-98 decision irrevocability broken on failover: a reloaded coordinator resends a PrepareCommit's markers as ABORT.
     RestartAbortsPreparedCommits,
-    /// M1 (KIP-890 motivation): the leader appends a transactional batch without asking the coordinator.
     NoTxnVerification,
-    /// M15 (KAFKA-12980): the consumer's position does not move past control batches and skipped aborted batches.
     NoPositionAdvanceOverControl,
-    /// The consumer keeps a producer in its aborted set after that producer's ABORT marker, dropping its later batches.
     AbortedPidNotClearedOnMarker,
-    /// The consumer moves its position to the response's high watermark, past records it never delivered.
     PositionSkipsToHighWatermark,
-    /// The consumer sets its position to the last delivered offset instead of the one after it.
     RedeliverLastRecord,
-    /// M21: the broker attaches the aborted list at read_uncommitted and the consumer filters with it.
     AbortedListForReadUncommitted,
-    /// The pre-4.0 TV2 EndTxn table: an ABORT at the current epoch of a completed or empty transaction keeps
-    /// the epoch (NONE or INVALID_TXN_STATE), so a late batch of the aborted send joins the next transaction.
     Tv2AbortKeepsEpoch,
-    /// KIP-360 retry lost: an InitProducerId naming the epoch the coordinator bumped from (its first answer
-    /// was lost) is fenced instead of answered with the current epoch.
     Kip360RetryFenced,
-    /// The TV1 client policy under TV2: after an abort with a failed batch the client sends a KIP-360
-    /// InitProducerId though the EndTxn answer already bumped its epoch (`needToTriggerEpochBumpFromClient`).
     Tv2InitAfterAbort,
-    /// `abortUndrainedBatches` missing: batches not yet sent when the application aborts (or an abortable
-    /// error strikes) are sent anyway instead of failing with TransactionAbortedException.
     AbortSendsUndrainedBatches,
-    /// A batch that fails while a commit or abort is completing still sets the KIP-360 epoch bump.
     EpochBumpWhileCompleting,
-    /// An idempotent producer never bumps its epoch after a sequence gap or an expired batch.
     NoIdempotentEpochBump,
-    /// OUT_OF_ORDER_SEQUENCE is final even for a batch that is not the next sequence (an earlier one's failure).
     OutOfOrderNeverRetried,
 }
 
@@ -152,6 +118,139 @@ impl Mutation {
 
     pub fn from_name(name: &str) -> Option<Mutation> {
         Mutation::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    /// What the injected bug does, in one line.
+    pub fn mechanism(self) -> &'static str {
+        match self {
+            Mutation::ReadCommittedBoundedByHw => {
+                "read_committed fetches are bounded by the high watermark, not the LSO: an open transaction's records are delivered"
+            }
+            Mutation::LsoInclusive => {
+                "the LSO is read as the last readable offset, so the batch starting at the LSO leaks to read_committed"
+            }
+            Mutation::LsoIgnoresOngoingTxns => "the first unstable offset ignores ongoing transactions",
+            Mutation::LsoIgnoresUnreplicatedTxns => {
+                "the first unstable offset ignores decided transactions whose marker is not yet below the HW"
+            }
+            Mutation::LsoNotClampedToHw => {
+                "the LSO is not clamped to the high watermark: visibility is computed from the log end"
+            }
+            Mutation::SkipAbortedIndexOnFetch => {
+                "a fetch does not consult the aborted-transaction index, so read_committed gets no aborted list"
+            }
+            Mutation::NoAbortedIndexEntry => "an aborted transaction gets no entry in the aborted-transaction index",
+            Mutation::AllowNonTxnWriteInOpenTxn => {
+                "non-transactional data from a producer with an open transaction on the partition is appended"
+            }
+            Mutation::NoDedup => {
+                "idempotence off at the leader: a retried batch (same epoch and sequences as a retained one) is appended again"
+            }
+            Mutation::DuplicateReturnsWrongOffsets => {
+                "a detected duplicate is answered with the log end instead of the original batch's offsets"
+            }
+            Mutation::SkipProducerEpochCheck => {
+                "zombie fencing off at the leader: batches with an epoch below the producer's current one are appended"
+            }
+            Mutation::SkipCoordinatorEpochCheck => "markers from a stale coordinator epoch are accepted",
+            Mutation::MarkersToSubsetOfPartitions => {
+                "the coordinator writes markers to the first partition only, then completes the transaction"
+            }
+            Mutation::DoubleComplete => {
+                "a late marker acknowledgement writes Complete* again, unchecked, over whatever state the id is in"
+            }
+            Mutation::TimeoutAbortSameEpoch => {
+                "a timeout abort keeps the producer's epoch, so the timed-out producer is not fenced"
+            }
+            Mutation::FenceAbortSameEpoch => {
+                "an InitProducerId fence aborts the old instance's transaction with the old epoch"
+            }
+            Mutation::NoTimeoutAbort => {
+                "the coordinator's timeout scan never aborts anything: a dead producer's transaction hangs"
+            }
+            Mutation::DropPendingMarkersOnRestart => {
+                "a restarted coordinator does not resend the markers of PrepareCommit/PrepareAbort transactions"
+            }
+            Mutation::RestartAbortsPreparedCommits => {
+                "a reloaded coordinator resends a PrepareCommit's markers as ABORT: the decision is not irrevocable"
+            }
+            Mutation::NoTxnVerification => {
+                "the leader appends a transactional batch without asking the coordinator whether the partition is in the transaction"
+            }
+            Mutation::NoPositionAdvanceOverControl => {
+                "the consumer's position does not move past control batches and skipped aborted batches"
+            }
+            Mutation::AbortedPidNotClearedOnMarker => {
+                "the consumer keeps a producer in its aborted set after that producer's ABORT marker, dropping its later batches"
+            }
+            Mutation::PositionSkipsToHighWatermark => {
+                "the consumer moves its position to the response's high watermark, past records it never delivered"
+            }
+            Mutation::RedeliverLastRecord => {
+                "the consumer sets its position to the last delivered offset instead of the one after it"
+            }
+            Mutation::AbortedListForReadUncommitted => {
+                "the broker attaches the aborted list at read_uncommitted and the consumer filters with it"
+            }
+            Mutation::Tv2AbortKeepsEpoch => "The pre-4.0 TV2 EndTxn table: an ABORT at the current epoch of a completed or empty transaction keeps the epoch (NONE or INVALID_TXN_STATE), so a late batch of the aborted send joins the next transaction.",
+            Mutation::Kip360RetryFenced => "KIP-360 retry lost: an InitProducerId naming the epoch the coordinator bumped from (its first answer was lost) is fenced instead of answered with the current epoch.",
+            Mutation::Tv2InitAfterAbort => "The TV1 client policy under TV2: after an abort with a failed batch the client sends a KIP-360 InitProducerId though the EndTxn answer already bumped its epoch (`needToTriggerEpochBumpFromClient`).",
+            Mutation::AbortSendsUndrainedBatches => "`abortUndrainedBatches` missing: batches not yet sent when the application aborts (or an abortable error strikes) are sent anyway instead of failing with TransactionAbortedException.",
+            Mutation::EpochBumpWhileCompleting => "A batch that fails while a commit or abort is completing still sets the KIP-360 epoch bump.",
+            Mutation::NoIdempotentEpochBump => "An idempotent producer never bumps its epoch after a sequence gap or an expired batch.",
+            Mutation::OutOfOrderNeverRetried => "OUT_OF_ORDER_SEQUENCE is final even for a batch that is not the next sequence (an earlier one's failure).",
+        }
+    }
+
+    /// The Kafka JIRA, KIP or Kafka-compatible broker's issue the bug comes from, or the Kafka class whose
+    /// check it removes.
+    pub fn kafka(self) -> &'static str {
+        match self {
+            Mutation::ReadCommittedBoundedByHw => "Redpanda PR #3036, generalised (KIP-98 fetch isolation)",
+            Mutation::LsoInclusive => "Redpanda PR #3036 (the LSO is an exclusive bound)",
+            Mutation::LsoIgnoresOngoingTxns => "KAFKA-13194 family (ProducerStateManager.firstUnstableOffset)",
+            Mutation::LsoIgnoresUnreplicatedTxns => "KAFKA-13194 family (ProducerStateManager.unreplicatedTxns)",
+            Mutation::LsoNotClampedToHw => "KAFKA-13194, Redpanda #5090",
+            Mutation::SkipAbortedIndexOnFetch => "KAFKA-5376",
+            Mutation::NoAbortedIndexEntry => "KAFKA-13727, KAFKA-7866",
+            Mutation::AllowNonTxnWriteInOpenTxn => "KIP-98 (ProducerAppendInfo.appendDataBatch)",
+            Mutation::NoDedup => "KIP-98 idempotence (ProducerStateEntry.findDuplicateBatch)",
+            Mutation::DuplicateReturnsWrongOffsets => "KIP-98 idempotence (ProducerStateEntry.findDuplicateBatch)",
+            Mutation::SkipProducerEpochCheck => "KIP-98 fencing (ProducerAppendInfo.checkProducerEpoch)",
+            Mutation::SkipCoordinatorEpochCheck => "KAFKA-9144 family, KIP-664",
+            Mutation::MarkersToSubsetOfPartitions => "TransactionMarkerRequestCompletionHandler, KAFKA-5202",
+            Mutation::DoubleComplete => "KAFKA-10080",
+            Mutation::TimeoutAbortSameEpoch => "KAFKA-6119",
+            Mutation::FenceAbortSameEpoch => "KAFKA-5231",
+            Mutation::NoTimeoutAbort => {
+                "KIP-98 transaction.timeout.ms (TransactionCoordinator.abortTimedOutTransactions)"
+            }
+            Mutation::DropPendingMarkersOnRestart => "KAFKA-16352",
+            Mutation::RestartAbortsPreparedCommits => "KIP-98 (TransactionStateManager.loadTransactions)",
+            Mutation::NoTxnVerification => "KIP-890 motivation, KAFKA-14402",
+            Mutation::NoPositionAdvanceOverControl => "KAFKA-12980, KAFKA-6607",
+            Mutation::AbortedPidNotClearedOnMarker => "CompletedFetch.nextFetchedRecord (abortedProducerIds)",
+            Mutation::PositionSkipsToHighWatermark => "CompletedFetch / FetchCollector (nextFetchOffset)",
+            Mutation::RedeliverLastRecord => "KAFKA-6607 (offset + 1)",
+            Mutation::AbortedListForReadUncommitted => "Redpanda #6630, PR #18852, franz-go PR #758",
+            Mutation::Tv2AbortKeepsEpoch => {
+                "KIP-890 / Kafka 4.0: TransactionCoordinator.endTransaction, the TV2 table's EB cells"
+            }
+            Mutation::Kip360RetryFenced => {
+                "KIP-360: TransactionMetadata.prepareIncrementProducerEpoch (expected epoch == lastProducerEpoch)"
+            }
+            Mutation::Tv2InitAfterAbort => {
+                "KAFKA-17898 / PR #17849: TransactionManager.needToTriggerEpochBumpFromClient"
+            }
+            Mutation::AbortSendsUndrainedBatches => {
+                "Sender.maybeSendAndPollTransactionalRequest, RecordAccumulator.abortUndrainedBatches"
+            }
+            Mutation::EpochBumpWhileCompleting => "TransactionManager.maybeTransitionToErrorState (!isCompleting())",
+            Mutation::NoIdempotentEpochBump => "TransactionManager.bumpIdempotentEpochAndResetIdIfNeeded",
+            Mutation::OutOfOrderNeverRetried => {
+                "TransactionManager.canRetry (OUT_OF_ORDER_SEQUENCE_NUMBER, isNextSequence)"
+            }
+        }
     }
 }
 

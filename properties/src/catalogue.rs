@@ -279,6 +279,57 @@ impl Invariant {
     }
 }
 
+/// The invariants that catch a mutation: first those whose bite proof uses it (`Invariant::mutation`,
+/// proved by `properties/tests/bites.rs`), then those its regression seeds in `seeds/*.toml` or the model
+/// tests catch it by (`tests/catalogue.rs` holds this list to the seed corpus).
+pub fn caught_by(m: Mutation) -> Vec<Invariant> {
+    use Invariant::*;
+    let also: &[Invariant] = match m {
+        Mutation::LsoInclusive => &[PrecommittedRead],
+        Mutation::LsoIgnoresOngoingTxns => &[LsoIsFirstUnstableOffset],
+        Mutation::FenceAbortSameEpoch => &[EpochBumpOnFenceAndTimeout],
+        Mutation::MarkersToSubsetOfPartitions => &[PartitionCoverage],
+        Mutation::AbortedPidNotClearedOnMarker => &[PollSkip],
+        Mutation::RedeliverLastRecord => &[ReaderCatchesUp],
+        Mutation::AbortedListForReadUncommitted => &[PollSkip],
+        _ => &[],
+    };
+    let mut found: Vec<Invariant> = Invariant::ALL.into_iter().filter(|i| i.mutation() == m).collect();
+    found.extend(also.iter().filter(|i| i.mutation() != m));
+    found
+}
+
+/// What catches `m`, as `txnsim mutations` and `docs/invariants.md` print it: its invariants, or for a
+/// departure that costs only extra errors or aborts (no invariant can see it), the ported scenarios'
+/// exact expectations (`tests/scenarios.rs` proves every such mutation fails one).
+pub fn catchers(m: Mutation) -> Vec<&'static str> {
+    let caught: Vec<&str> = caught_by(m).into_iter().map(Invariant::name).collect();
+    if caught.is_empty() {
+        vec![SCENARIO_CATCHER]
+    } else {
+        caught
+    }
+}
+
+/// The catcher of a mutation no invariant sees.
+pub const SCENARIO_CATCHER: &str = "a ported network scenario's exact expectation";
+
+/// `txnsim mutations`: every injectable bug with its mechanism, its Kafka source and what catches it.
+pub fn mutations_text() -> String {
+    let mut out = String::new();
+    for m in Mutation::ALL {
+        let caught = catchers(m);
+        out.push_str(&format!(
+            "{}\n    {}\n    kafka: {}\n    caught by: {}\n",
+            m.name(),
+            m.mechanism(),
+            m.kafka(),
+            caught.join(", ")
+        ));
+    }
+    out
+}
+
 impl fmt::Display for Invariant {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())

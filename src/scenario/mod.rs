@@ -8,6 +8,7 @@ mod show;
 
 pub use format::{Layer, Op, FORMAT};
 pub use runner::{run, Difference, RunOptions};
+pub use show::story;
 
 use format::{strip_descriptive, MultiExpect, PartitionExpect, ScenarioHeader};
 use serde_json::Value;

@@ -45,11 +45,12 @@ impl std::fmt::Display for Difference {
     }
 }
 
-/// What a run found, and the step table when asked for.
+/// What a run found, and the step table when asked for (as lines, and as the data they are drawn from).
 #[derive(Clone, Debug)]
 pub struct RunReport {
     pub difference: Option<Difference>,
     pub table: Vec<String>,
+    pub steps: Vec<crate::html::Step>,
     /// The scenario itself is wrong (a network op names no message in flight, or several): exit 2.
     pub input_error: Option<String>,
 }
@@ -66,6 +67,7 @@ struct Runner<'a> {
     instances: BTreeMap<String, Instance>,
     idempotent: BTreeSet<String>,
     table: Option<Vec<String>>,
+    steps: Vec<crate::html::Step>,
 }
 
 const PLAIN_PRODUCER: &str = "__plain";
@@ -86,6 +88,7 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> RunReport {
         instances: BTreeMap::new(),
         idempotent: BTreeSet::new(),
         table: opts.show.then(Vec::new),
+        steps: Vec::new(),
     };
     if let Some(t) = runner.table.as_mut() {
         t.extend(show::header(sc));
@@ -100,11 +103,10 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> RunReport {
                     format!("{} <-- DIFFERS: {}: expected {}, actual {}", d.actual, d.field, d.expected, d.actual)
                 }
             };
-            t.push(show::op_line(i, op, &summary));
-            if sc.layer != Layer::ConsumerFetch {
-                let lines = show::partitions(&mut runner.cluster, &sc.topics);
-                runner.table.as_mut().expect("show on").extend(lines);
-            }
+            let cluster = (sc.layer != Layer::ConsumerFetch).then_some(&mut runner.cluster);
+            let step = show::step(i, op, &summary, outcome.is_err(), cluster, sc);
+            t.extend(show::step_lines(&step));
+            runner.steps.push(step);
         }
         if let Err(d) = outcome {
             difference = Some(d);
@@ -135,7 +137,7 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> RunReport {
     if let (Some(t), Some(d)) = (runner.table.as_mut(), &difference) {
         t.push(format!("FAIL {d}"));
     }
-    RunReport { difference, table: runner.table.unwrap_or_default(), input_error: None }
+    RunReport { difference, table: runner.table.unwrap_or_default(), steps: runner.steps, input_error: None }
 }
 
 /// A network scenario: its ops, every state invariant after each, then its final expectation.
@@ -190,7 +192,7 @@ fn run_network(sc: &Scenario, script: &super::NetworkScript, opts: &RunOptions) 
     if let Some(d) = &difference {
         table.push(format!("FAIL {d}"));
     }
-    RunReport { difference, table, input_error }
+    RunReport { difference, table, steps: Vec::new(), input_error }
 }
 
 fn error_name(e: KafkaError) -> String {

@@ -1,12 +1,14 @@
 //! `txnsim scenario --show`: a step table a person can read. After each op, every partition's log
 //! (offset: value or marker), LEO, HW, LSO, the aborted index, and what fresh readers of both isolation
-//! levels deliver from the log start, so "0 vs 3" and the offset gap are visible at a glance.
+//! levels deliver from the log start, so "0 vs 3" and the offset gap are visible at a glance. The steps
+//! are data (`crate::html::Step`); the text table and the HTML page (`--html`) are both drawn from them.
 
 use super::format::Op;
 use super::Scenario;
+use crate::html::{AbortedEntry, Cell, CellKind, PartitionView, Reading, Step, Story, TxnStatus};
 use std::collections::BTreeMap;
 use txnsim_engine::record::BatchBody;
-use txnsim_engine::{Cluster, IsolationLevel, TopicPartition};
+use txnsim_engine::{Cluster, IsolationLevel, TopicPartition, TransactionResult};
 
 pub fn header(sc: &Scenario) -> Vec<String> {
     let mut lines = vec![format!(
@@ -20,10 +22,6 @@ pub fn header(sc: &Scenario) -> Vec<String> {
         lines.push(format!("  source: {source}"));
     }
     lines
-}
-
-pub fn op_line(i: usize, op: &Op, outcome: &str) -> String {
-    format!("[{i}] {}  =>  {outcome}", describe(op))
 }
 
 fn describe(op: &Op) -> String {
@@ -80,16 +78,30 @@ fn describe(op: &Op) -> String {
     }
 }
 
-/// The state of every partition, as a few indented lines each.
-pub fn partitions(cluster: &mut Cluster, topics: &BTreeMap<String, u32>) -> Vec<String> {
-    let mut lines = Vec::new();
-    for (topic, count) in topics {
-        for p in 0..*count {
-            let tp = TopicPartition::new(topic, p);
-            lines.extend(partition(cluster, &tp));
-        }
-    }
+/// One op's row of the step table: the op, its outcome, and every partition as it is afterwards.
+pub fn step(i: usize, op: &Op, outcome: &str, differs: bool, cluster: Option<&mut Cluster>, sc: &Scenario) -> Step {
+    let partitions = match cluster {
+        Some(cluster) => sc
+            .topics
+            .iter()
+            .flat_map(|(topic, count)| (0..*count).map(move |p| TopicPartition::new(topic, p)))
+            .map(|tp| partition(cluster, &tp))
+            .collect(),
+        None => Vec::new(),
+    };
+    Step { index: i, op: describe(op), outcome: outcome.to_string(), differs, partitions }
+}
+
+/// The step's lines of the text table (`txnsim scenario --show`).
+pub fn step_lines(step: &Step) -> Vec<String> {
+    let mut lines = vec![format!("[{}] {}  =>  {}", step.index, step.op, step.outcome)];
+    lines.extend(step.partitions.iter().flat_map(partition_lines));
     lines
+}
+
+/// The whole run as the HTML page draws it: the scenario's header, its steps and its verdict.
+pub fn story(sc: &Scenario, steps: Vec<Step>, verdict: String) -> Story {
+    Story { title: header(sc).remove(0), file: sc.file.clone(), source: sc.source.clone(), steps, verdict }
 }
 
 fn producer_label(cluster: &Cluster, pid: i64) -> String {
@@ -99,74 +111,154 @@ fn producer_label(cluster: &Cluster, pid: i64) -> String {
     }
 }
 
-fn partition(cluster: &mut Cluster, tp: &TopicPartition) -> Vec<String> {
+/// A partition's log as offset cells: each data record with its transaction and that transaction's fate
+/// (the producer's next marker on this partition, `ProducerStateManager`'s view), each marker, and the
+/// readers' deliveries from the log start.
+fn partition(cluster: &mut Cluster, tp: &TopicPartition) -> PartitionView {
     let mutations = cluster.config.mutations.clone();
     let log = cluster.broker.partition(tp).expect("scenario partition").clone();
-    let mut entries = Vec::new();
-    let mut segment_bases = Vec::new();
-    for (s, segment) in log.segments().iter().enumerate() {
-        if s > 0 {
-            segment_bases.push(segment.base_offset);
-            entries.push(format!("|segment {}|", segment.base_offset));
-        }
-        for b in &segment.batches {
-            match &b.body {
-                BatchBody::Data(records) => {
-                    for r in records.iter().filter(|r| r.offset >= log.log_start_offset()) {
-                        entries.push(format!("{}:{}", r.offset, r.value));
+    let start = log.log_start_offset();
+    let batches: Vec<_> = log.segments().iter().flat_map(|s| s.batches.iter()).collect();
+    let mut cells = Vec::new();
+    // Transactions a producer has ended on this partition so far: its next transaction's ordinal.
+    let mut ended: BTreeMap<i64, usize> = BTreeMap::new();
+    for (k, b) in batches.iter().enumerate() {
+        let pid = b.producer_id();
+        let who = pid.map(|pid| producer_label(cluster, pid));
+        match &b.body {
+            BatchBody::Data(records) => {
+                let (txn, status) = match pid.filter(|_| b.is_transactional) {
+                    Some(pid) => {
+                        let fate = batches[k + 1..].iter().find_map(|later| match later.marker() {
+                            Some(m) if later.producer_id() == Some(pid) => Some(m.result),
+                            _ => None,
+                        });
+                        let status = match fate {
+                            Some(TransactionResult::Commit) => TxnStatus::Committed,
+                            Some(TransactionResult::Abort) => TxnStatus::Aborted,
+                            None => TxnStatus::Open,
+                        };
+                        let ordinal = ended.get(&pid).copied().unwrap_or(0) + 1;
+                        (Some(format!("{} #{ordinal}", who.clone().unwrap_or_default())), status)
                     }
+                    None => (None, TxnStatus::NonTransactional),
+                };
+                for r in records.iter().filter(|r| r.offset >= start) {
+                    cells.push(Cell {
+                        offset: r.offset,
+                        kind: CellKind::Data,
+                        value: Some(r.value.clone()),
+                        producer: who.clone(),
+                        txn: txn.clone(),
+                        status: Some(status),
+                    });
                 }
-                BatchBody::Control(marker) if b.base_offset >= log.log_start_offset() => {
-                    let who = producer_label(cluster, b.producer_id().expect("markers carry a producer id"));
-                    match marker {
-                        Some(m) => entries.push(format!("{}:{}({who})", b.base_offset, m.result.name())),
-                        None => entries.push(format!("{}:(empty control)", b.base_offset)),
-                    }
+            }
+            BatchBody::Control(marker) => {
+                if let (Some(pid), Some(_)) = (pid, marker) {
+                    *ended.entry(pid).or_insert(0) += 1;
                 }
-                BatchBody::Control(_) => {}
+                if b.base_offset >= start {
+                    let kind = match marker.map(|m| m.result) {
+                        Some(TransactionResult::Commit) => CellKind::Commit,
+                        Some(TransactionResult::Abort) => CellKind::Abort,
+                        None => CellKind::EmptyControl,
+                    };
+                    let who = Some(producer_label(cluster, pid.expect("markers carry a producer id")));
+                    cells.push(Cell {
+                        offset: b.base_offset,
+                        kind,
+                        value: None,
+                        producer: who,
+                        txn: None,
+                        status: None,
+                    });
+                }
             }
         }
     }
-    let lso = log.last_stable_offset(&mutations);
-    let start = if log.log_start_offset() > 0 { format!(" start {}", log.log_start_offset()) } else { String::new() };
+    let aborted_index = log
+        .aborted_index()
+        .map(|a| AbortedEntry {
+            producer: producer_label(cluster, a.producer_id),
+            first_offset: a.first_offset,
+            last_offset: a.last_offset,
+            last_stable_offset: a.last_stable_offset,
+        })
+        .collect();
+    let mut read = |isolation| match cluster.read(isolation, tp, start) {
+        Ok((records, position)) => Reading {
+            from: start,
+            offsets: records.iter().map(|r| r.offset).collect(),
+            values: records.into_iter().map(|r| r.value).collect(),
+            position: Some(position),
+            error: None,
+        },
+        Err(e) => Reading { from: start, offsets: vec![], values: vec![], position: None, error: Some(e.to_string()) },
+    };
+    let read_uncommitted = read(IsolationLevel::ReadUncommitted);
+    let read_committed = read(IsolationLevel::ReadCommitted);
+    PartitionView {
+        name: tp.to_string(),
+        log_start_offset: start,
+        log_end_offset: log.log_end_offset(),
+        high_watermark: log.high_watermark(),
+        last_stable_offset: log.last_stable_offset(&mutations),
+        segment_bases: log.segments().iter().skip(1).map(|s| s.base_offset).collect(),
+        cells,
+        aborted_index,
+        read_uncommitted,
+        read_committed,
+    }
+}
+
+fn partition_lines(p: &PartitionView) -> Vec<String> {
+    let mut entries = Vec::new();
+    let mut bases = p.segment_bases.iter().peekable();
+    for c in &p.cells {
+        while let Some(base) = bases.next_if(|b| **b <= c.offset) {
+            entries.push(format!("|segment {base}|"));
+        }
+        entries.push(match c.kind {
+            CellKind::Data => format!("{}:{}", c.offset, c.value.as_deref().unwrap_or_default()),
+            CellKind::Commit => format!("{}:COMMIT({})", c.offset, c.producer.as_deref().unwrap_or_default()),
+            CellKind::Abort => format!("{}:ABORT({})", c.offset, c.producer.as_deref().unwrap_or_default()),
+            CellKind::EmptyControl => format!("{}:(empty control)", c.offset),
+        });
+    }
+    entries.extend(bases.map(|base| format!("|segment {base}|")));
+    let start = if p.log_start_offset > 0 { format!(" start {}", p.log_start_offset) } else { String::new() };
     let mut lines = vec![format!(
-        "      {tp}{start}  LEO {}  HW {}  LSO {}  log: {}",
-        log.log_end_offset(),
-        log.high_watermark(),
-        lso,
+        "      {}{start}  LEO {}  HW {}  LSO {}  log: {}",
+        p.name,
+        p.log_end_offset,
+        p.high_watermark,
+        p.last_stable_offset,
         if entries.is_empty() { "(empty)".to_string() } else { entries.join("  ") }
     )];
-    let index: Vec<String> = log
-        .aborted_index()
+    let index: Vec<String> = p
+        .aborted_index
+        .iter()
         .map(|a| {
-            format!(
-                "({} first {} last {} lso {})",
-                producer_label(cluster, a.producer_id),
-                a.first_offset,
-                a.last_offset,
-                a.last_stable_offset
-            )
+            format!("({} first {} last {} lso {})", a.producer, a.first_offset, a.last_offset, a.last_stable_offset)
         })
         .collect();
     if !index.is_empty() {
         lines.push(format!("          aborted index: {}", index.join(" ")));
     }
-    let from = log.log_start_offset();
-    for (label, isolation) in
-        [("read_uncommitted", IsolationLevel::ReadUncommitted), ("read_committed  ", IsolationLevel::ReadCommitted)]
-    {
-        let line = match cluster.read(isolation, tp, from) {
-            Ok((records, position)) => {
-                let shown: Vec<String> = records.iter().map(|r| format!("{}:{}", r.offset, r.value)).collect();
+    for (label, r) in [("read_uncommitted", &p.read_uncommitted), ("read_committed  ", &p.read_committed)] {
+        lines.push(match (&r.error, r.position) {
+            (None, Some(position)) => {
+                let shown: Vec<String> = r.offsets.iter().zip(&r.values).map(|(o, v)| format!("{o}:{v}")).collect();
                 format!(
-                    "          {label} from {from}: {} record(s) [{}]  position {position}",
-                    records.len(),
+                    "          {label} from {}: {} record(s) [{}]  position {position}",
+                    r.from,
+                    r.offsets.len(),
                     shown.join(" ")
                 )
             }
-            Err(e) => format!("          {label} from {from}: {e}"),
-        };
-        lines.push(line);
+            (e, _) => format!("          {label} from {}: {}", r.from, e.as_deref().unwrap_or_default()),
+        });
     }
     lines
 }

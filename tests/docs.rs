@@ -1,0 +1,67 @@
+//! The repository's own documents stay true: every complete scenario file shown in the docs (a block
+//! with no `...` elision) parses and passes, and every repository path the README and docs/ name exists.
+
+use std::path::Path;
+use txnsim::scenario::{self, RunOptions};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(Path::new(ROOT).join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The fenced ```json blocks of a markdown file.
+fn json_blocks(text: &str) -> Vec<String> {
+    text.split("```json\n").skip(1).map(|rest| rest.split("```").next().unwrap_or_default().to_string()).collect()
+}
+
+#[test]
+fn scenario_files_shown_in_the_docs_pass() {
+    let mut ran = 0;
+    for doc in ["README.md", "docs/scenario-format.md"] {
+        for block in json_blocks(&read(doc))
+            .iter()
+            .filter(|b| b.contains("\"format\": \"txnsim-scenario/v1\"") && !b.contains("..."))
+        {
+            let scenarios =
+                scenario::parse(doc, block).unwrap_or_else(|e| panic!("an example in {doc} does not parse: {e}"));
+            for sc in &scenarios {
+                let report = scenario::run(sc, &RunOptions::default());
+                assert_eq!(report.difference, None, "the example scenario {} in {doc} fails", sc.name);
+                ran += 1;
+            }
+        }
+    }
+    assert!(ran >= 2, "expected the README's and the format reference's examples, ran {ran}");
+}
+
+/// Repository paths the docs name (`docs/...`, `seeds/...`, `src/...`, crate folders) must exist, so a
+/// reader never follows a pointer to nothing.
+#[test]
+fn paths_named_in_the_docs_exist() {
+    let prefixes = ["docs/", "seeds/", "src/", "engine/", "properties/", "model/", "sim/", "tests/", "scripts/"];
+    let mut missing = Vec::new();
+    for doc in
+        ["README.md", "docs/scenario-format.md", "docs/invariants.md", "docs/seed-experiment.md", "docs/extending.md"]
+    {
+        let text = read(doc);
+        for token in text.split(|c: char| c.is_whitespace() || "`()[]<>\"',;:".contains(c)) {
+            let token = token.trim_end_matches('.');
+            let path = token.strip_prefix("../").unwrap_or(token);
+            let relative = if doc.starts_with("docs/") && path.starts_with("img/") {
+                format!("docs/{path}")
+            } else {
+                path.to_string()
+            };
+            if prefixes.iter().any(|p| relative.starts_with(p))
+                && !relative.contains('*')
+                && !relative.contains("FILE")
+                && !relative.contains("NAME")
+                && !Path::new(ROOT).join(&relative).exists()
+            {
+                missing.push(format!("{doc}: {relative}"));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "the docs name paths that do not exist:\n{}", missing.join("\n"));
+}
