@@ -592,7 +592,7 @@ impl Node {
         let is_send = n
             .events
             .iter()
-            .any(|e| matches!(e, Event::Invoke { process: p, call_id, .. } if *p == process && *call_id == c.op));
+            .any(|e| matches!(e, Event::Invoke { process: p, call_id, call: ProducerCall::Send { .. }, .. } if *p == process && *call_id == c.op));
         if is_send {
             let outcome = match c.result {
                 Ok(OpOutput::Sent { ack, .. }) => CallOutcome::Sent {
@@ -612,6 +612,17 @@ impl Node {
                 }
             }
             return;
+        }
+        if let Phase::Ending { op, .. } = n.phase {
+            if op == c.op {
+                let outcome = match &c.result {
+                    Ok(_) => CallOutcome::Ok,
+                    Err(e) => CallOutcome::Failed { error: e.name().to_string() },
+                };
+                let process = process.clone();
+                n.events
+                    .update(|events| events.push(Event::Complete { time_ms: NOW_MS, process, call_id: op, outcome }));
+            }
         }
         match (&n.phase, c.result) {
             (Phase::Initializing, Ok(OpOutput::Initialized(_))) => self.begin_next(n, o),
@@ -657,7 +668,10 @@ impl Node {
             return stop(n, Stop::Failed(e), o);
         }
         let process = n.producer.id.to_string();
-        let mut invoked = Vec::new();
+        // The client-intent checks split a history into transactions at each begin (call id 0: it never
+        // completes asynchronously, and op ids start at 1).
+        let mut invoked =
+            vec![Event::Invoke { time_ms: NOW_MS, process: process.clone(), call_id: 0, call: ProducerCall::Begin }];
         for r in 0..b.records_per_txn {
             let partition = self.ctx.partitions[r % b.partitions].clone();
             let values = vec![format!("{}:{txn}.{r}", producer_name(index, n.incarnation))];
@@ -670,7 +684,7 @@ impl Node {
                 Err(_) => break, // the producer is failed; the end call will say so
             }
         }
-        let awaiting = invoked.len() as u8;
+        let awaiting = invoked.len() as u8 - 1;
         n.events.update(|events| events.extend(invoked));
         if choice == TransactionResult::Abort && awaiting > 0 {
             n.phase = Phase::Sending { txn, awaiting };
@@ -687,6 +701,12 @@ impl Node {
         match called {
             Ok((op, effects)) => {
                 n.phase = Phase::Ending { txn, result, op };
+                let call = match result {
+                    TransactionResult::Commit => ProducerCall::Commit,
+                    TransactionResult::Abort => ProducerCall::Abort,
+                };
+                let process = n.producer.id.to_string();
+                n.events.update(|events| events.push(Event::Invoke { time_ms: NOW_MS, process, call_id: op, call }));
                 fx.extend(effects);
             }
             Err(_) if result == TransactionResult::Commit && n.producer.state == TxnManagerState::AbortableError => {

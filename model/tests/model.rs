@@ -323,3 +323,34 @@ fn symmetry_with_five_producers_is_an_error() {
         "symmetry reduction takes at most 4 producers (4! permutations per state); got 5"
     );
 }
+
+/// TV2's abort of a transaction whose only send never reached a leader: Kafka's coordinator bumps the
+/// epoch with no markers (the EB cell of `TransactionCoordinator.endTransaction`'s table), which fences
+/// the send's late copy. With `tv2-abort-keeps-epoch` (the pre-4.0 table) the copy joins the next
+/// transaction and is committed: the client-intent invariant `failed-send-committed` sees it. One
+/// producer, three transactions (abort, a send that times out then abort, commit), an unordered network.
+#[test]
+fn tv2_abort_keeping_its_epoch_commits_a_failed_send() {
+    let bounds = Bounds {
+        txns_per_producer: 3,
+        records_per_txn: 1,
+        partitions: 1,
+        transaction_version: TransactionVersion::V2,
+        txn_timeouts: 0,
+        request_timeouts: 1,
+        polls_per_reader: 0,
+        ..Bounds::small()
+    };
+    let clean = check(&bounds, HasDiscoveries::AnyFailures);
+    assert!(
+        clean.violations.is_empty(),
+        "Kafka's TV2 table violates {:?}",
+        clean.violations.keys().collect::<Vec<_>>()
+    );
+    assert_eq!(clean.unique, 88_819, "the TV2 space, explored to the end");
+    let o = check(&bounds.with_mutation(Mutation::Tv2AbortKeepsEpoch), HasDiscoveries::AnyFailures);
+    let Some(steps) = o.violations.get("failed-send-committed") else {
+        panic!("failed-send-committed not violated; violated: {:?}", o.violations.keys().collect::<Vec<_>>())
+    };
+    assert_eq!(steps.len(), 23, "failed-send-committed: counterexample\n{}", steps.join("\n"));
+}
