@@ -2,3 +2,4 @@
 //! This crate holds the command line and the scenario layer; the machinery is in `txnsim-engine`.
 
 pub mod scenario;
+pub mod report;

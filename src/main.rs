@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use txnsim::report;
 use txnsim::scenario::{self, RunOptions};
 use txnsim_engine::{Mutation, Mutations};
 use txnsim_properties::Invariant;
@@ -34,6 +35,9 @@ enum Command {
         /// Run with one injected historical bug (see `txnsim mutations`).
         #[arg(long, value_parser = parse_mutation)]
         mutation: Option<Mutation>,
+        /// Print the report as JSON (txnsim-scenario-report/v1, schemas/scenario.schema.json) instead.
+        #[arg(long)]
+        json: bool,
     },
     /// The main job: every scenario, a small exhaustive model check and a seed sweep, with one summary.
     Run {
@@ -42,9 +46,17 @@ enum Command {
         scenarios: PathBuf,
     },
     /// List the injectable historical bugs.
-    Mutations,
+    Mutations {
+        /// Print the list as JSON (txnsim-mutations/v1, schemas/mutations.schema.json).
+        #[arg(long)]
+        json: bool,
+    },
     /// List the invariants: name, kind, statement, Kafka source, and the mutation that proves each bites.
-    Invariants,
+    Invariants {
+        /// Print the catalogue as JSON (txnsim-invariants/v1, schemas/invariants.schema.json).
+        #[arg(long)]
+        json: bool,
+    },
     /// Exhaustively check the stateright model (bounds as flags).
     Check(txnsim_model::cli::CheckArgs),
     /// Serve stateright's Explorer web UI for the model.
@@ -73,15 +85,20 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     match cli.command {
-        Command::Scenario { paths, show, mutation } => run_scenarios(&paths, show, mutation),
+        Command::Scenario { paths, show, mutation, json } => match load_scenarios(&paths) {
+            Ok(scenarios) => run_scenarios(&scenarios, show, mutation, json).0,
+            Err(code) => code,
+        },
         Command::Run { scenarios } => main_job(&scenarios),
-        Command::Mutations => {
+        Command::Mutations { json: true } => report::print_json(&report::mutations()),
+        Command::Invariants { json: true } => report::print_json(&report::invariants()),
+        Command::Mutations { json: false } => {
             for m in Mutation::ALL {
                 println!("{}", m.name());
             }
             ExitCode::SUCCESS
         }
-        Command::Invariants => {
+        Command::Invariants { json: false } => {
             for i in Invariant::ALL {
                 println!("{:<40} {:<9} {}", i.name(), format!("{:?}", i.kind()), i.statement());
                 println!("{:<40} {:<9} source: {}; bites with mutation {}", "", "", i.source(), i.mutation().name());
@@ -111,77 +128,85 @@ extern "C" fn on_interrupt(_: libc::c_int) {
     }
 }
 
-fn run_scenarios(paths: &[PathBuf], show: bool, mutation: Option<Mutation>) -> ExitCode {
-    let mut files = Vec::new();
-    for p in paths {
-        match scenario::collect_files(p) {
-            Ok(f) => files.extend(f),
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(2);
-            }
-        }
-    }
+/// Every scenario under `paths`, each file once, parsed before anything runs; bad input is one line on
+/// stderr and exit 2.
+fn load_scenarios(paths: &[PathBuf]) -> Result<Vec<scenario::Scenario>, ExitCode> {
+    let input_error = |e: &dyn std::fmt::Display| {
+        eprintln!("error: {e}");
+        ExitCode::from(2)
+    };
+    let files = scenario::collect_all(paths).map_err(|e| input_error(&e))?;
     if files.is_empty() {
-        eprintln!(
-            "error: no scenario files (*.json) under {}",
-            paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
-        );
-        return ExitCode::from(2);
+        let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        return Err(input_error(&format!("no scenario files (*.json) under {}", names.join(", "))));
     }
-    // Parse everything first: bad input is reported before anything runs.
     let mut scenarios = Vec::new();
     for f in &files {
-        match scenario::load(f) {
-            Ok(s) => scenarios.extend(s),
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(2);
-            }
-        }
+        scenarios.extend(scenario::load(f).map_err(|e| input_error(&e))?);
     }
-    let opts = RunOptions { mutations: mutation.map(Mutations::one).unwrap_or_default(), show };
-    let (mut passed, mut failed) = (0, 0);
-    for sc in &scenarios {
-        let report = scenario::run(sc, &opts);
-        if show {
-            for line in &report.table {
-                println!("{line}");
-            }
+    Ok(scenarios)
+}
+
+/// Runs parsed scenarios and prints the report (text or JSON); the exit code and the summary line.
+fn run_scenarios(
+    scenarios: &[scenario::Scenario],
+    show: bool,
+    mutation: Option<Mutation>,
+    json: bool,
+) -> (ExitCode, String) {
+    let total_ops = scenarios.iter().map(|sc| sc.ops.len() as u64).sum();
+    let progress = report::progress_bar(total_ops, "ops");
+    let opts = RunOptions {
+        mutations: mutation.map(Mutations::one).unwrap_or_default(),
+        show,
+        progress: Some(progress.clone()),
+    };
+    let mut results = Vec::new();
+    for sc in scenarios {
+        let run = scenario::run(sc, &opts);
+        if !json {
+            progress.suspend(|| print_scenario(sc, &run, show));
         }
-        match &report.difference {
-            None => {
-                passed += 1;
-                println!("PASS {} ({})", sc.name, sc.file);
-            }
-            Some(d) => {
-                failed += 1;
-                println!("FAIL {} ({}): {d}", sc.name, sc.file);
-            }
-        }
-        if show {
-            println!();
-        }
+        results.push(run);
     }
+    progress.finish_and_clear();
+    let failed = results.iter().filter(|r| r.difference.is_some()).count();
+    let passed = results.len() - failed;
     let with = mutation.map(|m| format!(" with mutation {}", m.name())).unwrap_or_default();
-    println!("scenarios: {passed} passed, {failed} failed{with}");
-    if failed > 0 {
-        ExitCode::from(1)
+    let summary = format!("scenarios: {passed} passed, {failed} failed{with}");
+    if json {
+        report::print_json(&report::scenarios(scenarios, &results, mutation, show));
     } else {
-        ExitCode::SUCCESS
+        println!("{summary}");
+    }
+    (if failed > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS }, summary)
+}
+
+fn print_scenario(sc: &scenario::Scenario, run: &scenario::RunReport, show: bool) {
+    if show {
+        for line in &run.table {
+            println!("{line}");
+        }
+    }
+    match &run.difference {
+        None => println!("PASS {} ({})", sc.name, sc.file),
+        Some(d) => println!("FAIL {} ({}): {d}", sc.name, sc.file),
+    }
+    if show {
+        println!();
     }
 }
 
 /// `txnsim run`: the three checkers with their defaults, then one summary; exit 1 if any found a problem.
 fn main_job(scenarios: &std::path::Path) -> ExitCode {
     let started = std::time::Instant::now();
-    println!("== scenarios ({})", scenarios.display());
-    let code = run_scenarios(&[scenarios.to_path_buf()], false, None);
-    let scenario_line = if code == ExitCode::SUCCESS {
-        "scenarios: all passed".to_string()
-    } else {
-        "scenarios: FAILED (see above)".to_string()
+    // Bad scenario input stops the job before the minutes of model check and sweep.
+    let loaded = match load_scenarios(&[scenarios.to_path_buf()]) {
+        Ok(loaded) => loaded,
+        Err(code) => return code,
     };
+    println!("== scenarios ({})", scenarios.display());
+    let (code, scenario_line) = run_scenarios(&loaded, false, None, false);
     let mut ok = code == ExitCode::SUCCESS;
     let mut summary = vec![scenario_line];
     for (title, job) in [

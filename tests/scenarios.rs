@@ -147,12 +147,12 @@ const NEEDS_FAULTS: [Mutation; 3] =
 fn every_scenario_reachable_mutation_fails_some_scenario() {
     let scenarios = corpus();
     for m in Mutation::ALL.into_iter().filter(|m| !NEEDS_FAULTS.contains(m)) {
-        let opts = RunOptions { mutations: Mutations::one(m), show: false };
+        let opts = RunOptions { mutations: Mutations::one(m), ..RunOptions::default() };
         let caught = scenarios.iter().find(|sc| scenario::run(sc, &opts).difference.is_some());
         assert!(caught.is_some(), "mutation {} passes every scenario: the corpus does not bite it", m.name());
     }
     for m in NEEDS_FAULTS {
-        let opts = RunOptions { mutations: Mutations::one(m), show: false };
+        let opts = RunOptions { mutations: Mutations::one(m), ..RunOptions::default() };
         let caught = scenarios.iter().find(|sc| scenario::run(sc, &opts).difference.is_some());
         assert!(
             caught.is_none(),
