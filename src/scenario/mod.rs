@@ -5,7 +5,7 @@ mod format;
 mod runner;
 mod show;
 
-pub use format::{Layer, Op, FORMAT};
+pub use format::{Layer, Op, DESCRIPTIVE_FIELDS, FORMAT};
 pub use runner::{run, Difference, RunOptions, RunReport};
 
 use format::{strip_descriptive, MultiExpect, PartitionExpect, ScenarioHeader};
