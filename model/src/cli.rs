@@ -78,7 +78,7 @@ pub struct BoundsArgs {
     #[arg(long)]
     pub delivery_attempts: Option<u32>,
     /// Polls the readers may make in a run (0: no readers; 255: unbounded).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=255))]
     pub polls: Option<usize>,
     /// Explore only the reduced interleavings: timeouts fire for lost requests only, readers poll right
     /// after a partition changes
@@ -141,7 +141,7 @@ pub struct CheckArgs {
     #[command(flatten)]
     pub bounds: BoundsArgs,
     /// Checker threads (BFS paths are shortest only with 1).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = threads_at_least_one)]
     pub threads: usize,
     /// Depth-first instead of breadth-first (less memory, longer counterexamples).
     #[arg(long)]
@@ -168,8 +168,16 @@ pub struct ExploreArgs {
     /// Where the Explorer listens.
     #[arg(long, default_value = "127.0.0.1:3000")]
     pub addr: String,
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = threads_at_least_one)]
     pub threads: usize,
+}
+
+fn threads_at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("at least one thread is needed".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("not a thread count: {e}")),
+    }
 }
 
 /// Set by the binary's Ctrl-C handler: a running check stops and reports what it has so far, as at a
@@ -193,7 +201,7 @@ pub fn check(bounds: &Bounds, args: &CheckArgs, progress: &mut dyn Write) -> Rep
     let mut lines = vec![format!("model: {bounds}")];
     let _ = writeln!(progress, "{}", lines[0]);
     let finish = if args.all { HasDiscoveries::All } else { HasDiscoveries::AnyFailures };
-    let mut builder = model.clone().checker().threads(args.threads.max(1)).finish_when(finish);
+    let mut builder = model.clone().checker().threads(args.threads).finish_when(finish);
     if dfs_symmetry {
         builder = builder.symmetry_fn(symmetry::representative);
     }
@@ -372,6 +380,12 @@ pub fn run_explore(args: &ExploreArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // stateright's `serve` unwraps its bind; binding here first turns a bad or busy address into one
+    // line and exit 2 (the listener is released just before the Explorer takes the address).
+    if let Err(e) = std::net::TcpListener::bind(args.addr.as_str()) {
+        eprintln!("error: --addr {}: cannot listen there: {e}", args.addr);
+        return ExitCode::from(2);
+    }
     println!("model: {bounds}");
     println!("Explorer: http://{}/", args.addr);
     println!("(a counterexample path from `txnsim check` opens as http://{}/#/steps/<action index path>)", args.addr);
@@ -381,7 +395,7 @@ pub fn run_explore(args: &ExploreArgs) -> ExitCode {
 names from one step to the next; --symmetry=false keeps them)"
         );
     }
-    let _ = build(&bounds).checker().threads(args.threads.max(1)).serve(args.addr.as_str());
+    let _ = build(&bounds).checker().threads(args.threads).serve(args.addr.as_str());
     ExitCode::SUCCESS
 }
 
