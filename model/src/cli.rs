@@ -159,6 +159,9 @@ pub struct CheckArgs {
     /// breadth-first frontier of large bounds outgrows any machine (depth-first needs little memory).
     #[arg(long, default_value_t = 8.0)]
     pub max_memory_gb: f64,
+    /// Print the report as JSON (txnsim-check-report/v1, schemas/check.schema.json) instead.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -191,7 +194,11 @@ pub struct Report {
     pub complete: bool,
     /// A memory or time limit stopped the wait; the checker threads are still running.
     pub abandoned: bool,
+    /// The same report as JSON (`CHECK_FORMAT`).
+    pub json: serde_json::Value,
 }
+
+pub const CHECK_FORMAT: &str = "txnsim-check-report/v1";
 
 /// Runs the checker on `bounds` and writes the report as it goes (progress to `progress`).
 pub fn check(bounds: &Bounds, args: &CheckArgs, progress: &mut dyn Write) -> Report {
@@ -211,7 +218,8 @@ pub fn check(bounds: &Bounds, args: &CheckArgs, progress: &mut dyn Write) -> Rep
     let start = Instant::now();
     let checker: Box<dyn Checker<TxnModel>> =
         if args.dfs { Box::new(builder.spawn_dfs()) } else { Box::new(builder.spawn_bfs()) };
-    let mut last = Instant::now();
+    // indicatif draws on stderr only when it is a terminal: logs and pipes get the report alone.
+    let spinner = indicatif::ProgressBar::new_spinner();
     let mut abandoned = None;
     while !checker.is_done() {
         std::thread::sleep(Duration::from_millis(10));
@@ -229,18 +237,16 @@ pub fn check(bounds: &Bounds, args: &CheckArgs, progress: &mut dyn Write) -> Rep
             abandoned = Some("time limit".into());
             break;
         }
-        if last.elapsed() >= Duration::from_secs(1) {
-            last = Instant::now();
-            let _ = writeln!(
-                progress,
-                "  {:>5.1}s  states {:>11}  unique {:>10}  depth {:>3}",
-                start.elapsed().as_secs_f64(),
-                checker.state_count(),
-                checker.unique_state_count(),
-                checker.max_depth()
-            );
-        }
+        spinner.set_message(format!(
+            "{:.0} s  states {}  unique {}  depth {}",
+            start.elapsed().as_secs_f64(),
+            checker.state_count(),
+            checker.unique_state_count(),
+            checker.max_depth()
+        ));
+        spinner.tick();
     }
+    spinner.finish_and_clear();
     if abandoned.is_none() && args.time_limit.is_some_and(|t| start.elapsed() >= Duration::from_secs(t)) {
         // Closed by the timeout, though a thread may still be busy (see above): do not wait for it.
         abandoned = Some("time limit".into());
@@ -271,9 +277,16 @@ pub fn check(bounds: &Bounds, args: &CheckArgs, progress: &mut dyn Write) -> Rep
             (None, true) => ", complete".into(),
         }
     ));
+    let mut json_properties = Vec::new();
+    let mut json_paths = Vec::new();
     lines.push("properties:".into());
     for p in model.properties() {
         let found = discoveries.get(p.name);
+        let expectation = match p.expectation {
+            Expectation::Always => "always",
+            Expectation::Eventually => "eventually",
+            Expectation::Sometimes => "sometimes",
+        };
         let status = match (p.expectation, found) {
             (Expectation::Always | Expectation::Eventually, Some(_)) => "VIOLATED".to_string(),
             (Expectation::Always | Expectation::Eventually, None) if complete => "holds".to_string(),
@@ -285,6 +298,12 @@ pub fn check(bounds: &Bounds, args: &CheckArgs, progress: &mut dyn Write) -> Rep
             (Expectation::Sometimes, None) => "not reached so far".to_string(),
         };
         lines.push(format!("  {:<9} {:<40} {status}", kind(p.name), p.name));
+        json_properties.push(serde_json::json!({
+            "name": p.name,
+            "kind": kind(p.name),
+            "expectation": expectation,
+            "status": status.split(" (").next().unwrap_or(&status).to_lowercase().replace(' ', "_"),
+        }));
     }
     for p in model.properties() {
         let Some(path) = discoveries.get(p.name) else { continue };
@@ -295,7 +314,9 @@ pub fn check(bounds: &Bounds, args: &CheckArgs, progress: &mut dyn Write) -> Rep
         let title = if counterexample { "counterexample" } else { "example" };
         lines.push(String::new());
         lines.push(format!("{title} for {} ({} steps):", p.name, path.clone().into_actions().len()));
-        lines.extend(path_lines(&model, path));
+        let steps = path_lines(&model, path);
+        lines.extend(steps.iter().cloned());
+        let first_note_line = lines.len();
         if counterexample {
             let shown = readable(&model, path);
             let last = shown.last_state();
@@ -315,8 +336,30 @@ pub fn check(bounds: &Bounds, args: &CheckArgs, progress: &mut dyn Write) -> Rep
         // `--symmetry=false` (it keeps canonical states otherwise).
         let opens_with = if dfs_symmetry { " (open it with --symmetry=false)" } else { "" };
         lines.push(format!("  action index path{opens_with}: {}", path.encode(&model)));
+        json_paths.push(serde_json::json!({
+            "property": p.name,
+            "kind": title,
+            "steps": steps.iter().map(|l| l.trim()).collect::<Vec<_>>(),
+            // The violation's witness (or the engine assertion), as printed under the steps.
+            "notes": lines[first_note_line..lines.len() - 1].iter().map(|l| l.trim()).collect::<Vec<_>>(),
+            "action_index_path": path.encode(&model),
+        }));
     }
-    Report { lines, violated, complete, abandoned: abandoned.is_some() }
+    let json = serde_json::json!({
+        "format": CHECK_FORMAT,
+        "model": bounds.to_string(),
+        "mutation": bounds.mutation.map(|m| m.name()),
+        "states": checker.state_count(),
+        "unique_states": checker.unique_state_count(),
+        "max_depth": checker.max_depth(),
+        "seconds": secs,
+        "complete": complete,
+        "incomplete_reason": abandoned,
+        "violated": violated,
+        "properties": json_properties,
+        "paths": json_paths,
+    });
+    Report { lines, violated, complete, abandoned: abandoned.is_some(), json }
 }
 
 /// Resident memory of this process, from /proc (Linux); `None` elsewhere.
@@ -357,10 +400,17 @@ pub fn run_check(args: &CheckArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let report = check(&bounds, args, &mut std::io::stdout());
-    for line in &report.lines[1..] {
-        println!("{line}");
-    }
+    let report = if args.json {
+        let report = check(&bounds, args, &mut std::io::sink());
+        println!("{:#}", report.json);
+        report
+    } else {
+        let report = check(&bounds, args, &mut std::io::stdout());
+        for line in &report.lines[1..] {
+            println!("{line}");
+        }
+        report
+    };
     if report.abandoned {
         // Returning from main ends the still-running checker threads.
         return ExitCode::from(if report.violated { 1 } else { 3 });
@@ -433,6 +483,7 @@ pub fn main_job() -> Result<Vec<String>, Vec<String>> {
         examples: false,
         time_limit: None,
         max_memory_gb: 8.0,
+        json: false,
     };
     let mut lines = Vec::new();
     let mut ok = true;
