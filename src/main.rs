@@ -223,6 +223,13 @@ fn main_job(scenarios: &std::path::Path) -> ExitCode {
         }
         ok &= passed;
         summary.push(format!("{title}: {}", if passed { "passed" } else { "FAILED" }));
+        if title == "seed sweep" {
+            let seeds: u64 = txnsim_sim::cli::MAIN_JOB_SEEDS.iter().map(|(_, n)| n).sum();
+            summary.push(format!("  {seeds} seeds over {} profiles", txnsim_sim::cli::MAIN_JOB_SEEDS.len()));
+        } else if passed {
+            // The model job's lines are its counts, one per transaction version.
+            summary.extend(lines.iter().map(|l| format!("  {l}")));
+        }
     }
     println!("== summary ({:.1} s)", started.elapsed().as_secs_f64());
     for l in &summary {

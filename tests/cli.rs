@@ -43,3 +43,22 @@ fn out_of_range_check_flags_are_refused_before_checking() {
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn check_warns_when_the_bounds_cannot_reach_the_mutation() {
+    // Tiny bounds without crashes: no second instance, so a fence never happens.
+    let tiny = ["check", "--records", "1", "--partitions", "1", "--polls", "0", "--txn-timeouts", "0"];
+    let mut args = tiny.to_vec();
+    args.extend(["--mutation", "fence-abort-same-epoch"]);
+    let (code, _, stderr) = txnsim(&args);
+    assert_eq!(code, 0, "the unreachable bug is not found: {stderr}");
+    assert!(
+        stderr.contains("warning: mutation fence-abort-same-epoch needs a second producer instance"),
+        "{stderr}"
+    );
+    let mut args = tiny.to_vec();
+    args.extend(["--mutation", "no-aborted-index-entry"]);
+    let (code, _, stderr) = txnsim(&args);
+    assert_eq!(code, 1, "a reachable bug is found: {stderr}");
+    assert!(!stderr.contains("warning"), "no warning for a reachable mutation: {stderr}");
+}

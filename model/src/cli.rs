@@ -392,6 +392,77 @@ fn kind(name: &str) -> &'static str {
     }
 }
 
+/// What a mutation's bug needs to happen at all. With bounds that rule it out the check passes trivially,
+/// so `check` says so first.
+#[derive(Clone, Copy)]
+enum Needs {
+    /// The broker (and its coordinator) restarts: `--crashes` >= 1 with `--crash broker` or `any`.
+    BrokerCrash,
+    /// The coordinator aborts a transaction on its timeout: `--txn-timeouts` >= 1.
+    TimeoutAbort,
+    /// A second instance of one transactional id fences the first: a producer crash with restart.
+    SecondInstance,
+    /// An older epoch of a producer is still writing: a second instance, or a timeout abort's bump.
+    StaleEpoch,
+    /// Readers poll, so the fetch path and the consumer run: `--polls` >= 1.
+    Readers,
+}
+
+/// Every mutation whose bug has a precondition the bounds can switch off; the others need nothing more
+/// than a transaction.
+const NEEDS: [(Mutation, Needs); 14] = [
+    (Mutation::DropPendingMarkersOnRestart, Needs::BrokerCrash),
+    (Mutation::RestartAbortsPreparedCommits, Needs::BrokerCrash),
+    (Mutation::TimeoutAbortSameEpoch, Needs::TimeoutAbort),
+    (Mutation::NoTimeoutAbort, Needs::TimeoutAbort),
+    (Mutation::FenceAbortSameEpoch, Needs::SecondInstance),
+    (Mutation::SkipProducerEpochCheck, Needs::StaleEpoch),
+    (Mutation::ReadCommittedBoundedByHw, Needs::Readers),
+    (Mutation::LsoInclusive, Needs::Readers),
+    (Mutation::SkipAbortedIndexOnFetch, Needs::Readers),
+    (Mutation::NoPositionAdvanceOverControl, Needs::Readers),
+    (Mutation::AbortedPidNotClearedOnMarker, Needs::Readers),
+    (Mutation::PositionSkipsToHighWatermark, Needs::Readers),
+    (Mutation::RedeliverLastRecord, Needs::Readers),
+    (Mutation::AbortedListForReadUncommitted, Needs::Readers),
+];
+
+impl Needs {
+    fn met(self, b: &Bounds) -> bool {
+        let second_instance = b.crashes > 0 && b.crash_producers && b.restart_producers;
+        match self {
+            Needs::BrokerCrash => b.crashes > 0 && b.crash_broker,
+            Needs::TimeoutAbort => b.txn_timeouts > 0,
+            Needs::SecondInstance => second_instance,
+            Needs::StaleEpoch => second_instance || b.txn_timeouts > 0,
+            Needs::Readers => b.polls_per_reader > 0,
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            Needs::BrokerCrash => "a broker restart (--crashes 1 --crash broker)",
+            Needs::TimeoutAbort => "a coordinator timeout abort (--txn-timeouts 1)",
+            Needs::SecondInstance => "a second producer instance to fence the first (--crashes 1 --crash producers)",
+            Needs::StaleEpoch => {
+                "an older producer epoch still writing (--crashes 1 --crash producers, or --txn-timeouts 1)"
+            }
+            Needs::Readers => "readers that poll (--polls 1)",
+        }
+    }
+}
+
+/// The warning for a mutation these bounds cannot reach, if it is one.
+pub fn unreachable_mutation(b: &Bounds) -> Option<String> {
+    let m = b.mutation?;
+    let (_, needs) = NEEDS.iter().find(|(n, needs)| *n == m && !needs.met(b))?;
+    Some(format!(
+        "mutation {} needs {}, which these bounds rule out: the check cannot catch it",
+        m.name(),
+        needs.what()
+    ))
+}
+
 pub fn run_check(args: &CheckArgs) -> ExitCode {
     let bounds = match args.bounds.bounds() {
         Ok(b) => b,
@@ -400,6 +471,9 @@ pub fn run_check(args: &CheckArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(w) = unreachable_mutation(&bounds) {
+        eprintln!("warning: {w}");
+    }
     let report = if args.json {
         let report = check(&bounds, args, &mut std::io::sink());
         println!("{:#}", report.json);
