@@ -1,5 +1,5 @@
 //! txnsim: deterministic simulation and model checking of Kafka's transactional read isolation.
 //! This crate holds the command line and the scenario layer; the machinery is in `txnsim-engine`.
 
-pub mod scenario;
 pub mod report;
+pub mod scenario;

@@ -93,8 +93,7 @@ pub fn mutations() -> Value {
     let entries: Vec<Value> = Mutation::ALL
         .iter()
         .map(|m| {
-            let caught_by: Vec<&str> =
-                Invariant::ALL.iter().filter(|i| i.mutation() == *m).map(|i| i.name()).collect();
+            let caught_by: Vec<&str> = Invariant::ALL.iter().filter(|i| i.mutation() == *m).map(|i| i.name()).collect();
             json!({ "name": m.name(), "caught_by": caught_by })
         })
         .collect();

@@ -20,7 +20,10 @@ fn explore_on_a_busy_address_exits_2_with_one_line() {
     let (code, _, stderr) = txnsim(&["explore", "--addr", &addr]);
     assert_eq!(code, 2, "a busy address is bad input: {stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
-    assert_eq!(stderr.trim(), format!("error: --addr {addr}: cannot listen there: Address already in use (os error 98)"));
+    assert_eq!(
+        stderr.trim(),
+        format!("error: --addr {addr}: cannot listen there: Address already in use (os error 98)")
+    );
 }
 
 #[test]
@@ -52,10 +55,7 @@ fn check_warns_when_the_bounds_cannot_reach_the_mutation() {
     args.extend(["--mutation", "fence-abort-same-epoch"]);
     let (code, _, stderr) = txnsim(&args);
     assert_eq!(code, 0, "the unreachable bug is not found: {stderr}");
-    assert!(
-        stderr.contains("warning: mutation fence-abort-same-epoch needs a second producer instance"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("warning: mutation fence-abort-same-epoch needs a second producer instance"), "{stderr}");
     let mut args = tiny.to_vec();
     args.extend(["--mutation", "no-aborted-index-entry"]);
     let (code, _, stderr) = txnsim(&args);

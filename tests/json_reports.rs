@@ -14,8 +14,9 @@ fn root() -> &'static Path {
 fn json_of(args: &[&str]) -> (i32, Value) {
     let out = Command::new(env!("CARGO_BIN_EXE_txnsim")).args(args).current_dir(root()).output().expect("run txnsim");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let value = serde_json::from_str(&stdout)
-        .unwrap_or_else(|e| panic!("{args:?} printed no JSON ({e}): {stdout} {}", String::from_utf8_lossy(&out.stderr)));
+    let value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!("{args:?} printed no JSON ({e}): {stdout} {}", String::from_utf8_lossy(&out.stderr))
+    });
     (out.status.code().unwrap_or(-1), value)
 }
 
@@ -24,7 +25,8 @@ fn assert_valid(schema_file: &str, report: &Value) {
         serde_json::from_str(&std::fs::read_to_string(root().join("schemas").join(schema_file)).expect("schema reads"))
             .expect("schema is JSON");
     let validator = jsonschema::validator_for(&schema).unwrap_or_else(|e| panic!("{schema_file} is no schema: {e}"));
-    let errors: Vec<String> = validator.iter_errors(report).map(|e| format!("{} at {}", e, e.instance_path())).collect();
+    let errors: Vec<String> =
+        validator.iter_errors(report).map(|e| format!("{} at {}", e, e.instance_path())).collect();
     assert!(errors.is_empty(), "output does not match {schema_file}:\n{}", errors.join("\n"));
 }
 
@@ -41,7 +43,8 @@ fn scenario_reports_match_their_schema() {
     assert_eq!(code, 1, "a mutation that bites fails some scenario");
     assert_valid("scenario.schema.json", &fail);
     assert_eq!(fail["mutation"], "no-aborted-index-entry");
-    let failed = fail["scenarios"].as_array().expect("a list").iter().find(|s| s["result"] == "fail").expect("one fails");
+    let failed =
+        fail["scenarios"].as_array().expect("a list").iter().find(|s| s["result"] == "fail").expect("one fails");
     assert!(failed["difference"]["field"].is_string(), "{failed}");
     assert!(failed["table"].as_array().is_some_and(|t| !t.is_empty()), "--show adds the step table: {failed}");
 }

@@ -74,7 +74,9 @@ fn expected_location(path: &[Step]) -> (Option<usize>, Option<String>) {
         (!s.is_empty()).then_some(s)
     };
     match path {
-        [Step::Key(s), Step::Index(_), Step::Key(ops), Step::Index(i), rest @ ..] if s == "scenarios" && ops == "ops" => {
+        [Step::Key(s), Step::Index(_), Step::Key(ops), Step::Index(i), rest @ ..]
+            if s == "scenarios" && ops == "ops" =>
+        {
             (Some(*i), render(rest))
         }
         [Step::Key(s), Step::Index(_), rest @ ..] if s == "scenarios" => (None, render(rest)),

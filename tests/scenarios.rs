@@ -171,8 +171,10 @@ fn a_negative_offset_names_the_field_and_the_value_apart() {
 
 #[test]
 fn a_string_partition_names_the_field() {
-    let text = format!("{HEAD}[{{\"op\": \"init_producer\", \"producer\": \"p\"}}, {{\"op\": \"begin\", \"producer\": \"p\"}}, \
-         {{\"op\": \"produce\", \"producer\": \"p\", \"partition\": \"0\", \"values\": [\"v\"]}}]}}]}}");
+    let text = format!(
+        "{HEAD}[{{\"op\": \"init_producer\", \"producer\": \"p\"}}, {{\"op\": \"begin\", \"producer\": \"p\"}}, \
+         {{\"op\": \"produce\", \"producer\": \"p\", \"partition\": \"0\", \"values\": [\"v\"]}}]}}]}}"
+    );
     assert_input_error(&text, &["op 2", "field 'partition'", "found string \"0\", expected u32"]);
 }
 
