@@ -209,10 +209,17 @@ fn main_job(scenarios: &std::path::Path) -> ExitCode {
     let (code, scenario_line) = run_scenarios(&loaded, false, None, false);
     let mut ok = code == ExitCode::SUCCESS;
     let mut summary = vec![scenario_line];
-    for (title, job) in [
-        ("model check (small)", txnsim_model::cli::main_job as fn() -> Result<Vec<String>, Vec<String>>),
-        ("seed sweep", txnsim_sim::cli::main_job),
-    ] {
+    type Job = fn() -> Result<Vec<String>, Vec<String>>;
+    // Each job with the counts the summary repeats (from its report lines, or its fixed size).
+    let jobs: [(&str, Job, fn(&[String]) -> Vec<String>); 2] = [
+        // A passing model job's lines are its counts, one per transaction version.
+        ("model check (small)", txnsim_model::cli::main_job, |lines| lines.to_vec()),
+        ("seed sweep", txnsim_sim::cli::main_job, |_| {
+            let seeds: u64 = txnsim_sim::cli::MAIN_JOB_SEEDS.iter().map(|(_, n)| n).sum();
+            vec![format!("{seeds} seeds over {} profiles", txnsim_sim::cli::MAIN_JOB_SEEDS.len())]
+        }),
+    ];
+    for (title, job, counts) in jobs {
         println!("== {title}");
         let (passed, lines) = match job() {
             Ok(lines) => (true, lines),
@@ -222,13 +229,9 @@ fn main_job(scenarios: &std::path::Path) -> ExitCode {
             println!("{l}");
         }
         ok &= passed;
-        summary.push(format!("{title}: {}", if passed { "passed" } else { "FAILED" }));
-        if title == "seed sweep" {
-            let seeds: u64 = txnsim_sim::cli::MAIN_JOB_SEEDS.iter().map(|(_, n)| n).sum();
-            summary.push(format!("  {seeds} seeds over {} profiles", txnsim_sim::cli::MAIN_JOB_SEEDS.len()));
-        } else if passed {
-            // The model job's lines are its counts, one per transaction version.
-            summary.extend(lines.iter().map(|l| format!("  {l}")));
+        summary.push(format!("{title}: {}", if passed { "passed" } else { "FAILED (see above)" }));
+        if passed {
+            summary.extend(counts(&lines).iter().map(|l| format!("  {l}")));
         }
     }
     println!("== summary ({:.1} s)", started.elapsed().as_secs_f64());
