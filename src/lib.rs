@@ -2,4 +2,5 @@
 //! This crate holds the command line and the scenario layer; the machinery is in `txnsim-engine`.
 
 pub mod html;
+pub mod report;
 pub mod scenario;

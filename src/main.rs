@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use txnsim::report;
 use txnsim::scenario::{self, RunOptions};
 use txnsim_engine::{Mutation, Mutations};
 use txnsim_properties::Invariant;
@@ -38,6 +39,9 @@ enum Command {
         /// Run with one injected historical bug (see `txnsim mutations`).
         #[arg(long, value_parser = parse_mutation)]
         mutation: Option<Mutation>,
+        /// Print the report as JSON (txnsim-scenario-report/v1, schemas/scenario.schema.json) instead.
+        #[arg(long)]
+        json: bool,
     },
     /// The main job: every scenario, a small exhaustive model check and a seed sweep, with one summary.
     Run {
@@ -46,9 +50,17 @@ enum Command {
         scenarios: PathBuf,
     },
     /// List the injectable historical bugs: mechanism, Kafka JIRA or KIP, and the invariants that catch each.
-    Mutations,
+    Mutations {
+        /// Print the list as JSON (txnsim-mutations/v1, schemas/mutations.schema.json).
+        #[arg(long)]
+        json: bool,
+    },
     /// List the invariants: name, kind, statement, Kafka source, and the mutation that proves each bites.
-    Invariants,
+    Invariants {
+        /// Print the catalogue as JSON (txnsim-invariants/v1, schemas/invariants.schema.json).
+        #[arg(long)]
+        json: bool,
+    },
     /// Exhaustively check the stateright model (bounds as flags).
     Check(txnsim_model::cli::CheckArgs),
     /// Serve stateright's Explorer web UI for the model.
@@ -77,13 +89,28 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     match cli.command {
-        Command::Scenario { paths, show, html, mutation } => run_scenarios(&paths, show, html.as_deref(), mutation),
+        Command::Scenario { paths, show, html, mutation, json } => match load_scenarios(&paths) {
+            Ok(scenarios) => match html.as_deref().map(|h| (txnsim::html::create(h), h)) {
+                Some((Err(e), _)) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(2)
+                }
+                Some((Ok(page), path)) => {
+                    let title = format!("txnsim: {}", paths[0].display());
+                    run_scenarios(&scenarios, show, mutation, json, Some((page, path, title))).0
+                }
+                None => run_scenarios(&scenarios, show, mutation, json, None).0,
+            },
+            Err(code) => code,
+        },
         Command::Run { scenarios } => main_job(&scenarios),
-        Command::Mutations => {
+        Command::Mutations { json: true } => report::print_json(&report::mutations()),
+        Command::Invariants { json: true } => report::print_json(&report::invariants()),
+        Command::Mutations { json: false } => {
             print!("{}", txnsim_properties::catalogue::mutations_text());
             ExitCode::SUCCESS
         }
-        Command::Invariants => {
+        Command::Invariants { json: false } => {
             for i in Invariant::ALL {
                 println!("{:<40} {:<9} {}", i.name(), format!("{:?}", i.kind()), i.statement());
                 println!("{:<40} {:<9} source: {}; bites with mutation {}", "", "", i.source(), i.mutation().name());
@@ -113,115 +140,128 @@ extern "C" fn on_interrupt(_: libc::c_int) {
     }
 }
 
-fn run_scenarios(
-    paths: &[PathBuf],
-    show: bool,
-    html: Option<&std::path::Path>,
-    mutation: Option<Mutation>,
-) -> ExitCode {
-    let mut files = Vec::new();
-    for p in paths {
-        match scenario::collect_files(p) {
-            Ok(f) => files.extend(f),
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(2);
-            }
-        }
-    }
+/// Every scenario under `paths`, each file once, parsed before anything runs; bad input is one line on
+/// stderr and exit 2.
+fn load_scenarios(paths: &[PathBuf]) -> Result<Vec<scenario::Scenario>, ExitCode> {
+    let input_error = |e: &dyn std::fmt::Display| {
+        eprintln!("error: {e}");
+        ExitCode::from(2)
+    };
+    let files = scenario::collect_all(paths).map_err(|e| input_error(&e))?;
     if files.is_empty() {
-        eprintln!(
-            "error: no scenario files (*.json) under {}",
-            paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
-        );
-        return ExitCode::from(2);
+        let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        return Err(input_error(&format!("no scenario files (*.json) under {}", names.join(", "))));
     }
-    // Parse everything first: bad input is reported before anything runs.
     let mut scenarios = Vec::new();
     for f in &files {
-        match scenario::load(f) {
-            Ok(s) => scenarios.extend(s),
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(2);
-            }
-        }
+        scenarios.extend(scenario::load(f).map_err(|e| input_error(&e))?);
     }
-    let page = match html.map(txnsim::html::create).transpose() {
-        Ok(page) => page,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
-        }
+    Ok(scenarios)
+}
+
+/// Where `--html` writes the page: the opened file, its path and the page's title.
+type HtmlOut<'a> = (std::fs::File, &'a std::path::Path, String);
+
+/// Runs parsed scenarios and prints the report (text or JSON); the exit code and the summary line.
+/// A network scenario that names no message in flight, or several, is bad input: exit 2.
+fn run_scenarios(
+    scenarios: &[scenario::Scenario],
+    show: bool,
+    mutation: Option<Mutation>,
+    json: bool,
+    html: Option<HtmlOut<'_>>,
+) -> (ExitCode, String) {
+    let total_ops = scenarios.iter().map(|sc| sc.ops.len() as u64).sum();
+    let progress = report::progress_bar(total_ops, "ops");
+    let opts = RunOptions {
+        mutations: mutation.map(Mutations::one).unwrap_or_default(),
+        show,
+        progress: Some(progress.clone()),
     };
-    let opts = RunOptions { mutations: mutation.map(Mutations::one).unwrap_or_default(), show };
-    let (mut passed, mut failed, mut bad) = (0, 0, 0);
+    let mut results = Vec::new();
     let mut stories = Vec::new();
-    for sc in &scenarios {
-        let report = scenario::run(sc, &opts);
-        if let Some(e) = &report.input_error {
+    let mut bad = 0;
+    for sc in scenarios {
+        let run = scenario::run(sc, &opts);
+        if let Some(e) = &run.input_error {
             bad += 1;
-            eprintln!("error: {e}");
-            continue;
+            progress.suspend(|| eprintln!("error: {e}"));
         }
         if html.is_some() {
-            let verdict = report.difference.as_ref().map_or("PASS".to_string(), |d| format!("FAIL {d}"))
+            let verdict = run.difference.as_ref().map_or("PASS".to_string(), |d| format!("FAIL {d}"))
                 + &mutation.map(|m| format!(" (with mutation {})", m.name())).unwrap_or_default();
-            stories.push(scenario::story(sc, report.steps.clone(), verdict));
+            stories.push(scenario::story(sc, run.steps.clone(), verdict));
         }
-        if show {
-            for line in &report.table {
-                println!("{line}");
-            }
+        if !json && run.input_error.is_none() {
+            progress.suspend(|| print_scenario(sc, &run, show));
         }
-        match &report.difference {
-            None => {
-                passed += 1;
-                println!("PASS {} ({})", sc.name, sc.file);
-            }
-            Some(d) => {
-                failed += 1;
-                println!("FAIL {} ({}): {d}", sc.name, sc.file);
-            }
-        }
-        if show {
-            println!();
-        }
+        results.push(run);
     }
-    let with = mutation.map(|m| format!(" with mutation {}", m.name())).unwrap_or_default();
-    println!("scenarios: {passed} passed, {failed} failed{with}");
-    if let (Some(page), Some(path)) = (page, html) {
-        if let Err(e) = txnsim::html::write(page, path, &format!("txnsim: {}", paths[0].display()), &stories) {
+    progress.finish_and_clear();
+    if let Some((page, path, title)) = html {
+        if let Err(e) = txnsim::html::write(page, path, &title, &stories) {
             eprintln!("error: {e}");
-            return ExitCode::from(2);
+            return (ExitCode::from(2), format!("error: {e}"));
         }
         println!("wrote {}", path.display());
     }
-    if bad > 0 {
+    let failed = results.iter().filter(|r| r.difference.is_some()).count();
+    let passed = results.len() - failed;
+    let with = mutation.map(|m| format!(" with mutation {}", m.name())).unwrap_or_default();
+    let summary = format!("scenarios: {passed} passed, {failed} failed{with}");
+    if json {
+        report::print_json(&report::scenarios(scenarios, &results, mutation, show));
+    } else {
+        println!("{summary}");
+    }
+    let code = if bad > 0 {
         ExitCode::from(2)
     } else if failed > 0 {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
+    };
+    (code, summary)
+}
+
+fn print_scenario(sc: &scenario::Scenario, run: &scenario::RunReport, show: bool) {
+    if show {
+        for line in &run.table {
+            println!("{line}");
+        }
+    }
+    match &run.difference {
+        None => println!("PASS {} ({})", sc.name, sc.file),
+        Some(d) => println!("FAIL {} ({}): {d}", sc.name, sc.file),
+    }
+    if show {
+        println!();
     }
 }
 
 /// `txnsim run`: the three checkers with their defaults, then one summary; exit 1 if any found a problem.
 fn main_job(scenarios: &std::path::Path) -> ExitCode {
     let started = std::time::Instant::now();
-    println!("== scenarios ({})", scenarios.display());
-    let code = run_scenarios(&[scenarios.to_path_buf()], false, None, None);
-    let scenario_line = if code == ExitCode::SUCCESS {
-        "scenarios: all passed".to_string()
-    } else {
-        "scenarios: FAILED (see above)".to_string()
+    // Bad scenario input stops the job before the minutes of model check and sweep.
+    let loaded = match load_scenarios(&[scenarios.to_path_buf()]) {
+        Ok(loaded) => loaded,
+        Err(code) => return code,
     };
+    println!("== scenarios ({})", scenarios.display());
+    let (code, scenario_line) = run_scenarios(&loaded, false, None, false, None);
     let mut ok = code == ExitCode::SUCCESS;
     let mut summary = vec![scenario_line];
-    for (title, job) in [
-        ("model check (small)", txnsim_model::cli::main_job as fn() -> Result<Vec<String>, Vec<String>>),
-        ("seed sweep", txnsim_sim::cli::main_job),
-    ] {
+    type Job = fn() -> Result<Vec<String>, Vec<String>>;
+    // Each job with the counts the summary repeats (from its report lines, or its fixed size).
+    let jobs: [(&str, Job, fn(&[String]) -> Vec<String>); 2] = [
+        // A passing model job's lines are its counts, one per transaction version.
+        ("model check (small)", txnsim_model::cli::main_job, |lines| lines.to_vec()),
+        ("seed sweep", txnsim_sim::cli::main_job, |_| {
+            let seeds: u64 = txnsim_sim::cli::MAIN_JOB_SEEDS.iter().map(|(_, n)| n).sum();
+            vec![format!("{seeds} seeds over {} profiles", txnsim_sim::cli::MAIN_JOB_SEEDS.len())]
+        }),
+    ];
+    for (title, job, counts) in jobs {
         println!("== {title}");
         let (passed, lines) = match job() {
             Ok(lines) => (true, lines),
@@ -231,7 +271,10 @@ fn main_job(scenarios: &std::path::Path) -> ExitCode {
             println!("{l}");
         }
         ok &= passed;
-        summary.push(format!("{title}: {}", if passed { "passed" } else { "FAILED" }));
+        summary.push(format!("{title}: {}", if passed { "passed" } else { "FAILED (see above)" }));
+        if passed {
+            summary.extend(counts(&lines).iter().map(|l| format!("  {l}")));
+        }
     }
     println!("== summary ({:.1} s)", started.elapsed().as_secs_f64());
     for l in &summary {

@@ -147,12 +147,12 @@ const NEEDS_FAULTS: [Mutation; 3] =
 fn every_scenario_reachable_mutation_fails_some_scenario() {
     let scenarios = corpus();
     for m in Mutation::ALL.into_iter().filter(|m| !NEEDS_FAULTS.contains(m)) {
-        let opts = RunOptions { mutations: Mutations::one(m), show: false };
+        let opts = RunOptions { mutations: Mutations::one(m), ..RunOptions::default() };
         let caught = scenarios.iter().find(|sc| scenario::run(sc, &opts).difference.is_some());
         assert!(caught.is_some(), "mutation {} passes every scenario: the corpus does not bite it", m.name());
     }
     for m in NEEDS_FAULTS {
-        let opts = RunOptions { mutations: Mutations::one(m), show: false };
+        let opts = RunOptions { mutations: Mutations::one(m), ..RunOptions::default() };
         let caught = scenarios.iter().find(|sc| scenario::run(sc, &opts).difference.is_some());
         assert!(
             caught.is_none(),
@@ -161,4 +161,75 @@ fn every_scenario_reachable_mutation_fails_some_scenario() {
             caught.map(|s| &s.name)
         );
     }
+}
+
+#[test]
+fn a_negative_offset_names_the_field_and_the_value_apart() {
+    let text = format!("{HEAD}[{{\"op\": \"init_producer\", \"producer\": \"p\"}}, {{\"op\": \"set_high_watermark\", \"partition\": 0, \"offset\": -5}}]}}]}}");
+    assert_input_error(&text, &["op 1", "field 'offset'", "found integer -5, expected u64"]);
+}
+
+#[test]
+fn a_string_partition_names_the_field() {
+    let text = format!(
+        "{HEAD}[{{\"op\": \"init_producer\", \"producer\": \"p\"}}, {{\"op\": \"begin\", \"producer\": \"p\"}}, \
+         {{\"op\": \"produce\", \"producer\": \"p\", \"partition\": \"0\", \"values\": [\"v\"]}}]}}]}}"
+    );
+    assert_input_error(&text, &["op 2", "field 'partition'", "found string \"0\", expected u32"]);
+}
+
+#[test]
+fn a_nested_bad_value_names_its_path() {
+    let text = r#"{"format": "txnsim-scenario/v1", "scenarios": [{"name": "s", "layer": "consumer_fetch", "ops": [
+        {"op": "deliver_fetch", "isolation": "read_committed", "partition": 0, "fetch_offset": 0, "high_watermark": 1,
+         "last_stable_offset": 1, "batches": [{"base_offset": 0, "last_offset": 0, "transactional": false,
+         "records": [[0, 7]]}], "aborted_transactions": [], "expect": {"values": [], "offsets": [], "end_position": 0}}]}]}"#;
+    assert_input_error(text, &["op 0", "field 'batches[0].records[0][1]'", "found integer 7"]);
+}
+
+/// `txnsim scenario` on `args`, from a fresh temp folder holding one passing scenario file.
+fn run_in_folder(name: &str, args: impl Fn(&Path) -> Vec<std::path::PathBuf>) -> (i32, String, String) {
+    let dir = std::env::temp_dir().join(format!("txnsim-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("sub")).expect("temp dir");
+    let text = format!("{HEAD}[{{\"op\": \"init_producer\", \"producer\": \"p\"}}]}}]}}");
+    std::fs::write(dir.join("sub/one.json"), text).expect("write scenario");
+    let out = Command::new(env!("CARGO_BIN_EXE_txnsim")).arg("scenario").args(args(&dir)).output().expect("run txnsim");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+#[test]
+fn a_file_named_twice_or_through_a_symlink_loop_runs_once() {
+    let (code, stdout, stderr) = run_in_folder("dedupe", |dir| {
+        // sub/again -> sub: a loop a naive walk would follow until the path is too long.
+        std::os::unix::fs::symlink(dir.join("sub"), dir.join("sub/again")).expect("symlink");
+        vec![dir.to_path_buf(), dir.join("sub/one.json"), dir.join("sub/again/one.json"), dir.to_path_buf()]
+    });
+    assert_eq!(code, 0, "stdout: {stdout} stderr: {stderr}");
+    assert_eq!(stdout.matches("PASS s").count(), 1, "the one file runs once: {stdout}");
+    assert!(stdout.contains("scenarios: 1 passed, 0 failed"), "{stdout}");
+}
+
+#[test]
+fn a_dangling_path_is_an_input_error() {
+    let (code, _, stderr) = run_in_folder("dangling", |dir| vec![dir.join("sub/one.json"), dir.join("missing.json")]);
+    assert_eq!(code, 2, "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one line of error: {stderr}");
+    assert!(stderr.contains("missing.json: cannot read"), "{stderr}");
+}
+
+#[test]
+fn run_with_a_bad_scenarios_path_stops_before_the_model_check() {
+    let out = Command::new(env!("CARGO_BIN_EXE_txnsim"))
+        .args(["run", "--scenarios", "/nonexistent/txnsim-scenarios"])
+        .output()
+        .expect("run txnsim");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(2), "bad input exits 2: {stderr}");
+    assert!(stdout.is_empty(), "nothing runs, not even the scenario header: {stdout}");
+    assert!(stderr.contains("/nonexistent/txnsim-scenarios: cannot read"), "{stderr}");
 }

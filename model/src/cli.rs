@@ -78,7 +78,7 @@ pub struct BoundsArgs {
     #[arg(long)]
     pub delivery_attempts: Option<u32>,
     /// Polls the readers may make in a run (0: no readers; 255: unbounded).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=255))]
     pub polls: Option<usize>,
     /// Explore only the reduced interleavings: timeouts fire for lost requests only, readers poll right
     /// after a partition changes
@@ -141,7 +141,7 @@ pub struct CheckArgs {
     #[command(flatten)]
     pub bounds: BoundsArgs,
     /// Checker threads (BFS paths are shortest only with 1).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = threads_at_least_one)]
     pub threads: usize,
     /// Depth-first instead of breadth-first (less memory, longer counterexamples).
     #[arg(long)]
@@ -159,6 +159,9 @@ pub struct CheckArgs {
     /// breadth-first frontier of large bounds outgrows any machine (depth-first needs little memory).
     #[arg(long, default_value_t = 8.0)]
     pub max_memory_gb: f64,
+    /// Print the report as JSON (txnsim-check-report/v1, schemas/check.schema.json) instead.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -168,8 +171,16 @@ pub struct ExploreArgs {
     /// Where the Explorer listens.
     #[arg(long, default_value = "127.0.0.1:3000")]
     pub addr: String,
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = threads_at_least_one)]
     pub threads: usize,
+}
+
+fn threads_at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("at least one thread is needed".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("not a thread count: {e}")),
+    }
 }
 
 /// Set by the binary's Ctrl-C handler: a running check stops and reports what it has so far, as at a
@@ -183,7 +194,11 @@ pub struct Report {
     pub complete: bool,
     /// A memory or time limit stopped the wait; the checker threads are still running.
     pub abandoned: bool,
+    /// The same report as JSON (`CHECK_FORMAT`).
+    pub json: serde_json::Value,
 }
+
+pub const CHECK_FORMAT: &str = "txnsim-check-report/v1";
 
 /// Runs the checker on `bounds` and writes the report as it goes (progress to `progress`).
 pub fn check(bounds: &Bounds, args: &CheckArgs, progress: &mut dyn Write) -> Report {
@@ -193,7 +208,7 @@ pub fn check(bounds: &Bounds, args: &CheckArgs, progress: &mut dyn Write) -> Rep
     let mut lines = vec![format!("model: {bounds}")];
     let _ = writeln!(progress, "{}", lines[0]);
     let finish = if args.all { HasDiscoveries::All } else { HasDiscoveries::AnyFailures };
-    let mut builder = model.clone().checker().threads(args.threads.max(1)).finish_when(finish);
+    let mut builder = model.clone().checker().threads(args.threads).finish_when(finish);
     if dfs_symmetry {
         builder = builder.symmetry_fn(symmetry::representative);
     }
@@ -203,7 +218,8 @@ pub fn check(bounds: &Bounds, args: &CheckArgs, progress: &mut dyn Write) -> Rep
     let start = Instant::now();
     let checker: Box<dyn Checker<TxnModel>> =
         if args.dfs { Box::new(builder.spawn_dfs()) } else { Box::new(builder.spawn_bfs()) };
-    let mut last = Instant::now();
+    // indicatif draws on stderr only when it is a terminal: logs and pipes get the report alone.
+    let spinner = indicatif::ProgressBar::new_spinner();
     let mut abandoned = None;
     while !checker.is_done() {
         std::thread::sleep(Duration::from_millis(10));
@@ -221,18 +237,16 @@ pub fn check(bounds: &Bounds, args: &CheckArgs, progress: &mut dyn Write) -> Rep
             abandoned = Some("time limit".into());
             break;
         }
-        if last.elapsed() >= Duration::from_secs(1) {
-            last = Instant::now();
-            let _ = writeln!(
-                progress,
-                "  {:>5.1}s  states {:>11}  unique {:>10}  depth {:>3}",
-                start.elapsed().as_secs_f64(),
-                checker.state_count(),
-                checker.unique_state_count(),
-                checker.max_depth()
-            );
-        }
+        spinner.set_message(format!(
+            "{:.0} s  states {}  unique {}  depth {}",
+            start.elapsed().as_secs_f64(),
+            checker.state_count(),
+            checker.unique_state_count(),
+            checker.max_depth()
+        ));
+        spinner.tick();
     }
+    spinner.finish_and_clear();
     if abandoned.is_none() && args.time_limit.is_some_and(|t| start.elapsed() >= Duration::from_secs(t)) {
         // Closed by the timeout, though a thread may still be busy (see above): do not wait for it.
         abandoned = Some("time limit".into());
@@ -263,9 +277,16 @@ pub fn check(bounds: &Bounds, args: &CheckArgs, progress: &mut dyn Write) -> Rep
             (None, true) => ", complete".into(),
         }
     ));
+    let mut json_properties = Vec::new();
+    let mut json_paths = Vec::new();
     lines.push("properties:".into());
     for p in model.properties() {
         let found = discoveries.get(p.name);
+        let expectation = match p.expectation {
+            Expectation::Always => "always",
+            Expectation::Eventually => "eventually",
+            Expectation::Sometimes => "sometimes",
+        };
         let status = match (p.expectation, found) {
             (Expectation::Always | Expectation::Eventually, Some(_)) => "VIOLATED".to_string(),
             (Expectation::Always | Expectation::Eventually, None) if complete => "holds".to_string(),
@@ -277,6 +298,12 @@ pub fn check(bounds: &Bounds, args: &CheckArgs, progress: &mut dyn Write) -> Rep
             (Expectation::Sometimes, None) => "not reached so far".to_string(),
         };
         lines.push(format!("  {:<9} {:<40} {status}", kind(p.name), p.name));
+        json_properties.push(serde_json::json!({
+            "name": p.name,
+            "kind": kind(p.name),
+            "expectation": expectation,
+            "status": status.split(" (").next().unwrap_or(&status).to_lowercase().replace(' ', "_"),
+        }));
     }
     for p in model.properties() {
         let Some(path) = discoveries.get(p.name) else { continue };
@@ -287,7 +314,9 @@ pub fn check(bounds: &Bounds, args: &CheckArgs, progress: &mut dyn Write) -> Rep
         let title = if counterexample { "counterexample" } else { "example" };
         lines.push(String::new());
         lines.push(format!("{title} for {} ({} steps):", p.name, path.clone().into_actions().len()));
-        lines.extend(path_lines(&model, path));
+        let steps = path_lines(&model, path);
+        lines.extend(steps.iter().cloned());
+        let first_note_line = lines.len();
         if counterexample {
             let shown = readable(&model, path);
             let last = shown.last_state();
@@ -307,8 +336,30 @@ pub fn check(bounds: &Bounds, args: &CheckArgs, progress: &mut dyn Write) -> Rep
         // `--symmetry=false` (it keeps canonical states otherwise).
         let opens_with = if dfs_symmetry { " (open it with --symmetry=false)" } else { "" };
         lines.push(format!("  action index path{opens_with}: {}", path.encode(&model)));
+        json_paths.push(serde_json::json!({
+            "property": p.name,
+            "kind": title,
+            "steps": steps.iter().map(|l| l.trim()).collect::<Vec<_>>(),
+            // The violation's witness (or the engine assertion), as printed under the steps.
+            "notes": lines[first_note_line..lines.len() - 1].iter().map(|l| l.trim()).collect::<Vec<_>>(),
+            "action_index_path": path.encode(&model),
+        }));
     }
-    Report { lines, violated, complete, abandoned: abandoned.is_some() }
+    let json = serde_json::json!({
+        "format": CHECK_FORMAT,
+        "model": bounds.to_string(),
+        "mutation": bounds.mutation.map(|m| m.name()),
+        "states": checker.state_count(),
+        "unique_states": checker.unique_state_count(),
+        "max_depth": checker.max_depth(),
+        "seconds": secs,
+        "complete": complete,
+        "incomplete_reason": abandoned,
+        "violated": violated,
+        "properties": json_properties,
+        "paths": json_paths,
+    });
+    Report { lines, violated, complete, abandoned: abandoned.is_some(), json }
 }
 
 /// Resident memory of this process, from /proc (Linux); `None` elsewhere.
@@ -341,6 +392,77 @@ fn kind(name: &str) -> &'static str {
     }
 }
 
+/// What a mutation's bug needs to happen at all. With bounds that rule it out the check passes trivially,
+/// so `check` says so first.
+#[derive(Clone, Copy)]
+enum Needs {
+    /// The broker (and its coordinator) restarts: `--crashes` >= 1 with `--crash broker` or `any`.
+    BrokerCrash,
+    /// The coordinator aborts a transaction on its timeout: `--txn-timeouts` >= 1.
+    TimeoutAbort,
+    /// A second instance of one transactional id fences the first: a producer crash with restart.
+    SecondInstance,
+    /// An older epoch of a producer is still writing: a second instance, or a timeout abort's bump.
+    StaleEpoch,
+    /// Readers poll, so the fetch path and the consumer run: `--polls` >= 1.
+    Readers,
+}
+
+/// Every mutation whose bug has a precondition the bounds can switch off; the others need nothing more
+/// than a transaction.
+const NEEDS: [(Mutation, Needs); 14] = [
+    (Mutation::DropPendingMarkersOnRestart, Needs::BrokerCrash),
+    (Mutation::RestartAbortsPreparedCommits, Needs::BrokerCrash),
+    (Mutation::TimeoutAbortSameEpoch, Needs::TimeoutAbort),
+    (Mutation::NoTimeoutAbort, Needs::TimeoutAbort),
+    (Mutation::FenceAbortSameEpoch, Needs::SecondInstance),
+    (Mutation::SkipProducerEpochCheck, Needs::StaleEpoch),
+    (Mutation::ReadCommittedBoundedByHw, Needs::Readers),
+    (Mutation::LsoInclusive, Needs::Readers),
+    (Mutation::SkipAbortedIndexOnFetch, Needs::Readers),
+    (Mutation::NoPositionAdvanceOverControl, Needs::Readers),
+    (Mutation::AbortedPidNotClearedOnMarker, Needs::Readers),
+    (Mutation::PositionSkipsToHighWatermark, Needs::Readers),
+    (Mutation::RedeliverLastRecord, Needs::Readers),
+    (Mutation::AbortedListForReadUncommitted, Needs::Readers),
+];
+
+impl Needs {
+    fn met(self, b: &Bounds) -> bool {
+        let second_instance = b.crashes > 0 && b.crash_producers && b.restart_producers;
+        match self {
+            Needs::BrokerCrash => b.crashes > 0 && b.crash_broker,
+            Needs::TimeoutAbort => b.txn_timeouts > 0,
+            Needs::SecondInstance => second_instance,
+            Needs::StaleEpoch => second_instance || b.txn_timeouts > 0,
+            Needs::Readers => b.polls_per_reader > 0,
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            Needs::BrokerCrash => "a broker restart (--crashes 1 --crash broker)",
+            Needs::TimeoutAbort => "a coordinator timeout abort (--txn-timeouts 1)",
+            Needs::SecondInstance => "a second producer instance to fence the first (--crashes 1 --crash producers)",
+            Needs::StaleEpoch => {
+                "an older producer epoch still writing (--crashes 1 --crash producers, or --txn-timeouts 1)"
+            }
+            Needs::Readers => "readers that poll (--polls 1)",
+        }
+    }
+}
+
+/// The warning for a mutation these bounds cannot reach, if it is one.
+pub fn unreachable_mutation(b: &Bounds) -> Option<String> {
+    let m = b.mutation?;
+    let (_, needs) = NEEDS.iter().find(|(n, needs)| *n == m && !needs.met(b))?;
+    Some(format!(
+        "mutation {} needs {}, which these bounds rule out: the check cannot catch it",
+        m.name(),
+        needs.what()
+    ))
+}
+
 pub fn run_check(args: &CheckArgs) -> ExitCode {
     let bounds = match args.bounds.bounds() {
         Ok(b) => b,
@@ -349,10 +471,20 @@ pub fn run_check(args: &CheckArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let report = check(&bounds, args, &mut std::io::stdout());
-    for line in &report.lines[1..] {
-        println!("{line}");
+    if let Some(w) = unreachable_mutation(&bounds) {
+        eprintln!("warning: {w}");
     }
+    let report = if args.json {
+        let report = check(&bounds, args, &mut std::io::sink());
+        println!("{:#}", report.json);
+        report
+    } else {
+        let report = check(&bounds, args, &mut std::io::stdout());
+        for line in &report.lines[1..] {
+            println!("{line}");
+        }
+        report
+    };
     if report.abandoned {
         // Returning from main ends the still-running checker threads.
         return ExitCode::from(if report.violated { 1 } else { 3 });
@@ -372,6 +504,12 @@ pub fn run_explore(args: &ExploreArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // stateright's `serve` unwraps its bind; binding here first turns a bad or busy address into one
+    // line and exit 2 (the listener is released just before the Explorer takes the address).
+    if let Err(e) = std::net::TcpListener::bind(args.addr.as_str()) {
+        eprintln!("error: --addr {}: cannot listen there: {e}", args.addr);
+        return ExitCode::from(2);
+    }
     println!("model: {bounds}");
     println!("Explorer: http://{}/", args.addr);
     println!("(a counterexample path from `txnsim check` opens as http://{}/#/steps/<action index path>)", args.addr);
@@ -381,7 +519,7 @@ pub fn run_explore(args: &ExploreArgs) -> ExitCode {
 names from one step to the next; --symmetry=false keeps them)"
         );
     }
-    let _ = build(&bounds).checker().threads(args.threads.max(1)).serve(args.addr.as_str());
+    let _ = build(&bounds).checker().threads(args.threads).serve(args.addr.as_str());
     ExitCode::SUCCESS
 }
 
@@ -419,6 +557,7 @@ pub fn main_job() -> Result<Vec<String>, Vec<String>> {
         examples: false,
         time_limit: None,
         max_memory_gb: 8.0,
+        json: false,
     };
     let mut lines = Vec::new();
     let mut ok = true;

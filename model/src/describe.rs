@@ -53,7 +53,7 @@ fn actor_name(s: &TxnState, id: Id) -> String {
     }
 }
 
-fn node_name(n: &NodeId) -> String {
+pub fn node_name(n: &NodeId) -> String {
     match n {
         NodeId::Broker(_) => "broker".into(),
         NodeId::Client(c) => c.clone(),
@@ -118,7 +118,7 @@ fn verb(r: TransactionResult) -> &'static str {
     }
 }
 
-fn timer_text(t: &ModelTimer) -> String {
+pub fn timer_text(t: &ModelTimer) -> String {
     match t {
         ModelTimer::Engine(Timer::RequestTimeout { correlation_id }) => format!("request #{correlation_id} times out"),
         ModelTimer::Engine(Timer::RetryBackoff { correlation_id }) => {

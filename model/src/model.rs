@@ -6,6 +6,7 @@
 
 use crate::actors::{Ctx, ModelTimer, Msg, Node, Role};
 use crate::bounds::Bounds;
+use crate::describe;
 use crate::reductions;
 use crate::symmetry;
 use crate::verdict::{verdict, Fact};
@@ -64,12 +65,31 @@ impl Model for TxnModel {
         Some(if self.canonical_states { symmetry::canonical(next) } else { next })
     }
 
+    /// The Explorer's label of a next step, in the counterexamples' words (describe.rs); a timer names
+    /// its actor by index, as the action alone does not say which producer that is.
     fn format_action(&self, action: &TxnAction) -> String {
-        self.actors.format_action(action)
+        let envelope = |msg: &Msg| {
+            format!(
+                "{} → {}: {}",
+                describe::node_name(&msg.from),
+                describe::node_name(&msg.to),
+                describe::message(&msg.message)
+            )
+        };
+        match action {
+            ActorModelAction::Deliver { msg, .. } => envelope(msg),
+            ActorModelAction::Drop(env) => format!("network loses {}", envelope(&env.msg)),
+            ActorModelAction::Timeout(id, timer) => format!("actor {id}: {}", describe::timer_text(timer)),
+            other => self.actors.format_action(other),
+        }
     }
 
+    /// The Explorer's state view: what the step did, then the partition logs with HW and LSO, the
+    /// coordinator's transactions and each reader's deliveries, one per line, instead of a Debug dump.
     fn format_step(&self, last: &TxnState, action: TxnAction) -> Option<String> {
-        self.actors.format_step(last, action)
+        let next = self.next_state(last, action.clone())?;
+        let what = describe::step(self, last, &action, &next);
+        Some(format!("{what}\n\n{}", describe::snapshot(&next).replace(" | ", "\n")))
     }
 
     fn as_svg(&self, path: Path<TxnState, TxnAction>) -> Option<String> {

@@ -2,9 +2,11 @@
 
 use crate::catalogue::{Invariant, Violation};
 use crate::log_facts::{LogFacts, MarkerAt};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use txnsim_engine::coordinator::{DecisionCause, TransactionCoordinator, TransactionState};
-use txnsim_engine::{Broker, Mutations, Offset, PartitionLog, ProducerId, TopicPartition};
+use txnsim_engine::{
+    Broker, Mutations, Offset, PartitionLog, ProducerEpoch, ProducerId, TopicPartition, TransactionResult,
+};
 
 /// What the state invariants look at: the partition leaders' logs and, where there is one, the
 /// transaction coordinator. The log layer has no coordinator.
@@ -29,17 +31,21 @@ impl<'a> ClusterView<'a> {
 /// Checks every state invariant on a snapshot. Stateless, so the model can call it on any state.
 pub fn check_state(view: &ClusterView) -> Vec<Violation> {
     let mut out = Vec::new();
+    // Read once per partition: the checks below are linear in it, as the scenario runner calls this after
+    // every op of scenarios of 100,000 ops.
+    let facts: BTreeMap<&TopicPartition, LogFacts> =
+        view.partitions.iter().map(|(tp, log)| (tp, LogFacts::of(log))).collect();
     for (tp, log) in view.partitions {
-        let facts = LogFacts::of(log);
-        check_lso(tp, log, &facts, view.mutations, &mut out);
-        check_aborted_index(tp, log, &facts, &mut out);
-        check_producer_sequences(tp, log, &facts, &mut out);
+        let facts = &facts[tp];
+        check_lso(tp, log, facts, view.mutations, &mut out);
+        check_aborted_index(tp, log, facts, &mut out);
+        check_producer_sequences(tp, log, facts, &mut out);
         if let Some(c) = view.coordinator {
-            check_partition_coverage(tp, &facts, c, &mut out);
+            check_partition_coverage(tp, facts, c, &mut out);
         }
     }
     if let Some(c) = view.coordinator {
-        check_decisions(view.partitions, c, &mut out);
+        check_decisions(view.partitions, &facts, c, &mut out);
         check_coordinator_states(c, &mut out);
     }
     out
@@ -133,7 +139,23 @@ fn check_aborted_index(tp: &TopicPartition, log: &PartitionLog, facts: &LogFacts
     };
     let show =
         |e: (ProducerId, Offset, Offset, Offset)| format!("(pid {} first {} last {} lso {})", e.0, e.1, e.2, e.3);
-    if let Some(missing) = expected.iter().find(|e| !actual.iter().any(|a| same(e, a))) {
+    // `same` needs the producer and the marker offset equal: candidates are looked up by those.
+    let mut actual_by_key: BTreeMap<(ProducerId, Offset), Vec<(ProducerId, Offset, Offset, Offset)>> = BTreeMap::new();
+    for a in &actual {
+        actual_by_key.entry((a.0, a.2)).or_default().push(*a);
+    }
+    let mut expected_by_key: BTreeMap<(ProducerId, Offset), Vec<(ProducerId, Offset, Offset, Offset, bool)>> =
+        BTreeMap::new();
+    for e in &expected {
+        expected_by_key.entry((e.0, e.2)).or_default().push(*e);
+    }
+    let matched_actual = |e: &(ProducerId, Offset, Offset, Offset, bool)| {
+        actual_by_key.get(&(e.0, e.2)).is_some_and(|c| c.iter().any(|a| same(e, a)))
+    };
+    let matched_expected = |a: &(ProducerId, Offset, Offset, Offset)| {
+        expected_by_key.get(&(a.0, a.2)).is_some_and(|c| c.iter().any(|e| same(e, a)))
+    };
+    if let Some(missing) = expected.iter().find(|e| !matched_actual(e)) {
         out.push(Violation::new(
             Invariant::AbortedIndexExact,
             format!(
@@ -142,7 +164,7 @@ fn check_aborted_index(tp: &TopicPartition, log: &PartitionLog, facts: &LogFacts
                 actual.iter().map(|a| show(*a)).collect::<Vec<_>>().join(" ")
             ),
         ));
-    } else if let Some(extra) = actual.iter().find(|a| !expected.iter().any(|e| same(e, a))) {
+    } else if let Some(extra) = actual.iter().find(|a| !matched_expected(a)) {
         out.push(Violation::new(
             Invariant::AbortedIndexExact,
             format!("{tp}: index entry {} matches no aborted transaction in the log", show(*extra)),
@@ -169,7 +191,8 @@ fn check_producer_sequences(tp: &TopicPartition, log: &PartitionLog, facts: &Log
         epoch_at: Offset,
         coordinator_epoch: Option<(i32, Offset)>,
         last_seq: Option<(i16, i32, Offset)>,
-        ranges: Vec<(i16, i32, i32, Offset)>,
+        /// `(epoch, first sequence, last sequence)` -> where it was first appended.
+        ranges: BTreeMap<(i16, i32, i32), Offset>,
     }
     let mut seen: BTreeMap<ProducerId, Seen> = BTreeMap::new();
     for b in log.batches() {
@@ -179,7 +202,7 @@ fn check_producer_sequences(tp: &TopicPartition, log: &PartitionLog, facts: &Log
             epoch_at: b.base_offset,
             coordinator_epoch: None,
             last_seq: None,
-            ranges: Vec::new(),
+            ranges: BTreeMap::new(),
         });
         if p.epoch < s.epoch {
             out.push(Violation::new(
@@ -210,11 +233,11 @@ fn check_producer_sequences(tp: &TopicPartition, log: &PartitionLog, facts: &Log
         }
         let Some(last_seq) = b.last_sequence() else { continue };
         let first_seq = p.base_sequence;
-        if let Some(&(_, f, l, at)) = s.ranges.iter().find(|r| r.0 == p.epoch && r.1 == first_seq && r.2 == last_seq) {
+        if let Some(&at) = s.ranges.get(&(p.epoch, first_seq, last_seq)) {
             out.push(Violation::new(
                 Invariant::NoDuplicateAppends,
                 format!(
-                    "{tp}: producer {} epoch {} sequences {f}..{l} appended at {at} and again at {}",
+                    "{tp}: producer {} epoch {} sequences {first_seq}..{last_seq} appended at {at} and again at {}",
                     p.producer_id, p.epoch, b.base_offset
                 ),
             ));
@@ -230,7 +253,7 @@ fn check_producer_sequences(tp: &TopicPartition, log: &PartitionLog, facts: &Log
                 ));
             }
         }
-        s.ranges.push((p.epoch, first_seq, last_seq, b.base_offset));
+        s.ranges.entry((p.epoch, first_seq, last_seq)).or_insert(b.base_offset);
         s.last_seq = Some((p.epoch, last_seq, b.base_offset));
     }
 }
@@ -273,11 +296,12 @@ fn check_partition_coverage(
 /// closes nothing (a resend) decides nothing.
 fn check_decisions(
     partitions: &BTreeMap<TopicPartition, PartitionLog>,
+    facts: &BTreeMap<&TopicPartition, LogFacts>,
     c: &TransactionCoordinator,
     out: &mut Vec<Violation>,
 ) {
     for (tp, log) in partitions {
-        let facts = LogFacts::of(log);
+        let facts = &facts[tp];
         let markers: BTreeMap<Offset, MarkerAt> = facts.markers().into_iter().map(|m| (m.offset, m)).collect();
         let first_retained = log.segments().first().map(|s| s.base_offset).unwrap_or(0);
         for (i, d) in c.decisions.iter().enumerate() {
@@ -302,21 +326,30 @@ fn check_decisions(
             }
         }
         let closing: Vec<MarkerAt> = facts.txns.iter().filter_map(|t| t.marker).collect();
+        // Each producer's closing marker offsets, and the offsets acknowledged on this partition by
+        // decisions of one producer, outcome and marker epoch: lookups instead of scans, as the scenario
+        // runner checks logs of thousands of transactions after every op.
+        let mut closing_offsets: BTreeMap<ProducerId, BTreeSet<Offset>> = BTreeMap::new();
+        for m in &closing {
+            closing_offsets.entry(m.producer_id).or_default().insert(m.offset);
+        }
+        let mut acknowledged: BTreeMap<(ProducerId, bool, ProducerEpoch), BTreeSet<Offset>> = BTreeMap::new();
+        for d in &c.decisions {
+            if let Some(&o) = d.markers.get(tp) {
+                let commit = d.result == TransactionResult::Commit;
+                acknowledged.entry((d.producer_id, commit, d.marker_epoch)).or_default().insert(o);
+            }
+        }
         for m in &closing {
             if c.transactional_id_of(m.producer_id).is_none() {
                 continue; // A producer this coordinator never knew (log-layer writes).
             }
-            // No other transaction of this producer closed between the marker and the acknowledged one.
-            let acknowledged_as = |o: Offset| {
-                o >= m.offset
-                    && !closing.iter().any(|x| x.producer_id == m.producer_id && x.offset > m.offset && x.offset <= o)
-            };
-            let explained = c.decisions.iter().any(|d| {
-                d.producer_id == m.producer_id
-                    && d.result == m.result
-                    && d.marker_epoch == m.epoch
-                    && d.markers.get(tp).is_some_and(|&o| acknowledged_as(o))
-            });
+            // Acknowledged at or after the marker, before this producer's next transaction closed.
+            let next_close = closing_offsets[&m.producer_id].range(m.offset + 1..).next().copied();
+            let explained = acknowledged
+                .get(&(m.producer_id, m.result == TransactionResult::Commit, m.epoch))
+                .and_then(|offsets| offsets.range(m.offset..).next())
+                .is_some_and(|&o| next_close.is_none_or(|next| o < next));
             let pending = c.pending_completions.get(&m.producer_id).map(|p| &c.decisions[p.decision]);
             // A pending decision's marker may be in the log before its acknowledgement arrives.
             let in_flight = pending

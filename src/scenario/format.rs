@@ -155,7 +155,8 @@ pub struct FetchAborted {
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+/// Each variant is one `op` tag; `parse_op` in mod.rs moves the tag out so field paths survive.
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Op {
     InitProducer {
         producer: String,

@@ -6,12 +6,14 @@ pub mod network;
 mod runner;
 mod show;
 
-pub use format::{Layer, Op, FORMAT};
-pub use runner::{run, Difference, RunOptions};
+pub use format::{Layer, Op, DESCRIPTIVE_FIELDS, FORMAT};
+pub use runner::{run, Difference, RunOptions, RunReport};
 pub use show::story;
 
 use format::{strip_descriptive, MultiExpect, PartitionExpect, ScenarioHeader};
+use serde::de::DeserializeOwned;
 use serde_json::Value;
+use serde_path_to_error::Segment;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -97,32 +99,61 @@ impl Scenario {
 
 /// The scenario files under `path`: the file itself, or every `*.json` below a folder, sorted.
 pub fn collect_files(path: &Path) -> Result<Vec<PathBuf>, ScenarioError> {
-    let unreadable = |message: String| ScenarioError {
-        file: path.display().to_string(),
-        scenario: None,
-        op_index: None,
-        field: None,
-        message,
-    };
-    let meta = std::fs::metadata(path).map_err(|e| unreadable(format!("cannot read: {e}")))?;
-    if meta.is_file() {
-        return Ok(vec![path.to_path_buf()]);
-    }
-    let mut files = Vec::new();
-    let mut stack = vec![path.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let entries = std::fs::read_dir(&dir).map_err(|e| unreadable(format!("cannot list {}: {e}", dir.display())))?;
-        for entry in entries {
-            let p = entry.map_err(|e| unreadable(format!("cannot list {}: {e}", dir.display())))?.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|e| e == "json") {
-                files.push(p);
+    collect_all(std::slice::from_ref(&path.to_path_buf()))
+}
+
+/// The scenario files under every path, each file once however many paths or symlinks reach it (by
+/// canonical path, first naming kept), and each folder walked once, so a symlink loop ends.
+pub fn collect_all(paths: &[PathBuf]) -> Result<Vec<PathBuf>, ScenarioError> {
+    let mut seen_files = BTreeSet::new();
+    let mut seen_dirs = BTreeSet::new();
+    let mut out = Vec::new();
+    for path in paths {
+        let unreadable = |message: String| ScenarioError {
+            file: path.display().to_string(),
+            scenario: None,
+            op_index: None,
+            field: None,
+            message,
+        };
+        let canonical = path.canonicalize().map_err(|e| unreadable(format!("cannot read: {e}")))?;
+        if !canonical.is_dir() {
+            if seen_files.insert(canonical) {
+                out.push(path.clone());
+            }
+            continue;
+        }
+        let mut files = Vec::new();
+        let mut stack = vec![(path.clone(), canonical)];
+        while let Some((dir, canonical_dir)) = stack.pop() {
+            if !seen_dirs.insert(canonical_dir) {
+                continue;
+            }
+            let listing_error = |e: std::io::Error| unreadable(format!("cannot list {}: {e}", dir.display()));
+            let mut entries = Vec::new();
+            for entry in std::fs::read_dir(&dir).map_err(listing_error)? {
+                entries.push(entry.map_err(listing_error)?.path());
+            }
+            // Sorted, so which of two names of one file is kept does not depend on the file system.
+            entries.sort();
+            for p in entries {
+                // A dangling or looping symlink has no canonical path; as a *.json it fails to load below.
+                let canonical = p.canonicalize().ok();
+                match canonical {
+                    Some(c) if c.is_dir() => stack.push((p, c)),
+                    _ if p.extension().is_some_and(|e| e == "json") => {
+                        if seen_files.insert(canonical.unwrap_or_else(|| p.clone())) {
+                            files.push(p);
+                        }
+                    }
+                    _ => {}
+                }
             }
         }
+        files.sort();
+        out.extend(files);
     }
-    files.sort();
-    Ok(files)
+    Ok(out)
 }
 
 /// Reads and validates every scenario of one file.
@@ -171,12 +202,12 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ScenarioError> {
     let mut names = BTreeSet::new();
     for (i, value) in scenarios.into_iter().enumerate() {
         let label = value.get("name").and_then(Value::as_str).map(str::to_string).unwrap_or(format!("#{i}"));
-        let header: ScenarioHeader = serde_json::from_value(value).map_err(|e| ScenarioError {
+        let header: ScenarioHeader = deserialize(value).map_err(|(field, message)| ScenarioError {
             file: file.to_string(),
             scenario: Some(label.clone()),
             op_index: None,
-            field: serde_field(&e.to_string()),
-            message: e.to_string(),
+            field,
+            message,
         })?;
         if !names.insert(header.name.clone()) {
             return Err(ScenarioError {
@@ -195,11 +226,72 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ScenarioError> {
     Ok(out)
 }
 
-/// serde names the offending field in backquotes; pull it out for the error's `field`.
-fn serde_field(message: &str) -> Option<String> {
-    let start = message.find('`')? + 1;
-    let len = message[start..].find('`')?;
-    Some(message[start..start + len].to_string())
+/// Deserializes `value`, splitting an error into the field it is about (a path such as
+/// `batches[0].base_offset`, from serde_path_to_error) and what is wrong with the value there, so a
+/// value is never reported as a field's name.
+pub(crate) fn deserialize<T: DeserializeOwned>(value: Value) -> Result<T, (Option<String>, String)> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let mut parts: Vec<String> = e
+            .path()
+            .iter()
+            .filter_map(|segment| match segment {
+                Segment::Seq { index } => Some(format!("[{index}]")),
+                Segment::Map { key } => Some(key.clone()),
+                // An op's variant is its `op` tag, reported on its own; nothing else is an enum with fields.
+                Segment::Enum { .. } | Segment::Unknown => None,
+            })
+            .collect();
+        let serde_message = e.into_inner().to_string();
+        let mut message = serde_message.replace('`', "");
+        // serde names an unknown or missing field in backquotes (a missing one at its parent's path):
+        // the name goes to the path and the message keeps only what is wrong.
+        let named = serde_message.starts_with("unknown field") || serde_message.starts_with("missing field");
+        if let Some(name) = serde_message.split('`').nth(1).filter(|_| named) {
+            if parts.last().map(String::as_str) != Some(name) {
+                parts.push(name.to_string());
+            }
+            message = match serde_message.split_once(", ") {
+                Some((_, known)) => format!("unknown field, {}", known.replace('`', "")),
+                None if serde_message.starts_with("missing") => "missing".to_string(),
+                None => "unknown field".to_string(),
+            };
+        } else if let Some(rest) =
+            message.strip_prefix("invalid type: ").or_else(|| message.strip_prefix("invalid value: "))
+        {
+            message = format!("found {rest}");
+        }
+        let mut path = String::new();
+        for part in parts {
+            if !path.is_empty() && !part.starts_with('[') {
+                path.push('.');
+            }
+            path.push_str(&part);
+        }
+        ((!path.is_empty()).then_some(path), message)
+    })
+}
+
+/// Parses one op: its `op` tag names the variant, and the other fields are that variant's
+/// (deserialized as an externally tagged enum, which keeps serde_path_to_error's field paths).
+fn parse_op(value: Value) -> Result<Op, (Option<String>, String)> {
+    let op_field = Some("op".to_string());
+    let Value::Object(mut fields) = value else {
+        return Err((None, format!("an op must be an object with an 'op' field, found {value}")));
+    };
+    let tag = match fields.remove("op") {
+        Some(Value::String(tag)) => tag,
+        Some(other) => return Err((op_field, format!("must be a string naming the op, found {other}"))),
+        None => return Err((op_field, "missing field".into())),
+    };
+    let mut tagged = serde_json::Map::new();
+    tagged.insert(tag, Value::Object(fields));
+    deserialize(Value::Object(tagged)).map_err(|(field, message)| {
+        if message.starts_with("unknown variant") {
+            (op_field, message)
+        } else {
+            (field, message)
+        }
+    })
 }
 
 fn build(file: &str, h: ScenarioHeader) -> Result<Scenario, ScenarioError> {
@@ -229,37 +321,24 @@ fn build(file: &str, h: ScenarioHeader) -> Result<Scenario, ScenarioError> {
         return build_network(sc, h.ops, h.expect);
     }
     for (i, value) in h.ops.into_iter().enumerate() {
-        let op: Op = serde_json::from_value(value).map_err(|e| {
-            let msg = e.to_string();
-            let field =
-                serde_field(&msg).map(|f| if msg.starts_with("unknown variant") { "op".to_string() } else { f });
-            ScenarioError {
-                file: file.to_string(),
-                scenario: Some(sc.name.clone()),
-                op_index: Some(i),
-                field,
-                message: msg,
-            }
+        let op = parse_op(value).map_err(|(field, message)| ScenarioError {
+            file: file.to_string(),
+            scenario: Some(sc.name.clone()),
+            op_index: Some(i),
+            field,
+            message,
         })?;
         sc.ops.push(op);
     }
     if let Some(value) = h.expect {
+        let in_expect = |(field, message): (Option<String>, String)| {
+            let field = field.map_or("expect".to_string(), |f| format!("expect.{f}"));
+            sc.error(None, &field, message)
+        };
         let expectation = if value.get("partitions").is_some() {
-            Expectation::Many(
-                serde_json::from_value::<MultiExpect>(value)
-                    .map_err(|e| {
-                        sc.error(
-                            None,
-                            &format!("expect.{}", serde_field(&e.to_string()).unwrap_or_default()),
-                            e.to_string(),
-                        )
-                    })?
-                    .partitions,
-            )
+            Expectation::Many(deserialize::<MultiExpect>(value).map_err(in_expect)?.partitions)
         } else {
-            Expectation::One(Box::new(serde_json::from_value::<PartitionExpect>(value).map_err(|e| {
-                sc.error(None, &format!("expect.{}", serde_field(&e.to_string()).unwrap_or_default()), e.to_string())
-            })?))
+            Expectation::One(Box::new(deserialize::<PartitionExpect>(value).map_err(in_expect)?))
         };
         sc.expect = Some(expectation);
     }
@@ -280,9 +359,8 @@ fn build_network(mut sc: Scenario, ops: Vec<Value>, expect: Option<Value>) -> Re
         script.ops.push(op);
     }
     if let Some(value) = expect {
-        let e: network::Expect = serde_json::from_value(value).map_err(|e| {
-            sc.error(None, &format!("expect.{}", serde_field(&e.to_string()).unwrap_or_default()), e.to_string())
-        })?;
+        let e: network::Expect = deserialize(value)
+            .map_err(|(field, message)| sc.error(None, &format!("expect.{}", field.unwrap_or_default()), message))?;
         script.expect = Some(e);
     }
     network::validate(&script.ops, script.expect.as_ref(), &|at, field, message| sc.error(at, field, message))?;

@@ -272,10 +272,7 @@ impl NetOp {
 }
 
 fn from_value<T: DeserializeOwned>(v: Value) -> Result<T, (Option<String>, String)> {
-    serde_json::from_value(v).map_err(|e| {
-        let msg = e.to_string();
-        (super::serde_field(&msg), msg)
-    })
+    super::deserialize(v)
 }
 
 /// Parses one op of a network scenario; the error names the field and says what is wrong.

@@ -22,6 +22,8 @@ pub struct RunOptions {
     pub mutations: Mutations,
     /// Collect the step table (`txnsim scenario --show`).
     pub show: bool,
+    /// Advanced by one per op run (the CLI's bar; indicatif draws it only on a terminal).
+    pub progress: Option<indicatif::ProgressBar>,
 }
 
 /// The first place a run departs from the scenario: which op (none for the final expectation), which
@@ -96,6 +98,9 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> RunReport {
     let mut difference = None;
     for (i, op) in sc.ops.iter().enumerate() {
         let outcome = runner.exec(i, op);
+        if let Some(bar) = &opts.progress {
+            bar.inc(1);
+        }
         if let Some(t) = runner.table.as_mut() {
             let summary = match &outcome {
                 Ok(s) => s.clone(),

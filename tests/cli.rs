@@ -1,0 +1,64 @@
+//! The command line refuses bad flags and addresses with exit 2 before doing any work, instead of
+//! panicking inside a library or running with a value it cannot honour.
+
+use std::process::Command;
+
+fn txnsim(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_txnsim")).args(args).output().expect("run txnsim");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+#[test]
+fn explore_on_a_busy_address_exits_2_with_one_line() {
+    // Held for the whole test, so the Explorer cannot have the port.
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    let addr = busy.local_addr().expect("local address").to_string();
+    let (code, _, stderr) = txnsim(&["explore", "--addr", &addr]);
+    assert_eq!(code, 2, "a busy address is bad input: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(
+        stderr.trim(),
+        format!("error: --addr {addr}: cannot listen there: Address already in use (os error 98)")
+    );
+}
+
+#[test]
+fn explore_on_a_malformed_address_exits_2_with_one_line() {
+    let (code, _, stderr) = txnsim(&["explore", "--addr", "no-port-here"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert_eq!(stderr.trim(), "error: --addr no-port-here: cannot listen there: invalid socket address");
+}
+
+#[test]
+fn out_of_range_check_flags_are_refused_before_checking() {
+    for (args, needle) in [
+        (["check", "--polls", "256"], "256 is not in 0..=255"),
+        (["check", "--threads", "0"], "at least one thread is needed"),
+        (["explore", "--threads", "0"], "at least one thread is needed"),
+    ] {
+        let (code, stdout, stderr) = txnsim(&args);
+        assert_eq!(code, 2, "{args:?} is bad input: {stderr}");
+        assert!(stdout.is_empty(), "{args:?} must not start a check: {stdout}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn check_warns_when_the_bounds_cannot_reach_the_mutation() {
+    // Tiny bounds without crashes: no second instance, so a fence never happens.
+    let tiny = ["check", "--records", "1", "--partitions", "1", "--polls", "0", "--txn-timeouts", "0"];
+    let mut args = tiny.to_vec();
+    args.extend(["--mutation", "fence-abort-same-epoch"]);
+    let (code, _, stderr) = txnsim(&args);
+    assert_eq!(code, 0, "the unreachable bug is not found: {stderr}");
+    assert!(stderr.contains("warning: mutation fence-abort-same-epoch needs a second producer instance"), "{stderr}");
+    let mut args = tiny.to_vec();
+    args.extend(["--mutation", "no-aborted-index-entry"]);
+    let (code, _, stderr) = txnsim(&args);
+    assert_eq!(code, 1, "a reachable bug is found: {stderr}");
+    assert!(!stderr.contains("warning"), "no warning for a reachable mutation: {stderr}");
+}

@@ -1,0 +1,210 @@
+//! The scenario parser never panics: random bytes, random JSON, and corpus files with one value swapped
+//! for a random one (wrong types, negative and huge numbers, nulls) or one field removed all end in a
+//! clean one-line error or a scenario that runs to a verdict. Where a scalar's JSON type changes, the
+//! error names exactly that field (op index and path), not the value.
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, FileFailurePersistence};
+use serde_json::{json, Value};
+use std::path::Path;
+use txnsim::scenario::{self, RunOptions, ScenarioError};
+
+const FILE: &str = "fuzz.json";
+
+/// The corpus files' JSON, the skeletons the mutations start from.
+fn skeletons() -> Vec<Value> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds/scenarios");
+    let files = scenario::collect_files(&root).expect("seeds/scenarios is readable");
+    files
+        .iter()
+        .map(|f| serde_json::from_str(&std::fs::read_to_string(f).expect("corpus file reads")).expect("corpus JSON"))
+        .collect()
+}
+
+/// One step into a JSON value.
+#[derive(Clone, Debug)]
+enum Step {
+    Key(String),
+    Index(usize),
+}
+
+/// Every path to a value in `v`, except inside the descriptive fields the parser drops.
+fn paths(v: &Value, prefix: &mut Vec<Step>, out: &mut Vec<Vec<Step>>) {
+    out.push(prefix.clone());
+    match v {
+        Value::Object(m) => {
+            for (k, child) in m {
+                if scenario::DESCRIPTIVE_FIELDS.contains(&k.as_str()) {
+                    continue;
+                }
+                prefix.push(Step::Key(k.clone()));
+                paths(child, prefix, out);
+                prefix.pop();
+            }
+        }
+        Value::Array(items) => {
+            for (i, child) in items.iter().enumerate() {
+                prefix.push(Step::Index(i));
+                paths(child, prefix, out);
+                prefix.pop();
+            }
+        }
+        _ => {}
+    }
+}
+
+fn at<'a>(v: &'a mut Value, path: &[Step]) -> &'a mut Value {
+    path.iter().fold(v, |v, s| match s {
+        Step::Key(k) => &mut v[k.as_str()],
+        Step::Index(i) => &mut v[*i],
+    })
+}
+
+/// Where the parser should report a bad value at `path`: (op index, field), in its own notation.
+fn expected_location(path: &[Step]) -> (Option<usize>, Option<String>) {
+    let render = |steps: &[Step]| {
+        let mut s = String::new();
+        for step in steps {
+            match step {
+                Step::Key(k) if s.is_empty() => s.push_str(k),
+                Step::Key(k) => s.push_str(&format!(".{k}")),
+                Step::Index(i) => s.push_str(&format!("[{i}]")),
+            }
+        }
+        (!s.is_empty()).then_some(s)
+    };
+    match path {
+        [Step::Key(s), Step::Index(_), Step::Key(ops), Step::Index(i), rest @ ..]
+            if s == "scenarios" && ops == "ops" =>
+        {
+            (Some(*i), render(rest))
+        }
+        [Step::Key(s), Step::Index(_), rest @ ..] if s == "scenarios" => (None, render(rest)),
+        _ => (None, render(path)),
+    }
+}
+
+/// Which JSON type a scalar has, telling integers from fractions (a fraction where an integer is due is
+/// a wrong type too).
+fn scalar_kind(v: &Value) -> Option<&'static str> {
+    match v {
+        Value::Bool(_) => Some("bool"),
+        Value::Number(n) if n.is_f64() => Some("fraction"),
+        Value::Number(_) => Some("integer"),
+        Value::String(_) => Some("string"),
+        _ => None,
+    }
+}
+
+fn arb_scalar() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        Just(json!(-1)),
+        Just(json!(-5)),
+        Just(json!(u64::MAX)),
+        Just(json!(i64::MIN)),
+        Just(json!(u32::MAX as u64 + 1)),
+        Just(json!(1e300)),
+        Just(json!(0.5)),
+        any::<i64>().prop_map(|n| json!(n)),
+        any::<u64>().prop_map(|n| json!(n)),
+        "[a-z_]{0,12}".prop_map(Value::String),
+        Just(json!("PRODUCER_FENCED")),
+        Just(json!("read_committed")),
+    ]
+}
+
+fn arb_json() -> impl Strategy<Value = Value> {
+    arb_scalar().prop_recursive(3, 24, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::btree_map("[a-z_]{1,10}", inner, 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+/// What a mutated file must come to: a one-line error naming the file, or scenarios that run.
+fn assert_clean(text: &str) -> Result<Result<(), ScenarioError>, TestCaseError> {
+    match scenario::parse(FILE, text) {
+        Err(e) => {
+            let line = e.to_string();
+            prop_assert!(line.starts_with(FILE), "the error names the file: {line}");
+            prop_assert_eq!(line.lines().count(), 1, "one line of error: {}", line);
+            Ok(Err(e))
+        }
+        Ok(scenarios) => {
+            for sc in &scenarios {
+                // A verdict either way; a panic here fails the case.
+                scenario::run(sc, &RunOptions::default());
+            }
+            Ok(Ok(()))
+        }
+    }
+}
+
+fn config() -> Config {
+    Config {
+        cases: 256,
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        ..Config::default()
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn random_bytes_are_a_clean_error(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
+        let text = String::from_utf8_lossy(&bytes);
+        prop_assert!(assert_clean(&text)?.is_err(), "random bytes parsed as a scenario file: {:?}", text);
+    }
+
+    #[test]
+    fn random_json_is_clean(v in arb_json(), wrap in 0..3usize) {
+        // The value alone, as a file's scenario list, and as a scenario's ops.
+        let file = match wrap {
+            0 => v,
+            1 => json!({"format": scenario::FORMAT, "scenarios": [v]}),
+            _ => json!({"format": scenario::FORMAT, "scenarios": [{"name": "s", "layer": "producer", "ops": [v]}]}),
+        };
+        let _verdict = assert_clean(&file.to_string())?;
+    }
+
+    #[test]
+    fn a_corpus_file_with_one_value_swapped_is_clean_and_names_its_field(
+        file in any::<prop::sample::Index>(),
+        spot in any::<prop::sample::Index>(),
+        replacement in prop_oneof![3 => arb_scalar(), 1 => arb_json()],
+        remove in any::<bool>(),
+    ) {
+        let mut root = file.get(&skeletons()).clone();
+        let mut all = Vec::new();
+        paths(&root, &mut Vec::new(), &mut all);
+        let path = spot.get(&all[1..]).clone();
+        let original = at(&mut root, &path).clone();
+        let removed = match (remove, path.split_last()) {
+            (true, Some((Step::Key(k), parent))) => {
+                at(&mut root, parent).as_object_mut().expect("a key's parent is an object").remove(k);
+                true
+            }
+            _ => {
+                *at(&mut root, &path) = replacement.clone();
+                false
+            }
+        };
+        let outcome = assert_clean(&root.to_string())?;
+        let retyped = !removed
+            && scalar_kind(&replacement).is_some()
+            && scalar_kind(&original).is_some()
+            && scalar_kind(&replacement) != scalar_kind(&original);
+        if retyped {
+            let Err(e) = outcome else {
+                return Err(TestCaseError::fail(format!("{original} -> {replacement} at {path:?} parsed")));
+            };
+            let (op_index, field) = expected_location(&path);
+            prop_assert_eq!((e.op_index, e.field.clone()), (op_index, field), "{}", e);
+        }
+    }
+}
