@@ -295,6 +295,12 @@ pub fn run_sweep(args: &SweepArgs) -> ExitCode {
         Ok(x) => x,
         Err(e) => return bad_input(&e),
     };
+    // A sweep can run for hours: a seed directory that cannot be made must fail before it, not after.
+    if args.save {
+        if let Err(e) = std::fs::create_dir_all(&args.seeds_dir) {
+            return bad_input(&format!("--seeds-dir {}: {e}", args.seeds_dir.display()));
+        }
+    }
     let mut progress = Progress::stderr(spec.seeds);
     let result = sweep::run_sweep(&spec, |done, failed| progress.update(done, failed));
     progress.finish();
