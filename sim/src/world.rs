@@ -260,8 +260,8 @@ impl World {
 
     /// A trace event with fields; `event` runs only when tracing.
     pub fn trace_with(&mut self, node: &str, kind: &'static str, event: impl FnOnce() -> (String, Value)) {
-        let time_us = (Instant::now() - self.start).as_micros() as u64;
         let Some(trace) = self.trace.as_mut() else { return };
+        let time_us = (Instant::now() - self.start).as_micros() as u64;
         let (text, fields) = event();
         trace.push(TraceEvent { time_us, node: node.to_string(), kind, text, fields });
     }
