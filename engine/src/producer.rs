@@ -37,6 +37,32 @@ pub enum TxnManagerState {
 }
 
 impl TxnManagerState {
+    pub const ALL: [TxnManagerState; 8] = [
+        TxnManagerState::Uninitialized,
+        TxnManagerState::Initializing,
+        TxnManagerState::Ready,
+        TxnManagerState::InTransaction,
+        TxnManagerState::CommittingTransaction,
+        TxnManagerState::AbortingTransaction,
+        TxnManagerState::AbortableError,
+        TxnManagerState::FatalError,
+    ];
+
+    /// Kafka's name for the state (`TransactionManager.State`).
+    pub fn name(self) -> &'static str {
+        use TxnManagerState::*;
+        match self {
+            Uninitialized => "UNINITIALIZED",
+            Initializing => "INITIALIZING",
+            Ready => "READY",
+            InTransaction => "IN_TRANSACTION",
+            CommittingTransaction => "COMMITTING_TRANSACTION",
+            AbortingTransaction => "ABORTING_TRANSACTION",
+            AbortableError => "ABORTABLE_ERROR",
+            FatalError => "FATAL_ERROR",
+        }
+    }
+
     /// `State.isTransitionValid`.
     fn is_transition_valid(self, to: TxnManagerState) -> bool {
         use TxnManagerState::*;

@@ -6,6 +6,7 @@
 //! - `world`: the shared state each madsim task steps: engine nodes, history, trace.
 //! - `run`: one seed on its own runtime and thread: hosts, workload, faults, healing, checks.
 //! - `sweep`: many seeds, in parallel jobs, with a summary.
+//! - `trace`: the replay timeline's events, legend and text rendering.
 //! - `seeds`: the `seeds/*.toml` regression corpus.
 //! - `cli`: `txnsim sweep` and `txnsim replay`.
 
@@ -18,6 +19,7 @@ pub mod rng;
 pub mod run;
 pub mod seeds;
 pub mod sweep;
+pub mod trace;
 pub mod world;
 
 pub use profile::Profile;

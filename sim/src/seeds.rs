@@ -43,16 +43,20 @@ pub fn load_dir(dir: &Path) -> Result<Vec<(PathBuf, SeedFile)>, String> {
         .filter(|p| p.extension().is_some_and(|x| x == "toml"))
         .collect();
     paths.sort();
-    paths
-        .into_iter()
-        .map(|p| {
-            let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
-            let seed: SeedFile = toml::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))?;
-            seed.profile().map_err(|e| format!("{}: {e}", p.display()))?;
-            seed.mutation().map_err(|e| format!("{}: {e}", p.display()))?;
-            Ok((p, seed))
-        })
-        .collect()
+    paths.into_iter().map(|p| load_file(&p).map(|seed| (p, seed))).collect()
+}
+
+/// One seed file, checked: its profile and mutation name things that exist.
+pub fn load_file(path: &Path) -> Result<SeedFile, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    // toml's message spans lines (it quotes the input); the first line names the problem.
+    let seed: SeedFile = toml::from_str(&text).map_err(|e| {
+        let msg = e.message().lines().next().unwrap_or("invalid").to_string();
+        format!("{}: not a seed file: {msg}", path.display())
+    })?;
+    seed.profile().map_err(|e| format!("{}: {e}", path.display()))?;
+    seed.mutation().map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(seed)
 }
 
 /// Writes a failing run as a seed file; returns its path.

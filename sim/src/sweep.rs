@@ -16,32 +16,74 @@ pub struct SweepSpec {
     pub profile: Profile,
     pub mutation: Option<Mutation>,
     pub jobs: usize,
+    /// How many failing runs (the lowest seeds) to keep in full; the counts cover every seed.
+    pub keep_failures: usize,
+}
+
+impl SweepSpec {
+    /// A sweep of `seeds` seeds from `from`, keeping the first ten failures.
+    pub fn new(from: u64, seeds: u64, profile: Profile, mutation: Option<Mutation>, jobs: usize) -> Self {
+        SweepSpec { from, seeds, profile, mutation, jobs, keep_failures: 10 }
+    }
 }
 
 #[derive(Clone, Debug)]
 pub struct SweepResult {
     pub spec: SweepSpec,
-    /// Failing runs, in seed order.
+    /// The lowest failing seeds, at most `spec.keep_failures`, in seed order.
     pub failures: Vec<RunReport>,
+    /// Every failing seed, kept or not.
+    pub failed: u64,
+    /// The lowest failing seed.
+    pub first_failure: Option<u64>,
     pub totals: Stats,
     /// Wall clock for the whole sweep (only for the summary's rates).
     pub wall: Duration,
-    /// Seeds (by first witness) per invariant.
+    /// Failing seeds per invariant (a seed counts once for each invariant it violated).
     pub by_invariant: BTreeMap<String, u64>,
 }
 
 impl SweepResult {
     pub fn passed(&self) -> bool {
-        self.failures.is_empty()
+        self.failed == 0
     }
 
     /// Index (from `spec.from`) of the first failing seed: time-to-detect.
     pub fn first_failure_index(&self) -> Option<u64> {
-        self.failures.first().map(|r| r.seed - self.spec.from)
+        self.first_failure.map(|seed| seed - self.spec.from)
     }
 
     pub fn seeds_per_second(&self) -> f64 {
         self.spec.seeds as f64 / self.wall.as_secs_f64().max(1e-9)
+    }
+}
+
+/// What the workers fold each run into: counts, and only the lowest failing seeds in full, so a sweep's
+/// memory does not grow with its number of seeds.
+#[derive(Default)]
+struct Tally {
+    totals: Stats,
+    failed: u64,
+    first_failure: Option<u64>,
+    by_invariant: BTreeMap<String, u64>,
+    kept: BTreeMap<u64, RunReport>,
+}
+
+impl Tally {
+    fn add(&mut self, report: RunReport, keep: usize) {
+        add_stats(&mut self.totals, &report.stats);
+        if report.passed() {
+            return;
+        }
+        self.failed += 1;
+        self.first_failure = Some(self.first_failure.map_or(report.seed, |s| s.min(report.seed)));
+        for f in &report.found {
+            *self.by_invariant.entry(f.invariant.clone()).or_insert(0) += 1;
+        }
+        self.kept.insert(report.seed, report);
+        if self.kept.len() > keep {
+            self.kept.pop_last();
+        }
     }
 }
 
@@ -51,7 +93,7 @@ pub fn run_sweep(spec: &SweepSpec, mut progress: impl FnMut(u64, u64)) -> SweepR
     let next = AtomicU64::new(0);
     let done = AtomicU64::new(0);
     let failed = AtomicU64::new(0);
-    let results: Mutex<(Stats, Vec<RunReport>)> = Mutex::new((Stats::default(), Vec::new()));
+    let tally: Mutex<Tally> = Mutex::new(Tally::default());
     let jobs = spec.jobs.max(1);
     std::thread::scope(|scope| {
         for _ in 0..jobs {
@@ -61,13 +103,10 @@ pub fn run_sweep(spec: &SweepSpec, mut progress: impl FnMut(u64, u64)) -> SweepR
                     break;
                 }
                 let report = run_seed(&RunSpec::new(spec.from + i, spec.profile, spec.mutation));
-                let mut r = results.lock().unwrap_or_else(|e| e.into_inner());
-                add_stats(&mut r.0, &report.stats);
                 if !report.passed() {
                     failed.fetch_add(1, Ordering::Relaxed);
-                    r.1.push(report);
                 }
-                drop(r);
+                tally.lock().unwrap_or_else(|e| e.into_inner()).add(report, spec.keep_failures);
                 done.fetch_add(1, Ordering::Relaxed);
             });
         }
@@ -80,15 +119,16 @@ pub fn run_sweep(spec: &SweepSpec, mut progress: impl FnMut(u64, u64)) -> SweepR
             std::thread::sleep(Duration::from_millis(100));
         }
     });
-    let (totals, mut failures) = results.into_inner().unwrap_or_else(|e| e.into_inner());
-    failures.sort_by_key(|r| r.seed);
-    let mut by_invariant = BTreeMap::new();
-    for r in &failures {
-        for f in &r.found {
-            *by_invariant.entry(f.invariant.clone()).or_insert(0) += 1;
-        }
+    let tally = tally.into_inner().unwrap_or_else(|e| e.into_inner());
+    SweepResult {
+        spec: spec.clone(),
+        failures: tally.kept.into_values().collect(),
+        failed: tally.failed,
+        first_failure: tally.first_failure,
+        totals: tally.totals,
+        wall: started.elapsed(),
+        by_invariant: tally.by_invariant,
     }
-    SweepResult { spec: spec.clone(), failures, totals, wall: started.elapsed(), by_invariant }
 }
 
 fn add_stats(total: &mut Stats, s: &Stats) {
@@ -151,7 +191,7 @@ pub fn summary_lines(r: &SweepResult, max_failures: usize) -> Vec<String> {
         let parts: Vec<String> = r.by_invariant.iter().map(|(k, v)| format!("{k} {v}")).collect();
         out.push(format!(
             "  violations: {} of {} seeds failed (first at index {}); by invariant: {}",
-            r.failures.len(),
+            r.failed,
             s.seeds,
             r.first_failure_index().unwrap_or(0),
             parts.join(", ")
@@ -165,8 +205,9 @@ pub fn summary_lines(r: &SweepResult, max_failures: usize) -> Vec<String> {
         }
         out.push(format!("  replay: {}", spec.replay_command()));
     }
-    if r.failures.len() > max_failures {
-        out.push(format!("... and {} more failing seeds", r.failures.len() - max_failures));
+    let shown = r.failures.len().min(max_failures) as u64;
+    if r.failed > shown {
+        out.push(format!("... and {} more failing seeds", r.failed - shown));
     }
     out
 }

@@ -4,10 +4,12 @@
 
 use crate::profile::{FaultKind, ProducerSpec, ProfileParams, Swarm};
 use crate::rng::SimRng;
+use crate::trace::{timer_name, TraceEvent, IDLE_TIMER};
 use madsim::net::Endpoint;
 use madsim::runtime::Handle;
 use madsim::time::{Duration, Instant};
 use serde::Serialize;
+use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -129,7 +131,10 @@ pub struct World {
     mono: MonotonicityChecker,
     last_fingerprint: Vec<u64>,
     pub stats: Stats,
-    pub trace: Option<Vec<String>>,
+    pub trace: Option<Vec<TraceEvent>>,
+    /// With a trace: for each history event, how many trace events preceded it (to flag a history
+    /// violation at the event where it happened).
+    pub history_marks: Vec<usize>,
     pub healing: bool,
     pub wire_node: Option<madsim::task::NodeId>,
     pub clogged_nodes: BTreeSet<String>,
@@ -209,6 +214,7 @@ impl World {
             }
             consumers.insert(c.name.clone(), ConsumerSlot { consumer, seeks: c.seeks, polls: BTreeMap::new() });
         }
+        let initial_events = history.events.len();
         World {
             params,
             swarm,
@@ -230,6 +236,7 @@ impl World {
             last_fingerprint: Vec::new(),
             stats: Stats::default(),
             trace: trace.then(Vec::new),
+            history_marks: if trace { vec![0; initial_events] } else { Vec::new() },
             healing: false,
             wire_node: None,
             clogged_nodes: BTreeSet::new(),
@@ -247,35 +254,58 @@ impl World {
 
     // ---------------------------------------------------------------- trace
 
-    pub fn trace(&mut self, node: &str, text: impl FnOnce() -> String) {
-        if self.trace.is_none() {
-            return;
-        }
-        let us = (Instant::now() - self.start).as_micros();
-        let line = format!("{:>7}.{:03}ms {:<9} {}", us / 1000, us % 1000, node, text());
-        self.trace.as_mut().expect("checked").push(line);
+    pub fn trace(&mut self, node: &str, kind: &'static str, text: impl FnOnce() -> String) {
+        self.trace_with(node, kind, || (text(), Value::Null));
     }
 
-    /// `t/0 LEO/HW/LSO` for every partition, as broker lines end.
-    pub fn partitions_summary(&self) -> String {
+    /// A trace event with fields; `event` runs only when tracing.
+    pub fn trace_with(&mut self, node: &str, kind: &'static str, event: impl FnOnce() -> (String, Value)) {
+        let Some(trace) = self.trace.as_mut() else { return };
+        let time_us = (Instant::now() - self.start).as_micros() as u64;
+        let (text, fields) = event();
+        trace.push(TraceEvent { time_us, node: node.to_string(), kind, text, fields });
+    }
+
+    /// Appends to the history, remembering where in the trace it happened.
+    pub fn push_history(&mut self, e: Event) {
+        if let Some(trace) = &self.trace {
+            self.history_marks.push(trace.len());
+        }
+        self.history.push(e);
+    }
+
+    /// `t/0 LEO/HW/LSO` for every partition, as broker lines end, and the same as fields.
+    pub fn partitions_summary(&self) -> (String, Value) {
         let m = &self.config.mutations;
-        self.broker
-            .partitions
-            .iter()
-            .map(|(tp, log)| {
-                format!("{tp} {}/{}/{}", log.log_end_offset(), log.high_watermark(), log.last_stable_offset(m))
-            })
-            .collect::<Vec<_>>()
-            .join(" ")
+        let mut text = Vec::new();
+        let mut fields = serde_json::Map::new();
+        for (tp, log) in &self.broker.partitions {
+            let (leo, hw, lso) = (log.log_end_offset(), log.high_watermark(), log.last_stable_offset(m));
+            text.push(format!("{tp} {leo}/{hw}/{lso}"));
+            fields.insert(tp.to_string(), json!({"leo": leo, "hw": hw, "lso": lso}));
+        }
+        (text.join(" "), Value::Object(fields))
     }
 
-    fn trace_broker(&mut self, what: impl FnOnce() -> String) {
+    fn trace_broker(&mut self, kind: &'static str, what: impl FnOnce() -> (String, Value)) {
         if self.trace.is_none() {
             return;
         }
-        let summary = self.partitions_summary();
-        let text = what();
-        self.trace(&broker_name(BROKER), move || format!("{text} | LEO/HW/LSO {summary}"));
+        let (summary, partitions) = self.partitions_summary();
+        let (text, mut fields) = what();
+        if fields.is_null() {
+            fields = json!({});
+        }
+        fields["partitions"] = partitions;
+        self.trace_with(&broker_name(BROKER), kind, move || (format!("{text} | LEO/HW/LSO {summary}"), fields));
+    }
+
+    /// COMMIT or ABORT, for the marker at `offset` of `tp` (a WriteTxnMarkers answer carries only its
+    /// offset).
+    fn marker_kind(&self, tp: &TopicPartition, offset: Offset) -> Option<&'static str> {
+        let log = self.broker.partitions.get(tp)?;
+        let batch = log.batches().find(|b| b.base_offset <= offset && offset <= b.last_offset)?;
+        batch.marker().map(|m| m.result.name())
     }
 
     // ---------------------------------------------------------------- findings
@@ -287,7 +317,7 @@ impl World {
             return;
         }
         let line = format!("VIOLATION {invariant}: {witness}");
-        self.trace("checker", || line);
+        self.trace_with("checker", "violation", || (line, json!({"invariant": invariant})));
         self.found.push(Found { invariant: invariant.to_string(), witness, at_ms, count: 1 });
     }
 
@@ -352,7 +382,7 @@ impl World {
                 let delay = self.draw_delay(&env);
                 if let Some(d) = delay {
                     let text = format!("FAULT hold {} to {} for {} ms", describe(&env), env.to, d.as_millis());
-                    self.trace("net", || text);
+                    self.trace("net", "fault", || text);
                 }
                 let dst_incarnation = self.nodes.get(node_key(&env.to).as_ref()).map(|n| n.incarnation).unwrap_or(0);
                 Outgoing { from: from.to_string(), env, dst_incarnation, delay }
@@ -411,7 +441,7 @@ impl World {
                     "restarted (instance {incarnation}); coordinator reloaded at epoch {}",
                     self.broker.coordinator.coordinator_epoch
                 );
-                self.trace_broker(|| text);
+                self.trace_broker("restart", || (text, Value::Null));
                 e
             } else {
                 self.broker_started = true;
@@ -432,7 +462,9 @@ impl World {
             slot.plan = None;
             slot.stall_until_ms = 0;
             if incarnation > 1 {
-                self.trace(name, || format!("started instance {incarnation}"));
+                self.trace_with(name, "restart", || {
+                    (format!("started instance {incarnation}"), json!({"instance": incarnation}))
+                });
             }
         }
         Vec::new()
@@ -450,7 +482,8 @@ impl World {
                 wire.env.from,
                 wire.dst_incarnation
             );
-            self.trace(name, || text);
+            let fields = message_fields(&wire.env);
+            self.trace_with(name, "drop", || (text, fields));
             return Vec::new();
         }
         let mut env = wire.env;
@@ -462,26 +495,30 @@ impl World {
                 _ => {
                     if self.trace.is_some() {
                         let text = format!("drop {} (asked by an earlier instance)", describe(&env));
-                        self.trace(name, || text);
+                        let fields = message_fields(&env);
+                        self.trace_with(name, "drop", || (text, fields));
                     }
                     return Vec::new();
                 }
             }
         }
         if is_broker(name) {
-            let text = self.trace.is_some().then(|| format!("recv {} from {}", describe(&env), env.from));
+            let text = self.trace.is_some().then(|| {
+                let what = describe_with(&env, &|tp, o| self.marker_kind(tp, o));
+                (format!("recv {what} from {}", env.from), message_fields(&env))
+            });
             let effects = self.broker.on_message(now, env);
-            self.trace_broker(|| text.unwrap_or_default());
+            self.trace_broker("recv", || text.unwrap_or_default());
             self.check_broker();
             return self.dispatch(shared, name, effects);
         }
         if self.producers.contains_key(name) {
-            let text = self.trace.is_some().then(|| format!("recv {}", describe(&env)));
+            let text = self.trace.is_some().then(|| (format!("recv {}", describe(&env)), message_fields(&env)));
             let slot = self.producers.get_mut(name).expect("checked");
             let Some(p) = slot.producer.as_mut() else { return Vec::new() };
             let effects = p.on_message(now, env);
             if let Some(t) = text {
-                self.trace(name, || t);
+                self.trace_with(name, "recv", || t);
             }
             self.collect_completions(name);
             return self.dispatch(shared, name, effects);
@@ -499,9 +536,13 @@ impl World {
             if self.broker_down {
                 return Vec::new();
             }
-            let text = self.trace.is_some().then(|| format!("timer {timer:?}"));
+            let text = self.trace.is_some().then(|| format!("timer: {}", timer_name(&timer)));
+            let before = self.trace.is_some().then(|| self.fingerprint());
             let effects = self.broker.on_timer(now, timer);
-            self.trace_broker(|| text.unwrap_or_default());
+            // A scan that sent nothing and changed nothing is noise in a long replay: it folds.
+            let idle = effects.sends.is_empty() && before.is_some_and(|fp| fp == self.fingerprint());
+            let kind = if idle { IDLE_TIMER } else { "timer" };
+            self.trace_broker(kind, || (text.unwrap_or_default(), Value::Null));
             self.check_broker();
             return self.dispatch(shared, name, effects);
         }
@@ -511,7 +552,7 @@ impl World {
             if !effects.sends.is_empty() && self.trace.is_some() {
                 let text =
                     format!("timer: resend {}", effects.sends.iter().map(describe).collect::<Vec<_>>().join(", "));
-                self.trace(name, || text);
+                self.trace(name, "resend", || text);
             }
             self.collect_completions(name);
             return self.dispatch(shared, name, effects);
@@ -553,12 +594,21 @@ impl World {
                 if self.trace.is_some() {
                     let shown: Vec<String> = records.iter().map(|(o, v)| format!("{o}:{v}")).collect();
                     let text = format!(
-                        "poll {partition} @{fetch_offset} HW {high_watermark} LSO {last_stable_offset} ({batches} batches) -> [{}] pos {position_after}",
+                        "poll {partition} from offset {fetch_offset}, HW {high_watermark} LSO {last_stable_offset} ({batches} batches) -> [{}], next offset {position_after}",
                         shown.join(" ")
                     );
-                    self.trace(name, || text);
+                    let fields = json!({
+                        "partition": partition.to_string(),
+                        "isolation": isolation.name(),
+                        "fetch_offset": fetch_offset,
+                        "hw": high_watermark,
+                        "lso": last_stable_offset,
+                        "records": records.iter().map(|(o, v)| json!({"offset": o, "value": v})).collect::<Vec<_>>(),
+                        "position_after": position_after,
+                    });
+                    self.trace_with(name, "poll", || (text, fields));
                 }
-                self.history.push(Event::Poll {
+                self.push_history(Event::Poll {
                     time_ms: now,
                     consumer: name.to_string(),
                     isolation,
@@ -572,8 +622,10 @@ impl World {
             }
             None => {
                 let _ = slot.consumer.take_errors();
-                let text = format!("poll {partition} @{fetch_offset} -> {}", error.map(|e| e.name()).unwrap_or("?"));
-                self.trace(name, || text);
+                let error = error.map(|e| e.name()).unwrap_or("no error code");
+                let text = format!("poll {partition} from offset {fetch_offset} -> {error}");
+                let fields = json!({"partition": partition.to_string(), "fetch_offset": fetch_offset, "error": error});
+                self.trace_with(name, "poll", || (text, fields));
             }
         }
     }
@@ -584,7 +636,7 @@ impl World {
         let slot = self.producers.get_mut(name).expect("a producer");
         let Some(p) = slot.producer.as_mut() else { return };
         let done: Vec<Completion> = p.take_completions();
-        let mut lines = Vec::new();
+        let mut completed = Vec::new();
         for c in done {
             let Some((call_id, _)) = slot.pending.remove(&c.op) else { continue };
             let outcome = match c.result {
@@ -596,13 +648,11 @@ impl World {
                 Ok(_) => CallOutcome::Ok,
                 Err(e) => CallOutcome::Failed { error: e.name().to_string() },
             };
-            if self.trace.is_some() {
-                lines.push(format!("complete #{call_id} {}", show_outcome(&outcome)));
-            }
-            self.history.push(Event::Complete { time_ms: now, process: name.to_string(), call_id, outcome });
+            completed.push((call_id, outcome));
         }
-        for l in lines {
-            self.trace(name, || l);
+        for (call_id, outcome) in completed {
+            self.trace_complete(name, call_id, &outcome);
+            self.push_history(Event::Complete { time_ms: now, process: name.to_string(), call_id, outcome });
         }
     }
 
@@ -619,10 +669,10 @@ impl World {
         };
         if self.trace.is_some() {
             let text = format!("invoke #{call_id} {} -> {}", show_call(&call), show_outcome(&outcome));
-            self.trace(name, || text);
+            self.trace_with(name, "invoke", || (text, json!({"call_id": call_id, "outcome": show_outcome(&outcome)})));
         }
-        self.history.push(Event::Invoke { time_ms: now, process: name.to_string(), call_id, call });
-        self.history.push(Event::Complete { time_ms: now, process: name.to_string(), call_id, outcome });
+        self.push_history(Event::Invoke { time_ms: now, process: name.to_string(), call_id, call });
+        self.push_history(Event::Complete { time_ms: now, process: name.to_string(), call_id, outcome });
     }
 
     /// Invokes an asynchronous producer call and records it; an immediate error completes it at once.
@@ -640,9 +690,9 @@ impl World {
         let blocking = !matches!(call, ProducerCall::Send { .. });
         if self.trace.is_some() {
             let text = format!("invoke #{call_id} {}", show_call(&call));
-            self.trace(name, || text);
+            self.trace_with(name, "invoke", || (text, json!({"call_id": call_id})));
         }
-        self.history.push(Event::Invoke { time_ms: now, process: name.to_string(), call_id, call });
+        self.push_history(Event::Invoke { time_ms: now, process: name.to_string(), call_id, call });
         let slot = self.producers.get_mut(name).expect("a producer");
         let p = slot.producer.as_mut().expect("a running producer");
         match f(p, now) {
@@ -653,14 +703,18 @@ impl World {
             }
             Err(e) => {
                 let outcome = CallOutcome::Failed { error: e.name().to_string() };
-                if self.trace.is_some() {
-                    let text = format!("complete #{call_id} {}", show_outcome(&outcome));
-                    self.trace(name, || text);
-                }
-                self.history.push(Event::Complete { time_ms: now, process: name.to_string(), call_id, outcome });
+                self.trace_complete(name, call_id, &outcome);
+                self.push_history(Event::Complete { time_ms: now, process: name.to_string(), call_id, outcome });
                 Vec::new()
             }
         }
+    }
+
+    fn trace_complete(&mut self, name: &str, call_id: u64, outcome: &CallOutcome) {
+        self.trace_with(name, "complete", || {
+            let text = format!("complete #{call_id} {}", show_outcome(outcome));
+            (text, json!({"call_id": call_id, "outcome": show_outcome(outcome)}))
+        });
     }
 
     /// Calls still open when their process died or the run ended: they may or may not have happened.
@@ -669,8 +723,8 @@ impl World {
         let slot = self.producers.get_mut(name).expect("a producer");
         let pending = std::mem::take(&mut slot.pending);
         for (_, (call_id, _)) in pending {
-            self.trace(name, || format!("complete #{call_id} unknown (no answer)"));
-            self.history.push(Event::Complete {
+            self.trace_complete(name, call_id, &CallOutcome::Unknown);
+            self.push_history(Event::Complete {
                 time_ms: now,
                 process: name.to_string(),
                 call_id,
@@ -768,7 +822,7 @@ impl World {
                     plan.next += 1;
                     if stall {
                         slot.stall_until_ms = now + stall_ms;
-                        self.trace(name, || format!("stalls {stall_ms} ms inside its transaction"));
+                        self.trace(name, "stall", || format!("stalls {stall_ms} ms inside its transaction"));
                     }
                     let values = self.next_values(name, n);
                     let call = ProducerCall::Send { partition: tp.clone(), values: values.clone() };
@@ -808,7 +862,7 @@ impl World {
             return;
         }
         let text = format!("restart process ({why})");
-        self.trace(name, || text);
+        self.trace(name, "restart", || text);
         let handle = Handle::current();
         handle.kill(id);
         self.abandon_pending(name);
@@ -833,9 +887,10 @@ impl World {
             let offset = self.rng.range(0, position);
             let slot = self.consumers.get_mut(name).expect("a consumer");
             slot.consumer.seek(tp.clone(), offset);
-            self.history.push(Event::Seek { time_ms: now, consumer: name.to_string(), partition: tp.clone(), offset });
-            let text = format!("seek {tp} to {offset}");
-            self.trace(name, || text);
+            self.push_history(Event::Seek { time_ms: now, consumer: name.to_string(), partition: tp.clone(), offset });
+            let text = format!("seek {tp} to offset {offset}");
+            let fields = json!({"partition": tp.to_string(), "offset": offset});
+            self.trace_with(name, "seek", || (text, fields));
             return Vec::new();
         }
         self.poll(shared, name, &tp)
@@ -897,6 +952,11 @@ async fn send_one(shared: &Shared, from: &str, env: Envelope, dst_incarnation: u
 // ---------------------------------------------------------------- descriptions for the timeline
 
 pub fn describe(env: &Envelope) -> String {
+    describe_with(env, &|_, _| None)
+}
+
+/// `describe`, with `marker(tp, offset)` naming the marker (COMMIT/ABORT) a WriteTxnMarkers answer wrote.
+pub fn describe_with(env: &Envelope, marker: &dyn Fn(&TopicPartition, Offset) -> Option<&'static str>) -> String {
     let api = env.message.api_name();
     match &env.message {
         Message::InitProducerIdRequest { transactional_id, .. } => {
@@ -927,7 +987,7 @@ pub fn describe(env: &Envelope) -> String {
         }
         Message::ProduceResponse { partition, result } => match result {
             Ok(a) => format!(
-                "{api} resp {partition} {}..{}{}",
+                "{api} resp {partition} offsets {}..{}{}",
                 a.first_offset,
                 a.last_offset,
                 if a.duplicate { " (duplicate)" } else { "" }
@@ -962,25 +1022,48 @@ pub fn describe(env: &Envelope) -> String {
             let parts: Vec<String> = results
                 .iter()
                 .map(|(pid, tp, r)| match r {
-                    Ok(o) => format!("pid {pid} {tp} @{o}"),
+                    Ok(o) => {
+                        let kind = marker(tp, *o).map(|k| format!("{k} ")).unwrap_or_default();
+                        format!("pid {pid} {tp} {kind}marker at offset {o}")
+                    }
                     Err(e) => format!("pid {pid} {tp} {e}"),
                 })
                 .collect();
             format!("{api} resp {}", parts.join("; "))
         }
         Message::FetchRequest { partition, fetch_offset, isolation } => {
-            format!("{api} req {partition} @{fetch_offset} {}", isolation.map(|i| i.name()).unwrap_or("replica"))
+            let reader = isolation.map(|i| i.name()).unwrap_or("replica");
+            format!("{api} req {partition} from offset {fetch_offset} {reader}")
         }
         Message::FetchResponse { partition, fetch_offset, result } => match result {
-            Ok(d) => format!("{api} resp {partition} @{fetch_offset} {} batches", d.batches.len()),
-            Err(e) => format!("{api} resp {partition} @{fetch_offset} {e}"),
+            Ok(d) => format!("{api} resp {partition} from offset {fetch_offset}: {} batches", d.batches.len()),
+            Err(e) => format!("{api} resp {partition} from offset {fetch_offset}: {e}"),
         },
         Message::ListOffsetsRequest { partition, isolation } => format!("{api} req {partition} {}", isolation.name()),
         Message::ListOffsetsResponse { partition, result } => match result {
-            Ok(o) => format!("{api} resp {partition} {o}"),
+            Ok(o) => format!("{api} resp {partition} offset {o}"),
             Err(e) => format!("{api} resp {partition} {e}"),
         },
     }
+}
+
+/// What a trace event says about a message: its API, direction and the two ends.
+pub fn message_fields(env: &Envelope) -> Value {
+    let direction = if is_request(&env.message) { "request" } else { "response" };
+    json!({"api": env.message.api_name(), "direction": direction, "from": env.from.to_string(), "to": env.to.to_string()})
+}
+
+fn is_request(m: &Message) -> bool {
+    matches!(
+        m,
+        Message::InitProducerIdRequest { .. }
+            | Message::AddPartitionsToTxnRequest { .. }
+            | Message::ProduceRequest { .. }
+            | Message::EndTxnRequest { .. }
+            | Message::WriteTxnMarkersRequest { .. }
+            | Message::FetchRequest { .. }
+            | Message::ListOffsetsRequest { .. }
+    )
 }
 
 fn unit_result(r: &Result<(), KafkaError>) -> String {
@@ -1004,7 +1087,7 @@ pub fn show_outcome(o: &CallOutcome) -> String {
     match o {
         CallOutcome::Ok => "ok".into(),
         CallOutcome::Sent { first_offset, last_offset, duplicate } => {
-            format!("sent {first_offset}..{last_offset}{}", if *duplicate { " (duplicate)" } else { "" })
+            format!("sent at offsets {first_offset}..{last_offset}{}", if *duplicate { " (duplicate)" } else { "" })
         }
         CallOutcome::Failed { error } => format!("failed {error}"),
         CallOutcome::Unknown => "unknown".into(),

@@ -6,6 +6,7 @@ use std::path::Path;
 use txnsim_engine::Mutation;
 use txnsim_sim::seeds;
 use txnsim_sim::sweep::{run_sweep, summary_lines, SweepSpec};
+use txnsim_sim::trace::render;
 use txnsim_sim::{run_seed, Profile, RunSpec};
 
 /// Seeds per profile in the gate; `TXNSIM_SIM_SEEDS` overrides (CI may run more, a laptop fewer).
@@ -15,7 +16,7 @@ fn seeds_per_profile(default: u64) -> u64 {
 
 fn sweep_profile(profile: Profile, default_seeds: u64) {
     // A fixed base well away from the seeds people replay by hand.
-    let spec = SweepSpec { from: 100_000, seeds: seeds_per_profile(default_seeds), profile, mutation: None, jobs: 2 };
+    let spec = SweepSpec::new(100_000, seeds_per_profile(default_seeds), profile, None, 2);
     let result = run_sweep(&spec, |_, _| {});
     assert!(result.passed(), "{}", summary_lines(&result, 5).join("\n"));
 }
@@ -69,9 +70,9 @@ fn a_seed_replays_to_the_same_bytes() {
         let spec = RunSpec { seed, profile, mutation, trace: true, keep_history: true };
         let a = run_seed(&spec);
         let b = run_seed(&spec);
-        assert!(a.timeline.len() > 50, "seed {seed}: a trace of {} lines is too short to mean much", a.timeline.len());
+        assert!(a.events.len() > 50, "seed {seed}: a trace of {} events is too short to mean much", a.events.len());
         let bytes = |r: &txnsim_sim::RunReport| serde_json::to_string(r).expect("serializes");
-        assert_eq!(a.timeline, b.timeline, "seed {seed} {profile}: timelines differ");
+        assert_eq!(render(&a.events), render(&b.events), "seed {seed} {profile}: timelines differ");
         assert_eq!(bytes(&a), bytes(&b), "seed {seed} {profile}: reports differ");
     }
     // And a different seed is a different run.
@@ -79,27 +80,20 @@ fn a_seed_replays_to_the_same_bytes() {
         run_seed(&RunSpec { seed: 7, profile: Profile::Standard, mutation: None, trace: true, keep_history: false });
     let c =
         run_seed(&RunSpec { seed: 8, profile: Profile::Standard, mutation: None, trace: true, keep_history: false });
-    assert_ne!(a.timeline, c.timeline);
+    assert_ne!(render(&a.events), render(&c.events));
 }
 
 #[test]
 fn a_mutation_fails_within_the_first_seeds_and_names_a_replay() {
-    let spec = SweepSpec {
-        from: 0,
-        seeds: 5,
-        profile: Profile::Standard,
-        mutation: Some(Mutation::SkipAbortedIndexOnFetch),
-        jobs: 2,
-    };
+    let spec = SweepSpec::new(0, 5, Profile::Standard, Some(Mutation::SkipAbortedIndexOnFetch), 2);
     let result = run_sweep(&spec, |_, _| {});
     assert_eq!(result.first_failure_index(), Some(0), "{}", summary_lines(&result, 2).join("\n"));
     let lines = summary_lines(&result, 1);
     assert!(lines.iter().any(|l| l.contains("aborted-read")), "{}", lines.join("\n"));
     assert!(
-        lines
-            .iter()
-            .any(|l| l
-                .contains("replay: txnsim replay --seed 0 --profile standard --mutation skip-aborted-index-on-fetch")),
+        lines.iter().any(|l| l.contains(
+            "replay: cargo run --release -- replay --seed 0 --profile standard --mutation skip-aborted-index-on-fetch"
+        )),
         "{}",
         lines.join("\n")
     );

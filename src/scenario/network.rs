@@ -405,34 +405,7 @@ fn validate_expect(
 }
 
 fn client_state(name: &str) -> Option<TxnManagerState> {
-    use TxnManagerState::*;
-    [
-        Uninitialized,
-        Initializing,
-        Ready,
-        InTransaction,
-        CommittingTransaction,
-        AbortingTransaction,
-        AbortableError,
-        FatalError,
-    ]
-    .into_iter()
-    .find(|s| client_state_name(*s) == name)
-}
-
-/// Kafka's names for `TransactionManager.State`.
-fn client_state_name(s: TxnManagerState) -> &'static str {
-    use TxnManagerState::*;
-    match s {
-        Uninitialized => "UNINITIALIZED",
-        Initializing => "INITIALIZING",
-        Ready => "READY",
-        InTransaction => "IN_TRANSACTION",
-        CommittingTransaction => "COMMITTING_TRANSACTION",
-        AbortingTransaction => "ABORTING_TRANSACTION",
-        AbortableError => "ABORTABLE_ERROR",
-        FatalError => "FATAL_ERROR",
-    }
+    TxnManagerState::ALL.into_iter().find(|s| s.name() == name)
 }
 
 /// One line per message: `"EndTxn request p -> broker-0"`.
@@ -752,7 +725,7 @@ impl<'a> NetworkRunner<'a> {
                 return Err(diff(f("name"), json(&p.name), "no such producer".into()));
             };
             if let Some(s) = &p.state {
-                cmp(f("state"), json(s), json(client_state_name(prod.state)))?;
+                cmp(f("state"), json(s), json(prod.state.name()))?;
             }
             if let Some(pid) = p.producer_id {
                 cmp(f("producer_id"), json(pid), json(prod.producer_id_and_epoch.map(|x| x.producer_id)))?;

@@ -1,0 +1,256 @@
+//! `txnsim sweep` and `txnsim replay` as a user meets them: the commands they print run as printed, a seed
+//! file replays, bad flags are refused, the JSON matches its schema, the timeline reads without Rust
+//! debug forms, and a sweep keeps counts rather than every run.
+
+use clap::Parser;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use txnsim_engine::Mutation;
+use txnsim_sim::cli::{self, ReplayArgs, ReplayJson, SweepArgs};
+use txnsim_sim::sweep::{run_sweep, summary_lines, SweepSpec};
+use txnsim_sim::trace::render;
+use txnsim_sim::{run_seed, Profile, RunSpec};
+
+/// The two subcommands' arguments as `txnsim` parses them (`src/main.rs` flattens the same structs).
+#[derive(Parser)]
+enum Txnsim {
+    Sweep(SweepArgs),
+    Replay(ReplayArgs),
+}
+
+fn parse(args: &[&str]) -> Result<Txnsim, clap::Error> {
+    Txnsim::try_parse_from(std::iter::once("txnsim").chain(args.iter().copied()))
+}
+
+fn replay_args(args: &[&str]) -> ReplayArgs {
+    match parse(args) {
+        Ok(Txnsim::Replay(a)) => a,
+        Ok(Txnsim::Sweep(_)) => panic!("{args:?} parsed as a sweep"),
+        Err(e) => panic!("{args:?} does not parse: {e}"),
+    }
+}
+
+fn sweep_args(args: &[&str]) -> SweepArgs {
+    match parse(args) {
+        Ok(Txnsim::Sweep(a)) => a,
+        Ok(Txnsim::Replay(_)) => panic!("{args:?} parsed as a replay"),
+        Err(e) => panic!("{args:?} does not parse: {e}"),
+    }
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn temp_path(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("txnsim-cli-{}-{name}", std::process::id()))
+}
+
+/// The words after `cargo run --release --`, as a shell at the repository root would pass them.
+fn txnsim_words(printed: &str) -> Vec<&str> {
+    let rest = printed
+        .strip_prefix("cargo run --release -- ")
+        .unwrap_or_else(|| panic!("'{printed}' does not start with the cargo command that runs from the repo root"));
+    rest.split_whitespace().collect()
+}
+
+#[test]
+fn the_replay_command_a_sweep_prints_runs_as_printed_and_reproduces_the_failure() {
+    let mutation = Mutation::SkipAbortedIndexOnFetch;
+    let result = run_sweep(&SweepSpec::new(0, 2, Profile::Standard, Some(mutation), 2), |_, _| {});
+    let lines = summary_lines(&result, 1);
+    let printed = lines
+        .iter()
+        .find_map(|l| l.trim().strip_prefix("replay: "))
+        .unwrap_or_else(|| panic!("the summary names no replay command:\n{}", lines.join("\n")));
+    let words = txnsim_words(printed);
+    assert_eq!(words[0], "replay", "{printed}");
+    let spec = cli::replay_spec(&replay_args(&words)).expect("the printed command is valid input");
+    let replayed = run_seed(&spec);
+    let swept = &result.failures[0];
+    assert_eq!(replayed.seed, swept.seed);
+    assert_eq!(
+        replayed.found.iter().map(|f| &f.invariant).collect::<Vec<_>>(),
+        swept.found.iter().map(|f| &f.invariant).collect::<Vec<_>>(),
+        "the replay should find what the sweep found"
+    );
+}
+
+#[test]
+fn a_saved_seed_file_replays_by_path_with_its_own_profile_and_mutation() {
+    let path = "seeds/skip-aborted-index-on-fetch-standard-0.toml";
+    let file = txnsim_sim::seeds::load_file(&repo_root().join(path)).expect("the corpus file loads");
+    let spec = cli::replay_spec(&replay_args(&["replay", &repo_root().join(path).to_string_lossy()])).expect("valid");
+    assert_eq!(spec.seed, file.seed);
+    assert_eq!(spec.profile.name(), file.profile);
+    assert_eq!(spec.mutation.map(|m| m.name().to_string()), file.mutation);
+    assert!(!run_seed(&spec).passed(), "{path} names a mutation it catches: its replay must fail");
+    // A seed file says everything; a --seed beside it is ambiguous.
+    assert!(parse(&["replay", path, "--seed", "3"]).is_err(), "a seed file and --seed together must be refused");
+    assert!(parse(&["replay"]).is_err(), "a replay of nothing must be refused");
+}
+
+#[test]
+fn a_missing_or_malformed_seed_file_is_one_line_of_bad_input() {
+    let missing = cli::replay_spec(&replay_args(&["replay", "seeds/no-such-file.toml"])).expect_err("missing file");
+    assert!(missing.contains("no-such-file.toml"), "{missing}");
+    let bad = temp_path("bad.toml");
+    std::fs::write(&bad, "seed = \"seven\"\n").expect("write");
+    let e = cli::replay_spec(&replay_args(&["replay", &bad.to_string_lossy()])).expect_err("malformed file");
+    std::fs::remove_file(&bad).ok();
+    assert!(!e.contains('\n') && e.contains("not a seed file"), "want one line naming the problem: {e}");
+}
+
+#[test]
+fn bad_sweep_flags_are_refused_by_the_parser_not_by_a_panic() {
+    for bad in [
+        &["sweep", "--jobs", "0"][..],
+        &["sweep", "--jobs", "100000"],
+        &["sweep", "--seeds", "0"],
+        &["sweep", "--seeds", "-3"],
+        &["sweep", "--profile", "nope"],
+        &["sweep", "--mutation", "nope"],
+    ] {
+        let e = parse(bad).err().unwrap_or_else(|| panic!("{bad:?} should be refused"));
+        assert_eq!(e.exit_code(), 2, "{bad:?}: bad input exits 2");
+    }
+    // Seeds past u64::MAX are refused before any seed runs.
+    let e = cli::sweep_spec(&sweep_args(&["sweep", "--from", "18446744073709551615", "--seeds", "2"]))
+        .expect_err("an overflowing range");
+    assert!(e.contains("--from"), "{e}");
+}
+
+#[test]
+fn replay_json_to_an_unwritable_path_fails_before_running() {
+    let args = replay_args(&["replay", "--seed", "1", "--json", "/nonexistent-dir/out.json"]);
+    assert_eq!(cli::run_replay(&args), ExitCode::from(2));
+    let args = sweep_args(&["sweep", "--seeds", "1", "--json", "/nonexistent-dir/out.json"]);
+    assert_eq!(cli::run_sweep(&args), ExitCode::from(2));
+}
+
+fn schema(file: &str) -> serde_json::Value {
+    let path = repo_root().join("schemas").join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{file} is not JSON: {e}"))
+}
+
+/// Validates against `schemas/<file>`, offline: the replay schema's `$ref`s into the sweep schema
+/// resolve from the registry, never the network.
+fn validate(file: &str, value: &serde_json::Value) {
+    let sweep = schema("sweep.schema.json");
+    let id = sweep["$id"].as_str().expect("the sweep schema has an $id").to_string();
+    let registry = jsonschema::Registry::new().add(id, sweep).expect("adds").prepare().expect("prepares");
+    let validator = jsonschema::options()
+        .with_registry(&registry)
+        .build(&schema(file))
+        .unwrap_or_else(|e| panic!("{file} is not a valid schema: {e}"));
+    let errors: Vec<String> = validator.iter_errors(value).map(|e| format!("{} at {}", e, e.instance_path())).collect();
+    assert!(errors.is_empty(), "output does not match {file}:\n{}", errors.join("\n"));
+}
+
+#[test]
+fn sweep_json_matches_its_schema_and_counts_every_failure() {
+    let path = temp_path("sweep.json");
+    let p = path.to_string_lossy().to_string();
+    let args = sweep_args(&[
+        "sweep",
+        "--seeds",
+        "4",
+        "--mutation",
+        "redeliver-last-record",
+        "--jobs",
+        "2",
+        "--keep-failures",
+        "2",
+        "--show-failures",
+        "1",
+        "--json",
+        &p,
+    ]);
+    assert_eq!(cli::run_sweep(&args), ExitCode::from(1), "every seed fails with this mutation");
+    let value: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("written")).expect("JSON");
+    std::fs::remove_file(&path).ok();
+    validate("sweep.schema.json", &value);
+    assert_eq!(value["format"], cli::SWEEP_FORMAT);
+    assert_eq!(value["verdict"], "fail");
+    assert_eq!(value["failed"], 4, "the count covers every failing seed");
+    let kept: Vec<u64> =
+        value["failures"].as_array().expect("array").iter().map(|f| f["seed"].as_u64().expect("seed")).collect();
+    assert_eq!(kept, [0, 1], "only the lowest --keep-failures seeds are kept in full");
+
+    let passing = SweepSpec::new(0, 2, Profile::Standard, None, 2);
+    let result = run_sweep(&passing, |_, _| {});
+    let value = serde_json::to_value(cli::sweep_json(&result)).expect("serializes");
+    validate("sweep.schema.json", &value);
+    assert_eq!(value["verdict"], "pass");
+    assert_eq!(value["exit_code"], 0);
+}
+
+#[test]
+fn replay_json_matches_its_schema_with_structured_events_and_a_verdict() {
+    let spec = RunSpec {
+        seed: 0,
+        profile: Profile::Standard,
+        mutation: Some(Mutation::SkipAbortedIndexOnFetch),
+        trace: true,
+        keep_history: true,
+    };
+    let report = run_seed(&spec);
+    let value = serde_json::to_value(ReplayJson::of(&spec, &report)).expect("serializes");
+    validate("replay.schema.json", &value);
+    assert_eq!(value["format"], cli::REPLAY_FORMAT);
+    assert_eq!(value["verdict"], "fail");
+    assert_eq!(value["exit_code"], 1);
+    let events = value["events"].as_array().expect("events");
+    let poll = events.iter().find(|e| e["kind"] == "poll" && e["fields"]["records"].is_array()).expect("a poll event");
+    assert!(poll["fields"]["fetch_offset"].is_u64(), "a poll's fields carry its offsets: {poll}");
+    let broker = events.iter().find(|e| e["node"] == "broker-0").expect("a broker event");
+    assert!(broker["fields"]["partitions"]["t/0"]["lso"].is_u64(), "broker events carry LEO/HW/LSO: {broker}");
+}
+
+#[test]
+fn the_replay_reads_as_text_a_person_can_follow() {
+    let spec = RunSpec {
+        seed: 0,
+        profile: Profile::Standard,
+        mutation: Some(Mutation::SkipAbortedIndexOnFetch),
+        trace: true,
+        keep_history: false,
+    };
+    let report = run_seed(&spec);
+    let lines = cli::replay_lines(&spec, &report);
+    let text = lines.join("\n");
+    // Witnesses quote values; everything else in the timeline is txnsim's own words.
+    for debug_form in ["{", "}", "Some(", "None", "RequestTimeout", "AbortTimedOutTransactions", "InTransaction"] {
+        let hit = render(&report.events).into_iter().find(|l| l.contains(debug_form) && !l.contains("VIOLATION"));
+        assert!(hit.is_none(), "a Rust debug form ({debug_form}) in the replay: {}", hit.unwrap_or_default());
+    }
+    assert!(
+        text.contains("p2 and p3 share transactional.id tx-s"),
+        "the legend names producers sharing an id:\n{text}"
+    );
+    assert!(text.contains("ABORT marker at offset"), "markers are named with their offset:\n{text}");
+    assert!(text.contains("idle timer firings folded"), "the idle coordinator scans during healing fold:\n{text}");
+    // The aborted read is found by the history check at the end, and flagged where the bad poll was.
+    let at = lines.iter().position(|l| l.contains("VIOLATION aborted-read happened here")).expect("flagged in place");
+    let end = lines.iter().position(|l| l.contains(" END ")).expect("an END line");
+    assert!(at < end, "the in-place flag comes before the end of the run");
+    assert!(
+        lines[at - 1].contains("rc1") && lines[at - 1].contains("poll"),
+        "the line before is the poll: {}",
+        lines[at - 1]
+    );
+}
+
+#[test]
+fn a_sweep_keeps_only_the_lowest_failures_but_counts_them_all() {
+    let mut spec = SweepSpec::new(10, 6, Profile::Standard, Some(Mutation::RedeliverLastRecord), 2);
+    spec.keep_failures = 2;
+    let result = run_sweep(&spec, |_, _| {});
+    assert_eq!(result.failed, 6, "{}", summary_lines(&result, 6).join("\n"));
+    assert_eq!(result.failures.iter().map(|r| r.seed).collect::<Vec<_>>(), [10, 11], "the two lowest seeds, in order");
+    assert_eq!(result.first_failure_index(), Some(0));
+    let lines = summary_lines(&result, 1);
+    assert!(lines.iter().any(|l| l == "... and 5 more failing seeds"), "{}", lines.join("\n"));
+}
