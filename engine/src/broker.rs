@@ -210,6 +210,11 @@ impl Broker {
                 };
                 Some(Message::ListOffsetsResponse { partition, result })
             }
+            Message::Metadata(request) => {
+                let NodeId::Broker(id) = self.id else { unreachable!("a broker's id is a broker id") };
+                crate::metadata::handle(id, self.config.num_partitions, &mut self.partitions, request)
+                    .map(Message::Metadata)
+            }
             Message::InitProducerIdResponse { .. }
             | Message::ProduceResponse { .. }
             | Message::EndTxnResponse { .. }

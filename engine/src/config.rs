@@ -21,6 +21,8 @@ pub struct EngineConfig {
     pub request_timeout_ms: TimeMs,
     /// Sends of one batch before the producer gives up on it (`delivery.timeout.ms` / `request.timeout.ms`).
     pub delivery_attempts_max: u32,
+    /// `num.partitions`: partitions of a topic created by a client without a count (wire driver only).
+    pub num_partitions: u32,
     /// Historical bugs switched on; empty in every normal run.
     pub mutations: Mutations,
 }
@@ -36,6 +38,7 @@ impl Default for EngineConfig {
             retry_backoff_ms: 100,
             request_timeout_ms: 30_000,
             delivery_attempts_max: 4,
+            num_partitions: 1,
             mutations: Mutations::none(),
         }
     }

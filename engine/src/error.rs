@@ -21,10 +21,15 @@ pub enum KafkaError {
     ProducerFenced,
     UnknownProducerId,
     RequestTimedOut,
+    CoordinatorNotAvailable,
+    InvalidTopicException,
+    TopicAlreadyExists,
+    InvalidPartitions,
+    InvalidReplicationFactor,
 }
 
 impl KafkaError {
-    pub const ALL: [KafkaError; 16] = [
+    pub const ALL: [KafkaError; 21] = [
         KafkaError::OffsetOutOfRange,
         KafkaError::UnknownTopicOrPartition,
         KafkaError::NotCoordinator,
@@ -41,6 +46,11 @@ impl KafkaError {
         KafkaError::ProducerFenced,
         KafkaError::UnknownProducerId,
         KafkaError::RequestTimedOut,
+        KafkaError::CoordinatorNotAvailable,
+        KafkaError::InvalidTopicException,
+        KafkaError::TopicAlreadyExists,
+        KafkaError::InvalidPartitions,
+        KafkaError::InvalidReplicationFactor,
     ];
 
     /// The wire code from `Errors.java`.
@@ -62,6 +72,11 @@ impl KafkaError {
             KafkaError::TransactionCoordinatorFenced => 52,
             KafkaError::UnknownProducerId => 59,
             KafkaError::ProducerFenced => 90,
+            KafkaError::CoordinatorNotAvailable => 15,
+            KafkaError::InvalidTopicException => 17,
+            KafkaError::TopicAlreadyExists => 36,
+            KafkaError::InvalidPartitions => 37,
+            KafkaError::InvalidReplicationFactor => 38,
         }
     }
 
@@ -84,6 +99,11 @@ impl KafkaError {
             KafkaError::ProducerFenced => "PRODUCER_FENCED",
             KafkaError::UnknownProducerId => "UNKNOWN_PRODUCER_ID",
             KafkaError::RequestTimedOut => "REQUEST_TIMED_OUT",
+            KafkaError::CoordinatorNotAvailable => "COORDINATOR_NOT_AVAILABLE",
+            KafkaError::InvalidTopicException => "INVALID_TOPIC_EXCEPTION",
+            KafkaError::TopicAlreadyExists => "TOPIC_ALREADY_EXISTS",
+            KafkaError::InvalidPartitions => "INVALID_PARTITIONS",
+            KafkaError::InvalidReplicationFactor => "INVALID_REPLICATION_FACTOR",
         }
     }
 

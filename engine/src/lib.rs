@@ -12,6 +12,7 @@ pub mod consumer;
 pub mod coordinator;
 pub mod error;
 pub mod log;
+pub mod metadata;
 pub mod mutation;
 pub mod producer;
 pub mod producer_state;

@@ -3,6 +3,7 @@
 
 use crate::error::KafkaError;
 use crate::log::FetchPartitionData;
+use crate::metadata::MetadataMessage;
 use crate::record::ProduceBatch;
 use crate::types::{
     CoordinatorEpoch, IsolationLevel, Offset, ProducerEpoch, ProducerId, ProducerIdAndEpoch, TimeMs, TopicPartition,
@@ -110,6 +111,8 @@ pub enum Message {
         partition: TopicPartition,
         result: Result<Offset, KafkaError>,
     },
+    /// Metadata, CreateTopics, FindCoordinator, ListOffsets EARLIEST: only the wire driver sends these.
+    Metadata(MetadataMessage),
 }
 
 impl Message {
@@ -125,6 +128,7 @@ impl Message {
             Message::WriteTxnMarkersRequest { .. } | Message::WriteTxnMarkersResponse { .. } => "WriteTxnMarkers",
             Message::FetchRequest { .. } | Message::FetchResponse { .. } => "Fetch",
             Message::ListOffsetsRequest { .. } | Message::ListOffsetsResponse { .. } => "ListOffsets",
+            Message::Metadata(m) => m.api_name(),
         }
     }
 }

@@ -980,6 +980,7 @@ pub fn describe(env: &Envelope) -> String {
             Ok(o) => format!("{api} resp {partition} {o}"),
             Err(e) => format!("{api} resp {partition} {e}"),
         },
+        Message::Metadata(m) => m.to_string(),
     }
 }
 
