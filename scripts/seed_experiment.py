@@ -7,10 +7,7 @@ read_committed consumer catches up; a second transaction of three records is rea
 read_uncommitted consumer before it is aborted; then fresh consumers of both levels read from offset 0.
 It prints exactly the lines the article shows.
 
-Consumers use `assign()` at explicit offsets instead of `subscribe()`: the broker under test (`txnsim
-serve`) has no group coordinator yet, so each consumer has its own group id (the client requires one)
-that never joins. What they read is the same: the article's fresh groups start at offset 0
-(`auto.offset.reset=earliest`), and so do these.
+Each consumer subscribes in a fresh group, so it starts at offset 0 (`auto.offset.reset=earliest`).
 
 usage: python3 seed_experiment.py HOST:PORT
 """
@@ -18,7 +15,7 @@ usage: python3 seed_experiment.py HOST:PORT
 import sys
 import time
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 TOPIC = "tx-demo"
@@ -29,23 +26,27 @@ READ_TIMEOUT_S = 10.0
 SETTLE_S = 1.0
 
 
-def consumer(bootstrap, group, isolation, offset):
+def consumer(bootstrap, group, isolation):
     c = Consumer({
         "bootstrap.servers": bootstrap,
         "group.id": group,
         "isolation.level": isolation,
-        "enable.auto.commit": False,
-        "enable.partition.eof": False,
+        "auto.offset.reset": "earliest",
     })
-    c.assign([TopicPartition(TOPIC, 0, offset)])
+    c.subscribe([TOPIC])
     return c
 
 
 def poll(c, want):
-    """Values delivered until `want` arrived (then SETTLE_S more), or READ_TIMEOUT_S passed."""
+    """Values delivered until `want` arrived (then SETTLE_S more), or READ_TIMEOUT_S passed. Polling
+    starts with the group's assignment, so an empty answer means the consumer read and found nothing."""
     seen = []
     deadline = time.monotonic() + READ_TIMEOUT_S
     settle_until = None
+    while time.monotonic() < deadline and not c.assignment():
+        msg = c.poll(0.1)
+        if msg is not None and not msg.error():
+            seen.append(msg.value().decode())
     while time.monotonic() < deadline:
         if len(seen) >= want and settle_until is None:
             settle_until = time.monotonic() + SETTLE_S
@@ -72,8 +73,8 @@ def main():
         p.produce(TOPIC, key=b"k", value=f"inflight-{i}".encode())
     p.flush(CALL_TIMEOUT_S)
     # commit_transaction() has not been called yet.
-    c_ru = consumer(bootstrap, "seed-ru", "read_uncommitted", 0)
-    c_rc = consumer(bootstrap, "seed-rc", "read_committed", 0)
+    c_ru = consumer(bootstrap, "seed-ru", "read_uncommitted")
+    c_rc = consumer(bootstrap, "seed-rc", "read_committed")
     print(f"read_uncommitted sees (before commit): {poll(c_ru, 3)}")
     print(f"read_committed sees (before commit): {poll(c_rc, 0)}")
 
@@ -93,10 +94,10 @@ def main():
     c_rc.close()
 
     print()
-    fresh_ru = consumer(bootstrap, "seed-fresh-ru", "read_uncommitted", 0)
+    fresh_ru = consumer(bootstrap, "seed-fresh-ru", "read_uncommitted")
     print("fresh read_uncommitted consumer reading from offset 0 sees ALL raw records:")
     print(f"  {poll(fresh_ru, 6)}")
-    fresh_rc = consumer(bootstrap, "seed-fresh-rc", "read_committed", 0)
+    fresh_rc = consumer(bootstrap, "seed-fresh-rc", "read_committed")
     print("fresh read_committed consumer reading from offset 0 sees only:")
     print(f"  {poll(fresh_rc, 3)}")
     fresh_ru.close()

@@ -55,7 +55,7 @@ fn api_versions(port: u16, version: i16) -> (i32, i16) {
 
 #[test]
 fn bad_clients_are_closed_and_the_rest_are_served() {
-    let server = Server::start("bad-input");
+    let server = Server::start("bad-input", &[]);
     let port = server.port;
     let mut bad: Vec<(&str, TcpStream)> = Vec::new();
     for _ in 0..PER_KIND {

@@ -113,7 +113,8 @@ fn producer_id(timeline: &str) -> String {
 
 #[test]
 fn confluent_kafka_prints_the_seed_documents_lines() {
-    let server = Server::start("seed");
+    // Kafka's tests run with no initial rebalance delay too; the default 3 s would add 9 s here.
+    let server = Server::start("seed", &["--group-initial-rebalance-delay-ms", "0"]);
     let out = run_script("seed_experiment.py", &server);
     let (_, timeline) = server.stop();
     assert_eq!(out, SEED_LINES, "confluent-kafka against txnsim serve must print the seed document's lines");
@@ -125,11 +126,17 @@ fn confluent_kafka_prints_the_seed_documents_lines() {
     ] {
         assert!(timeline.contains(&want), "the timeline lacks {want:?}:\n{timeline}");
     }
+    // Each consumer subscribed in its own fresh group: one generation each, no committed offset to start.
+    for group in ["seed-ru", "seed-rc", "seed-fresh-ru", "seed-fresh-rc"] {
+        let joined = timeline.contains(&format!("JoinGroup req {group} member ''"))
+            && timeline.contains(&format!("OffsetFetch req {group} tx-demo/0"));
+        assert!(joined, "group {group} joined through the classic protocol:\n{timeline}");
+    }
 }
 
 #[test]
 fn kafka_python_commits_aborts_and_reads_both_levels() {
-    let server = Server::start("kafka-python");
+    let server = Server::start("kafka-python", &[]);
     let out = run_script("kafka_python_txn.py", &server);
     let (_, timeline) = server.stop();
     assert_eq!(out, KAFKA_PYTHON_LINES, "kafka-python's reads of commit, abort, commit");

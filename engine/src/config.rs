@@ -23,6 +23,9 @@ pub struct EngineConfig {
     pub delivery_attempts_max: u32,
     /// `num.partitions`: partitions of a topic created by a client without a count (wire driver only).
     pub num_partitions: u32,
+    /// `group.initial.rebalance.delay.ms` (Kafka's default 3000): a new group waits this long for more
+    /// members before its first generation (wire driver only).
+    pub group_initial_rebalance_delay_ms: TimeMs,
     /// Historical bugs switched on; empty in every normal run.
     pub mutations: Mutations,
 }
@@ -39,6 +42,7 @@ impl Default for EngineConfig {
             request_timeout_ms: 30_000,
             delivery_attempts_max: 4,
             num_partitions: 1,
+            group_initial_rebalance_delay_ms: 3_000,
             mutations: Mutations::none(),
         }
     }

@@ -26,10 +26,17 @@ pub enum KafkaError {
     TopicAlreadyExists,
     InvalidPartitions,
     InvalidReplicationFactor,
+    IllegalGeneration,
+    InconsistentGroupProtocol,
+    InvalidGroupId,
+    UnknownMemberId,
+    InvalidSessionTimeout,
+    RebalanceInProgress,
+    GroupMaxSizeReached,
 }
 
 impl KafkaError {
-    pub const ALL: [KafkaError; 21] = [
+    pub const ALL: [KafkaError; 28] = [
         KafkaError::OffsetOutOfRange,
         KafkaError::UnknownTopicOrPartition,
         KafkaError::NotCoordinator,
@@ -51,6 +58,13 @@ impl KafkaError {
         KafkaError::TopicAlreadyExists,
         KafkaError::InvalidPartitions,
         KafkaError::InvalidReplicationFactor,
+        KafkaError::IllegalGeneration,
+        KafkaError::InconsistentGroupProtocol,
+        KafkaError::InvalidGroupId,
+        KafkaError::UnknownMemberId,
+        KafkaError::InvalidSessionTimeout,
+        KafkaError::RebalanceInProgress,
+        KafkaError::GroupMaxSizeReached,
     ];
 
     /// The wire code from `Errors.java`.
@@ -77,6 +91,13 @@ impl KafkaError {
             KafkaError::TopicAlreadyExists => 36,
             KafkaError::InvalidPartitions => 37,
             KafkaError::InvalidReplicationFactor => 38,
+            KafkaError::IllegalGeneration => 22,
+            KafkaError::InconsistentGroupProtocol => 23,
+            KafkaError::InvalidGroupId => 24,
+            KafkaError::UnknownMemberId => 25,
+            KafkaError::InvalidSessionTimeout => 26,
+            KafkaError::RebalanceInProgress => 27,
+            KafkaError::GroupMaxSizeReached => 81,
         }
     }
 
@@ -104,6 +125,13 @@ impl KafkaError {
             KafkaError::TopicAlreadyExists => "TOPIC_ALREADY_EXISTS",
             KafkaError::InvalidPartitions => "INVALID_PARTITIONS",
             KafkaError::InvalidReplicationFactor => "INVALID_REPLICATION_FACTOR",
+            KafkaError::IllegalGeneration => "ILLEGAL_GENERATION",
+            KafkaError::InconsistentGroupProtocol => "INCONSISTENT_GROUP_PROTOCOL",
+            KafkaError::InvalidGroupId => "INVALID_GROUP_ID",
+            KafkaError::UnknownMemberId => "UNKNOWN_MEMBER_ID",
+            KafkaError::InvalidSessionTimeout => "INVALID_SESSION_TIMEOUT",
+            KafkaError::RebalanceInProgress => "REBALANCE_IN_PROGRESS",
+            KafkaError::GroupMaxSizeReached => "GROUP_MAX_SIZE_REACHED",
         }
     }
 

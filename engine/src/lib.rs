@@ -11,6 +11,7 @@ pub mod config;
 pub mod consumer;
 pub mod coordinator;
 pub mod error;
+pub mod group_coordinator;
 pub mod log;
 pub mod metadata;
 pub mod mutation;

@@ -208,12 +208,9 @@ pub fn handle(
             }
             MetadataMessage::MetadataResponse { topics: out }
         }
-        MetadataMessage::FindCoordinatorRequest { key_type, keys } => {
-            let result = match key_type {
-                CoordinatorType::Transaction => Ok(broker_id),
-                // No group coordinator on this broker yet: consumers use `assign()` with explicit offsets.
-                CoordinatorType::Group => Err(KafkaError::CoordinatorNotAvailable),
-            };
+        MetadataMessage::FindCoordinatorRequest { key_type: _, keys } => {
+            // One broker hosts every coordinator, for groups and transactional ids alike.
+            let result: Result<u32, KafkaError> = Ok(broker_id);
             MetadataMessage::FindCoordinatorResponse { coordinators: keys.into_iter().map(|k| (k, result)).collect() }
         }
         MetadataMessage::EarliestOffsetRequest { partition } => {

@@ -2,6 +2,7 @@
 //! and the `Effects` a handler returns (the engine is sans-io: drivers deliver these).
 
 use crate::error::KafkaError;
+use crate::group_coordinator::GroupMessage;
 use crate::log::FetchPartitionData;
 use crate::metadata::MetadataMessage;
 use crate::record::ProduceBatch;
@@ -113,6 +114,8 @@ pub enum Message {
     },
     /// Metadata, CreateTopics, FindCoordinator, ListOffsets EARLIEST: only the wire driver sends these.
     Metadata(MetadataMessage),
+    /// The classic consumer group protocol: only the wire driver sends these.
+    Group(GroupMessage),
 }
 
 impl Message {
@@ -129,6 +132,7 @@ impl Message {
             Message::FetchRequest { .. } | Message::FetchResponse { .. } => "Fetch",
             Message::ListOffsetsRequest { .. } | Message::ListOffsetsResponse { .. } => "ListOffsets",
             Message::Metadata(m) => m.api_name(),
+            Message::Group(m) => m.api_name(),
         }
     }
 }

@@ -95,7 +95,8 @@ impl Rename for Message {
             | Message::FetchResponse { result: Err(_), .. }
             | Message::ListOffsetsRequest { .. }
             | Message::ListOffsetsResponse { .. }
-            | Message::Metadata(_) => {}
+            | Message::Metadata(_)
+            | Message::Group(_) => {}
         }
     }
 }

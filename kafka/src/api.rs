@@ -23,8 +23,9 @@ pub const TRANSACTION_VERSION: i16 = 1;
 /// The implemented APIs and the versions served: each range lies inside what kafka-protocol 0.18 (Kafka
 /// 4.1's schemas) decodes, which lies inside Kafka 4.3's. Narrower where a version means more than is
 /// implemented: AddPartitionsToTxn v4+ is the broker-to-broker verification batch (KIP-890), and
-/// InitProducerId v6 is KIP-939's two-phase commit.
-pub const SUPPORTED: [(ApiKey, i16, i16); 10] = [
+/// InitProducerId v6 is KIP-939's two-phase commit, OffsetCommit v10 and OffsetFetch v8+ name topics by id
+/// and batch groups (KIP-848's era), which the group protocol here does not need.
+pub const SUPPORTED: [(ApiKey, i16, i16); 16] = [
     (ApiKey::Produce, 3, 13),
     (ApiKey::Fetch, 4, 18),
     (ApiKey::ListOffsets, 1, 10),
@@ -35,6 +36,12 @@ pub const SUPPORTED: [(ApiKey, i16, i16); 10] = [
     (ApiKey::InitProducerId, 0, 5),
     (ApiKey::AddPartitionsToTxn, 0, 3),
     (ApiKey::EndTxn, 0, 5),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 7),
 ];
 
 /// The served range of an API, if it is served.

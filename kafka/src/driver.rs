@@ -36,6 +36,8 @@ use txnsim_engine::{
 use txnsim_properties::{check_state, ClusterView, MonotonicityChecker, Violation};
 use uuid::Uuid;
 
+mod groups;
+
 pub type ConnId = u64;
 
 /// The broker's id: one broker leads every partition.
@@ -66,25 +68,29 @@ struct ProducePartition {
     sent: Vec<(usize, Vec<StoredRecord>)>,
 }
 
-struct Parked {
-    header: RequestHeader,
-    request: FetchRequest,
-    deadline_ms: TimeMs,
+/// Why a connection's current request has no answer yet.
+enum Waiting {
+    /// A Fetch with nothing to return, until data arrives or its deadline (Kafka's fetch purgatory).
+    Fetch { header: RequestHeader, request: Box<FetchRequest>, deadline_ms: TimeMs },
+    /// A group request the coordinator answers later (a JoinGroup waits for the rebalance).
+    Engine { header: RequestHeader, correlation_id: u64 },
 }
 
 #[derive(Default)]
 struct Connection {
     queue: VecDeque<Bytes>,
-    parked: Option<Parked>,
+    waiting: Option<Waiting>,
 }
 
 /// What a handler produced for one request.
 enum Reply {
-    Response(ResponseKind),
+    Response(Box<ResponseKind>),
     /// `acks=0` Produce: Kafka sends nothing back.
     Nothing,
     /// A Fetch with nothing to return yet.
-    Park(FetchRequest),
+    Park(Box<FetchRequest>),
+    /// The engine will answer this correlation id later.
+    Wait(u64),
 }
 
 pub struct Driver {
@@ -99,6 +105,8 @@ pub struct Driver {
     monotonicity: MonotonicityChecker,
     violations: Vec<Violation>,
     unreported: Vec<Violation>,
+    /// Engine answers to clients not yet collected, by correlation id.
+    answers: BTreeMap<u64, Message>,
     pub timeline: Timeline,
 }
 
@@ -135,9 +143,10 @@ impl Driver {
             monotonicity: MonotonicityChecker::default(),
             violations: Vec::new(),
             unreported: Vec::new(),
+            answers: BTreeMap::new(),
             timeline: Timeline::default(),
         };
-        driver.run(now_ms, start, &mut BTreeMap::new());
+        driver.run(now_ms, start);
         driver
     }
 
@@ -155,11 +164,18 @@ impl Driver {
         std::mem::take(&mut self.unreported)
     }
 
-    /// When the driver next needs `on_tick`: a broker timer or a waiting Fetch's deadline.
+    /// When the driver next needs `on_tick`: a broker timer, a group deadline or a waiting Fetch's.
     pub fn next_deadline_ms(&self) -> Option<TimeMs> {
         let timer = self.timers.keys().next().map(|k| k.0);
-        let fetch = self.connections.values().filter_map(|c| c.parked.as_ref().map(|p| p.deadline_ms)).min();
-        timer.into_iter().chain(fetch).min()
+        let fetch = self
+            .connections
+            .values()
+            .filter_map(|c| match &c.waiting {
+                Some(Waiting::Fetch { deadline_ms, .. }) => Some(*deadline_ms),
+                _ => None,
+            })
+            .min();
+        timer.into_iter().chain(fetch).chain(self.broker.groups.next_deadline_ms()).min()
     }
 
     pub fn on_disconnect(&mut self, conn: ConnId) {
@@ -169,7 +185,7 @@ impl Driver {
     /// One request frame (the bytes after the size prefix) from `conn`.
     pub fn on_frame(&mut self, now_ms: TimeMs, conn: ConnId, body: Bytes) -> Vec<Output> {
         let connection = self.connections.entry(conn).or_default();
-        if connection.parked.is_some() {
+        if connection.waiting.is_some() {
             if connection.queue.len() >= MAX_QUEUED_PER_CONNECTION {
                 self.connections.remove(&conn);
                 return vec![Output::Close(conn, "too many requests queued behind a waiting fetch".into())];
@@ -179,7 +195,7 @@ impl Driver {
         }
         let mut out = Vec::new();
         self.serve(now_ms, conn, body, &mut out);
-        self.wake_fetches(now_ms, false, &mut out);
+        self.wake(now_ms, false, &mut out);
         out
     }
 
@@ -194,9 +210,14 @@ impl Driver {
             let line = format!("timer {timer:?}");
             let effects = self.broker.on_timer(now_ms, timer);
             self.after_broker_step(now_ms, line);
-            self.run(now_ms, effects, &mut BTreeMap::new());
+            self.run(now_ms, effects);
         }
-        self.wake_fetches(now_ms, true, &mut out);
+        if self.broker.groups.next_deadline_ms().is_some_and(|due| due <= now_ms) {
+            let effects = self.broker.tick_groups(now_ms);
+            self.after_broker_step(now_ms, "group deadlines".to_string());
+            self.run(now_ms, effects);
+        }
+        self.wake(now_ms, true, &mut out);
         out
     }
 
@@ -212,8 +233,11 @@ impl Driver {
             },
             Ok(Some((header, Reply::Park(request)))) => {
                 let wait = (request.max_wait_ms.max(0) as TimeMs).min(MAX_FETCH_WAIT_MS);
-                let parked = Parked { header, request, deadline_ms: now_ms + wait };
-                self.connections.entry(conn).or_default().parked = Some(parked);
+                let waiting = Waiting::Fetch { header, request, deadline_ms: now_ms + wait };
+                self.connections.entry(conn).or_default().waiting = Some(waiting);
+            }
+            Ok(Some((header, Reply::Wait(correlation_id)))) => {
+                self.connections.entry(conn).or_default().waiting = Some(Waiting::Engine { header, correlation_id });
             }
             Ok(Some((_, Reply::Nothing))) | Ok(None) => {}
             Err(reason) => {
@@ -223,20 +247,37 @@ impl Driver {
         }
     }
 
-    /// Re-runs waiting fetches; answers those with data (or, if `expire`, whose deadline has passed),
-    /// then serves what queued behind them.
-    fn wake_fetches(&mut self, now_ms: TimeMs, expire: bool, out: &mut Vec<Output>) {
+    /// Answers what waited and can be answered now: fetches with data (or, if `expire`, past their
+    /// deadline) and group requests the coordinator has answered; then serves what queued behind them.
+    fn wake(&mut self, now_ms: TimeMs, expire: bool, out: &mut Vec<Output>) {
         let waiting: Vec<ConnId> =
-            self.connections.iter().filter(|(_, c)| c.parked.is_some()).map(|(id, _)| *id).collect();
+            self.connections.iter().filter(|(_, c)| c.waiting.is_some()).map(|(id, _)| *id).collect();
         for conn in waiting {
-            let Some(parked) = self.connections.get_mut(&conn).and_then(|c| c.parked.take()) else { continue };
-            let version = parked.header.request_api_version;
-            let (response, has_data) = self.fetch(now_ms, conn, version, &parked.request);
-            if !(has_data || expire && now_ms >= parked.deadline_ms) {
-                self.connections.get_mut(&conn).expect("still connected").parked = Some(parked);
-                continue;
-            }
-            match encode_response(&parked.header, &ResponseKind::Fetch(response)) {
+            let Some(waiting) = self.connections.get_mut(&conn).and_then(|c| c.waiting.take()) else { continue };
+            let (header, response) = match waiting {
+                Waiting::Fetch { header, request, deadline_ms } => {
+                    let (response, has_data) = self.fetch(now_ms, conn, header.request_api_version, &request);
+                    if !(has_data || expire && now_ms >= deadline_ms) {
+                        let waiting = Waiting::Fetch { header, request, deadline_ms };
+                        self.connections.get_mut(&conn).expect("still connected").waiting = Some(waiting);
+                        continue;
+                    }
+                    (header, ResponseKind::Fetch(response))
+                }
+                Waiting::Engine { header, correlation_id } => match self.answers.remove(&correlation_id) {
+                    Some(Message::Group(answer)) => {
+                        let response = groups::response(header.request_api_version, answer);
+                        (header, response)
+                    }
+                    other => {
+                        assert!(other.is_none(), "a group request answered with {other:?}");
+                        let waiting = Waiting::Engine { header, correlation_id };
+                        self.connections.get_mut(&conn).expect("still connected").waiting = Some(waiting);
+                        continue;
+                    }
+                },
+            };
+            match encode_response(&header, &response) {
                 Ok(bytes) => out.push(Output::Send(conn, bytes)),
                 Err(e) => {
                     self.connections.remove(&conn);
@@ -244,13 +285,23 @@ impl Driver {
                     continue;
                 }
             }
-            // Serve the queue until it is empty or another fetch waits.
+            // Serve the queue until it is empty or another request waits.
             while let Some(next) =
-                self.connections.get_mut(&conn).filter(|c| c.parked.is_none()).and_then(|c| c.queue.pop_front())
+                self.connections.get_mut(&conn).filter(|c| c.waiting.is_none()).and_then(|c| c.queue.pop_front())
             {
                 self.serve(now_ms, conn, next, out);
             }
         }
+        // Answers nobody waits for any more (their connection closed) are dropped.
+        let awaited: Vec<u64> = self
+            .connections
+            .values()
+            .filter_map(|c| match c.waiting {
+                Some(Waiting::Engine { correlation_id, .. }) => Some(correlation_id),
+                _ => None,
+            })
+            .collect();
+        self.answers.retain(|id, _| awaited.contains(id));
     }
 
     /// Parses and dispatches one request. `Err` closes the connection, as Kafka does for a request it
@@ -270,7 +321,7 @@ impl Driver {
             let mut header = header;
             header.request_api_version = 0;
             let response = api::api_versions_response(code::UNSUPPORTED_VERSION);
-            return Ok(Some((header, Reply::Response(ResponseKind::ApiVersions(response)))));
+            return Ok(Some((header, Reply::Response(Box::new(ResponseKind::ApiVersions(response))))));
         }
         if !api::is_served(key, version) {
             return Err(format!("{key:?} v{version} is not served (see ApiVersions)"));
@@ -314,13 +365,33 @@ impl Driver {
             RequestKind::Fetch(r) => {
                 let (response, has_data) = self.fetch_as(now_ms, node, version, &r);
                 if !has_data && r.max_wait_ms > 0 {
-                    return Reply::Park(r);
+                    return Reply::Park(Box::new(r));
                 }
                 ResponseKind::Fetch(response)
             }
+            RequestKind::JoinGroup(_)
+            | RequestKind::SyncGroup(_)
+            | RequestKind::Heartbeat(_)
+            | RequestKind::LeaveGroup(_)
+            | RequestKind::OffsetCommit(_)
+            | RequestKind::OffsetFetch(_) => {
+                return match groups::request(version, request) {
+                    Ok(message) => {
+                        let id = self.send(now_ms, node, Message::Group(message));
+                        match self.answers.remove(&id) {
+                            Some(Message::Group(answer)) => {
+                                Reply::Response(Box::new(groups::response(version, answer)))
+                            }
+                            Some(other) => unreachable!("a group request answered with {other:?}"),
+                            None => Reply::Wait(id),
+                        }
+                    }
+                    Err(response) => Reply::Response(response),
+                };
+            }
             other => unreachable!("api::SUPPORTED lists only dispatched APIs, not {other:?}"),
         };
-        Reply::Response(response)
+        Reply::Response(Box::new(response))
     }
 
     // ------------------------------------------------------------ the engine
@@ -334,14 +405,23 @@ impl Driver {
             ids.push(self.next_correlation_id);
             effects.send(node, &NodeId::Broker(BROKER_ID), self.next_correlation_id, message);
         }
-        let mut answers = BTreeMap::new();
-        self.run(now_ms, effects, &mut answers);
-        ids.into_iter().map(|id| answers.remove(&id)).collect()
+        self.run(now_ms, effects);
+        ids.into_iter().map(|id| self.answers.remove(&id)).collect()
+    }
+
+    /// Sends one message and runs until quiet; its answer, if any yet, is in `answers` under the id returned.
+    fn send(&mut self, now_ms: TimeMs, node: &NodeId, message: Message) -> u64 {
+        self.next_correlation_id += 1;
+        let id = self.next_correlation_id;
+        let mut effects = Effects::default();
+        effects.send(node, &NodeId::Broker(BROKER_ID), id, message);
+        self.run(now_ms, effects);
+        id
     }
 
     /// Delivers messages (the broker's sends to itself too) until none is left; answers to clients land
     /// in `answers` by correlation id. Timers are kept for `on_tick`.
-    fn run(&mut self, now_ms: TimeMs, effects: Effects, answers: &mut BTreeMap<u64, Message>) {
+    fn run(&mut self, now_ms: TimeMs, effects: Effects) {
         let mut network: VecDeque<Envelope> = VecDeque::new();
         self.absorb(effects, &mut network);
         for _ in 0..MAX_STEPS_PER_REQUEST {
@@ -356,7 +436,7 @@ impl Driver {
                 NodeId::Client(ref name) => {
                     let line = format!("recv {}", txnsim_sim::world::describe(&env));
                     self.timeline.event(now_ms, name, || line);
-                    answers.insert(env.correlation_id, env.message);
+                    self.answers.insert(env.correlation_id, env.message);
                 }
             }
         }

@@ -31,6 +31,10 @@ pub struct ServeArgs {
     /// `num.partitions`: partitions of a topic created without a count (auto-created or CreateTopics -1).
     #[arg(long, default_value_t = 1)]
     pub partitions: u32,
+    /// `group.initial.rebalance.delay.ms`: how long a new consumer group waits for more members before
+    /// its first generation (Kafka's default 3000).
+    #[arg(long, default_value_t = 3_000)]
+    pub group_initial_rebalance_delay_ms: u64,
     /// Run with one injected historical bug (see `txnsim mutations`).
     #[arg(long, value_parser = txnsim_sim::cli::parse_mutation)]
     pub mutation: Option<Mutation>,
@@ -84,6 +88,7 @@ pub fn run_serve(args: &ServeArgs) -> ExitCode {
     }
     let config = EngineConfig {
         num_partitions: args.partitions,
+        group_initial_rebalance_delay_ms: args.group_initial_rebalance_delay_ms,
         mutations: args.mutation.map(Mutations::one).unwrap_or_default(),
         ..EngineConfig::default()
     };

@@ -400,3 +400,108 @@ proptest! {
         prop_assert_eq!(r.responses[0].partitions[0].high_watermark, 7);
     }
 }
+
+fn join(group: &str, member: &str) -> JoinGroupRequest {
+    let mut protocol = join_group_request::JoinGroupRequestProtocol::default();
+    protocol.name = StrBytes::from_static_str("range");
+    protocol.metadata = Bytes::from_static(b"meta");
+    let mut r = JoinGroupRequest::default();
+    r.group_id = StrBytes::from_string(group.to_string()).into();
+    r.member_id = StrBytes::from_string(member.to_string());
+    r.session_timeout_ms = 10_000;
+    r.rebalance_timeout_ms = 5_000;
+    r.protocol_type = StrBytes::from_static_str("consumer");
+    r.protocols = vec![protocol];
+    r
+}
+
+fn heartbeat(d: &mut Driver, now: u64, conn: ConnId, generation: i32, member: &StrBytes) -> i16 {
+    let mut r = HeartbeatRequest::default();
+    r.group_id = StrBytes::from_static_str("g").into();
+    r.generation_id = generation;
+    r.member_id = member.clone();
+    let r: HeartbeatResponse = answer(d.on_frame(now, conn, request(ApiKey::Heartbeat, 3, 1, &r)), conn, 3);
+    r.error_code
+}
+
+/// The classic protocol as `subscribe()` drives it: the initial delay, a generation per membership
+/// change, the leader's assignment handed out, rebalances announced through heartbeats, offsets kept.
+#[test]
+fn a_group_rebalances_as_members_come_and_go() {
+    let (mut d, _) = fixture();
+    // A new group waits group.initial.rebalance.delay.ms (3000 by default) before generation 1.
+    assert_eq!(d.on_frame(0, 1, request(ApiKey::JoinGroup, 5, 1, &join("g", ""))), vec![]);
+    assert_eq!(d.on_tick(2_999), vec![]);
+    let a: JoinGroupResponse = answer(d.on_tick(3_000), 1, 5);
+    assert_eq!((a.error_code, a.generation_id, a.leader.clone()), (0, 1, a.member_id.clone()));
+    assert_eq!(a.members.len(), 1, "the leader sees every member");
+    let mut sync = SyncGroupRequest::default();
+    sync.group_id = StrBytes::from_static_str("g").into();
+    sync.generation_id = 1;
+    sync.member_id = a.member_id.clone();
+    let mut given = sync_group_request::SyncGroupRequestAssignment::default();
+    given.member_id = a.member_id.clone();
+    given.assignment = Bytes::from_static(b"all of t");
+    sync.assignments = vec![given];
+    let s: SyncGroupResponse = answer(d.on_frame(3_001, 1, request(ApiKey::SyncGroup, 3, 2, &sync)), 1, 3);
+    assert_eq!((s.error_code, &s.assignment[..]), (0, &b"all of t"[..]));
+    assert_eq!(heartbeat(&mut d, 3_002, 1, 1, &a.member_id), 0, "stable");
+
+    // B joins: the group prepares a rebalance; A learns of it from its heartbeat and rejoins.
+    assert_eq!(d.on_frame(3_100, 2, request(ApiKey::JoinGroup, 5, 3, &join("g", ""))), vec![]);
+    assert_eq!(heartbeat(&mut d, 3_101, 1, 1, &a.member_id), 27, "REBALANCE_IN_PROGRESS");
+    let out = d.on_frame(3_102, 1, request(ApiKey::JoinGroup, 5, 4, &join("g", &a.member_id)));
+    assert_eq!(out.len(), 2, "every member rejoined: both get generation 2 at once: {out:?}");
+    let (to_a, to_b): (Vec<Output>, Vec<Output>) = out.into_iter().partition(|o| matches!(o, Output::Send(1, _)));
+    let a2: JoinGroupResponse = answer(to_a, 1, 5);
+    let b2: JoinGroupResponse = answer(to_b, 2, 5);
+    assert_eq!((a2.generation_id, b2.generation_id), (2, 2));
+    assert_eq!((a2.leader.clone(), b2.leader.clone()), (a.member_id.clone(), a.member_id.clone()), "the leader stays");
+    assert_eq!((a2.members.len(), b2.members.len()), (2, 0));
+
+    // An offset commit of the current generation is kept; a stale generation is refused.
+    let commit = |generation: i32, offset: i64| {
+        let mut p = offset_commit_request::OffsetCommitRequestPartition::default();
+        p.partition_index = 0;
+        p.committed_offset = offset;
+        let mut t = offset_commit_request::OffsetCommitRequestTopic::default();
+        t.name = StrBytes::from_static_str(TOPIC).into();
+        t.partitions = vec![p];
+        let mut r = OffsetCommitRequest::default();
+        r.group_id = StrBytes::from_static_str("g").into();
+        r.generation_id_or_member_epoch = generation;
+        r.member_id = a.member_id.clone();
+        r.topics = vec![t];
+        request(ApiKey::OffsetCommit, 7, 5, &r)
+    };
+    // SyncGroup has not completed generation 2, but commits are allowed while CompletingRebalance.
+    let c: OffsetCommitResponse = answer(d.on_frame(3_103, 1, commit(2, 5)), 1, 7);
+    assert_eq!(c.topics[0].partitions[0].error_code, 0);
+    let c: OffsetCommitResponse = answer(d.on_frame(3_104, 1, commit(1, 6)), 1, 7);
+    assert_eq!(c.topics[0].partitions[0].error_code, 22, "ILLEGAL_GENERATION");
+    let mut fetch_offsets = OffsetFetchRequest::default();
+    fetch_offsets.group_id = StrBytes::from_static_str("g").into();
+    let mut t = offset_fetch_request::OffsetFetchRequestTopic::default();
+    t.name = StrBytes::from_static_str(TOPIC).into();
+    t.partition_indexes = vec![0, 1];
+    fetch_offsets.topics = Some(vec![t]);
+    let f: OffsetFetchResponse = answer(d.on_frame(3_105, 3, request(ApiKey::OffsetFetch, 5, 6, &fetch_offsets)), 3, 5);
+    let got: Vec<(i32, i64)> = f.topics[0].partitions.iter().map(|p| (p.partition_index, p.committed_offset)).collect();
+    assert_eq!(got, vec![(0, 5), (1, -1)], "partition 1 has no committed offset");
+
+    // B leaves: A is told to rejoin, and alone it completes generation 3 at once.
+    let mut leave = LeaveGroupRequest::default();
+    leave.group_id = StrBytes::from_static_str("g").into();
+    let mut who = leave_group_request::MemberIdentity::default();
+    who.member_id = b2.member_id.clone();
+    leave.members = vec![who];
+    let l: LeaveGroupResponse = answer(d.on_frame(3_200, 2, request(ApiKey::LeaveGroup, 3, 7, &leave)), 2, 3);
+    assert_eq!(l.members[0].error_code, 0);
+    assert_eq!(heartbeat(&mut d, 3_201, 1, 2, &a.member_id), 27);
+    let a3: JoinGroupResponse =
+        answer(d.on_frame(3_202, 1, request(ApiKey::JoinGroup, 5, 8, &join("g", &a.member_id))), 1, 5);
+    assert_eq!((a3.generation_id, a3.members.len()), (3, 1));
+    // A silent member is removed once its session times out (10 s after its last join).
+    assert_eq!(d.on_tick(13_202), vec![]);
+    assert_eq!(heartbeat(&mut d, 13_203, 1, 3, &a.member_id), 25, "UNKNOWN_MEMBER_ID: its session expired");
+}

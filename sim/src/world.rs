@@ -981,6 +981,7 @@ pub fn describe(env: &Envelope) -> String {
             Err(e) => format!("{api} resp {partition} {e}"),
         },
         Message::Metadata(m) => m.to_string(),
+        Message::Group(m) => m.to_string(),
     }
 }
 

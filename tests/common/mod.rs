@@ -30,11 +30,13 @@ pub struct Server {
 }
 
 impl Server {
-    pub fn start(name: &str) -> Server {
+    /// `txnsim serve` on a free port with its timeline in target/tmp/NAME-timeline.txt, plus `extra` flags.
+    pub fn start(name: &str, extra: &[&str]) -> Server {
         let timeline = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-timeline.txt"));
         let mut child = Command::new(env!("CARGO_BIN_EXE_txnsim"))
             .args(["serve", "--addr", "127.0.0.1:0", "--timeline"])
             .arg(&timeline)
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
