@@ -85,7 +85,7 @@ fn bad_clients_are_closed_and_the_rest_are_served() {
         assert!(closed_by_server(s), "the server closes a connection that sent {what}");
     }
     assert_eq!(api_versions(port, 2), (77, 0), "still serving after closing them");
-    let (_, timeline) = server.stop();
+    let timeline = server.stop_clean();
     assert!(
         !timeline.contains(" appends ") && !timeline.contains(" marker for "),
         "bad input must not change any log:\n{timeline}"

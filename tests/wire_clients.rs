@@ -116,7 +116,7 @@ fn confluent_kafka_prints_the_seed_documents_lines() {
     // Kafka's tests run with no initial rebalance delay too; the default 3 s would add 9 s here.
     let server = Server::start("seed", &["--group-initial-rebalance-delay-ms", "0"]);
     let out = run_script("seed_experiment.py", &server);
-    let (_, timeline) = server.stop();
+    let timeline = server.stop_clean();
     assert_eq!(out, SEED_LINES, "confluent-kafka against txnsim serve must print the seed document's lines");
     let pid = producer_id(&timeline);
     for want in [
@@ -138,11 +138,47 @@ fn confluent_kafka_prints_the_seed_documents_lines() {
 fn kafka_python_commits_aborts_and_reads_both_levels() {
     let server = Server::start("kafka-python", &[]);
     let out = run_script("kafka_python_txn.py", &server);
-    let (_, timeline) = server.stop();
+    let timeline = server.stop_clean();
     assert_eq!(out, KAFKA_PYTHON_LINES, "kafka-python's reads of commit, abort, commit");
     let pid = producer_id(&timeline);
     assert!(
         timeline.contains(&format!("aborted index kp-demo/0: pid {pid} first 3 last 5 LSO 6")),
         "the abort left one index entry:\n{timeline}"
     );
+}
+
+/// The gate's wire tests can fail: with the fetch ignoring the aborted index (KAFKA-5376's shape), the
+/// same script's read_committed consumers deliver the aborted records. No state invariant sees a fetch,
+/// so serve itself exits clean; the client's output is the witness.
+#[test]
+fn confluent_kafka_sees_aborted_records_when_fetch_skips_the_index() {
+    let server = Server::start(
+        "seed-skip-index",
+        &["--group-initial-rebalance-delay-ms", "0", "--mutation", "skip-aborted-index-on-fetch"],
+    );
+    let out = run_script("seed_experiment.py", &server);
+    server.stop_clean();
+    let aborted = "['aborted-0', 'aborted-1', 'aborted-2']";
+    let want = SEED_LINES
+        .replace("read_committed sees (after abort): []", &format!("read_committed sees (after abort): {aborted}"))
+        .replace(
+            "sees only:\n  ['inflight-0', 'inflight-1', 'inflight-2']",
+            "sees only:\n  ['inflight-0', 'inflight-1', 'inflight-2', 'aborted-0', 'aborted-1', 'aborted-2']",
+        );
+    assert_eq!(out, want, "read_committed delivers the aborted transaction under the mutation");
+}
+
+/// An abort that leaves no index entry breaks a state invariant: serve reports it on stderr the moment
+/// the marker is written and exits 1.
+#[test]
+fn serve_reports_a_state_violation_and_exits_1() {
+    let server = Server::start(
+        "seed-no-index-entry",
+        &["--group-initial-rebalance-delay-ms", "0", "--mutation", "no-aborted-index-entry"],
+    );
+    run_script("seed_experiment.py", &server);
+    let (status, err, timeline) = server.stop();
+    assert_eq!(status.code(), Some(1), "serve exits 1 after a violation: {err}");
+    assert!(err.contains("VIOLATION aborted-index-exact"), "stderr names the invariant: {err}");
+    assert!(timeline.contains("VIOLATION aborted-index-exact"), "so does the timeline");
 }
