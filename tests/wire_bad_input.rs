@@ -91,3 +91,16 @@ fn bad_clients_are_closed_and_the_rest_are_served() {
         "bad input must not change any log:\n{timeline}"
     );
 }
+
+/// serve listens on loopback only, and says so in one line (exit 2) rather than binding elsewhere.
+#[test]
+fn serve_refuses_a_non_loopback_address() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_txnsim"))
+        .args(["serve", "--addr", "0.0.0.0:0"])
+        .output()
+        .expect("run txnsim serve");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "bad arguments exit 2: {err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(err.contains("not a loopback address"), "{err}");
+}
