@@ -33,10 +33,11 @@ pub enum KafkaError {
     InvalidSessionTimeout,
     RebalanceInProgress,
     GroupMaxSizeReached,
+    MemberIdRequired,
 }
 
 impl KafkaError {
-    pub const ALL: [KafkaError; 28] = [
+    pub const ALL: [KafkaError; 29] = [
         KafkaError::OffsetOutOfRange,
         KafkaError::UnknownTopicOrPartition,
         KafkaError::NotCoordinator,
@@ -65,6 +66,7 @@ impl KafkaError {
         KafkaError::InvalidSessionTimeout,
         KafkaError::RebalanceInProgress,
         KafkaError::GroupMaxSizeReached,
+        KafkaError::MemberIdRequired,
     ];
 
     /// The wire code from `Errors.java`.
@@ -98,6 +100,7 @@ impl KafkaError {
             KafkaError::InvalidSessionTimeout => 26,
             KafkaError::RebalanceInProgress => 27,
             KafkaError::GroupMaxSizeReached => 81,
+            KafkaError::MemberIdRequired => 79,
         }
     }
 
@@ -132,6 +135,7 @@ impl KafkaError {
             KafkaError::InvalidSessionTimeout => "INVALID_SESSION_TIMEOUT",
             KafkaError::RebalanceInProgress => "REBALANCE_IN_PROGRESS",
             KafkaError::GroupMaxSizeReached => "GROUP_MAX_SIZE_REACHED",
+            KafkaError::MemberIdRequired => "MEMBER_ID_REQUIRED",
         }
     }
 

@@ -14,7 +14,7 @@ use crate::error::KafkaError;
 use crate::protocol::{Effects, Message, NodeId};
 use crate::types::{TimeMs, TopicPartition};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 /// `group.min.session.timeout.ms` and `group.max.session.timeout.ms` (Kafka's defaults).
@@ -32,22 +32,26 @@ pub struct JoinResult {
     pub generation_id: i32,
     pub protocol_name: String,
     pub leader: String,
-    pub member_id: String,
     pub members: Vec<(String, Vec<u8>)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum GroupMessage {
     /// `member_id` empty for a new member; `protocols` are (name, metadata) in the member's preference.
+    /// `require_known_member_id` (JoinGroup v4+, KIP-394): a new member first gets MEMBER_ID_REQUIRED with
+    /// its id and must join again with it.
     JoinGroupRequest {
         group_id: String,
         member_id: String,
+        require_known_member_id: bool,
         protocol_type: String,
         protocols: Vec<(String, Vec<u8>)>,
         session_timeout_ms: TimeMs,
         rebalance_timeout_ms: TimeMs,
     },
+    /// `member_id` is the asker's (new, under MEMBER_ID_REQUIRED).
     JoinGroupResponse {
+        member_id: String,
         result: Result<JoinResult, KafkaError>,
     },
     /// `assignments` come from the leader: (member id, assignment).
@@ -124,16 +128,17 @@ impl fmt::Display for GroupMessage {
                 let names: Vec<&str> = protocols.iter().map(|(n, _)| n.as_str()).collect();
                 write!(f, "{api} req {group_id} member '{member_id}' [{}]", names.join(","))
             }
-            GroupMessage::JoinGroupResponse { result: Ok(j) } => write!(
+            GroupMessage::JoinGroupResponse { member_id, result: Ok(j) } => write!(
                 f,
-                "{api} resp gen {} {} leader {} member {} ({} members listed)",
+                "{api} resp gen {} {} leader {} member {member_id} ({} members listed)",
                 j.generation_id,
                 j.protocol_name,
                 j.leader,
-                j.member_id,
                 j.members.len()
             ),
-            GroupMessage::JoinGroupResponse { result: Err(e) } => write!(f, "{api} resp {e}"),
+            GroupMessage::JoinGroupResponse { member_id, result: Err(e) } => {
+                write!(f, "{api} resp {e} member '{member_id}'")
+            }
             GroupMessage::SyncGroupRequest { group_id, generation_id, member_id, assignments } => write!(
                 f,
                 "{api} req {group_id} gen {generation_id} member {member_id} ({} assignments)",
@@ -214,6 +219,8 @@ pub struct Group {
     protocol_name: Option<String>,
     leader: Option<String>,
     members: BTreeMap<String, Member>,
+    /// Ids handed out with MEMBER_ID_REQUIRED, not yet joined with (`pendingMembers`).
+    pending_members: BTreeSet<String>,
     /// PreparingRebalance: when the join phase ends even if members are missing.
     join_deadline_ms: Option<TimeMs>,
     /// The first join phase of an empty group waits out the initial delay (`InitialDelayedJoin`).
@@ -230,6 +237,7 @@ impl Group {
             protocol_name: None,
             leader: None,
             members: BTreeMap::new(),
+            pending_members: BTreeSet::new(),
             join_deadline_ms: None,
             initial_delay: false,
             offsets: BTreeMap::new(),
@@ -333,15 +341,24 @@ impl GroupCoordinator {
             GroupMessage::JoinGroupRequest {
                 group_id,
                 member_id,
+                require_known_member_id,
                 protocol_type,
                 protocols,
                 session_timeout_ms,
                 rebalance_timeout_ms,
             } => {
-                let join = Join { member_id, protocol_type, protocols, session_timeout_ms, rebalance_timeout_ms };
+                let asked = member_id.clone();
+                let join = Join {
+                    member_id,
+                    require_known_member_id,
+                    protocol_type,
+                    protocols,
+                    session_timeout_ms,
+                    rebalance_timeout_ms,
+                };
                 match self.join(now_ms, config, me, from, corr, &group_id, join, effects) {
                     Ok(()) => return,
-                    Err(e) => GroupMessage::JoinGroupResponse { result: Err(e) },
+                    Err(e) => GroupMessage::JoinGroupResponse { member_id: asked, result: Err(e) },
                 }
             }
             GroupMessage::SyncGroupRequest { group_id, generation_id, member_id, assignments } => {
@@ -466,12 +483,20 @@ impl GroupCoordinator {
             return Err(KafkaError::InconsistentGroupProtocol);
         }
         let member_id = if join.member_id.is_empty() {
-            if group.members.len() >= MAX_MEMBERS_PER_GROUP {
+            if group.members.len() + group.pending_members.len() >= MAX_MEMBERS_PER_GROUP {
                 return Err(KafkaError::GroupMaxSizeReached);
             }
             self.next_member_id += 1;
-            format!("{from}-{}", self.next_member_id)
-        } else if group.members.contains_key(&join.member_id) {
+            let id = format!("{from}-{}", self.next_member_id);
+            if join.require_known_member_id {
+                // KIP-394: the id first, so a client that times out and retries does not join twice.
+                group.pending_members.insert(id.clone());
+                let result = Err(KafkaError::MemberIdRequired);
+                answer(effects, me, from, corr, GroupMessage::JoinGroupResponse { member_id: id, result });
+                return Ok(());
+            }
+            id
+        } else if group.members.contains_key(&join.member_id) || group.pending_members.remove(&join.member_id) {
             join.member_id
         } else {
             return Err(KafkaError::UnknownMemberId);
@@ -555,6 +580,7 @@ impl GroupCoordinator {
 /// The join phase's parameters from a JoinGroup request.
 struct Join {
     member_id: String,
+    require_known_member_id: bool,
     protocol_type: String,
     protocols: Vec<(String, Vec<u8>)>,
     session_timeout_ms: TimeMs,
@@ -612,9 +638,8 @@ fn complete_join(group: &mut Group, now_ms: TimeMs, me: &NodeId, effects: &mut E
             generation_id: group.generation_id,
             protocol_name: protocol.clone(),
             leader: leader.clone(),
-            member_id: id.clone(),
             members: if *id == leader { listing.clone() } else { Vec::new() },
         });
-        answer(effects, me, &to, corr, GroupMessage::JoinGroupResponse { result });
+        answer(effects, me, &to, corr, GroupMessage::JoinGroupResponse { member_id: id.clone(), result });
     }
 }

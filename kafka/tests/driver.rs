@@ -415,6 +415,14 @@ fn join(group: &str, member: &str) -> JoinGroupRequest {
     r
 }
 
+/// KIP-394 (JoinGroup v4+): a new member's first join gets MEMBER_ID_REQUIRED (79) and its id.
+fn member_id(d: &mut Driver, now: u64, conn: ConnId) -> StrBytes {
+    let r: JoinGroupResponse = answer(d.on_frame(now, conn, request(ApiKey::JoinGroup, 5, 1, &join("g", ""))), conn, 5);
+    assert_eq!((r.error_code, r.generation_id), (79, -1), "MEMBER_ID_REQUIRED first");
+    assert!(!r.member_id.is_empty(), "with the id to join with");
+    r.member_id
+}
+
 fn heartbeat(d: &mut Driver, now: u64, conn: ConnId, generation: i32, member: &StrBytes) -> i16 {
     let mut r = HeartbeatRequest::default();
     r.group_id = StrBytes::from_static_str("g").into();
@@ -430,10 +438,11 @@ fn heartbeat(d: &mut Driver, now: u64, conn: ConnId, generation: i32, member: &S
 fn a_group_rebalances_as_members_come_and_go() {
     let (mut d, _) = fixture();
     // A new group waits group.initial.rebalance.delay.ms (3000 by default) before generation 1.
-    assert_eq!(d.on_frame(0, 1, request(ApiKey::JoinGroup, 5, 1, &join("g", ""))), vec![]);
+    let id_a = member_id(&mut d, 0, 1);
+    assert_eq!(d.on_frame(0, 1, request(ApiKey::JoinGroup, 5, 1, &join("g", &id_a))), vec![]);
     assert_eq!(d.on_tick(2_999), vec![]);
     let a: JoinGroupResponse = answer(d.on_tick(3_000), 1, 5);
-    assert_eq!((a.error_code, a.generation_id, a.leader.clone()), (0, 1, a.member_id.clone()));
+    assert_eq!((a.error_code, a.generation_id, a.leader.clone(), a.member_id.clone()), (0, 1, id_a.clone(), id_a));
     assert_eq!(a.members.len(), 1, "the leader sees every member");
     let mut sync = SyncGroupRequest::default();
     sync.group_id = StrBytes::from_static_str("g").into();
@@ -448,7 +457,8 @@ fn a_group_rebalances_as_members_come_and_go() {
     assert_eq!(heartbeat(&mut d, 3_002, 1, 1, &a.member_id), 0, "stable");
 
     // B joins: the group prepares a rebalance; A learns of it from its heartbeat and rejoins.
-    assert_eq!(d.on_frame(3_100, 2, request(ApiKey::JoinGroup, 5, 3, &join("g", ""))), vec![]);
+    let id_b = member_id(&mut d, 3_100, 2);
+    assert_eq!(d.on_frame(3_100, 2, request(ApiKey::JoinGroup, 5, 3, &join("g", &id_b))), vec![]);
     assert_eq!(heartbeat(&mut d, 3_101, 1, 1, &a.member_id), 27, "REBALANCE_IN_PROGRESS");
     let out = d.on_frame(3_102, 1, request(ApiKey::JoinGroup, 5, 4, &join("g", &a.member_id)));
     assert_eq!(out.len(), 2, "every member rejoined: both get generation 2 at once: {out:?}");

@@ -32,6 +32,7 @@ pub(super) fn request(version: i16, request: RequestKind) -> Result<GroupMessage
             GroupMessage::JoinGroupRequest {
                 group_id: r.group_id.0.to_string(),
                 member_id: r.member_id.to_string(),
+                require_known_member_id: version >= 4,
                 protocol_type: r.protocol_type.to_string(),
                 protocols: r.protocols.into_iter().map(|p| (p.name.to_string(), p.metadata.to_vec())).collect(),
                 session_timeout_ms: timeout_ms(r.session_timeout_ms),
@@ -124,9 +125,10 @@ fn code_of<T>(r: &Result<T, KafkaError>) -> i16 {
 /// The engine's answer in the request's wire version.
 pub(super) fn response(version: i16, answer: GroupMessage) -> ResponseKind {
     match answer {
-        GroupMessage::JoinGroupResponse { result } => {
+        GroupMessage::JoinGroupResponse { member_id, result } => {
             let mut r = JoinGroupResponse::default();
             r.error_code = code_of(&result);
+            r.member_id = str_bytes(&member_id);
             match result {
                 Ok(j) => {
                     r.generation_id = j.generation_id;
@@ -135,7 +137,6 @@ pub(super) fn response(version: i16, answer: GroupMessage) -> ResponseKind {
                         r.protocol_type = Some(StrBytes::from_static_str("consumer"));
                     }
                     r.leader = str_bytes(&j.leader);
-                    r.member_id = str_bytes(&j.member_id);
                     r.members = j
                         .members
                         .into_iter()
