@@ -35,19 +35,24 @@ pub struct JoinResult {
     pub members: Vec<(String, Vec<u8>)>,
 }
 
+/// A JoinGroup's parameters. `member_id` is empty for a new member; `protocols` are (name, metadata) in
+/// the member's preference; `require_known_member_id` (JoinGroup v4+, KIP-394): a new member first gets
+/// MEMBER_ID_REQUIRED with its id and must join again with it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct JoinRequest {
+    pub member_id: String,
+    pub require_known_member_id: bool,
+    pub protocol_type: String,
+    pub protocols: Vec<(String, Vec<u8>)>,
+    pub session_timeout_ms: TimeMs,
+    pub rebalance_timeout_ms: TimeMs,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum GroupMessage {
-    /// `member_id` empty for a new member; `protocols` are (name, metadata) in the member's preference.
-    /// `require_known_member_id` (JoinGroup v4+, KIP-394): a new member first gets MEMBER_ID_REQUIRED with
-    /// its id and must join again with it.
     JoinGroupRequest {
         group_id: String,
-        member_id: String,
-        require_known_member_id: bool,
-        protocol_type: String,
-        protocols: Vec<(String, Vec<u8>)>,
-        session_timeout_ms: TimeMs,
-        rebalance_timeout_ms: TimeMs,
+        join: JoinRequest,
     },
     /// `member_id` is the asker's (new, under MEMBER_ID_REQUIRED).
     JoinGroupResponse {
@@ -124,9 +129,9 @@ impl fmt::Display for GroupMessage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let api = self.api_name();
         match self {
-            GroupMessage::JoinGroupRequest { group_id, member_id, protocols, .. } => {
-                let names: Vec<&str> = protocols.iter().map(|(n, _)| n.as_str()).collect();
-                write!(f, "{api} req {group_id} member '{member_id}' [{}]", names.join(","))
+            GroupMessage::JoinGroupRequest { group_id, join } => {
+                let names: Vec<&str> = join.protocols.iter().map(|(n, _)| n.as_str()).collect();
+                write!(f, "{api} req {group_id} member '{}' [{}]", join.member_id, names.join(","))
             }
             GroupMessage::JoinGroupResponse { member_id, result: Ok(j) } => write!(
                 f,
@@ -338,24 +343,8 @@ impl GroupCoordinator {
     ) {
         let (from, corr) = (&asker.0, asker.1);
         let reply = match request {
-            GroupMessage::JoinGroupRequest {
-                group_id,
-                member_id,
-                require_known_member_id,
-                protocol_type,
-                protocols,
-                session_timeout_ms,
-                rebalance_timeout_ms,
-            } => {
-                let asked = member_id.clone();
-                let join = Join {
-                    member_id,
-                    require_known_member_id,
-                    protocol_type,
-                    protocols,
-                    session_timeout_ms,
-                    rebalance_timeout_ms,
-                };
+            GroupMessage::JoinGroupRequest { group_id, join } => {
+                let asked = join.member_id.clone();
                 match self.join(now_ms, config, me, from, corr, &group_id, join, effects) {
                     Ok(()) => return,
                     Err(e) => GroupMessage::JoinGroupResponse { member_id: asked, result: Err(e) },
@@ -469,7 +458,7 @@ impl GroupCoordinator {
         from: &NodeId,
         corr: u64,
         group_id: &str,
-        join: Join,
+        join: JoinRequest,
         effects: &mut Effects,
     ) -> Result<(), KafkaError> {
         if group_id.is_empty() {
@@ -575,16 +564,6 @@ impl GroupCoordinator {
             }
         }
     }
-}
-
-/// The join phase's parameters from a JoinGroup request.
-struct Join {
-    member_id: String,
-    require_known_member_id: bool,
-    protocol_type: String,
-    protocols: Vec<(String, Vec<u8>)>,
-    session_timeout_ms: TimeMs,
-    rebalance_timeout_ms: TimeMs,
 }
 
 /// A member left or expired: the rest must rebalance, or the group is empty.

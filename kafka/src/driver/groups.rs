@@ -9,7 +9,7 @@ use kafka_protocol::messages::offset_fetch_response::{OffsetFetchResponsePartiti
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use std::collections::BTreeMap;
-use txnsim_engine::group_coordinator::GroupMessage;
+use txnsim_engine::group_coordinator::{GroupMessage, JoinRequest};
 use txnsim_engine::{KafkaError, TimeMs, TopicPartition};
 
 use crate::api::code;
@@ -31,17 +31,19 @@ pub(super) fn request(version: i16, request: RequestKind) -> Result<GroupMessage
             }
             GroupMessage::JoinGroupRequest {
                 group_id: r.group_id.0.to_string(),
-                member_id: r.member_id.to_string(),
-                require_known_member_id: version >= 4,
-                protocol_type: r.protocol_type.to_string(),
-                protocols: r.protocols.into_iter().map(|p| (p.name.to_string(), p.metadata.to_vec())).collect(),
-                session_timeout_ms: timeout_ms(r.session_timeout_ms),
-                // v0 has no rebalance timeout: the session timeout serves for both.
-                rebalance_timeout_ms: timeout_ms(if version >= 1 {
-                    r.rebalance_timeout_ms
-                } else {
-                    r.session_timeout_ms
-                }),
+                join: JoinRequest {
+                    member_id: r.member_id.to_string(),
+                    require_known_member_id: version >= 4,
+                    protocol_type: r.protocol_type.to_string(),
+                    protocols: r.protocols.into_iter().map(|p| (p.name.to_string(), p.metadata.to_vec())).collect(),
+                    session_timeout_ms: timeout_ms(r.session_timeout_ms),
+                    // v0 has no rebalance timeout: the session timeout serves for both.
+                    rebalance_timeout_ms: timeout_ms(if version >= 1 {
+                        r.rebalance_timeout_ms
+                    } else {
+                        r.session_timeout_ms
+                    }),
+                },
             }
         }
         RequestKind::SyncGroup(r) => GroupMessage::SyncGroupRequest {
