@@ -69,6 +69,8 @@ enum Command {
     Sweep(txnsim_sim::cli::SweepArgs),
     /// Replay one seed as a one-line-per-event timeline.
     Replay(txnsim_sim::cli::ReplayArgs),
+    /// Serve the engine as a single Kafka broker on loopback, for real clients.
+    Serve(txnsim_kafka::ServeArgs),
 }
 
 /// The corpus in this checkout, so `txnsim run` works from any directory.
@@ -128,6 +130,7 @@ fn main() -> ExitCode {
         Command::Explore(args) => txnsim_model::cli::run_explore(&args),
         Command::Sweep(args) => txnsim_sim::cli::run_sweep(&args),
         Command::Replay(args) => txnsim_sim::cli::run_replay(&args),
+        Command::Serve(args) => txnsim_kafka::run_serve(&args),
     }
 }
 

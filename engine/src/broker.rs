@@ -4,6 +4,7 @@
 use crate::config::EngineConfig;
 use crate::coordinator::{Ctx, PartitionLeaders, TransactionCoordinator};
 use crate::error::KafkaError;
+use crate::group_coordinator::GroupCoordinator;
 use crate::log::PartitionLog;
 use crate::producer_state::AppendOrigin;
 use crate::protocol::{Effects, Envelope, Message, NodeId, ProduceAck, Timer, TxnMarkerEntry};
@@ -29,6 +30,8 @@ pub struct Broker {
     pub config: EngineConfig,
     pub partitions: BTreeMap<TopicPartition, PartitionLog>,
     pub coordinator: TransactionCoordinator,
+    /// Consumer groups (the wire driver's clients only).
+    pub groups: GroupCoordinator,
     /// Requests this broker sent to a coordinator, by correlation id.
     pending_verifications: BTreeMap<u64, PendingVerification>,
     /// `VerificationStateEntry` per (partition, producer): cleared by a marker, so a stale verification
@@ -71,6 +74,7 @@ impl Broker {
             config,
             partitions,
             coordinator: TransactionCoordinator::new(),
+            groups: GroupCoordinator::default(),
             pending_verifications: BTreeMap::new(),
             verification_guards: BTreeMap::new(),
             next_correlation_id: 0,
@@ -125,6 +129,13 @@ impl Broker {
                 unreachable!("brokers set no client timers")
             }
         }
+        effects
+    }
+
+    /// Ends the group join phases and member sessions that are due (`GroupCoordinator::next_deadline_ms`).
+    pub fn tick_groups(&mut self, now_ms: TimeMs) -> Effects {
+        let mut effects = Effects::default();
+        self.groups.tick(now_ms, &self.id, &mut effects);
         effects
     }
 
@@ -228,6 +239,15 @@ impl Broker {
                     Some(log) => Ok(log.latest_offset(isolation, &self.config.mutations)),
                 };
                 Some(Message::ListOffsetsResponse { partition, result })
+            }
+            Message::Metadata(request) => {
+                let NodeId::Broker(id) = self.id else { unreachable!("a broker's id is a broker id") };
+                crate::metadata::handle(id, self.config.num_partitions, &mut self.partitions, request)
+                    .map(Message::Metadata)
+            }
+            Message::Group(request) => {
+                self.groups.handle(now_ms, &self.config, &self.id, (reply_to.clone(), corr), request, &mut effects);
+                None
             }
             Message::InitProducerIdResponse { .. }
             | Message::ProduceResponse { .. }

@@ -27,6 +27,11 @@ pub struct EngineConfig {
     pub linger_ms: TimeMs,
     /// Producer `max.in.flight.requests.per.connection` (default 5; at most 5 with idempotence).
     pub max_in_flight_requests_per_connection: u32,
+    /// `num.partitions`: partitions of a topic created by a client without a count (wire driver only).
+    pub num_partitions: u32,
+    /// `group.initial.rebalance.delay.ms` (Kafka's default 3000): a new group waits this long for more
+    /// members before its first generation (wire driver only).
+    pub group_initial_rebalance_delay_ms: TimeMs,
     /// Historical bugs switched on; empty in every normal run.
     pub mutations: Mutations,
 }
@@ -44,6 +49,8 @@ impl Default for EngineConfig {
             delivery_timeout_ms: 120_000,
             linger_ms: 0,
             max_in_flight_requests_per_connection: 5,
+            num_partitions: 1,
+            group_initial_rebalance_delay_ms: 3_000,
             mutations: Mutations::none(),
         }
     }

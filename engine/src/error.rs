@@ -21,12 +21,25 @@ pub enum KafkaError {
     ProducerFenced,
     UnknownProducerId,
     RequestTimedOut,
+    CoordinatorNotAvailable,
+    InvalidTopicException,
+    TopicAlreadyExists,
+    InvalidPartitions,
+    InvalidReplicationFactor,
+    IllegalGeneration,
+    InconsistentGroupProtocol,
+    InvalidGroupId,
+    UnknownMemberId,
+    InvalidSessionTimeout,
+    RebalanceInProgress,
+    GroupMaxSizeReached,
+    MemberIdRequired,
     /// Client-side only (`TransactionAbortedException`): a batch never sent, failed by an abort. No wire code.
     TransactionAborted,
 }
 
 impl KafkaError {
-    pub const ALL: [KafkaError; 17] = [
+    pub const ALL: [KafkaError; 30] = [
         KafkaError::OffsetOutOfRange,
         KafkaError::UnknownTopicOrPartition,
         KafkaError::NotCoordinator,
@@ -44,6 +57,19 @@ impl KafkaError {
         KafkaError::UnknownProducerId,
         KafkaError::RequestTimedOut,
         KafkaError::TransactionAborted,
+        KafkaError::CoordinatorNotAvailable,
+        KafkaError::InvalidTopicException,
+        KafkaError::TopicAlreadyExists,
+        KafkaError::InvalidPartitions,
+        KafkaError::InvalidReplicationFactor,
+        KafkaError::IllegalGeneration,
+        KafkaError::InconsistentGroupProtocol,
+        KafkaError::InvalidGroupId,
+        KafkaError::UnknownMemberId,
+        KafkaError::InvalidSessionTimeout,
+        KafkaError::RebalanceInProgress,
+        KafkaError::GroupMaxSizeReached,
+        KafkaError::MemberIdRequired,
     ];
 
     /// The wire code from `Errors.java`.
@@ -67,6 +93,19 @@ impl KafkaError {
             KafkaError::ProducerFenced => 90,
             // Never on the wire: `Errors.UNKNOWN_SERVER_ERROR` if it ever had to be.
             KafkaError::TransactionAborted => -1,
+            KafkaError::CoordinatorNotAvailable => 15,
+            KafkaError::InvalidTopicException => 17,
+            KafkaError::TopicAlreadyExists => 36,
+            KafkaError::InvalidPartitions => 37,
+            KafkaError::InvalidReplicationFactor => 38,
+            KafkaError::IllegalGeneration => 22,
+            KafkaError::InconsistentGroupProtocol => 23,
+            KafkaError::InvalidGroupId => 24,
+            KafkaError::UnknownMemberId => 25,
+            KafkaError::InvalidSessionTimeout => 26,
+            KafkaError::RebalanceInProgress => 27,
+            KafkaError::GroupMaxSizeReached => 81,
+            KafkaError::MemberIdRequired => 79,
         }
     }
 
@@ -90,6 +129,19 @@ impl KafkaError {
             KafkaError::UnknownProducerId => "UNKNOWN_PRODUCER_ID",
             KafkaError::RequestTimedOut => "REQUEST_TIMED_OUT",
             KafkaError::TransactionAborted => "TRANSACTION_ABORTED",
+            KafkaError::CoordinatorNotAvailable => "COORDINATOR_NOT_AVAILABLE",
+            KafkaError::InvalidTopicException => "INVALID_TOPIC_EXCEPTION",
+            KafkaError::TopicAlreadyExists => "TOPIC_ALREADY_EXISTS",
+            KafkaError::InvalidPartitions => "INVALID_PARTITIONS",
+            KafkaError::InvalidReplicationFactor => "INVALID_REPLICATION_FACTOR",
+            KafkaError::IllegalGeneration => "ILLEGAL_GENERATION",
+            KafkaError::InconsistentGroupProtocol => "INCONSISTENT_GROUP_PROTOCOL",
+            KafkaError::InvalidGroupId => "INVALID_GROUP_ID",
+            KafkaError::UnknownMemberId => "UNKNOWN_MEMBER_ID",
+            KafkaError::InvalidSessionTimeout => "INVALID_SESSION_TIMEOUT",
+            KafkaError::RebalanceInProgress => "REBALANCE_IN_PROGRESS",
+            KafkaError::GroupMaxSizeReached => "GROUP_MAX_SIZE_REACHED",
+            KafkaError::MemberIdRequired => "MEMBER_ID_REQUIRED",
         }
     }
 

@@ -2,7 +2,9 @@
 //! and the `Effects` a handler returns (the engine is sans-io: drivers deliver these).
 
 use crate::error::KafkaError;
+use crate::group_coordinator::GroupMessage;
 use crate::log::FetchPartitionData;
+use crate::metadata::MetadataMessage;
 use crate::record::ProduceBatch;
 use crate::types::{
     CoordinatorEpoch, IsolationLevel, Offset, ProducerEpoch, ProducerId, ProducerIdAndEpoch, TimeMs, TopicPartition,
@@ -117,6 +119,10 @@ pub enum Message {
         partition: TopicPartition,
         result: Result<Offset, KafkaError>,
     },
+    /// Metadata, CreateTopics, FindCoordinator, ListOffsets EARLIEST: only the wire driver sends these.
+    Metadata(MetadataMessage),
+    /// The classic consumer group protocol: only the wire driver sends these.
+    Group(GroupMessage),
 }
 
 impl Message {
@@ -146,6 +152,8 @@ impl Message {
             Message::WriteTxnMarkersRequest { .. } | Message::WriteTxnMarkersResponse { .. } => "WriteTxnMarkers",
             Message::FetchRequest { .. } | Message::FetchResponse { .. } => "Fetch",
             Message::ListOffsetsRequest { .. } | Message::ListOffsetsResponse { .. } => "ListOffsets",
+            Message::Metadata(m) => m.api_name(),
+            Message::Group(m) => m.api_name(),
         }
     }
 }

@@ -94,7 +94,9 @@ impl Rename for Message {
             | Message::FetchRequest { .. }
             | Message::FetchResponse { result: Err(_), .. }
             | Message::ListOffsetsRequest { .. }
-            | Message::ListOffsetsResponse { .. } => {}
+            | Message::ListOffsetsResponse { .. }
+            | Message::Metadata(_)
+            | Message::Group(_) => {}
         }
     }
 }

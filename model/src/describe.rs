@@ -213,6 +213,8 @@ pub fn message(m: &Message) -> String {
         }
         Message::ListOffsetsRequest { partition, .. } => format!("ListOffsets({partition})"),
         Message::ListOffsetsResponse { partition, .. } => format!("ListOffsets {partition} answered"),
+        Message::Metadata(m) => m.to_string(),
+        Message::Group(m) => m.to_string(),
     }
 }
 

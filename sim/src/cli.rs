@@ -30,7 +30,7 @@ fn parse_profile(s: &str) -> Result<Profile, String> {
     Profile::from_name(s).ok_or_else(|| format!("unknown profile '{s}'; known: {}", Profile::names()))
 }
 
-fn parse_mutation(s: &str) -> Result<Mutation, String> {
+pub fn parse_mutation(s: &str) -> Result<Mutation, String> {
     Mutation::from_name(s).ok_or_else(|| {
         let names: Vec<&str> = Mutation::ALL.iter().map(|m| m.name()).collect();
         format!("unknown mutation '{s}'; known: {}", names.join(", "))

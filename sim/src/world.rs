@@ -1044,6 +1044,8 @@ pub fn describe_with(env: &Envelope, marker: &dyn Fn(&TopicPartition, Offset) ->
             Ok(o) => format!("{api} resp {partition} offset {o}"),
             Err(e) => format!("{api} resp {partition} {e}"),
         },
+        Message::Metadata(m) => m.to_string(),
+        Message::Group(m) => m.to_string(),
     }
 }
 

@@ -1,0 +1,258 @@
+//! What a client asks a broker about the cluster before it produces or fetches: topics created at run
+//! time (CreateTopics, and Metadata's auto-creation under `auto.create.topics.enable=true`, Kafka's
+//! default), topic layouts (Metadata), coordinator lookup (FindCoordinator) and the log start offset
+//! (ListOffsets EARLIEST). Kafka's `KafkaApis.handleTopicMetadataRequest`, `ControllerApis.createTopics`
+//! and `handleFindCoordinatorRequest`, on a single broker that leads every partition and hosts every
+//! coordinator. Only the wire driver sends these; the sim, the model and the scenarios never do.
+
+use crate::error::KafkaError;
+use crate::log::PartitionLog;
+use crate::types::{Offset, TopicPartition};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// A bound of ours on partitions per topic, so a request cannot make the broker allocate without limit.
+pub const MAX_PARTITIONS_PER_TOPIC: u32 = 1024;
+/// `Topic.MAX_NAME_LENGTH`.
+pub const MAX_TOPIC_NAME_LENGTH: usize = 249;
+
+/// `FindCoordinatorRequest.key_type`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum CoordinatorType {
+    Group,
+    Transaction,
+}
+
+/// One `CreatableTopic`; `None` leaves the count to the broker (`-1` on the wire).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct NewTopic {
+    pub name: String,
+    pub num_partitions: Option<i32>,
+    pub replication_factor: Option<i16>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum MetadataMessage {
+    /// `validate_only` checks without creating (`CreateTopicsRequest.validateOnly`).
+    CreateTopicsRequest {
+        topics: Vec<NewTopic>,
+        validate_only: bool,
+    },
+    /// Per topic, in request order: its partition count, or why it was not created.
+    CreateTopicsResponse {
+        results: Vec<(String, Result<u32, KafkaError>)>,
+    },
+    /// `topics: None` asks for every topic.
+    MetadataRequest {
+        topics: Option<Vec<String>>,
+        allow_auto_topic_creation: bool,
+    },
+    /// Per topic: its partition count (this broker leads each), or why it has none.
+    MetadataResponse {
+        topics: Vec<(String, Result<u32, KafkaError>)>,
+    },
+    FindCoordinatorRequest {
+        key_type: CoordinatorType,
+        keys: Vec<String>,
+    },
+    /// Per key: the broker id of its coordinator.
+    FindCoordinatorResponse {
+        coordinators: Vec<(String, Result<u32, KafkaError>)>,
+    },
+    /// ListOffsets with `EARLIEST_TIMESTAMP`: the log start offset (LATEST is `Message::ListOffsetsRequest`).
+    EarliestOffsetRequest {
+        partition: TopicPartition,
+    },
+    EarliestOffsetResponse {
+        partition: TopicPartition,
+        result: Result<Offset, KafkaError>,
+    },
+}
+
+impl MetadataMessage {
+    pub fn api_name(&self) -> &'static str {
+        match self {
+            MetadataMessage::CreateTopicsRequest { .. } | MetadataMessage::CreateTopicsResponse { .. } => {
+                "CreateTopics"
+            }
+            MetadataMessage::MetadataRequest { .. } | MetadataMessage::MetadataResponse { .. } => "Metadata",
+            MetadataMessage::FindCoordinatorRequest { .. } | MetadataMessage::FindCoordinatorResponse { .. } => {
+                "FindCoordinator"
+            }
+            MetadataMessage::EarliestOffsetRequest { .. } | MetadataMessage::EarliestOffsetResponse { .. } => {
+                "ListOffsets"
+            }
+        }
+    }
+
+    pub fn is_request(&self) -> bool {
+        matches!(
+            self,
+            MetadataMessage::CreateTopicsRequest { .. }
+                | MetadataMessage::MetadataRequest { .. }
+                | MetadataMessage::FindCoordinatorRequest { .. }
+                | MetadataMessage::EarliestOffsetRequest { .. }
+        )
+    }
+}
+
+fn results<T: fmt::Display>(f: &mut fmt::Formatter<'_>, rs: &[(String, Result<T, KafkaError>)]) -> fmt::Result {
+    let parts: Vec<String> = rs
+        .iter()
+        .map(|(k, r)| match r {
+            Ok(v) => format!("{k}={v}"),
+            Err(e) => format!("{k} {e}"),
+        })
+        .collect();
+    write!(f, "[{}]", parts.join(", "))
+}
+
+/// One line for timelines (`replay`'s `req`/`resp` style).
+impl fmt::Display for MetadataMessage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let api = self.api_name();
+        match self {
+            MetadataMessage::CreateTopicsRequest { topics, validate_only } => {
+                let names: Vec<String> = topics
+                    .iter()
+                    .map(|t| format!("{} x{}", t.name, t.num_partitions.map_or("default".into(), |n| n.to_string())))
+                    .collect();
+                write!(f, "{api} req [{}]{}", names.join(", "), if *validate_only { " validate-only" } else { "" })
+            }
+            MetadataMessage::MetadataRequest { topics, allow_auto_topic_creation } => write!(
+                f,
+                "{api} req {}{}",
+                topics.as_ref().map_or("all topics".into(), |t| format!("[{}]", t.join(","))),
+                if *allow_auto_topic_creation { " auto-create" } else { "" }
+            ),
+            MetadataMessage::FindCoordinatorRequest { key_type, keys } => {
+                write!(f, "{api} req {key_type:?} [{}]", keys.join(","))
+            }
+            MetadataMessage::EarliestOffsetRequest { partition } => write!(f, "{api} req {partition} earliest"),
+            MetadataMessage::CreateTopicsResponse { results: rs }
+            | MetadataMessage::MetadataResponse { topics: rs } => {
+                write!(f, "{api} resp ")?;
+                results(f, rs)
+            }
+            MetadataMessage::FindCoordinatorResponse { coordinators } => {
+                write!(f, "{api} resp ")?;
+                results(f, coordinators)
+            }
+            MetadataMessage::EarliestOffsetResponse { partition, result } => match result {
+                Ok(o) => write!(f, "{api} resp {partition} earliest {o}"),
+                Err(e) => write!(f, "{api} resp {partition} {e}"),
+            },
+        }
+    }
+}
+
+/// `Topic.validate`: 1 to 249 characters of `[a-zA-Z0-9._-]`, and not `.` or `..`.
+pub fn validate_topic_name(name: &str) -> Result<(), KafkaError> {
+    let legal = name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
+    if name.is_empty() || name.len() > MAX_TOPIC_NAME_LENGTH || name == "." || name == ".." || !legal {
+        return Err(KafkaError::InvalidTopicException);
+    }
+    Ok(())
+}
+
+/// Partition counts per topic, from the broker's partition map.
+pub fn topic_partition_counts(partitions: &BTreeMap<TopicPartition, PartitionLog>) -> BTreeMap<&str, u32> {
+    let mut counts = BTreeMap::new();
+    for tp in partitions.keys() {
+        *counts.entry(tp.topic.as_str()).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// The broker's answer to one metadata request; `None` for a response (the broker sends none of these).
+pub fn handle(
+    broker_id: u32,
+    num_partitions: u32,
+    partitions: &mut BTreeMap<TopicPartition, PartitionLog>,
+    request: MetadataMessage,
+) -> Option<MetadataMessage> {
+    let reply = match request {
+        MetadataMessage::CreateTopicsRequest { topics, validate_only } => {
+            let mut results = Vec::new();
+            for t in &topics {
+                let result = check_new_topic(partitions, t, num_partitions);
+                if let (Ok(n), false) = (result, validate_only) {
+                    create_topic(partitions, &t.name, n);
+                }
+                results.push((t.name.clone(), result));
+            }
+            MetadataMessage::CreateTopicsResponse { results }
+        }
+        MetadataMessage::MetadataRequest { topics, allow_auto_topic_creation } => {
+            let names: Vec<String> = match topics {
+                Some(names) => names,
+                None => topic_partition_counts(partitions).keys().map(|t| t.to_string()).collect(),
+            };
+            let mut out = Vec::new();
+            for name in names {
+                let known = topic_partition_counts(partitions).get(name.as_str()).copied();
+                let result = match known {
+                    Some(n) => Ok(n),
+                    None => match validate_topic_name(&name) {
+                        Err(e) => Err(e),
+                        // Auto-creation, as `auto.create.topics.enable=true` does on a Metadata request.
+                        Ok(()) if allow_auto_topic_creation => {
+                            create_topic(partitions, &name, num_partitions);
+                            Ok(num_partitions)
+                        }
+                        Ok(()) => Err(KafkaError::UnknownTopicOrPartition),
+                    },
+                };
+                out.push((name, result));
+            }
+            MetadataMessage::MetadataResponse { topics: out }
+        }
+        MetadataMessage::FindCoordinatorRequest { key_type: _, keys } => {
+            // One broker hosts every coordinator, for groups and transactional ids alike.
+            let result: Result<u32, KafkaError> = Ok(broker_id);
+            MetadataMessage::FindCoordinatorResponse { coordinators: keys.into_iter().map(|k| (k, result)).collect() }
+        }
+        MetadataMessage::EarliestOffsetRequest { partition } => {
+            let result = match partitions.get(&partition) {
+                Some(log) => Ok(log.log_start_offset()),
+                None => Err(KafkaError::UnknownTopicOrPartition),
+            };
+            MetadataMessage::EarliestOffsetResponse { partition, result }
+        }
+        MetadataMessage::CreateTopicsResponse { .. }
+        | MetadataMessage::MetadataResponse { .. }
+        | MetadataMessage::FindCoordinatorResponse { .. }
+        | MetadataMessage::EarliestOffsetResponse { .. } => return None,
+    };
+    Some(reply)
+}
+
+/// `ControllerApis.createTopics`' checks on one broker: a legal new name, a partition count in bounds, and
+/// a replication factor this single broker can host.
+fn check_new_topic(
+    partitions: &BTreeMap<TopicPartition, PartitionLog>,
+    t: &NewTopic,
+    num_partitions: u32,
+) -> Result<u32, KafkaError> {
+    validate_topic_name(&t.name)?;
+    if topic_partition_counts(partitions).contains_key(t.name.as_str()) {
+        return Err(KafkaError::TopicAlreadyExists);
+    }
+    let n = match t.num_partitions {
+        None => num_partitions,
+        Some(n) if n >= 1 && n as u32 <= MAX_PARTITIONS_PER_TOPIC => n as u32,
+        Some(_) => return Err(KafkaError::InvalidPartitions),
+    };
+    match t.replication_factor {
+        None | Some(1) => Ok(n),
+        Some(_) => Err(KafkaError::InvalidReplicationFactor),
+    }
+}
+
+fn create_topic(partitions: &mut BTreeMap<TopicPartition, PartitionLog>, name: &str, n: u32) {
+    for p in 0..n {
+        let previous = partitions.insert(TopicPartition::new(name, p), PartitionLog::new());
+        assert!(previous.is_none(), "{name}/{p} created twice");
+    }
+}

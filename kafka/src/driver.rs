@@ -1,0 +1,1052 @@
+//! The fourth driver of the sans-io engine: Kafka requests in, Kafka responses out, with no sockets and
+//! no clock of its own. The server hands it frames per connection and the wall-clock time; it turns each
+//! request into engine `Message`s from that connection's client `NodeId`, runs the broker until quiet
+//! (its self-sends: KIP-890 verification, WriteTxnMarkers), fires the broker's timers when they fall due,
+//! checks every state invariant after every step, and encodes the engine's answers.
+//!
+//! A connection is served one request at a time, as Kafka's `SocketServer` mutes a channel until its
+//! response is sent: a Fetch with nothing to return waits (up to `max_wait_ms`, Kafka's fetch purgatory)
+//! and the requests behind it on that connection wait with it.
+
+use crate::api::{self, code};
+use crate::frame;
+use crate::records::{self, RecordsError, StoredRecord};
+use crate::timeline::Timeline;
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::add_partitions_to_txn_response::{
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+};
+use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::fetch_response::{self, FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+use std::collections::{BTreeMap, VecDeque};
+use txnsim_engine::metadata::{CoordinatorType, MetadataMessage, NewTopic};
+use txnsim_engine::protocol::{Effects, Envelope, Message, NodeId, Timer};
+use txnsim_engine::{
+    Broker, EngineConfig, IsolationLevel, KafkaError, Offset, ProducerIdAndEpoch, TimeMs, TopicPartition,
+    TransactionResult, TransactionVersion,
+};
+use txnsim_properties::{check_state, ClusterView, MonotonicityChecker, Violation};
+use uuid::Uuid;
+
+mod groups;
+
+pub type ConnId = u64;
+
+/// The broker's id: one broker leads every partition.
+pub const BROKER_ID: u32 = 0;
+/// Deliveries one request may cause before the broker is declared stuck (`Cluster::MAX_STEPS_PER_RUN`).
+const MAX_STEPS_PER_REQUEST: usize = txnsim_engine::cluster::MAX_STEPS_PER_RUN;
+/// Kafka caps a fetch's wait at the consumer's `fetch.max.wait.ms`; ours also at this bound.
+const MAX_FETCH_WAIT_MS: TimeMs = 30_000;
+/// Requests queued behind a waiting Fetch on one connection; more and the connection is closed
+/// (librdkafka keeps at most `max.in.flight` = 1,000,000 but sends a handful).
+const MAX_QUEUED_PER_CONNECTION: usize = 1024;
+
+/// What the server must do on the sockets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Output {
+    Send(ConnId, Bytes),
+    /// Kafka closes a connection whose request it cannot parse (`InvalidRequestException`).
+    Close(ConnId, String),
+}
+
+/// One Produce partition: its answer before the engine (a decode error), and the engine messages sent for
+/// it with the records' unmodelled parts, stored once the engine says where they went.
+struct ProducePartition {
+    topic_index: usize,
+    tp: Option<TopicPartition>,
+    index: i32,
+    status: Result<(), i16>,
+    sent: Vec<(usize, Vec<StoredRecord>)>,
+}
+
+/// Why a connection's current request has no answer yet.
+enum Waiting {
+    /// A Fetch with nothing to return, until data arrives or its deadline (Kafka's fetch purgatory).
+    Fetch { header: RequestHeader, request: Box<FetchRequest>, deadline_ms: TimeMs },
+    /// A group request the coordinator answers later (a JoinGroup waits for the rebalance).
+    Engine { header: RequestHeader, correlation_id: u64 },
+}
+
+#[derive(Default)]
+struct Connection {
+    queue: VecDeque<Bytes>,
+    waiting: Option<Waiting>,
+}
+
+/// What a handler produced for one request.
+enum Reply {
+    Response(Box<ResponseKind>),
+    /// `acks=0` Produce: Kafka sends nothing back.
+    Nothing,
+    /// A Fetch with nothing to return yet.
+    Park(Box<FetchRequest>),
+    /// The engine will answer this correlation id later.
+    Wait(u64),
+}
+
+pub struct Driver {
+    broker: Broker,
+    host: StrBytes,
+    port: i32,
+    timers: BTreeMap<(TimeMs, u64), Timer>,
+    next_timer_seq: u64,
+    next_correlation_id: u64,
+    stored: BTreeMap<(TopicPartition, Offset), StoredRecord>,
+    connections: BTreeMap<ConnId, Connection>,
+    monotonicity: MonotonicityChecker,
+    violations: Vec<Violation>,
+    unreported: Vec<Violation>,
+    /// Engine answers to clients not yet collected, by correlation id.
+    answers: BTreeMap<u64, Message>,
+    pub timeline: Timeline,
+}
+
+/// A topic's id, derived from its name (FNV-1a, twice): Kafka draws ids at random; clients need them
+/// stable and distinct (Metadata v10+, Fetch v13+, Produce v13 name topics by id).
+pub fn topic_id(name: &str) -> Uuid {
+    let fnv = |seed: u64| name.bytes().fold(seed, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    let id = ((fnv(0xcbf2_9ce4_8422_2325) as u128) << 64) | fnv(0x8422_2325_cbf2_9ce4) as u128;
+    Uuid::from_u128(id.max(1))
+}
+
+fn str_bytes(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+fn error_code(result: &Result<impl Sized, KafkaError>) -> i16 {
+    result.as_ref().err().map_or(0, |e| e.code())
+}
+
+impl Driver {
+    /// `host:port` is what Metadata and FindCoordinator advertise: where clients reach this broker.
+    pub fn new(config: EngineConfig, host: &str, port: u16, now_ms: TimeMs) -> Self {
+        let mut broker = Broker::new(BROKER_ID, &BTreeMap::new(), config);
+        let start = broker.on_start(now_ms);
+        let mut driver = Driver {
+            broker,
+            host: str_bytes(host),
+            port: port as i32,
+            timers: BTreeMap::new(),
+            next_timer_seq: 0,
+            next_correlation_id: 0,
+            stored: BTreeMap::new(),
+            connections: BTreeMap::new(),
+            monotonicity: MonotonicityChecker::default(),
+            violations: Vec::new(),
+            unreported: Vec::new(),
+            answers: BTreeMap::new(),
+            timeline: Timeline::default(),
+        };
+        driver.run(now_ms, start);
+        driver
+    }
+
+    pub fn broker(&self) -> &Broker {
+        &self.broker
+    }
+
+    /// Every violation seen so far, first occurrence of each.
+    pub fn violations(&self) -> &[Violation] {
+        &self.violations
+    }
+
+    /// Violations not yet handed out (the server prints them at once).
+    pub fn take_new_violations(&mut self) -> Vec<Violation> {
+        std::mem::take(&mut self.unreported)
+    }
+
+    /// When the driver next needs `on_tick`: a broker timer, a group deadline or a waiting Fetch's.
+    pub fn next_deadline_ms(&self) -> Option<TimeMs> {
+        let timer = self.timers.keys().next().map(|k| k.0);
+        let fetch = self
+            .connections
+            .values()
+            .filter_map(|c| match &c.waiting {
+                Some(Waiting::Fetch { deadline_ms, .. }) => Some(*deadline_ms),
+                _ => None,
+            })
+            .min();
+        timer.into_iter().chain(fetch).chain(self.broker.groups.next_deadline_ms()).min()
+    }
+
+    pub fn on_disconnect(&mut self, conn: ConnId) {
+        self.connections.remove(&conn);
+    }
+
+    /// One request frame (the bytes after the size prefix) from `conn`.
+    pub fn on_frame(&mut self, now_ms: TimeMs, conn: ConnId, body: Bytes) -> Vec<Output> {
+        let connection = self.connections.entry(conn).or_default();
+        if connection.waiting.is_some() {
+            if connection.queue.len() >= MAX_QUEUED_PER_CONNECTION {
+                self.connections.remove(&conn);
+                return vec![Output::Close(conn, "too many requests queued behind a waiting fetch".into())];
+            }
+            connection.queue.push_back(body);
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        self.serve(now_ms, conn, body, &mut out);
+        self.wake(now_ms, false, &mut out);
+        out
+    }
+
+    /// Fires the broker timers that are due and answers the fetches whose wait is over.
+    pub fn on_tick(&mut self, now_ms: TimeMs) -> Vec<Output> {
+        let mut out = Vec::new();
+        while let Some((&key, _)) = self.timers.iter().next() {
+            if key.0 > now_ms {
+                break;
+            }
+            let timer = self.timers.remove(&key).expect("found above");
+            let line = format!("timer {timer:?}");
+            let effects = self.broker.on_timer(now_ms, timer);
+            self.after_broker_step(now_ms, line);
+            self.run(now_ms, effects);
+        }
+        if self.broker.groups.next_deadline_ms().is_some_and(|due| due <= now_ms) {
+            let effects = self.broker.tick_groups(now_ms);
+            self.after_broker_step(now_ms, "group deadlines".to_string());
+            self.run(now_ms, effects);
+        }
+        self.wake(now_ms, true, &mut out);
+        out
+    }
+
+    /// Serves one frame, or closes the connection if it cannot be parsed.
+    fn serve(&mut self, now_ms: TimeMs, conn: ConnId, body: Bytes, out: &mut Vec<Output>) {
+        match self.handle(now_ms, conn, body) {
+            Ok(Some((header, Reply::Response(response)))) => match encode_response(&header, &response) {
+                Ok(bytes) => out.push(Output::Send(conn, bytes)),
+                Err(e) => {
+                    self.connections.remove(&conn);
+                    out.push(Output::Close(conn, format!("cannot encode the response: {e}")));
+                }
+            },
+            Ok(Some((header, Reply::Park(request)))) => {
+                let wait = (request.max_wait_ms.max(0) as TimeMs).min(MAX_FETCH_WAIT_MS);
+                let waiting = Waiting::Fetch { header, request, deadline_ms: now_ms + wait };
+                self.connections.entry(conn).or_default().waiting = Some(waiting);
+            }
+            Ok(Some((header, Reply::Wait(correlation_id)))) => {
+                self.connections.entry(conn).or_default().waiting = Some(Waiting::Engine { header, correlation_id });
+            }
+            Ok(Some((_, Reply::Nothing))) | Ok(None) => {}
+            Err(reason) => {
+                self.connections.remove(&conn);
+                out.push(Output::Close(conn, reason));
+            }
+        }
+    }
+
+    /// Answers what waited and can be answered now: fetches with data (or, if `expire`, past their
+    /// deadline) and group requests the coordinator has answered; then serves what queued behind them.
+    fn wake(&mut self, now_ms: TimeMs, expire: bool, out: &mut Vec<Output>) {
+        let waiting: Vec<ConnId> =
+            self.connections.iter().filter(|(_, c)| c.waiting.is_some()).map(|(id, _)| *id).collect();
+        for conn in waiting {
+            let Some(waiting) = self.connections.get_mut(&conn).and_then(|c| c.waiting.take()) else { continue };
+            let (header, response) = match waiting {
+                Waiting::Fetch { header, request, deadline_ms } => {
+                    let (response, has_data) = self.fetch(now_ms, conn, header.request_api_version, &request);
+                    if !(has_data || expire && now_ms >= deadline_ms) {
+                        let waiting = Waiting::Fetch { header, request, deadline_ms };
+                        self.connections.get_mut(&conn).expect("still connected").waiting = Some(waiting);
+                        continue;
+                    }
+                    (header, ResponseKind::Fetch(response))
+                }
+                Waiting::Engine { header, correlation_id } => match self.answers.remove(&correlation_id) {
+                    Some(Message::Group(answer)) => {
+                        let response = groups::response(header.request_api_version, answer);
+                        (header, response)
+                    }
+                    other => {
+                        assert!(other.is_none(), "a group request answered with {other:?}");
+                        let waiting = Waiting::Engine { header, correlation_id };
+                        self.connections.get_mut(&conn).expect("still connected").waiting = Some(waiting);
+                        continue;
+                    }
+                },
+            };
+            match encode_response(&header, &response) {
+                Ok(bytes) => out.push(Output::Send(conn, bytes)),
+                Err(e) => {
+                    self.connections.remove(&conn);
+                    out.push(Output::Close(conn, format!("cannot encode the response: {e}")));
+                    continue;
+                }
+            }
+            // Serve the queue until it is empty or another request waits.
+            while let Some(next) =
+                self.connections.get_mut(&conn).filter(|c| c.waiting.is_none()).and_then(|c| c.queue.pop_front())
+            {
+                self.serve(now_ms, conn, next, out);
+            }
+        }
+        // Answers nobody waits for any more (their connection closed) are dropped.
+        let awaited: Vec<u64> = self
+            .connections
+            .values()
+            .filter_map(|c| match c.waiting {
+                Some(Waiting::Engine { correlation_id, .. }) => Some(correlation_id),
+                _ => None,
+            })
+            .collect();
+        self.answers.retain(|id, _| awaited.contains(id));
+    }
+
+    /// Parses and dispatches one request. `Err` closes the connection, as Kafka does for a request it
+    /// cannot parse: an unknown API key, an API or version it did not advertise, a malformed body.
+    fn handle(&mut self, now_ms: TimeMs, conn: ConnId, body: Bytes) -> Result<Option<(RequestHeader, Reply)>, String> {
+        if body.len() < 8 {
+            return Err(format!("a {}-byte request has no header", body.len()));
+        }
+        let key_code = i16::from_be_bytes([body[0], body[1]]);
+        let version = i16::from_be_bytes([body[2], body[3]]);
+        let key = ApiKey::try_from(key_code).map_err(|_| format!("unknown API key {key_code}"))?;
+        let mut buf = body;
+        if key == ApiKey::ApiVersions && !api::is_served(key, version) {
+            // KIP-511: an ApiVersions request of an unknown version is answered at v0 with
+            // UNSUPPORTED_VERSION and our ranges, so the client can retry with a version we speak.
+            let header = RequestHeader::decode(&mut buf, 1).map_err(|e| format!("bad ApiVersions header: {e}"))?;
+            let mut header = header;
+            header.request_api_version = 0;
+            let response = api::api_versions_response(code::UNSUPPORTED_VERSION);
+            return Ok(Some((header, Reply::Response(Box::new(ResponseKind::ApiVersions(response))))));
+        }
+        if !api::is_served(key, version) {
+            return Err(format!("{key:?} v{version} is not served (see ApiVersions)"));
+        }
+        let header = RequestHeader::decode(&mut buf, key.request_header_version(version))
+            .map_err(|e| format!("bad {key:?} v{version} header: {e}"))?;
+        let request =
+            RequestKind::decode(key, &mut buf, version).map_err(|e| format!("bad {key:?} v{version} body: {e}"))?;
+        let node = NodeId::Client(format!("conn-{conn}"));
+        let reply = self.dispatch(now_ms, &node, version, request);
+        Ok(Some((header, reply)))
+    }
+
+    fn dispatch(&mut self, now_ms: TimeMs, node: &NodeId, version: i16, request: RequestKind) -> Reply {
+        let response = match request {
+            RequestKind::ApiVersions(_) => {
+                let mut r = api::api_versions_response(0);
+                if version < 3 {
+                    // Features are tagged fields of v3+.
+                    r.supported_features.clear();
+                    r.finalized_features.clear();
+                    r.finalized_features_epoch = -1;
+                }
+                ResponseKind::ApiVersions(r)
+            }
+            RequestKind::Metadata(r) => ResponseKind::Metadata(self.metadata(now_ms, node, version, r)),
+            RequestKind::CreateTopics(r) => ResponseKind::CreateTopics(self.create_topics(now_ms, node, version, r)),
+            RequestKind::FindCoordinator(r) => {
+                ResponseKind::FindCoordinator(self.find_coordinator(now_ms, node, version, r))
+            }
+            RequestKind::InitProducerId(r) => ResponseKind::InitProducerId(self.init_producer_id(now_ms, node, r)),
+            RequestKind::AddPartitionsToTxn(r) => {
+                ResponseKind::AddPartitionsToTxn(self.add_partitions_to_txn(now_ms, node, r))
+            }
+            RequestKind::EndTxn(r) => ResponseKind::EndTxn(self.end_txn(now_ms, node, version, r)),
+            RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(self.list_offsets(now_ms, node, version, r)),
+            RequestKind::Produce(r) => match self.produce(now_ms, node, version, r) {
+                Some(r) => ResponseKind::Produce(r),
+                None => return Reply::Nothing,
+            },
+            RequestKind::Fetch(r) => {
+                let (response, has_data) = self.fetch_as(now_ms, node, version, &r);
+                if !has_data && r.max_wait_ms > 0 {
+                    return Reply::Park(Box::new(r));
+                }
+                ResponseKind::Fetch(response)
+            }
+            RequestKind::JoinGroup(_)
+            | RequestKind::SyncGroup(_)
+            | RequestKind::Heartbeat(_)
+            | RequestKind::LeaveGroup(_)
+            | RequestKind::OffsetCommit(_)
+            | RequestKind::OffsetFetch(_) => {
+                return match groups::request(version, request) {
+                    Ok(message) => {
+                        let id = self.send(now_ms, node, Message::Group(message));
+                        match self.answers.remove(&id) {
+                            Some(Message::Group(answer)) => {
+                                Reply::Response(Box::new(groups::response(version, answer)))
+                            }
+                            Some(other) => unreachable!("a group request answered with {other:?}"),
+                            None => Reply::Wait(id),
+                        }
+                    }
+                    Err(response) => Reply::Response(response),
+                };
+            }
+            other => unreachable!("api::SUPPORTED lists only dispatched APIs, not {other:?}"),
+        };
+        Reply::Response(Box::new(response))
+    }
+
+    // ------------------------------------------------------------ the engine
+
+    /// Sends `messages` from `node` to the broker, runs until quiet, and returns each one's answer.
+    fn call(&mut self, now_ms: TimeMs, node: &NodeId, messages: Vec<Message>) -> Vec<Option<Message>> {
+        let mut effects = Effects::default();
+        let mut ids = Vec::new();
+        for message in messages {
+            self.next_correlation_id += 1;
+            ids.push(self.next_correlation_id);
+            effects.send(node, &NodeId::Broker(BROKER_ID), self.next_correlation_id, message);
+        }
+        self.run(now_ms, effects);
+        ids.into_iter().map(|id| self.answers.remove(&id)).collect()
+    }
+
+    /// Sends one message and runs until quiet; its answer, if any yet, is in `answers` under the id returned.
+    fn send(&mut self, now_ms: TimeMs, node: &NodeId, message: Message) -> u64 {
+        self.next_correlation_id += 1;
+        let id = self.next_correlation_id;
+        let mut effects = Effects::default();
+        effects.send(node, &NodeId::Broker(BROKER_ID), id, message);
+        self.run(now_ms, effects);
+        id
+    }
+
+    /// Delivers messages (the broker's sends to itself too) until none is left; answers to clients land
+    /// in `answers` by correlation id. Timers are kept for `on_tick`.
+    fn run(&mut self, now_ms: TimeMs, effects: Effects) {
+        let mut network: VecDeque<Envelope> = VecDeque::new();
+        self.absorb(effects, &mut network);
+        for _ in 0..MAX_STEPS_PER_REQUEST {
+            let Some(env) = network.pop_front() else { return };
+            match env.to {
+                NodeId::Broker(_) => {
+                    let line = format!("recv {} from {}", txnsim_sim::world::describe(&env), env.from);
+                    let effects = self.broker.on_message(now_ms, env);
+                    self.after_broker_step(now_ms, line);
+                    self.absorb(effects, &mut network);
+                }
+                NodeId::Client(ref name) => {
+                    let line = format!("recv {}", txnsim_sim::world::describe(&env));
+                    self.timeline.event(now_ms, name, || line);
+                    self.answers.insert(env.correlation_id, env.message);
+                }
+            }
+        }
+        panic!("the broker kept itself busy past {MAX_STEPS_PER_REQUEST} deliveries for one request");
+    }
+
+    fn absorb(&mut self, effects: Effects, network: &mut VecDeque<Envelope>) {
+        network.extend(effects.sends);
+        for (due, timer) in effects.timers {
+            self.next_timer_seq += 1;
+            self.timers.insert((due, self.next_timer_seq), timer);
+        }
+    }
+
+    /// After every broker step: the timeline line with what changed in the logs, then every state
+    /// invariant of the catalogue on the live broker.
+    fn after_broker_step(&mut self, now_ms: TimeMs, line: String) {
+        self.timeline.broker_step(now_ms, &self.broker, line);
+        let view = ClusterView::of_broker(&self.broker);
+        let mut found = check_state(&view);
+        found.extend(self.monotonicity.observe(&view));
+        for v in found {
+            if self.violations.iter().any(|seen| seen.invariant == v.invariant) {
+                continue;
+            }
+            self.timeline.event(now_ms, "checker", || format!("VIOLATION {v}"));
+            self.violations.push(v.clone());
+            self.unreported.push(v);
+        }
+    }
+
+    fn metadata_call(&mut self, now_ms: TimeMs, node: &NodeId, request: MetadataMessage) -> MetadataMessage {
+        match self.call(now_ms, node, vec![Message::Metadata(request)]).pop().flatten() {
+            Some(Message::Metadata(m)) => m,
+            other => unreachable!("the broker answers metadata with metadata, not {other:?}"),
+        }
+    }
+
+    // ------------------------------------------------------------ cluster metadata
+
+    fn topic_name_of(&self, id: Uuid) -> Option<String> {
+        txnsim_engine::metadata::topic_partition_counts(&self.broker.partitions)
+            .keys()
+            .find(|t| topic_id(t) == id)
+            .map(|t| t.to_string())
+    }
+
+    fn metadata(&mut self, now_ms: TimeMs, node: &NodeId, version: i16, r: MetadataRequest) -> MetadataResponse {
+        // v0 asks for every topic with an empty list; v1+ with null.
+        let mut by_id_unknown = Vec::new();
+        let topics = match r.topics {
+            None => None,
+            Some(list) if list.is_empty() && version == 0 => None,
+            Some(list) => Some(
+                list.into_iter()
+                    .filter_map(|t| match t.name {
+                        Some(name) => Some(name.0.to_string()),
+                        None => {
+                            let name = self.topic_name_of(t.topic_id);
+                            if name.is_none() {
+                                by_id_unknown.push(t.topic_id);
+                            }
+                            name
+                        }
+                    })
+                    .collect(),
+            ),
+        };
+        let request =
+            MetadataMessage::MetadataRequest { topics, allow_auto_topic_creation: r.allow_auto_topic_creation };
+        let MetadataMessage::MetadataResponse { topics } = self.metadata_call(now_ms, node, request) else {
+            unreachable!("Metadata answers Metadata")
+        };
+        let mut response = MetadataResponse::default();
+        let mut broker = MetadataResponseBroker::default();
+        broker.node_id = (BROKER_ID as i32).into();
+        broker.host = self.host.clone();
+        broker.port = self.port;
+        response.brokers = vec![broker];
+        if version >= 2 {
+            response.cluster_id = Some(StrBytes::from_static_str("txnsim"));
+        }
+        if version >= 1 {
+            response.controller_id = (BROKER_ID as i32).into();
+        }
+        for (name, result) in topics {
+            let mut t = MetadataResponseTopic::default();
+            t.error_code = error_code(&result);
+            if version >= 10 && result.is_ok() {
+                t.topic_id = topic_id(&name);
+            }
+            t.name = Some(str_bytes(&name).into());
+            for p in 0..result.unwrap_or(0) {
+                let mut mp = MetadataResponsePartition::default();
+                mp.partition_index = p as i32;
+                mp.leader_id = (BROKER_ID as i32).into();
+                mp.leader_epoch = 0;
+                mp.replica_nodes = vec![(BROKER_ID as i32).into()];
+                mp.isr_nodes = vec![(BROKER_ID as i32).into()];
+                t.partitions.push(mp);
+            }
+            response.topics.push(t);
+        }
+        for id in by_id_unknown {
+            let mut t = MetadataResponseTopic::default();
+            t.error_code = code::UNKNOWN_TOPIC_ID;
+            t.topic_id = id;
+            response.topics.push(t);
+        }
+        response
+    }
+
+    fn create_topics(
+        &mut self,
+        now_ms: TimeMs,
+        node: &NodeId,
+        version: i16,
+        r: CreateTopicsRequest,
+    ) -> CreateTopicsResponse {
+        let mut manual = Vec::new();
+        let mut topics = Vec::new();
+        for t in r.topics {
+            let name = t.name.0.to_string();
+            if !t.assignments.is_empty() {
+                // Manual replica assignment is not modelled: say so rather than guess.
+                manual.push(name);
+                continue;
+            }
+            topics.push(NewTopic {
+                name,
+                num_partitions: (t.num_partitions != -1).then_some(t.num_partitions),
+                replication_factor: (t.replication_factor != -1).then_some(t.replication_factor),
+            });
+        }
+        let request = MetadataMessage::CreateTopicsRequest { topics, validate_only: r.validate_only };
+        let MetadataMessage::CreateTopicsResponse { results } = self.metadata_call(now_ms, node, request) else {
+            unreachable!("CreateTopics answers CreateTopics")
+        };
+        let mut response = CreateTopicsResponse::default();
+        for (name, result) in results {
+            let mut t = CreatableTopicResult::default();
+            t.error_code = error_code(&result);
+            if version >= 7 && result.is_ok() {
+                t.topic_id = topic_id(&name);
+            }
+            if version >= 5 {
+                t.num_partitions = result.map_or(-1, |n| n as i32);
+                t.replication_factor = if result.is_ok() { 1 } else { -1 };
+            }
+            if let Err(e) = result {
+                t.error_message = Some(str_bytes(e.name()));
+            }
+            t.name = str_bytes(&name).into();
+            response.topics.push(t);
+        }
+        for name in manual {
+            let mut t = CreatableTopicResult::default();
+            t.name = str_bytes(&name).into();
+            t.error_code = code::INVALID_REQUEST;
+            t.error_message = Some(StrBytes::from_static_str("manual replica assignment is not supported"));
+            response.topics.push(t);
+        }
+        response
+    }
+
+    fn find_coordinator(
+        &mut self,
+        now_ms: TimeMs,
+        node: &NodeId,
+        version: i16,
+        r: FindCoordinatorRequest,
+    ) -> FindCoordinatorResponse {
+        let key_type = match r.key_type {
+            0 => Some(CoordinatorType::Group),
+            1 => Some(CoordinatorType::Transaction),
+            _ => None,
+        };
+        let keys: Vec<String> = if version >= 4 {
+            r.coordinator_keys.iter().map(|k| k.to_string()).collect()
+        } else {
+            vec![r.key.to_string()]
+        };
+        let answers: Vec<(String, Result<u32, KafkaError>)> = match key_type {
+            Some(key_type) => {
+                let request = MetadataMessage::FindCoordinatorRequest { key_type, keys };
+                let MetadataMessage::FindCoordinatorResponse { coordinators } =
+                    self.metadata_call(now_ms, node, request)
+                else {
+                    unreachable!("FindCoordinator answers FindCoordinator")
+                };
+                coordinators
+            }
+            None => keys.into_iter().map(|k| (k, Err(KafkaError::InvalidRequest))).collect(),
+        };
+        let mut response = FindCoordinatorResponse::default();
+        let coordinators: Vec<Coordinator> = answers
+            .into_iter()
+            .map(|(key, result)| {
+                let mut c = Coordinator::default();
+                c.key = str_bytes(&key);
+                c.error_code = error_code(&result);
+                match result {
+                    Ok(id) => {
+                        c.node_id = (id as i32).into();
+                        c.host = self.host.clone();
+                        c.port = self.port;
+                    }
+                    Err(e) => {
+                        c.node_id = (-1).into();
+                        c.port = -1;
+                        c.error_message = Some(str_bytes(e.name()));
+                    }
+                }
+                c
+            })
+            .collect();
+        if version >= 4 {
+            response.coordinators = coordinators;
+        } else if let Some(c) = coordinators.into_iter().next() {
+            response.error_code = c.error_code;
+            response.node_id = c.node_id;
+            response.host = c.host;
+            response.port = c.port;
+            if version >= 1 {
+                response.error_message = c.error_message;
+            }
+        }
+        response
+    }
+
+    // ------------------------------------------------------------ transactions
+
+    fn init_producer_id(&mut self, now_ms: TimeMs, node: &NodeId, r: InitProducerIdRequest) -> InitProducerIdResponse {
+        let mut response = InitProducerIdResponse::default();
+        let result = if r.transaction_timeout_ms < 0 && r.transactional_id.is_some() {
+            Err(KafkaError::InvalidTransactionTimeout)
+        } else {
+            let request = Message::InitProducerIdRequest {
+                transactional_id: r.transactional_id.map(|t| t.0.to_string()),
+                transaction_timeout_ms: r.transaction_timeout_ms.max(0) as TimeMs,
+                // KIP-360: a live producer names its current id and epoch to get a bump.
+                producer_id_and_epoch: (r.producer_id.0 >= 0 && r.producer_epoch >= 0)
+                    .then_some(ProducerIdAndEpoch { producer_id: r.producer_id.0, epoch: r.producer_epoch }),
+            };
+            match self.call(now_ms, node, vec![request]).pop().flatten() {
+                Some(Message::InitProducerIdResponse { result }) => result,
+                _ => Err(KafkaError::RequestTimedOut),
+            }
+        };
+        response.error_code = error_code(&result);
+        let p = result.unwrap_or(ProducerIdAndEpoch { producer_id: -1, epoch: -1 });
+        response.producer_id = p.producer_id.into();
+        response.producer_epoch = p.epoch;
+        response
+    }
+
+    fn add_partitions_to_txn(
+        &mut self,
+        now_ms: TimeMs,
+        node: &NodeId,
+        r: AddPartitionsToTxnRequest,
+    ) -> AddPartitionsToTxnResponse {
+        let mut asked = Vec::new();
+        for t in &r.v3_and_below_topics {
+            for &p in &t.partitions {
+                asked.push((t.name.0.to_string(), p));
+            }
+        }
+        let known: Vec<TopicPartition> =
+            asked.iter().filter(|(_, p)| *p >= 0).map(|(t, p)| TopicPartition::new(t, *p as u32)).collect();
+        let result = if known.len() < asked.len() {
+            Err(KafkaError::UnknownTopicOrPartition)
+        } else {
+            let request = Message::AddPartitionsToTxnRequest {
+                transactional_id: r.v3_and_below_transactional_id.0.to_string(),
+                producer: ProducerIdAndEpoch {
+                    producer_id: r.v3_and_below_producer_id.0,
+                    epoch: r.v3_and_below_producer_epoch,
+                },
+                partitions: known,
+                verify_only: false,
+                // A client's AddPartitionsToTxn (v0-v3) is TV1; TV2 clients never send one.
+                transaction_version: TransactionVersion::V1,
+            };
+            match self.call(now_ms, node, vec![request]).pop().flatten() {
+                Some(Message::AddPartitionsToTxnResponse { result }) => result,
+                _ => Err(KafkaError::RequestTimedOut),
+            }
+        };
+        let mut response = AddPartitionsToTxnResponse::default();
+        let mut by_topic: BTreeMap<String, Vec<AddPartitionsToTxnPartitionResult>> = BTreeMap::new();
+        for (topic, p) in asked {
+            let exists = p >= 0 && self.broker.partition(&TopicPartition::new(&topic, p as u32)).is_some();
+            let code = match result {
+                Ok(()) => 0,
+                // `AddPartitionsToTxnRequest`: the known partitions of a refused request were not attempted.
+                Err(KafkaError::UnknownTopicOrPartition) if exists => code::OPERATION_NOT_ATTEMPTED,
+                Err(e) => e.code(),
+            };
+            let mut pr = AddPartitionsToTxnPartitionResult::default();
+            pr.partition_index = p;
+            pr.partition_error_code = code;
+            by_topic.entry(topic).or_default().push(pr);
+        }
+        for (topic, results) in by_topic {
+            let mut tr = AddPartitionsToTxnTopicResult::default();
+            tr.name = str_bytes(&topic).into();
+            tr.results_by_partition = results;
+            response.results_by_topic_v3_and_below.push(tr);
+        }
+        response
+    }
+
+    fn end_txn(&mut self, now_ms: TimeMs, node: &NodeId, version: i16, r: EndTxnRequest) -> EndTxnResponse {
+        let request = Message::EndTxnRequest {
+            transactional_id: r.transactional_id.0.to_string(),
+            producer: ProducerIdAndEpoch { producer_id: r.producer_id.0, epoch: r.producer_epoch },
+            result: if r.committed { TransactionResult::Commit } else { TransactionResult::Abort },
+            // `KafkaApis.handleEndTxnRequest`: EndTxn v5+ is TV2.
+            transaction_version: if version > 4 { TransactionVersion::V2 } else { TransactionVersion::V1 },
+        };
+        let result = match self.call(now_ms, node, vec![request]).pop().flatten() {
+            Some(Message::EndTxnResponse { result }) => result,
+            _ => Err(KafkaError::RequestTimedOut),
+        };
+        let mut response = EndTxnResponse::default();
+        response.error_code = error_code(&result);
+        // EndTxn v5 carries the bumped epoch under transaction version 2 (KIP-890); -1 under TV1.
+        if let Ok(Some(p)) = result {
+            response.producer_id = p.producer_id.into();
+            response.producer_epoch = p.epoch;
+        }
+        response
+    }
+
+    // ------------------------------------------------------------ produce and read
+
+    fn resolve_topic(&self, version_uses_ids: bool, name: &str, id: Uuid) -> Option<String> {
+        if version_uses_ids {
+            self.topic_name_of(id)
+        } else {
+            Some(name.to_string())
+        }
+    }
+
+    fn produce(&mut self, now_ms: TimeMs, node: &NodeId, version: i16, r: ProduceRequest) -> Option<ProduceResponse> {
+        let transactional_id = r.transactional_id.as_ref().map(|t| t.0.to_string());
+        // Per partition: its answer so far, and the batches sent to the engine for it.
+        let mut partitions: Vec<ProducePartition> = Vec::new();
+        let mut messages = Vec::new();
+        for (ti, topic) in r.topic_data.iter().enumerate() {
+            let name = self.resolve_topic(version >= 13, &topic.name.0, topic.topic_id);
+            for pd in &topic.partition_data {
+                let mut sent = Vec::new();
+                let decoded = match (&name, pd.index) {
+                    (None, _) => Err(code::UNKNOWN_TOPIC_ID),
+                    (Some(_), i) if i < 0 => Err(KafkaError::UnknownTopicOrPartition.code()),
+                    (Some(_), _) => match pd.records.as_ref().map(records::decode_produce) {
+                        None => Err(code::CORRUPT_MESSAGE),
+                        Some(Err(RecordsError::Corrupt)) => Err(code::CORRUPT_MESSAGE),
+                        Some(Err(RecordsError::UnsupportedCompression)) => Err(code::UNSUPPORTED_COMPRESSION_TYPE),
+                        Some(Err(RecordsError::ControlFromClient)) => Err(code::INVALID_RECORD),
+                        Some(Ok(batches)) if batches.is_empty() => Err(code::CORRUPT_MESSAGE),
+                        Some(Ok(batches)) => Ok(batches),
+                    },
+                };
+                let tp = name.as_ref().filter(|_| pd.index >= 0).map(|n| TopicPartition::new(n, pd.index as u32));
+                let status = match (decoded, &tp) {
+                    (Ok(batches), Some(tp)) => {
+                        for b in batches {
+                            sent.push((messages.len(), b.stored));
+                            messages.push(Message::ProduceRequest {
+                                transactional_id: transactional_id.clone(),
+                                partition: tp.clone(),
+                                batch: b.batch,
+                                // Produce v12+ lets the leader add the partition itself (KIP-890 part 2).
+                                transaction_version: if version > 11 {
+                                    TransactionVersion::V2
+                                } else {
+                                    TransactionVersion::V1
+                                },
+                            });
+                        }
+                        Ok(())
+                    }
+                    (Ok(_), None) => unreachable!("decoded only for a resolved partition"),
+                    (Err(code), _) => Err(code),
+                };
+                partitions.push(ProducePartition { topic_index: ti, tp, index: pd.index, status, sent });
+            }
+        }
+        let answers = self.call(now_ms, node, messages);
+        let mut response = ProduceResponse::default();
+        response.responses = r
+            .topic_data
+            .iter()
+            .map(|t| {
+                let mut tr = TopicProduceResponse::default();
+                if version >= 13 {
+                    tr.topic_id = t.topic_id;
+                } else {
+                    tr.name = t.name.clone();
+                }
+                tr
+            })
+            .collect();
+        for ProducePartition { topic_index: ti, tp, index, status, sent } in partitions {
+            let mut pr = PartitionProduceResponse::default();
+            pr.index = index;
+            let mut first: Option<Result<Offset, KafkaError>> = None;
+            for (mi, stored) in sent {
+                let result = match &answers[mi] {
+                    Some(Message::ProduceResponse { partition, result }) => {
+                        if let Ok(ack) = result {
+                            if !ack.duplicate {
+                                for (i, s) in stored.into_iter().enumerate() {
+                                    self.stored.insert((partition.clone(), ack.first_offset + i as u64), s);
+                                }
+                            }
+                        }
+                        result.map(|a| a.first_offset)
+                    }
+                    _ => Err(KafkaError::RequestTimedOut),
+                };
+                // The partition's answer: the first batch's offset, or the first error.
+                first = match (first, result) {
+                    (None, r) | (Some(Ok(_)), r @ Err(_)) => Some(r),
+                    (keep, _) => keep,
+                };
+            }
+            match (status, first) {
+                (Err(code), _) => pr.error_code = code,
+                (Ok(()), Some(Ok(offset))) => pr.base_offset = offset as i64,
+                (Ok(()), Some(Err(e))) => pr.error_code = e.code(),
+                (Ok(()), None) => pr.error_code = code::CORRUPT_MESSAGE,
+            }
+            if pr.error_code != 0 {
+                pr.base_offset = -1;
+            }
+            if version >= 5 {
+                pr.log_start_offset =
+                    tp.and_then(|tp| self.broker.partition(&tp)).map_or(-1, |l| l.log_start_offset() as i64);
+            }
+            response.responses[ti].partition_responses.push(pr);
+        }
+        // `acks=0`: the client expects no response (`KafkaApis.handleProduceRequest`).
+        (r.acks != 0).then_some(response)
+    }
+
+    fn fetch_as(&mut self, now_ms: TimeMs, node: &NodeId, version: i16, r: &FetchRequest) -> (FetchResponse, bool) {
+        let isolation =
+            if r.isolation_level == 1 { IsolationLevel::ReadCommitted } else { IsolationLevel::ReadUncommitted };
+        let mut messages = Vec::new();
+        // Per partition: (topic index, partition index, the engine message's index or an error code).
+        let mut slots = Vec::new();
+        for (ti, topic) in r.topics.iter().enumerate() {
+            let name = self.resolve_topic(version >= 13, &topic.topic.0, topic.topic_id);
+            for p in &topic.partitions {
+                let slot = match (&name, p.partition, p.fetch_offset) {
+                    (None, _, _) => Err(code::UNKNOWN_TOPIC_ID),
+                    (_, i, _) if i < 0 => Err(KafkaError::UnknownTopicOrPartition.code()),
+                    (_, _, o) if o < 0 => Err(KafkaError::OffsetOutOfRange.code()),
+                    (Some(name), i, o) => {
+                        messages.push(Message::FetchRequest {
+                            partition: TopicPartition::new(name, i as u32),
+                            fetch_offset: o as u64,
+                            isolation: Some(isolation),
+                        });
+                        Ok((messages.len() - 1, p.partition_max_bytes.max(0) as usize))
+                    }
+                };
+                slots.push((ti, p.partition, slot));
+            }
+        }
+        let answers = self.call(now_ms, node, messages);
+        let mut response = FetchResponse::default();
+        response.responses = r
+            .topics
+            .iter()
+            .map(|t| {
+                let mut tr = FetchableTopicResponse::default();
+                if version >= 13 {
+                    tr.topic_id = t.topic_id;
+                } else {
+                    tr.topic = t.topic.clone();
+                }
+                tr
+            })
+            .collect();
+        let mut budget = r.max_bytes.max(0) as usize;
+        let mut has_data = false;
+        for (ti, index, slot) in slots {
+            let mut pd = PartitionData::default();
+            pd.partition_index = index;
+            pd.high_watermark = -1;
+            pd.records = Some(Bytes::new());
+            pd.aborted_transactions = None;
+            let answer = slot.map(|(mi, max)| (answers[mi].clone(), max));
+            match answer {
+                Err(code) => pd.error_code = code,
+                Ok((Some(Message::FetchResponse { partition, result: Ok(data), .. }), max_bytes)) => {
+                    pd.high_watermark = data.high_watermark as i64;
+                    pd.last_stable_offset = data.last_stable_offset as i64;
+                    pd.log_start_offset = data.log_start_offset as i64;
+                    pd.aborted_transactions = data.aborted_transactions.map(|list| {
+                        list.iter()
+                            .map(|a| {
+                                let mut at = fetch_response::AbortedTransaction::default();
+                                at.producer_id = a.producer_id.into();
+                                at.first_offset = a.first_offset as i64;
+                                at
+                            })
+                            .collect()
+                    });
+                    let bytes = records::encode_fetch(&partition, &data.batches, &self.stored, max_bytes.min(budget));
+                    budget = budget.saturating_sub(bytes.len());
+                    has_data |= !bytes.is_empty();
+                    pd.records = Some(bytes);
+                }
+                Ok((Some(Message::FetchResponse { result: Err(e), .. }), _)) => pd.error_code = e.code(),
+                Ok(_) => pd.error_code = KafkaError::RequestTimedOut.code(),
+            }
+            response.responses[ti].partitions.push(pd);
+        }
+        (response, has_data)
+    }
+
+    fn fetch(&mut self, now_ms: TimeMs, conn: ConnId, version: i16, r: &FetchRequest) -> (FetchResponse, bool) {
+        self.fetch_as(now_ms, &NodeId::Client(format!("conn-{conn}")), version, r)
+    }
+
+    fn list_offsets(
+        &mut self,
+        now_ms: TimeMs,
+        node: &NodeId,
+        version: i16,
+        r: ListOffsetsRequest,
+    ) -> ListOffsetsResponse {
+        let isolation = if version >= 2 && r.isolation_level == 1 {
+            IsolationLevel::ReadCommitted
+        } else {
+            IsolationLevel::ReadUncommitted
+        };
+        let mut messages = Vec::new();
+        let mut slots = Vec::new();
+        for (ti, topic) in r.topics.iter().enumerate() {
+            for p in &topic.partitions {
+                let partition =
+                    (p.partition_index >= 0).then(|| TopicPartition::new(&topic.name.0, p.partition_index as u32));
+                let slot = match (partition, p.timestamp) {
+                    (None, _) => Err(KafkaError::UnknownTopicOrPartition.code()),
+                    // LATEST: the high watermark, or the LSO at read_committed (KAFKA_SEMANTICS 1.13).
+                    (Some(partition), -1) => Ok(Message::ListOffsetsRequest { partition, isolation }),
+                    // EARLIEST, and EARLIEST_LOCAL (KIP-405; no tiered storage here, so the same).
+                    (Some(partition), -2 | -4) => {
+                        Ok(Message::Metadata(MetadataMessage::EarliestOffsetRequest { partition }))
+                    }
+                    // Lookups by timestamp and MAX_TIMESTAMP need record times the engine does not keep.
+                    (Some(_), _) => Err(code::INVALID_REQUEST),
+                };
+                let slot = slot.map(|m| {
+                    messages.push(m);
+                    messages.len() - 1
+                });
+                slots.push((ti, p.partition_index, slot));
+            }
+        }
+        let answers = self.call(now_ms, node, messages);
+        let mut response = ListOffsetsResponse::default();
+        response.topics = r
+            .topics
+            .iter()
+            .map(|t| {
+                let mut tr = ListOffsetsTopicResponse::default();
+                tr.name = t.name.clone();
+                tr
+            })
+            .collect();
+        for (ti, index, slot) in slots {
+            let mut pr = ListOffsetsPartitionResponse::default();
+            pr.partition_index = index;
+            let result = slot.map(|mi| match &answers[mi] {
+                Some(Message::ListOffsetsResponse { result, .. }) => *result,
+                Some(Message::Metadata(MetadataMessage::EarliestOffsetResponse { result, .. })) => *result,
+                _ => Err(KafkaError::RequestTimedOut),
+            });
+            match result {
+                Err(code) => pr.error_code = code,
+                Ok(Err(e)) => pr.error_code = e.code(),
+                Ok(Ok(offset)) => pr.offset = offset as i64,
+            }
+            response.topics[ti].partitions.push(pr);
+        }
+        response
+    }
+}
+
+/// A response frame: size, header (correlation id), body, in the versions the request named.
+fn encode_response(header: &RequestHeader, response: &ResponseKind) -> Result<Bytes, String> {
+    let key = ApiKey::try_from(header.request_api_key).map_err(|_| "unknown API key".to_string())?;
+    let version = header.request_api_version;
+    let mut buf = BytesMut::new();
+    let mut rh = ResponseHeader::default();
+    rh.correlation_id = header.correlation_id;
+    let header_version = match response {
+        // ApiVersions responses always use header v0, so a client that cannot parse them still can.
+        ResponseKind::ApiVersions(_) => ApiVersionsResponse::header_version(0),
+        _ => key.response_header_version(version),
+    };
+    rh.encode(&mut buf, header_version).map_err(|e| e.to_string())?;
+    response.encode(&mut buf, version).map_err(|e| e.to_string())?;
+    Ok(frame::frame(&buf))
+}

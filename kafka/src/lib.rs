@@ -1,0 +1,13 @@
+//! The engine behind Kafka's wire protocol: `txnsim serve`, a single broker that real Kafka clients
+//! talk to over loopback. Codecs are the `kafka-protocol` crate's (Kafka 4.1 schemas); `driver` is the
+//! sans-io translation between requests and engine messages, `server` owns the sockets and the clock.
+
+pub mod api;
+pub mod driver;
+pub mod frame;
+pub mod records;
+pub mod server;
+pub mod timeline;
+
+pub use driver::{Driver, Output};
+pub use server::{run_serve, ServeArgs};

@@ -1,0 +1,208 @@
+//! `txnsim serve`: sockets and the wall clock around the sans-io `Driver`. One thread accepts, one thread
+//! per connection reads frames, and the main thread owns the driver: it applies each frame, fires timers
+//! when they fall due and writes the answers, so the engine is only ever touched by one thread.
+
+use crate::driver::{ConnId, Driver, Output};
+use crate::frame::{self, FrameError};
+use clap::Args;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
+use txnsim_engine::{EngineConfig, Mutation, Mutations};
+
+/// Connections served at once; more are closed on accept (Kafka's `max.connections`, unbounded there).
+pub const MAX_CONNECTIONS: usize = 256;
+/// A client that does not read its responses for this long is dropped, so it cannot stall the others.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest the main loop sleeps, so a stop signal is noticed.
+const MAX_IDLE: Duration = Duration::from_millis(100);
+
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Where to listen: a loopback address (port 0 picks a free port; the chosen one is printed).
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    pub addr: SocketAddr,
+    /// `num.partitions`: partitions of a topic created without a count (auto-created or CreateTopics -1).
+    #[arg(long, default_value_t = 1)]
+    pub partitions: u32,
+    /// `group.initial.rebalance.delay.ms`: how long a new consumer group waits for more members before
+    /// its first generation (Kafka's default 3000).
+    #[arg(long, default_value_t = 3_000)]
+    pub group_initial_rebalance_delay_ms: u64,
+    /// Run with one injected historical bug (see `txnsim mutations`).
+    #[arg(long, value_parser = txnsim_sim::cli::parse_mutation)]
+    pub mutation: Option<Mutation>,
+    /// Write every event (requests, broker steps, markers, index entries, violations) to this file.
+    #[arg(long)]
+    pub timeline: Option<PathBuf>,
+}
+
+enum Event {
+    Open(ConnId, TcpStream),
+    Frame(ConnId, bytes::Bytes),
+    Closed(ConnId, Option<String>),
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+/// Serves until SIGINT or SIGTERM. Exit 0, or 1 if any state invariant was violated (each violation is
+/// printed to stderr the moment it is found), or 2 on bad arguments.
+pub fn run_serve(args: &ServeArgs) -> ExitCode {
+    if !args.addr.ip().is_loopback() {
+        eprintln!("error: --addr {} is not a loopback address; serve listens on loopback only", args.addr);
+        return ExitCode::from(2);
+    }
+    if args.partitions == 0 || args.partitions > txnsim_engine::metadata::MAX_PARTITIONS_PER_TOPIC {
+        eprintln!("error: --partitions must be 1..={}", txnsim_engine::metadata::MAX_PARTITIONS_PER_TOPIC);
+        return ExitCode::from(2);
+    }
+    let mut timeline = match args.timeline.as_ref().map(File::create).transpose() {
+        Ok(f) => f.map(BufWriter::new),
+        Err(e) => {
+            eprintln!("error: --timeline: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let listener = match TcpListener::bind(args.addr) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: cannot listen on {}: {e}", args.addr);
+            return ExitCode::from(2);
+        }
+    };
+    let local = listener.local_addr().expect("a bound listener has an address");
+    // SAFETY: the handler only stores to an atomic (async-signal-safe); no other thread exists yet.
+    unsafe {
+        libc::signal(libc::SIGINT, on_stop as extern "C" fn(libc::c_int) as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_stop as extern "C" fn(libc::c_int) as libc::sighandler_t);
+    }
+    let config = EngineConfig {
+        num_partitions: args.partitions,
+        group_initial_rebalance_delay_ms: args.group_initial_rebalance_delay_ms,
+        mutations: args.mutation.map(Mutations::one).unwrap_or_default(),
+        ..EngineConfig::default()
+    };
+    let start = Instant::now();
+    let now_ms = || start.elapsed().as_millis() as u64;
+    let mut driver = Driver::new(config, &local.ip().to_string(), local.port(), now_ms());
+    if timeline.is_some() {
+        driver.timeline.enable();
+    }
+    println!("txnsim serve: listening on {local} (transaction.version 1, one broker, id 0)");
+    std::io::stdout().flush().ok();
+
+    let (events, inbox) = mpsc::channel();
+    std::thread::spawn(move || accept_loop(listener, events));
+    let mut streams: BTreeMap<ConnId, TcpStream> = BTreeMap::new();
+    while !STOP.load(Ordering::Relaxed) {
+        let wait = driver
+            .next_deadline_ms()
+            .map(|due| Duration::from_millis(due.saturating_sub(now_ms())))
+            .unwrap_or(MAX_IDLE)
+            .min(MAX_IDLE);
+        let mut outputs = match inbox.recv_timeout(wait) {
+            Ok(Event::Open(id, stream)) => {
+                streams.insert(id, stream);
+                Vec::new()
+            }
+            Ok(Event::Frame(id, body)) => driver.on_frame(now_ms(), id, body),
+            Ok(Event::Closed(id, reason)) => {
+                if let Some(reason) = reason {
+                    driver.timeline.event(now_ms(), &format!("conn-{id}"), || format!("closed: {reason}"));
+                }
+                streams.remove(&id);
+                driver.on_disconnect(id);
+                Vec::new()
+            }
+            Err(RecvTimeoutError::Timeout) => Vec::new(),
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        outputs.extend(driver.on_tick(now_ms()));
+        for output in outputs {
+            match output {
+                Output::Send(id, bytes) => {
+                    let ok = streams.get_mut(&id).is_some_and(|s| s.write_all(&bytes).is_ok());
+                    if !ok {
+                        if let Some(s) = streams.remove(&id) {
+                            s.shutdown(Shutdown::Both).ok();
+                        }
+                        driver.on_disconnect(id);
+                    }
+                }
+                Output::Close(id, reason) => {
+                    driver.timeline.event(now_ms(), &format!("conn-{id}"), || format!("closing: {reason}"));
+                    if let Some(s) = streams.remove(&id) {
+                        s.shutdown(Shutdown::Both).ok();
+                    }
+                }
+            }
+        }
+        for v in driver.take_new_violations() {
+            eprintln!("VIOLATION {v}");
+        }
+        if let Some(out) = timeline.as_mut() {
+            for line in driver.timeline.take_lines() {
+                writeln!(out, "{line}").ok();
+            }
+            out.flush().ok();
+        }
+    }
+    let violations = driver.violations().len();
+    eprintln!("txnsim serve: stopped; {violations} invariant(s) violated");
+    if violations > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn accept_loop(listener: TcpListener, events: Sender<Event>) {
+    let open = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    for (id, stream) in listener.incoming().enumerate() {
+        let Ok(stream) = stream else { continue };
+        if open.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+            stream.shutdown(Shutdown::Both).ok();
+            continue;
+        }
+        let id = id as ConnId;
+        stream.set_nodelay(true).ok();
+        stream.set_write_timeout(Some(WRITE_TIMEOUT)).ok();
+        let Ok(writer) = stream.try_clone() else { continue };
+        if events.send(Event::Open(id, writer)).is_err() {
+            return;
+        }
+        open.fetch_add(1, Ordering::Relaxed);
+        let (events, open) = (events.clone(), open.clone());
+        std::thread::spawn(move || {
+            let mut reader = std::io::BufReader::new(stream);
+            let reason = loop {
+                match frame::read_frame(&mut reader) {
+                    Ok(Some(body)) => {
+                        if events.send(Event::Frame(id, body)).is_err() {
+                            break None;
+                        }
+                    }
+                    Ok(None) => break None,
+                    Err(e @ FrameError::BadSize(_)) => {
+                        let s = reader.get_ref();
+                        s.shutdown(Shutdown::Both).ok();
+                        break Some(e.to_string());
+                    }
+                    Err(FrameError::Io(e)) => break Some(e.to_string()),
+                }
+            };
+            open.fetch_sub(1, Ordering::Relaxed);
+            events.send(Event::Closed(id, reason)).ok();
+        });
+    }
+}

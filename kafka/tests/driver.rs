@@ -1,0 +1,517 @@
+//! The wire driver without sockets: requests encoded with kafka-protocol's client codecs go in as
+//! frames, responses are decoded back. Exact answers for the transactional path, then bad input over
+//! the whole path (frame, decode, dispatch, encode): no input panics, aborts or changes a log.
+
+use bytes::{Bytes, BytesMut};
+use indexmap::IndexMap;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+use std::io::Cursor;
+use txnsim_engine::{EngineConfig, PartitionLog, TopicPartition};
+use txnsim_kafka::driver::ConnId;
+use txnsim_kafka::frame::{self, FrameError, MAX_REQUEST_BYTES};
+use txnsim_kafka::{Driver, Output};
+
+// kafka-protocol's array decoder reserves `Vec::with_capacity(count)` from the wire before reading an
+// element: under the system allocator a count of 0x7fffffff aborts the process; mimalloc reserves
+// address space without touching it, so the decoder fails cleanly (the `txnsim` binary uses it too).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const TOPIC: &str = "t";
+
+fn request<R: Encodable + HeaderVersion>(key: ApiKey, version: i16, corr: i32, body: &R) -> Bytes {
+    let mut header = RequestHeader::default();
+    header.request_api_key = key as i16;
+    header.request_api_version = version;
+    header.correlation_id = corr;
+    header.client_id = Some(StrBytes::from_static_str("test"));
+    let mut buf = BytesMut::new();
+    header.encode(&mut buf, R::header_version(version)).expect("header encodes");
+    body.encode(&mut buf, version).expect("body encodes");
+    buf.freeze()
+}
+
+/// The one response a request must get: its body, decoded in the request's version.
+fn answer<R: Decodable + HeaderVersion>(outputs: Vec<Output>, conn: ConnId, version: i16) -> R {
+    let [Output::Send(to, bytes)] = outputs.as_slice() else { panic!("want one response, got {outputs:?}") };
+    assert_eq!(*to, conn, "the response goes to the asking connection");
+    let mut body = bytes.slice(4..);
+    ResponseHeader::decode(&mut body, R::header_version(version)).expect("response header decodes");
+    R::decode(&mut body, version).expect("response body decodes")
+}
+
+fn records(pid: i64, epoch: i16, base_sequence: i32, transactional: bool, values: &[&str]) -> Bytes {
+    let records: Vec<Record> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Record {
+            transactional,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: pid,
+            producer_epoch: epoch,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: if pid < 0 { -1 } else { base_sequence + i as i32 },
+            timestamp: 1_700_000_000_000 + i as i64,
+            key: Some(Bytes::from_static(b"k")),
+            value: Some(Bytes::from(v.to_string())),
+            headers: IndexMap::from([(StrBytes::from_static_str("h"), Some(Bytes::from_static(b"x")))]),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    let options = RecordEncodeOptions { version: 2, compression: Compression::None };
+    RecordBatchEncoder::encode(&mut buf, &records, &options).expect("records encode");
+    buf.freeze()
+}
+
+fn produce(tid: Option<&str>, records: Bytes) -> ProduceRequest {
+    let mut p = produce_request::PartitionProduceData::default();
+    p.index = 0;
+    p.records = Some(records);
+    let mut t = produce_request::TopicProduceData::default();
+    t.name = StrBytes::from_static_str(TOPIC).into();
+    t.partition_data = vec![p];
+    let mut r = ProduceRequest::default();
+    r.transactional_id = tid.map(|t| StrBytes::from_string(t.to_string()).into());
+    r.acks = -1;
+    r.timeout_ms = 1000;
+    r.topic_data = vec![t];
+    r
+}
+
+fn fetch(isolation: i8, offset: i64) -> FetchRequest {
+    let mut p = fetch_request::FetchPartition::default();
+    p.partition = 0;
+    p.fetch_offset = offset;
+    p.partition_max_bytes = 1 << 20;
+    let mut t = fetch_request::FetchTopic::default();
+    t.topic = StrBytes::from_static_str(TOPIC).into();
+    t.partitions = vec![p];
+    let mut r = FetchRequest::default();
+    r.replica_id = (-1).into();
+    r.max_wait_ms = 0;
+    r.max_bytes = 1 << 20;
+    r.isolation_level = isolation;
+    r.topics = vec![t];
+    r
+}
+
+/// A driver with topic `t` (2 partitions) holding, on partition 0: two plain records (0, 1), a
+/// committed transaction (2, 3; marker 4) and an aborted one (5; marker 6).
+fn fixture() -> (Driver, i64) {
+    let mut d = Driver::new(EngineConfig::default(), "127.0.0.1", 9092, 0);
+    let mut topic = create_topics_request::CreatableTopic::default();
+    topic.name = StrBytes::from_static_str(TOPIC).into();
+    topic.num_partitions = 2;
+    topic.replication_factor = 1;
+    let mut create = CreateTopicsRequest::default();
+    create.topics = vec![topic];
+    let r: CreateTopicsResponse = answer(d.on_frame(1, 1, request(ApiKey::CreateTopics, 7, 1, &create)), 1, 7);
+    assert_eq!(r.topics[0].error_code, 0, "topic created");
+    assert_eq!(r.topics[0].num_partitions, 2);
+
+    let r: ProduceResponse = answer(
+        d.on_frame(2, 1, request(ApiKey::Produce, 9, 2, &produce(None, records(-1, -1, -1, false, &["p-0", "p-1"])))),
+        1,
+        9,
+    );
+    assert_eq!(
+        (r.responses[0].partition_responses[0].error_code, r.responses[0].partition_responses[0].base_offset),
+        (0, 0)
+    );
+
+    let mut init = InitProducerIdRequest::default();
+    init.transactional_id = Some(StrBytes::from_static_str("tx").into());
+    init.transaction_timeout_ms = 60_000;
+    let r: InitProducerIdResponse = answer(d.on_frame(3, 1, request(ApiKey::InitProducerId, 4, 3, &init)), 1, 4);
+    assert_eq!(r.error_code, 0);
+    let pid = r.producer_id.0;
+    for (i, (values, commit)) in [(&["c-0", "c-1"][..], true), (&["a-0"][..], false)].into_iter().enumerate() {
+        let mut add = AddPartitionsToTxnRequest::default();
+        add.v3_and_below_transactional_id = StrBytes::from_static_str("tx").into();
+        add.v3_and_below_producer_id = pid.into();
+        add.v3_and_below_producer_epoch = 0;
+        let mut t = add_partitions_to_txn_request::AddPartitionsToTxnTopic::default();
+        t.name = StrBytes::from_static_str(TOPIC).into();
+        t.partitions = vec![0];
+        add.v3_and_below_topics = vec![t];
+        let r: AddPartitionsToTxnResponse =
+            answer(d.on_frame(4, 1, request(ApiKey::AddPartitionsToTxn, 3, 4, &add)), 1, 3);
+        assert_eq!(r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code, 0);
+        let seq = 2 * i as i32;
+        let r: ProduceResponse = answer(
+            d.on_frame(5, 1, request(ApiKey::Produce, 9, 5, &produce(Some("tx"), records(pid, 0, seq, true, values)))),
+            1,
+            9,
+        );
+        assert_eq!(r.responses[0].partition_responses[0].error_code, 0, "transactional produce");
+        let mut end = EndTxnRequest::default();
+        end.transactional_id = StrBytes::from_static_str("tx").into();
+        end.producer_id = pid.into();
+        end.producer_epoch = 0;
+        end.committed = commit;
+        let r: EndTxnResponse = answer(d.on_frame(6, 1, request(ApiKey::EndTxn, 3, 6, &end)), 1, 3);
+        assert_eq!(r.error_code, 0, "EndTxn");
+    }
+    (d, pid)
+}
+
+fn values(records: &Bytes) -> Vec<(i64, String)> {
+    let mut buf = records.clone();
+    let mut out = Vec::new();
+    for set in RecordBatchDecoder::decode_all(&mut buf).expect("fetched records decode") {
+        for r in set.records.iter().filter(|r| !r.control) {
+            out.push((r.offset, String::from_utf8(r.value.clone().unwrap().to_vec()).unwrap()));
+        }
+    }
+    out
+}
+
+#[test]
+fn fetch_returns_offsets_watermarks_and_the_aborted_list() {
+    let (mut d, pid) = fixture();
+    let r: FetchResponse = answer(d.on_frame(10, 2, request(ApiKey::Fetch, 12, 7, &fetch(1, 0))), 2, 12);
+    let p = &r.responses[0].partitions[0];
+    assert_eq!((p.error_code, p.high_watermark, p.last_stable_offset, p.log_start_offset), (0, 7, 7, 0));
+    let aborted: Vec<(i64, i64)> = p
+        .aborted_transactions
+        .as_ref()
+        .expect("read_committed gets the list")
+        .iter()
+        .map(|a| (a.producer_id.0, a.first_offset))
+        .collect();
+    assert_eq!(aborted, vec![(pid, 5)], "one aborted transaction, first offset 5");
+    // The broker returns every batch; the consumer drops aborted ones with the list.
+    let all = values(p.records.as_ref().unwrap());
+    let want: Vec<(i64, String)> =
+        [(0, "p-0"), (1, "p-1"), (2, "c-0"), (3, "c-1"), (5, "a-0")].iter().map(|(o, v)| (*o, v.to_string())).collect();
+    assert_eq!(all, want);
+
+    let r: FetchResponse = answer(d.on_frame(11, 2, request(ApiKey::Fetch, 12, 8, &fetch(0, 0))), 2, 12);
+    let p = &r.responses[0].partitions[0];
+    assert_eq!(p.aborted_transactions, None, "read_uncommitted gets null");
+    // Keys, headers and timestamps come back as produced.
+    let mut buf = p.records.clone().unwrap();
+    let first = &RecordBatchDecoder::decode(&mut buf).unwrap().records[0];
+    assert_eq!((first.key.as_deref(), first.timestamp), (Some(&b"k"[..]), 1_700_000_000_000));
+    assert_eq!(first.headers.get(&StrBytes::from_static_str("h")), Some(&Some(Bytes::from_static(b"x"))));
+}
+
+#[test]
+fn list_offsets_latest_per_isolation_and_earliest() {
+    let (mut d, _) = fixture();
+    let mut offsets = Vec::new();
+    for (isolation, ts) in [(0, -1), (1, -1), (0, -2)] {
+        let mut p = list_offsets_request::ListOffsetsPartition::default();
+        p.partition_index = 0;
+        p.timestamp = ts;
+        let mut t = list_offsets_request::ListOffsetsTopic::default();
+        t.name = StrBytes::from_static_str(TOPIC).into();
+        t.partitions = vec![p];
+        let mut r = ListOffsetsRequest::default();
+        r.replica_id = (-1).into();
+        r.isolation_level = isolation;
+        r.topics = vec![t];
+        let r: ListOffsetsResponse = answer(d.on_frame(10, 3, request(ApiKey::ListOffsets, 7, 9, &r)), 3, 7);
+        offsets.push(r.topics[0].partitions[0].offset);
+    }
+    assert_eq!(offsets, vec![7, 7, 0], "HW, LSO (no open transaction), log start");
+}
+
+#[test]
+fn an_empty_fetch_waits_until_data_or_its_deadline() {
+    let (mut d, _) = fixture();
+    let mut waiting = fetch(0, 7);
+    waiting.max_wait_ms = 500;
+    assert_eq!(d.on_frame(10, 4, request(ApiKey::Fetch, 12, 1, &waiting)), vec![], "nothing to return: it waits");
+    // A request behind it on the same connection waits too (one request at a time per connection).
+    assert_eq!(d.on_frame(11, 4, request(ApiKey::ApiVersions, 3, 2, &ApiVersionsRequest::default())), vec![]);
+    assert_eq!(d.next_deadline_ms(), Some(510), "the fetch's deadline comes before the broker's timers");
+    let out = d.on_tick(510);
+    assert_eq!(out.len(), 2, "the fetch is answered (empty), then the queued ApiVersions: {out:?}");
+    let r: FetchResponse = answer(vec![out[0].clone()], 4, 12);
+    assert_eq!(r.responses[0].partitions[0].records.as_ref().map(|b| b.len()), Some(0));
+}
+
+#[test]
+fn api_versions_advertises_transaction_version_1_and_answers_unknown_versions_at_v0() {
+    let mut d = Driver::new(EngineConfig::default(), "127.0.0.1", 9092, 0);
+    let r: ApiVersionsResponse =
+        answer(d.on_frame(0, 1, request(ApiKey::ApiVersions, 3, 1, &ApiVersionsRequest::default())), 1, 3);
+    assert_eq!(r.error_code, 0);
+    assert_eq!(r.api_keys.len(), txnsim_kafka::api::SUPPORTED.len());
+    let tv: Vec<_> =
+        r.finalized_features.iter().map(|f| (f.name.to_string(), f.min_version_level, f.max_version_level)).collect();
+    assert_eq!(tv, vec![("transaction.version".to_string(), 1, 1)]);
+    // Version 99 of ApiVersions: a v0 answer with UNSUPPORTED_VERSION (35), not a closed connection.
+    let mut frame = request(ApiKey::ApiVersions, 3, 2, &ApiVersionsRequest::default()).to_vec();
+    frame[2..4].copy_from_slice(&99i16.to_be_bytes());
+    let r: ApiVersionsResponse = answer(d.on_frame(0, 1, Bytes::from(frame)), 1, 0);
+    assert_eq!(r.error_code, 35);
+}
+
+#[test]
+fn unparseable_requests_close_only_their_connection() {
+    let (mut d, _) = fixture();
+    let unknown_key = Bytes::from_static(&[0x7f, 0x00, 0, 0, 0, 0, 0, 1, 0xff, 0xff]);
+    assert!(matches!(d.on_frame(20, 9, unknown_key).as_slice(), [Output::Close(9, _)]));
+    let fetch_v99 = {
+        let mut f = request(ApiKey::Fetch, 12, 1, &fetch(0, 0)).to_vec();
+        f[2..4].copy_from_slice(&99i16.to_be_bytes());
+        Bytes::from(f)
+    };
+    assert!(matches!(d.on_frame(20, 10, fetch_v99).as_slice(), [Output::Close(10, _)]));
+    // Another connection is served as before.
+    let r: FetchResponse = answer(d.on_frame(21, 11, request(ApiKey::Fetch, 12, 3, &fetch(0, 0))), 11, 12);
+    assert_eq!(r.responses[0].partitions[0].high_watermark, 7);
+}
+
+#[test]
+fn frame_sizes_are_checked_before_the_body_is_read() {
+    for bad in [-1, i32::MIN, MAX_REQUEST_BYTES as i32 + 1, i32::MAX] {
+        let mut input = Cursor::new(bad.to_be_bytes().to_vec());
+        assert!(matches!(frame::read_frame(&mut input), Err(FrameError::BadSize(n)) if n == bad), "size {bad}");
+    }
+    // A client that says 100 bytes and disconnects after 3.
+    let mut input = Cursor::new([&100i32.to_be_bytes()[..], &[1, 2, 3]].concat());
+    assert!(matches!(frame::read_frame(&mut input), Err(FrameError::Io(_))));
+    let mut input = Cursor::new(Vec::new());
+    assert!(matches!(frame::read_frame(&mut input), Ok(None)), "a clean end between frames");
+}
+
+/// The logs of the fixture's partitions; a bad request may create a new topic (Metadata's
+/// auto-creation of a name that happens to be legal), never change an existing log.
+fn logs(d: &Driver) -> BTreeMap<TopicPartition, PartitionLog> {
+    d.broker().partitions.iter().filter(|(tp, _)| tp.topic == TOPIC).map(|(tp, l)| (tp.clone(), l.clone())).collect()
+}
+
+/// Valid requests of every served API that cannot append (the fixture has no open transaction, so
+/// EndTxn and AddPartitionsToTxn fail or touch only the coordinator), to corrupt.
+fn bases() -> Vec<Bytes> {
+    let mut metadata = MetadataRequest::default();
+    metadata.allow_auto_topic_creation = false;
+    let mut find = FindCoordinatorRequest::default();
+    find.key = StrBytes::from_static_str("tx");
+    find.key_type = 1;
+    let mut end = EndTxnRequest::default();
+    end.transactional_id = StrBytes::from_static_str("tx").into();
+    vec![
+        request(ApiKey::ApiVersions, 3, 1, &ApiVersionsRequest::default()),
+        request(ApiKey::Metadata, 12, 1, &metadata),
+        request(ApiKey::Metadata, 1, 1, &MetadataRequest::default()),
+        request(ApiKey::Fetch, 12, 1, &fetch(1, 0)),
+        request(ApiKey::Fetch, 4, 1, &fetch(0, 2)),
+        request(ApiKey::FindCoordinator, 3, 1, &find),
+        request(ApiKey::EndTxn, 3, 1, &end),
+        request(ApiKey::CreateTopics, 7, 1, &CreateTopicsRequest::default()),
+        request(ApiKey::InitProducerId, 4, 1, &InitProducerIdRequest::default()),
+    ]
+}
+
+fn produce_frame() -> Bytes {
+    request(ApiKey::Produce, 9, 1, &produce(None, records(-1, -1, -1, false, &["x"])))
+}
+
+/// A frame for every API key and version we serve, with an array count of 0x7fffffff right after the
+/// header: the shape that made the system allocator abort.
+fn huge_counts() -> Vec<Bytes> {
+    let mut out = Vec::new();
+    for &(key, min, max) in txnsim_kafka::api::SUPPORTED.iter() {
+        for version in min..=max {
+            let mut header = RequestHeader::default();
+            header.request_api_key = key as i16;
+            header.request_api_version = version;
+            let mut buf = BytesMut::new();
+            header.encode(&mut buf, key.request_header_version(version)).expect("header encodes");
+            buf.extend_from_slice(&[0x7f, 0xff, 0xff, 0xff]);
+            out.push(buf.freeze());
+        }
+    }
+    out
+}
+
+#[test]
+fn preallocating_counts_are_decode_errors() {
+    let (mut d, _) = fixture();
+    let before = logs(&d);
+    for (i, f) in huge_counts().into_iter().enumerate() {
+        let out = d.on_frame(30, 100 + i as u64, f);
+        assert!(out.len() <= 1, "one answer or one close per frame: {out:?}");
+    }
+    assert_eq!(logs(&d), before);
+}
+
+/// One bad input: arbitrary bytes, a served API's header over arbitrary bytes, a corrupted valid
+/// request (bytes flipped), or a truncated one (Produce included: a cut frame never decodes).
+fn bad_frame() -> impl Strategy<Value = Bytes> {
+    let corruptible = bases();
+    let n = corruptible.len();
+    let cuttable: Vec<Bytes> = bases().into_iter().chain([produce_frame()]).collect();
+    prop_oneof![
+        proptest::collection::vec(any::<u8>(), 0..64).prop_map(Bytes::from),
+        (0..txnsim_kafka::api::SUPPORTED.len(), -2i16..20, proptest::collection::vec(any::<u8>(), 0..48)).prop_map(
+            |(i, v, tail)| {
+                let key = txnsim_kafka::api::SUPPORTED[i].0 as i16;
+                Bytes::from([&key.to_be_bytes()[..], &v.to_be_bytes(), &[0, 0, 0, 1], &tail].concat())
+            }
+        ),
+        (0..n, proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4)).prop_map(
+            move |(i, flips)| {
+                let mut f = corruptible[i].to_vec();
+                for (at, b) in flips {
+                    let at = at.index(f.len());
+                    f[at] ^= b | 1;
+                }
+                Bytes::from(f)
+            }
+        ),
+        (0..n + 1, any::<prop::sample::Index>()).prop_map(move |(i, cut)| {
+            let f = &cuttable[i];
+            f.slice(..cut.index(f.len()))
+        }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Whatever arrives, the driver answers or closes that one connection, another connection is still
+    /// served, and no existing log changes.
+    #[test]
+    fn bad_input_never_panics_nor_changes_a_log(frames in proptest::collection::vec(bad_frame(), 1..6)) {
+        let (mut d, _) = fixture();
+        let before = logs(&d);
+        for (i, f) in frames.into_iter().enumerate() {
+            let conn = 50 + i as u64;
+            let out = d.on_frame(40, conn, f);
+            prop_assert!(out.iter().all(|o| match o { Output::Send(c, _) | Output::Close(c, _) => *c == conn }), "{out:?}");
+            d.on_disconnect(conn);
+        }
+        prop_assert_eq!(logs(&d), before);
+        let r: FetchResponse = answer(d.on_frame(41, 99, request(ApiKey::Fetch, 12, 1, &fetch(0, 0))), 99, 12);
+        prop_assert_eq!(r.responses[0].partitions[0].high_watermark, 7);
+    }
+}
+
+fn join(group: &str, member: &str) -> JoinGroupRequest {
+    let mut protocol = join_group_request::JoinGroupRequestProtocol::default();
+    protocol.name = StrBytes::from_static_str("range");
+    protocol.metadata = Bytes::from_static(b"meta");
+    let mut r = JoinGroupRequest::default();
+    r.group_id = StrBytes::from_string(group.to_string()).into();
+    r.member_id = StrBytes::from_string(member.to_string());
+    r.session_timeout_ms = 10_000;
+    r.rebalance_timeout_ms = 5_000;
+    r.protocol_type = StrBytes::from_static_str("consumer");
+    r.protocols = vec![protocol];
+    r
+}
+
+/// KIP-394 (JoinGroup v4+): a new member's first join gets MEMBER_ID_REQUIRED (79) and its id.
+fn member_id(d: &mut Driver, now: u64, conn: ConnId) -> StrBytes {
+    let r: JoinGroupResponse = answer(d.on_frame(now, conn, request(ApiKey::JoinGroup, 5, 1, &join("g", ""))), conn, 5);
+    assert_eq!((r.error_code, r.generation_id), (79, -1), "MEMBER_ID_REQUIRED first");
+    assert!(!r.member_id.is_empty(), "with the id to join with");
+    r.member_id
+}
+
+fn heartbeat(d: &mut Driver, now: u64, conn: ConnId, generation: i32, member: &StrBytes) -> i16 {
+    let mut r = HeartbeatRequest::default();
+    r.group_id = StrBytes::from_static_str("g").into();
+    r.generation_id = generation;
+    r.member_id = member.clone();
+    let r: HeartbeatResponse = answer(d.on_frame(now, conn, request(ApiKey::Heartbeat, 3, 1, &r)), conn, 3);
+    r.error_code
+}
+
+/// The classic protocol as `subscribe()` drives it: the initial delay, a generation per membership
+/// change, the leader's assignment handed out, rebalances announced through heartbeats, offsets kept.
+#[test]
+fn a_group_rebalances_as_members_come_and_go() {
+    let (mut d, _) = fixture();
+    // A new group waits group.initial.rebalance.delay.ms (3000 by default) before generation 1.
+    let id_a = member_id(&mut d, 0, 1);
+    assert_eq!(d.on_frame(0, 1, request(ApiKey::JoinGroup, 5, 1, &join("g", &id_a))), vec![]);
+    assert_eq!(d.on_tick(2_999), vec![]);
+    let a: JoinGroupResponse = answer(d.on_tick(3_000), 1, 5);
+    assert_eq!((a.error_code, a.generation_id, a.leader.clone(), a.member_id.clone()), (0, 1, id_a.clone(), id_a));
+    assert_eq!(a.members.len(), 1, "the leader sees every member");
+    let mut sync = SyncGroupRequest::default();
+    sync.group_id = StrBytes::from_static_str("g").into();
+    sync.generation_id = 1;
+    sync.member_id = a.member_id.clone();
+    let mut given = sync_group_request::SyncGroupRequestAssignment::default();
+    given.member_id = a.member_id.clone();
+    given.assignment = Bytes::from_static(b"all of t");
+    sync.assignments = vec![given];
+    let s: SyncGroupResponse = answer(d.on_frame(3_001, 1, request(ApiKey::SyncGroup, 3, 2, &sync)), 1, 3);
+    assert_eq!((s.error_code, &s.assignment[..]), (0, &b"all of t"[..]));
+    assert_eq!(heartbeat(&mut d, 3_002, 1, 1, &a.member_id), 0, "stable");
+
+    // B joins: the group prepares a rebalance; A learns of it from its heartbeat and rejoins.
+    let id_b = member_id(&mut d, 3_100, 2);
+    assert_eq!(d.on_frame(3_100, 2, request(ApiKey::JoinGroup, 5, 3, &join("g", &id_b))), vec![]);
+    assert_eq!(heartbeat(&mut d, 3_101, 1, 1, &a.member_id), 27, "REBALANCE_IN_PROGRESS");
+    let out = d.on_frame(3_102, 1, request(ApiKey::JoinGroup, 5, 4, &join("g", &a.member_id)));
+    assert_eq!(out.len(), 2, "every member rejoined: both get generation 2 at once: {out:?}");
+    let (to_a, to_b): (Vec<Output>, Vec<Output>) = out.into_iter().partition(|o| matches!(o, Output::Send(1, _)));
+    let a2: JoinGroupResponse = answer(to_a, 1, 5);
+    let b2: JoinGroupResponse = answer(to_b, 2, 5);
+    assert_eq!((a2.generation_id, b2.generation_id), (2, 2));
+    assert_eq!((a2.leader.clone(), b2.leader.clone()), (a.member_id.clone(), a.member_id.clone()), "the leader stays");
+    assert_eq!((a2.members.len(), b2.members.len()), (2, 0));
+
+    // An offset commit of the current generation is kept; a stale generation is refused.
+    let commit = |generation: i32, offset: i64| {
+        let mut p = offset_commit_request::OffsetCommitRequestPartition::default();
+        p.partition_index = 0;
+        p.committed_offset = offset;
+        let mut t = offset_commit_request::OffsetCommitRequestTopic::default();
+        t.name = StrBytes::from_static_str(TOPIC).into();
+        t.partitions = vec![p];
+        let mut r = OffsetCommitRequest::default();
+        r.group_id = StrBytes::from_static_str("g").into();
+        r.generation_id_or_member_epoch = generation;
+        r.member_id = a.member_id.clone();
+        r.topics = vec![t];
+        request(ApiKey::OffsetCommit, 7, 5, &r)
+    };
+    // SyncGroup has not completed generation 2, but commits are allowed while CompletingRebalance.
+    let c: OffsetCommitResponse = answer(d.on_frame(3_103, 1, commit(2, 5)), 1, 7);
+    assert_eq!(c.topics[0].partitions[0].error_code, 0);
+    let c: OffsetCommitResponse = answer(d.on_frame(3_104, 1, commit(1, 6)), 1, 7);
+    assert_eq!(c.topics[0].partitions[0].error_code, 22, "ILLEGAL_GENERATION");
+    let mut fetch_offsets = OffsetFetchRequest::default();
+    fetch_offsets.group_id = StrBytes::from_static_str("g").into();
+    let mut t = offset_fetch_request::OffsetFetchRequestTopic::default();
+    t.name = StrBytes::from_static_str(TOPIC).into();
+    t.partition_indexes = vec![0, 1];
+    fetch_offsets.topics = Some(vec![t]);
+    let f: OffsetFetchResponse = answer(d.on_frame(3_105, 3, request(ApiKey::OffsetFetch, 5, 6, &fetch_offsets)), 3, 5);
+    let got: Vec<(i32, i64)> = f.topics[0].partitions.iter().map(|p| (p.partition_index, p.committed_offset)).collect();
+    assert_eq!(got, vec![(0, 5), (1, -1)], "partition 1 has no committed offset");
+
+    // B leaves: A is told to rejoin, and alone it completes generation 3 at once.
+    let mut leave = LeaveGroupRequest::default();
+    leave.group_id = StrBytes::from_static_str("g").into();
+    let mut who = leave_group_request::MemberIdentity::default();
+    who.member_id = b2.member_id.clone();
+    leave.members = vec![who];
+    let l: LeaveGroupResponse = answer(d.on_frame(3_200, 2, request(ApiKey::LeaveGroup, 3, 7, &leave)), 2, 3);
+    assert_eq!(l.members[0].error_code, 0);
+    assert_eq!(heartbeat(&mut d, 3_201, 1, 2, &a.member_id), 27);
+    let a3: JoinGroupResponse =
+        answer(d.on_frame(3_202, 1, request(ApiKey::JoinGroup, 5, 8, &join("g", &a.member_id))), 1, 5);
+    assert_eq!((a3.generation_id, a3.members.len()), (3, 1));
+    // A silent member is removed once its session times out (10 s after its last join).
+    assert_eq!(d.on_tick(13_202), vec![]);
+    assert_eq!(heartbeat(&mut d, 13_203, 1, 3, &a.member_id), 25, "UNKNOWN_MEMBER_ID: its session expired");
+}

@@ -1,0 +1,80 @@
+//! `txnsim serve` as a child process for the wire tests: on a free loopback port, stopped with SIGINT,
+//! every wait bounded.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Waits for `child` up to `limit`; kills it and fails if it takes longer.
+pub fn wait_bounded(child: &mut Child, limit: Duration, what: &str) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        if Instant::now() > deadline {
+            child.kill().ok();
+            child.wait().ok();
+            panic!("{what} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+pub struct Server {
+    child: Child,
+    pub port: u16,
+    timeline: PathBuf,
+}
+
+impl Server {
+    /// `txnsim serve` on a free port with its timeline in target/tmp/NAME-timeline.txt, plus `extra` flags.
+    pub fn start(name: &str, extra: &[&str]) -> Server {
+        let timeline = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-timeline.txt"));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_txnsim"))
+            .args(["serve", "--addr", "127.0.0.1:0", "--timeline"])
+            .arg(&timeline)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start txnsim serve");
+        let stdout = child.stdout.take().expect("piped");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            BufReader::new(stdout).read_line(&mut line).ok();
+            tx.send(line).ok();
+        });
+        let line = rx.recv_timeout(Duration::from_secs(30)).expect("serve prints its address within 30 s");
+        let port = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("127.0.0.1:"))
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no 127.0.0.1:PORT in serve's first line {line:?}"));
+        Server { child, port, timeline }
+    }
+
+    /// Stops the server with SIGINT; returns its exit status (1 = a state invariant was violated while
+    /// it ran), its stderr and the timeline.
+    pub fn stop(mut self) -> (std::process::ExitStatus, String, String) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGINT);
+        }
+        let status = wait_bounded(&mut self.child, Duration::from_secs(30), "txnsim serve after SIGINT");
+        let mut err = String::new();
+        self.child.stderr.take().expect("piped").read_to_string(&mut err).ok();
+        let timeline = std::fs::read_to_string(&self.timeline).expect("serve wrote its timeline");
+        (status, err, timeline)
+    }
+
+    /// Stops the server and requires a clean exit: no state invariant was violated.
+    pub fn stop_clean(self) -> String {
+        let (status, err, timeline) = self.stop();
+        assert!(status.success(), "serve exited {status} (1 = a state invariant was violated): {err}");
+        timeline
+    }
+}
