@@ -17,6 +17,7 @@ use txnsim_engine::{
     read_to_end, Cluster, EngineConfig, IsolationLevel, KafkaError, Mutations, ProducerKind, TimeMs, TopicPartition,
     TransactionVersion, TxnManagerState,
 };
+use txnsim_properties::{CallOutcome, Event, History, ProducerCall};
 
 /// Which message in flight an op means: its API, sender and receiver, and which of the matches (1-based,
 /// oldest first). `kind` tells a request from a response where both go the same way (broker to itself).
@@ -228,6 +229,10 @@ pub struct Expect {
     pub logs: Option<Vec<LogExpect>>,
     pub reads: Option<Vec<Read>>,
     pub now_ms: Option<TimeMs>,
+    /// The client-intent invariants (`failed-send-committed`, `committed-writes-committed`) the history so
+    /// far violates, checked whatever the transaction version: under TV1 KIP-890's late batch is Kafka's
+    /// real behaviour, and this is how a scenario shows it.
+    pub intent_violations: Option<Vec<String>>,
 }
 
 /// A field that may be given as `null`: absent is `None`, `null` is `Some(Value::Null)`.
@@ -439,6 +444,12 @@ pub struct NetworkRunner<'a> {
     dead: BTreeSet<(NodeId, u64)>,
     /// Standing holds (`hold` with `every`): matching messages are set aside as soon as they are sent.
     clogs: Vec<Pick>,
+    /// What the application saw, as the sim records it, for the client-intent checks.
+    history: History,
+    /// The history's call id of each call, by (producer, op).
+    call_ids: BTreeMap<(String, OpId), u64>,
+    /// The call the op being run invoked, until it starts an op (or completes at once).
+    pending_call: Option<(String, u64)>,
     topics: &'a BTreeMap<String, u32>,
 }
 
@@ -460,6 +471,9 @@ impl<'a> NetworkRunner<'a> {
             outcomes: BTreeMap::new(),
             dead: BTreeSet::new(),
             clogs: Vec::new(),
+            history: History::default(),
+            call_ids: BTreeMap::new(),
+            pending_call: None,
             topics,
         }
     }
@@ -470,8 +484,21 @@ impl<'a> NetworkRunner<'a> {
 
     /// Collects every producer's completed calls and loses answers to broken connections.
     fn settle(&mut self) {
+        let now = self.cluster.now_ms;
         for (name, p) in self.cluster.producers.iter_mut() {
             for c in p.take_completions() {
+                if let Some(&call_id) = self.call_ids.get(&(name.clone(), c.op)) {
+                    let outcome = match &c.result {
+                        Ok(OpOutput::Sent { ack, .. }) => CallOutcome::Sent {
+                            first_offset: ack.first_offset,
+                            last_offset: ack.last_offset,
+                            duplicate: ack.duplicate,
+                        },
+                        Ok(_) => CallOutcome::Ok,
+                        Err(e) => CallOutcome::Failed { error: e.name().to_string() },
+                    };
+                    self.history.push(Event::Complete { time_ms: now, process: name.clone(), call_id, outcome });
+                }
                 self.outcomes.insert((name.clone(), c.op), c.result);
             }
         }
@@ -510,6 +537,28 @@ impl<'a> NetworkRunner<'a> {
     fn record(&mut self, producer: &str, name: &Option<String>, op: OpId) {
         let key = name.clone().unwrap_or_else(|| format!("#{producer}:{op}"));
         self.calls.insert(key, (producer.to_string(), op));
+    }
+
+    /// A call as the history records it; its completion is recorded when it completes.
+    fn invoke(&mut self, producer: &str, call: ProducerCall) -> u64 {
+        let call_id = self.history.events.len() as u64 + 1;
+        let time_ms = self.cluster.now_ms;
+        self.history.push(Event::Invoke { time_ms, process: producer.to_string(), call_id, call });
+        call_id
+    }
+
+    fn history_call(op: &NetOp) -> Option<(&str, ProducerCall)> {
+        match op {
+            NetOp::InitProducer(o) if o.kind != Some(ClientKind::Plain) => Some((&o.producer, ProducerCall::Init)),
+            NetOp::Begin(o) => Some((&o.producer, ProducerCall::Begin)),
+            NetOp::Send(o) => Some((
+                &o.producer,
+                ProducerCall::Send { partition: tp(&o.topic, o.partition), values: o.values.clone() },
+            )),
+            NetOp::Commit(o) => Some((&o.producer, ProducerCall::Commit)),
+            NetOp::Abort(o) => Some((&o.producer, ProducerCall::Abort)),
+            _ => None,
+        }
     }
 
     fn immediate<T>(
@@ -560,6 +609,24 @@ impl<'a> NetworkRunner<'a> {
 
     pub fn exec(&mut self, i: usize, op: &NetOp) -> Result<(), Failure> {
         let now = self.cluster.now_ms;
+        if let Some((producer, call)) = Self::history_call(op) {
+            let producer = producer.to_string();
+            let call_id = self.invoke(&producer, call);
+            self.pending_call = Some((producer, call_id));
+        }
+        let result = self.exec_op(i, op, now);
+        // A call that started an op completes when the op does (`started`); the rest complete now.
+        if let Some((producer, call_id)) = self.pending_call.take() {
+            let outcome = match (op, &result) {
+                (NetOp::Begin(o), Ok(())) if o.expect_error.is_none() => CallOutcome::Ok,
+                _ => CallOutcome::Failed { error: "refused by the client".into() },
+            };
+            self.history.push(Event::Complete { time_ms: now, process: producer, call_id, outcome });
+        }
+        result
+    }
+
+    fn exec_op(&mut self, i: usize, op: &NetOp, now: TimeMs) -> Result<(), Failure> {
         match op {
             NetOp::InitProducer(o) => {
                 let kind = match o.kind.unwrap_or(ClientKind::Transactional) {
@@ -686,6 +753,9 @@ impl<'a> NetworkRunner<'a> {
     ) -> Result<(), Failure> {
         if Self::immediate(i, op, &result, expect_error)? {
             let (id, effects) = result.expect("accepted");
+            if let Some((p, call_id)) = self.pending_call.take() {
+                self.call_ids.insert((p, id), call_id);
+            }
             let node = self.producer(producer).id.clone();
             self.cluster.apply(&node, effects);
             self.record(producer, name, id);
@@ -793,6 +863,17 @@ impl<'a> NetworkRunner<'a> {
                     cmp(f(name), json(w), json(got))?;
                 }
             }
+        }
+        if let Some(want) = &e.intent_violations {
+            let logs = &self.cluster.broker.partitions;
+            let mut got: Vec<&str> = txnsim_properties::check_failed_sends(&self.history, logs)
+                .into_iter()
+                .chain(txnsim_properties::check_committed_sends(&self.history, logs))
+                .map(|v| v.invariant.name())
+                .collect();
+            got.sort();
+            got.dedup();
+            cmp("intent_violations".into(), json(want), json(got))?;
         }
         for (k, r) in e.reads.iter().flatten().enumerate() {
             let f = |name: &str| format!("reads[{k}].{name}");
