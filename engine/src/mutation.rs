@@ -65,10 +65,23 @@ pub enum Mutation {
     /// The TV1 client policy under TV2: after an abort with a failed batch the client sends a KIP-360
     /// InitProducerId though the EndTxn answer already bumped its epoch (`needToTriggerEpochBumpFromClient`).
     Tv2InitAfterAbort,
+    /// The coordinator's `__transaction_state` append completes the moment a transition is prepared: no
+    /// pending window, so nothing can meet a transition whose record is not yet written.
+    TxnLogAppendSynchronous,
+    /// KAFKA-18464 undone: a TV2 EndTxn checks the epoch before the pending transition, so an empty abort
+    /// sent right after a commit's answer (one epoch up, markers still out) is fenced.
+    EndTxnEpochBeforePending,
+    /// KAFKA-19367 undone (Kafka 4.0.0): under TV2 the abort after a fence or timeout bumps the epoch again.
+    Tv2FenceAbortBumpsTwice,
+    /// KIP-890's `VerificationStateEntry` without its sequence: a later batch of a producer being verified
+    /// may be appended before an earlier one (the earlier then fails OUT_OF_ORDER_SEQUENCE).
+    VerificationIgnoresLowestSequence,
+    /// A `VerificationStateEntry` whose answer never came stays forever (no `producer.id.expiration.ms`).
+    VerificationEntryNeverExpires,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 28] = [
+    pub const ALL: [Mutation; 33] = [
         Mutation::ReadCommittedBoundedByHw,
         Mutation::LsoInclusive,
         Mutation::LsoIgnoresOngoingTxns,
@@ -97,6 +110,11 @@ impl Mutation {
         Mutation::Tv2AbortKeepsEpoch,
         Mutation::Kip360RetryFenced,
         Mutation::Tv2InitAfterAbort,
+        Mutation::TxnLogAppendSynchronous,
+        Mutation::EndTxnEpochBeforePending,
+        Mutation::Tv2FenceAbortBumpsTwice,
+        Mutation::VerificationIgnoresLowestSequence,
+        Mutation::VerificationEntryNeverExpires,
     ];
 
     /// The kebab-case name used on the command line and in seed files.
@@ -130,6 +148,11 @@ impl Mutation {
             Mutation::Tv2AbortKeepsEpoch => "tv2-abort-keeps-epoch",
             Mutation::Kip360RetryFenced => "kip360-retry-fenced",
             Mutation::Tv2InitAfterAbort => "tv2-init-after-abort",
+            Mutation::TxnLogAppendSynchronous => "txn-log-append-synchronous",
+            Mutation::EndTxnEpochBeforePending => "end-txn-epoch-before-pending",
+            Mutation::Tv2FenceAbortBumpsTwice => "tv2-fence-abort-bumps-twice",
+            Mutation::VerificationIgnoresLowestSequence => "verification-ignores-lowest-sequence",
+            Mutation::VerificationEntryNeverExpires => "verification-entry-never-expires",
         }
     }
 

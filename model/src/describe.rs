@@ -127,6 +127,7 @@ fn timer_text(t: &ModelTimer) -> String {
         ModelTimer::Engine(Timer::ResendTxnMarkers { decision }) => format!("marker retry for decision #{decision}"),
         ModelTimer::Engine(Timer::AbortTimedOutTransactions) => "timeout scan".into(),
         ModelTimer::TxnTimeout(tid) => format!("coordinator times out '{tid}'"),
+        ModelTimer::TxnLogAppend(tid, _) => format!("coordinator's __transaction_state append for '{tid}' completes"),
         ModelTimer::Crash => "CRASH".into(),
         ModelTimer::Poll { partition } => format!("readers poll t/{partition}"),
     }
@@ -194,6 +195,7 @@ pub fn message(m: &Message) -> String {
                 .collect::<Vec<_>>()
                 .join("; ")
         ),
+        Message::TxnLogAppendRequest { transactional_id } => format!("TxnLogAppend({transactional_id})"),
         Message::WriteTxnMarkersResponse { results } => format!(
             "WriteTxnMarkers answers [{}]",
             results

@@ -31,7 +31,9 @@
 //!   every poll a new state; repeated empty polls are recorded once;
 //! - the application's commit-or-abort choice is made before the transaction's sends (the engine holds
 //!   EndTxn until the sends are answered, so a later call is a delay the network already models);
-//! - the coordinator's periodic timeout scan is a timer per Ongoing transactional id (`TxnTimeout`).
+//! - the coordinator's periodic timeout scan is a timer per Ongoing transactional id (`TxnTimeout`);
+//! - the coordinator's `__transaction_state` append is a broker timer (`TxnLogAppend`), not a message: it
+//!   may complete after any other step but is never lost.
 //!
 //! With `Bounds::symmetry` (the standard config) states that differ only by a permutation of the
 //! producers (slots, names, record values) count once (`symmetry`).

@@ -958,6 +958,7 @@ pub fn describe(env: &Envelope) -> String {
                 .collect();
             format!("{api} req {}", parts.join("; "))
         }
+        Message::TxnLogAppendRequest { transactional_id } => format!("{api} {transactional_id}"),
         Message::WriteTxnMarkersResponse { results } => {
             let parts: Vec<String> = results
                 .iter()
