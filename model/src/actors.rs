@@ -104,10 +104,6 @@ pub enum ModelTimer {
     /// The coordinator's timeout scan finds this transactional id's transaction past its timeout. It
     /// replaces the engine's periodic `AbortTimedOutTransactions`, whose firing would depend on a clock.
     TxnTimeout(String),
-    /// The coordinator's `__transaction_state` append for this transactional id completes (its
-    /// `TxnLogAppend`, correlation id). A local write: it waits, but is never lost or duplicated, so
-    /// the model schedules it as a step of the broker rather than as a message on the lossy network.
-    TxnLogAppend(String, u64),
     /// Crash and restart this node (bounded by `Bounds::crashes` over the whole run).
     Crash,
     /// The readers poll `partition`.
@@ -298,13 +294,7 @@ impl Node {
     /// timer per Ongoing transactional id while the budget lasts, marker-resend timers retired once their
     /// decision completes or the budget is spent.
     fn broker_effects(&self, before: &Broker, after: &Broker, node: &mut BrokerNode, effects: Effects, o: &mut O) {
-        let (appends, sends): (Vec<Envelope>, Vec<Envelope>) =
-            effects.sends.into_iter().partition(|e| matches!(e.message, Message::TxnLogAppendRequest { .. }));
-        for env in appends {
-            let Message::TxnLogAppendRequest { transactional_id } = env.message else { unreachable!("partitioned") };
-            o.set_timer(ModelTimer::TxnLogAppend(transactional_id, env.correlation_id), model_timeout());
-        }
-        self.send_all(sends, o);
+        self.send_all(effects.sends, o);
         for (_, timer) in effects.timers {
             match timer {
                 Timer::AbortTimedOutTransactions => {} // replaced by TxnTimeout timers
@@ -352,7 +342,21 @@ impl Node {
         let before = state.broker().expect("actor 0 is the broker");
         let mut node = before.clone();
         let mut broker = (*before.broker).clone();
-        let effects = step(&mut broker, &mut node);
+        let mut effects = step(&mut broker, &mut node);
+        // The coordinator's `__transaction_state` appends complete within the step that makes them (see
+        // the crate docs): a local write is never lost, and its window is the network scenarios' and the
+        // sim's to explore.
+        loop {
+            let (appends, sends): (Vec<Envelope>, Vec<Envelope>) =
+                effects.sends.into_iter().partition(|e| matches!(e.message, Message::TxnLogAppendRequest { .. }));
+            effects.sends = sends;
+            if appends.is_empty() {
+                break;
+            }
+            for env in appends {
+                effects.extend(broker.on_message(NOW_MS, env));
+            }
+        }
         self.broker_effects(&before.broker, &broker, &mut node, effects, o);
         if self.ctx.bounds.reduced {
             node.fresh = changed_partitions(&before.broker, &broker);
@@ -383,18 +387,8 @@ impl Node {
                 node.timeouts_left -= u8::from(expired);
                 effects
             }),
-            ModelTimer::TxnLogAppend(tid, corr) => self.broker_step(state, o, |broker, _| {
-                let me = broker.id.clone();
-                let message = Message::TxnLogAppendRequest { transactional_id: tid.clone() };
-                broker.on_message(NOW_MS, Envelope { from: me.clone(), to: me, correlation_id: *corr, message })
-            }),
             ModelTimer::Crash => {
                 let mut again = false;
-                // Appends not yet written die with the broker.
-                let before = state.broker().expect("actor 0 is the broker");
-                for (tid, corr) in before.broker.coordinator.pending_appends() {
-                    o.cancel_timer(ModelTimer::TxnLogAppend(tid.to_string(), corr));
-                }
                 self.broker_step(state, o, |broker, node| {
                     node.restarts += 1;
                     again = self.may_crash(node.restarts);
@@ -558,9 +552,7 @@ impl Node {
                 n.producer = me.new_producer(index, n.incarnation);
                 me.init_instance(n, o);
             }),
-            ModelTimer::TxnTimeout(_) | ModelTimer::TxnLogAppend(..) | ModelTimer::Poll { .. } => {
-                unreachable!("not a producer timer: {timer:?}")
-            }
+            ModelTimer::TxnTimeout(_) | ModelTimer::Poll { .. } => unreachable!("not a producer timer: {timer:?}"),
         }
     }
 

@@ -127,7 +127,6 @@ fn timer_text(t: &ModelTimer) -> String {
         ModelTimer::Engine(Timer::ResendTxnMarkers { decision }) => format!("marker retry for decision #{decision}"),
         ModelTimer::Engine(Timer::AbortTimedOutTransactions) => "timeout scan".into(),
         ModelTimer::TxnTimeout(tid) => format!("coordinator times out '{tid}'"),
-        ModelTimer::TxnLogAppend(tid, _) => format!("coordinator's __transaction_state append for '{tid}' completes"),
         ModelTimer::Crash => "CRASH".into(),
         ModelTimer::Poll { partition } => format!("readers poll t/{partition}"),
     }

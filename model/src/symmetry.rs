@@ -210,11 +210,10 @@ fn slot_of(id: Id, perm: &[usize]) -> Id {
     }
 }
 
-/// A timer under `perm`: only the coordinator's timeout and append timers name a producer (its
-/// transactional id).
+/// A timer under `perm`: only the coordinator's timeout timers name a producer (its transactional id).
 fn renamed_timer(timer: &ModelTimer, perm: &[usize]) -> ModelTimer {
     let mut timer = timer.clone();
-    if let ModelTimer::TxnTimeout(tid) | ModelTimer::TxnLogAppend(tid, _) = &mut timer {
+    if let ModelTimer::TxnTimeout(tid) = &mut timer {
         rename_producer(tid, perm);
     }
     timer

@@ -256,12 +256,6 @@ impl TransactionCoordinator {
         ctx.effects.send(ctx.me, ctx.me, correlation_id, Message::TxnLogAppendRequest { transactional_id: tid });
     }
 
-    /// The appends in flight, as (transactional id, correlation id of its `TxnLogAppend`): drivers that
-    /// schedule the append themselves (the model) name them by these.
-    pub fn pending_appends(&self) -> impl Iterator<Item = (&str, u64)> {
-        self.appends.iter().map(|(tid, p)| (tid.as_str(), p.correlation_id))
-    }
-
     /// The metadata as the log has it now (no pending transition), the `durable` of an append from it.
     fn durable(&self, tid: &str) -> TransactionMetadata {
         let mut meta = self.txns[tid].clone();
