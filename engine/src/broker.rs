@@ -142,6 +142,23 @@ impl Broker {
         (expired, effects)
     }
 
+    /// Completes at once every `__transaction_state` append in `effects` (the `TxnLogAppend`s this broker
+    /// sent itself) and those they lead to. For drivers whose network loses and reorders messages (the
+    /// model, the sim): a local write is never lost, so they do not put it on that network.
+    pub fn write_txn_log_now(&mut self, now_ms: TimeMs, mut effects: Effects) -> Effects {
+        loop {
+            let (appends, sends): (Vec<Envelope>, Vec<Envelope>) =
+                effects.sends.into_iter().partition(|e| matches!(e.message, Message::TxnLogAppendRequest { .. }));
+            effects.sends = sends;
+            if appends.is_empty() {
+                return effects;
+            }
+            for env in appends {
+                effects.extend(self.on_message(now_ms, env));
+            }
+        }
+    }
+
     pub fn on_message(&mut self, now_ms: TimeMs, env: Envelope) -> Effects {
         let mut effects = Effects::default();
         let reply_to = env.from.clone();

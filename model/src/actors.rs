@@ -342,21 +342,10 @@ impl Node {
         let before = state.broker().expect("actor 0 is the broker");
         let mut node = before.clone();
         let mut broker = (*before.broker).clone();
-        let mut effects = step(&mut broker, &mut node);
         // The coordinator's `__transaction_state` appends complete within the step that makes them (see
-        // the crate docs): a local write is never lost, and its window is the network scenarios' and the
-        // sim's to explore.
-        loop {
-            let (appends, sends): (Vec<Envelope>, Vec<Envelope>) =
-                effects.sends.into_iter().partition(|e| matches!(e.message, Message::TxnLogAppendRequest { .. }));
-            effects.sends = sends;
-            if appends.is_empty() {
-                break;
-            }
-            for env in appends {
-                effects.extend(broker.on_message(NOW_MS, env));
-            }
-        }
+        // the crate docs): a local write is never lost, and its window is the network scenarios' to explore.
+        let effects = step(&mut broker, &mut node);
+        let effects = broker.write_txn_log_now(NOW_MS, effects);
         self.broker_effects(&before.broker, &broker, &mut node, effects, o);
         if self.ctx.bounds.reduced {
             node.fresh = changed_partitions(&before.broker, &broker);

@@ -35,7 +35,7 @@
 //! - the coordinator's `__transaction_state` append (`TxnLogAppend`, a message the coordinator sends
 //!   itself) completes in the step that asks for it: every other step sees the transition either not yet
 //!   made or written, never pending. The pending window (CONCURRENT_TRANSACTIONS meanwhile) is explored
-//!   by the `network` scenarios and by the sim, where the append is a delayable message.
+//!   by the `network` scenarios, which hold and release the append.
 //!
 //! With `Bounds::symmetry` (the standard config) states that differ only by a permutation of the
 //! producers (slots, names, record values) count once (`symmetry`).
