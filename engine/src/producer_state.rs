@@ -190,9 +190,12 @@ impl ProducerStateManager {
             self.check_producer_epoch(entry, producer.epoch, mutations)?;
         }
         if origin == AppendOrigin::Client {
-            // `checkSequence`: above the lowest sequence under verification, whatever the epoch.
+            // `checkSequence`: a batch that would begin the transaction here may not start above the lowest
+            // sequence under verification. Once a transaction is open here the entry is a stale one (a
+            // fenced zombie's verification) and guards nothing (derived: the proptests' zombie case).
             let verifying = self.verification_entries.get(&producer.producer_id);
             if verifying.is_some_and(|v| first_seq > v.lowest_sequence)
+                && entry.current_txn_first_offset.is_none()
                 && !mutations.has(Mutation::VerificationIgnoresLowestSequence)
             {
                 return Err(KafkaError::OutOfOrderSequence);
