@@ -138,10 +138,56 @@ fn a_wrong_expectation_fails_with_exit_1_and_names_the_difference() {
     assert!(stdout.contains("op 2 (produce): expect.first_offset: expected 1, actual 0"), "{stdout}");
 }
 
-/// Mutations only faults reach (duplicated marker answers, coordinator restarts);
-/// the scenario layer has none, so other suites prove these bite.
-const NEEDS_FAULTS: [Mutation; 3] =
-    [Mutation::DoubleComplete, Mutation::DropPendingMarkersOnRestart, Mutation::RestartAbortsPreparedCommits];
+/// Mutations only faults reach (a marker answer that crosses its resend's answer); the scenario layer
+/// stages none, so other suites prove these bite.
+const NEEDS_FAULTS: [Mutation; 1] = [Mutation::DoubleComplete];
+
+/// The departures from Kafka 4.x fixed on the coordinator and leader side, each with the ported Kafka
+/// test whose exact expectation catches it: the scenario must fail with a difference (not an input error).
+const CATCHERS: [(Mutation, &str, &str); 8] = [
+    (Mutation::TxnLogAppendSynchronous, "coordinator-init-producer-id-waits-for-a-pending-commit-tv1", "in_flight"),
+    (
+        Mutation::EndTxnEpochBeforePending,
+        "coordinator-tv2-empty-abort-while-the-commit-markers-are-out",
+        "producers[0].state",
+    ),
+    (
+        Mutation::Tv2FenceAbortBumpsTwice,
+        "coordinator-init-producer-id-fences-an-ongoing-transaction-tv2",
+        "coordinator[0].epoch",
+    ),
+    (
+        Mutation::VerificationIgnoresLowestSequence,
+        "producer-state-verification-holds-a-later-batch-behind-the-lowest-sequence-tv1",
+        "logs[0].records",
+    ),
+    (Mutation::VerificationEntryNeverExpires, "producer-state-verification-entry-expires-tv2", "verification_entries"),
+    (
+        Mutation::DropPendingMarkersOnRestart,
+        "txn-state-manager-reload-resends-markers-of-a-prepared-commit-tv1",
+        "invariant partition-coverage",
+    ),
+    (
+        Mutation::RestartAbortsPreparedCommits,
+        "txn-state-manager-reload-resends-markers-of-a-prepared-commit-tv2",
+        "invariant marker-matches-decision",
+    ),
+    (Mutation::Kip360RetryFenced, "coordinator-kip360-retry-gets-the-current-epoch-tv1", "producers[0].state"),
+];
+
+#[test]
+fn each_fixed_departure_is_caught_by_its_ported_kafka_test() {
+    let scenarios = corpus();
+    for (m, name, field) in CATCHERS {
+        let sc = scenarios.iter().find(|s| s.name == name).unwrap_or_else(|| panic!("no scenario {name}"));
+        assert_eq!(scenario::run(sc, &RunOptions::default()).difference, None, "{name} passes unmutated");
+        let report = scenario::run(sc, &RunOptions { mutations: Mutations::one(m), show: false, progress: None });
+        assert_eq!(report.input_error, None, "{name} under {}: a misnamed message is not a catch", m.name());
+        let difference = report.difference.unwrap_or_else(|| panic!("{name} does not catch {}", m.name()));
+        let text = difference.to_string();
+        assert!(text.contains(field), "{name} catches {} at {field}, but the difference is: {text}", m.name());
+    }
+}
 
 #[test]
 fn every_scenario_reachable_mutation_fails_some_scenario() {

@@ -2,7 +2,7 @@
 //! coordinator. A sans-io node: it takes a message and `now`, and returns messages and timers.
 
 use crate::config::EngineConfig;
-use crate::coordinator::{Ctx, PartitionLeaders, TransactionCoordinator};
+use crate::coordinator::{Ctx, PartitionLeaders, ReplyTo, TransactionCoordinator};
 use crate::error::KafkaError;
 use crate::group_coordinator::GroupCoordinator;
 use crate::log::PartitionLog;
@@ -34,9 +34,6 @@ pub struct Broker {
     pub groups: GroupCoordinator,
     /// Requests this broker sent to a coordinator, by correlation id.
     pending_verifications: BTreeMap<u64, PendingVerification>,
-    /// `VerificationStateEntry` per (partition, producer): cleared by a marker, so a stale verification
-    /// cannot admit a late batch into a later transaction (KAFKA-14884).
-    verification_guards: BTreeMap<(TopicPartition, ProducerId), u64>,
     next_correlation_id: u64,
 }
 
@@ -76,7 +73,6 @@ impl Broker {
             coordinator: TransactionCoordinator::new(),
             groups: GroupCoordinator::default(),
             pending_verifications: BTreeMap::new(),
-            verification_guards: BTreeMap::new(),
             next_correlation_id: 0,
         }
     }
@@ -144,7 +140,9 @@ impl Broker {
     /// The coordinator reloads under a new epoch and resends the markers of decided transactions.
     pub fn restart(&mut self, now_ms: TimeMs) -> Effects {
         self.pending_verifications.clear();
-        self.verification_guards.clear();
+        for log in self.partitions.values_mut() {
+            log.producer_state.verification_entries.clear();
+        }
         let mut effects = self.on_start(now_ms);
         self.coordinate(now_ms, &mut effects, |c, ctx| c.on_load(ctx));
         effects
@@ -158,22 +156,40 @@ impl Broker {
         (expired, effects)
     }
 
+    /// Completes at once every `__transaction_state` append in `effects` (the `TxnLogAppend`s this broker
+    /// sent itself) and those they lead to. For drivers whose network loses and reorders messages (the
+    /// model, the sim): a local write is never lost, so they do not put it on that network.
+    pub fn write_txn_log_now(&mut self, now_ms: TimeMs, mut effects: Effects) -> Effects {
+        loop {
+            let (appends, sends): (Vec<Envelope>, Vec<Envelope>) =
+                effects.sends.into_iter().partition(|e| matches!(e.message, Message::TxnLogAppendRequest { .. }));
+            effects.sends = sends;
+            if appends.is_empty() {
+                return effects;
+            }
+            for env in appends {
+                effects.extend(self.on_message(now_ms, env));
+            }
+        }
+    }
+
     pub fn on_message(&mut self, now_ms: TimeMs, env: Envelope) -> Effects {
         let mut effects = Effects::default();
         let reply_to = env.from.clone();
         let corr = env.correlation_id;
         let reply = match env.message {
-            Message::InitProducerIdRequest { transactional_id, transaction_timeout_ms, producer_id_and_epoch } => {
-                let result = self.coordinate(now_ms, &mut effects, |c, ctx| {
+            Message::InitProducerIdRequest { transactional_id, transaction_timeout_ms, producer_id_and_epoch } => self
+                .coordinate(now_ms, &mut effects, |c, ctx| {
+                    let to = ReplyTo { to: reply_to.clone(), correlation_id: corr };
                     c.handle_init_producer_id(
                         transactional_id.as_deref(),
                         transaction_timeout_ms,
                         producer_id_and_epoch,
+                        to,
                         ctx,
                     )
-                });
-                Some(Message::InitProducerIdResponse { result })
-            }
+                })
+                .map(|result| Message::InitProducerIdResponse { result }),
             Message::AddPartitionsToTxnRequest {
                 transactional_id,
                 producer,
@@ -182,24 +198,32 @@ impl Broker {
                 transaction_version,
             } => {
                 let result = if partitions.iter().all(|tp| self.partitions.contains_key(tp)) {
-                    self.coordinator.handle_add_partitions(
-                        &transactional_id,
-                        producer,
-                        &partitions,
-                        verify_only,
-                        transaction_version,
-                        now_ms,
-                    )
+                    self.coordinate(now_ms, &mut effects, |c, ctx| {
+                        let to = ReplyTo { to: reply_to.clone(), correlation_id: corr };
+                        c.handle_add_partitions(
+                            &transactional_id,
+                            producer,
+                            &partitions,
+                            verify_only,
+                            transaction_version,
+                            to,
+                            ctx,
+                        )
+                    })
                 } else {
-                    Err(KafkaError::UnknownTopicOrPartition)
+                    Some(Err(KafkaError::UnknownTopicOrPartition))
                 };
-                Some(Message::AddPartitionsToTxnResponse { result })
+                result.map(|result| Message::AddPartitionsToTxnResponse { result })
             }
-            Message::EndTxnRequest { transactional_id, producer, result, transaction_version } => {
-                let result = self.coordinate(now_ms, &mut effects, |c, ctx| {
-                    c.handle_end_txn(&transactional_id, producer, result, transaction_version, ctx)
-                });
-                Some(Message::EndTxnResponse { result })
+            Message::EndTxnRequest { transactional_id, producer, result, transaction_version } => self
+                .coordinate(now_ms, &mut effects, |c, ctx| {
+                    let to = ReplyTo { to: reply_to.clone(), correlation_id: corr };
+                    c.handle_end_txn(&transactional_id, producer, result, transaction_version, to, ctx)
+                })
+                .map(|result| Message::EndTxnResponse { result }),
+            Message::TxnLogAppendRequest { transactional_id } => {
+                self.coordinate(now_ms, &mut effects, |c, ctx| c.on_txn_log_append(&transactional_id, corr, ctx));
+                None
             }
             Message::ProduceRequest { transactional_id, partition, batch, transaction_version } => self
                 .handle_produce(
@@ -277,9 +301,10 @@ impl Broker {
         version: TransactionVersion,
         effects: &mut Effects,
     ) -> Option<(TopicPartition, Result<ProduceAck, KafkaError>)> {
-        let Some(log) = self.partitions.get(&partition) else {
+        let Some(log) = self.partitions.get_mut(&partition) else {
             return Some((partition, Err(KafkaError::UnknownTopicOrPartition)));
         };
+        log.producer_state.remove_expired_verification_entries(now_ms, &self.config.mutations);
         let needs_verification = batch.is_transactional
             && self.config.partition_verification
             && !self.config.mutations.has(crate::mutation::Mutation::NoTxnVerification)
@@ -293,8 +318,15 @@ impl Broker {
         };
         self.next_correlation_id += 1;
         let corr_to_coordinator = self.next_correlation_id;
-        // `maybeStartTransactionVerification`: an existing guard is reused, so pipelined batches share it.
-        let guard = *self.verification_guards.entry((partition.clone(), p.producer_id)).or_insert(corr_to_coordinator);
+        // `maybeStartTransactionVerification`: an existing entry's guard is reused, so pipelined batches share it
+        // (a marker clears the entry, so a stale verification cannot admit a late batch: KAFKA-14884).
+        let guard = log.producer_state.maybe_create_verification_state_entry(
+            p.producer_id,
+            p.base_sequence,
+            p.epoch,
+            corr_to_coordinator,
+            now_ms,
+        );
         // `AddPartitionsToTxnManager`: a Produce v12+ (TV2) adds the partition; an older one only verifies.
         let request = Message::AddPartitionsToTxnRequest {
             transactional_id: tid,
@@ -324,8 +356,10 @@ impl Broker {
         };
         let producer = pending.batch.producer.expect("verified batches are transactional");
         let pid = producer.producer_id;
-        let current_guard = self.verification_guards.get(&(pending.partition.clone(), pid)).copied();
-        let ongoing = self.partitions[&pending.partition].has_ongoing_transaction(pid, producer.epoch);
+        let log = self.partitions.get_mut(&pending.partition).expect("verified partitions exist");
+        log.producer_state.remove_expired_verification_entries(now_ms, &self.config.mutations);
+        let current_guard = log.producer_state.verification_entries.get(&pid).map(|v| v.guard);
+        let ongoing = log.has_ongoing_transaction(pid, producer.epoch);
         let result = match result {
             // Only a batch that would begin the transaction here needs its guard (`analyzeAndValidateProducerState`):
             // a pipelined batch verified alongside the first joins the transaction the first one began.
@@ -336,14 +370,6 @@ impl Broker {
             Err(KafkaError::ProducerFenced) => Err(KafkaError::InvalidProducerEpoch),
             Err(e) => Err(e),
         };
-        if self.partitions[&pending.partition]
-            .producer_state
-            .entry(pid)
-            .is_some_and(|e| e.current_txn_first_offset.is_some())
-        {
-            // The transaction has begun on this partition: the guard has done its job.
-            self.verification_guards.remove(&(pending.partition.clone(), pid));
-        }
         let message = Message::ProduceResponse { partition: pending.partition, result };
         effects.send(&self.id, &pending.client, pending.client_correlation_id, message);
     }
@@ -383,7 +409,6 @@ impl Broker {
                     ),
                 };
                 if result.is_ok() {
-                    self.verification_guards.remove(&(tp.clone(), m.producer_id));
                     self.advance_high_watermark(tp);
                 }
                 results.push((m.producer_id, tp.clone(), result));

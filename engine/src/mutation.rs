@@ -40,10 +40,15 @@ pub enum Mutation {
     EpochBumpWhileCompleting,
     NoIdempotentEpochBump,
     OutOfOrderNeverRetried,
+    TxnLogAppendSynchronous,
+    EndTxnEpochBeforePending,
+    Tv2FenceAbortBumpsTwice,
+    VerificationIgnoresLowestSequence,
+    VerificationEntryNeverExpires,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 32] = [
+    pub const ALL: [Mutation; 37] = [
         Mutation::ReadCommittedBoundedByHw,
         Mutation::LsoInclusive,
         Mutation::LsoIgnoresOngoingTxns,
@@ -76,6 +81,11 @@ impl Mutation {
         Mutation::EpochBumpWhileCompleting,
         Mutation::NoIdempotentEpochBump,
         Mutation::OutOfOrderNeverRetried,
+        Mutation::TxnLogAppendSynchronous,
+        Mutation::EndTxnEpochBeforePending,
+        Mutation::Tv2FenceAbortBumpsTwice,
+        Mutation::VerificationIgnoresLowestSequence,
+        Mutation::VerificationEntryNeverExpires,
     ];
 
     /// The kebab-case name used on the command line and in seed files.
@@ -113,6 +123,11 @@ impl Mutation {
             Mutation::EpochBumpWhileCompleting => "epoch-bump-while-completing",
             Mutation::NoIdempotentEpochBump => "no-idempotent-epoch-bump",
             Mutation::OutOfOrderNeverRetried => "out-of-order-never-retried",
+            Mutation::TxnLogAppendSynchronous => "txn-log-append-synchronous",
+            Mutation::EndTxnEpochBeforePending => "end-txn-epoch-before-pending",
+            Mutation::Tv2FenceAbortBumpsTwice => "tv2-fence-abort-bumps-twice",
+            Mutation::VerificationIgnoresLowestSequence => "verification-ignores-lowest-sequence",
+            Mutation::VerificationEntryNeverExpires => "verification-entry-never-expires",
         }
     }
 
@@ -199,6 +214,11 @@ impl Mutation {
             Mutation::EpochBumpWhileCompleting => "A batch that fails while a commit or abort is completing still sets the KIP-360 epoch bump.",
             Mutation::NoIdempotentEpochBump => "An idempotent producer never bumps its epoch after a sequence gap or an expired batch.",
             Mutation::OutOfOrderNeverRetried => "OUT_OF_ORDER_SEQUENCE is final even for a batch that is not the next sequence (an earlier one's failure).",
+            Mutation::TxnLogAppendSynchronous => "The coordinator's `__transaction_state` append completes the moment a transition is prepared: no pending window, so nothing can meet a transition whose record is not yet written.",
+            Mutation::EndTxnEpochBeforePending => "KAFKA-18464 undone: a TV2 EndTxn checks the epoch before the pending transition, so an empty abort sent right after a commit's answer (one epoch up, markers still out) is fenced.",
+            Mutation::Tv2FenceAbortBumpsTwice => "KAFKA-19367 undone (Kafka 4.0.0): under TV2 the abort after a fence or timeout bumps the epoch again.",
+            Mutation::VerificationIgnoresLowestSequence => "KIP-890's `VerificationStateEntry` without its sequence: a later batch of a producer being verified may be appended before an earlier one (the earlier then fails OUT_OF_ORDER_SEQUENCE).",
+            Mutation::VerificationEntryNeverExpires => "A `VerificationStateEntry` whose answer never came stays forever (no `producer.id.expiration.ms`).",
         }
     }
 
@@ -250,6 +270,11 @@ impl Mutation {
             Mutation::OutOfOrderNeverRetried => {
                 "TransactionManager.canRetry (OUT_OF_ORDER_SEQUENCE_NUMBER, isNextSequence)"
             }
+            Mutation::TxnLogAppendSynchronous => "TransactionStateManager.appendTransactionToLog (the transition completes only once its record is written)",
+            Mutation::EndTxnEpochBeforePending => "KAFKA-18464 (PR #18467): TV2 EndTxn checks the pending transition before the epoch",
+            Mutation::Tv2FenceAbortBumpsTwice => "KAFKA-19367 (PR #19910), in Kafka 4.0.0",
+            Mutation::VerificationIgnoresLowestSequence => "KIP-890 part 1: VerificationStateEntry.lowestSequence (ProducerStateManagerTest#testThrowOutOfOrderSequenceWithVerificationSequenceCheck)",
+            Mutation::VerificationEntryNeverExpires => "KIP-890 part 1: VerificationStateEntry expiry by producer.id.expiration.ms",
         }
     }
 }

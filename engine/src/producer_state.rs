@@ -84,6 +84,37 @@ impl ProducerStateEntry {
     }
 }
 
+/// `producer.id.expiration.ms` (default 86400000): an idle `VerificationStateEntry` is dropped after this.
+pub const PRODUCER_ID_EXPIRATION_MS: TimeMs = 86_400_000;
+/// `producer.id.expiration.check.interval.ms` (default 600000): how often `removeExpiredProducers` runs.
+pub const PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS: TimeMs = 600_000;
+
+/// KIP-890's `VerificationStateEntry`: made when the leader starts verifying a producer's first
+/// transactional batch on this partition, shared by every verification until that producer's next
+/// transactional append or marker here. While it exists, no batch of the producer may start above the
+/// lowest sequence verified at the entry's epoch, so a later batch cannot land before an earlier one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct VerificationStateEntry {
+    pub timestamp_ms: TimeMs,
+    /// The `VerificationGuard`: an append needs the guard its verification was started with.
+    pub guard: u64,
+    pub lowest_sequence: i32,
+    pub epoch: ProducerEpoch,
+}
+
+impl VerificationStateEntry {
+    /// `maybeUpdateLowestSequenceAndEpoch`: a higher epoch restarts the entry's sequence; the same
+    /// epoch keeps the lowest; a lower epoch changes nothing.
+    fn maybe_update_lowest_sequence_and_epoch(&mut self, sequence: i32, epoch: ProducerEpoch) {
+        if epoch > self.epoch {
+            self.lowest_sequence = sequence;
+            self.epoch = epoch;
+        } else if epoch == self.epoch {
+            self.lowest_sequence = self.lowest_sequence.min(sequence);
+        }
+    }
+}
+
 /// An open (or decided but not yet stable) transaction on this partition (`TxnMetadata`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TxnMetadata {
@@ -117,6 +148,8 @@ pub struct ProducerStateManager {
     pub ongoing_txns: BTreeMap<Offset, TxnMetadata>,
     /// Transactions whose marker is in the log but not yet below the high watermark, keyed by first offset.
     pub unreplicated_txns: BTreeMap<Offset, TxnMetadata>,
+    /// In memory only (a restart loses them): one per producer with a verification under way here.
+    pub verification_entries: BTreeMap<ProducerId, VerificationStateEntry>,
 }
 
 /// `ProducerAppendInfo.inSequence`.
@@ -157,6 +190,16 @@ impl ProducerStateManager {
             self.check_producer_epoch(entry, producer.epoch, mutations)?;
         }
         if origin == AppendOrigin::Client {
+            // `checkSequence`: a batch that would begin the transaction here may not start above the lowest
+            // sequence under verification. Once a transaction is open here the entry is a stale one (a
+            // fenced zombie's verification) and guards nothing (derived: the proptests' zombie case).
+            let verifying = self.verification_entries.get(&producer.producer_id);
+            if verifying.is_some_and(|v| first_seq > v.lowest_sequence)
+                && entry.current_txn_first_offset.is_none()
+                && !mutations.has(Mutation::VerificationIgnoresLowestSequence)
+            {
+                return Err(KafkaError::OutOfOrderSequence);
+            }
             if producer.epoch != entry.producer_epoch {
                 if first_seq != 0 && entry.producer_epoch != NO_PRODUCER_EPOCH {
                     return Err(KafkaError::OutOfOrderSequence);
@@ -233,6 +276,10 @@ impl ProducerStateManager {
             .or_insert_with(|| ProducerStateEntry::empty(producer.producer_id));
         entry.maybe_update_producer_epoch(producer.epoch);
         entry.last_timestamp_ms = now_ms;
+        if batch.is_transactional {
+            // Verified and appended: the entry has done its job (`UnifiedLog.updateProducers`).
+            self.verification_entries.remove(&producer.producer_id);
+        }
         if producer.base_sequence >= 0 {
             entry.add_batch(BatchMetadata {
                 first_seq: producer.base_sequence,
@@ -263,6 +310,7 @@ impl ProducerStateManager {
             .entry(producer.producer_id)
             .or_insert_with(|| ProducerStateEntry::empty(producer.producer_id));
         entry.maybe_update_producer_epoch(producer.epoch);
+        self.verification_entries.remove(&producer.producer_id);
         entry.coordinator_epoch = marker.coordinator_epoch;
         entry.last_timestamp_ms = now_ms;
         let first_offset = entry.current_txn_first_offset.take()?;
@@ -272,6 +320,49 @@ impl ProducerStateManager {
             last_offset: batch.base_offset,
             is_aborted: marker.result == TransactionResult::Abort,
         })
+    }
+
+    /// `maybeCreateVerificationStateEntry`: the producer's entry, made with `guard` if it has none; either
+    /// way the verified batch's sequence and epoch are folded in. Returns the entry's guard.
+    pub fn maybe_create_verification_state_entry(
+        &mut self,
+        producer_id: ProducerId,
+        sequence: i32,
+        epoch: ProducerEpoch,
+        guard: u64,
+        now_ms: TimeMs,
+    ) -> u64 {
+        let entry = self.verification_entries.entry(producer_id).or_insert(VerificationStateEntry {
+            timestamp_ms: now_ms,
+            guard,
+            lowest_sequence: sequence,
+            epoch,
+        });
+        entry.maybe_update_lowest_sequence_and_epoch(sequence, epoch);
+        entry.guard
+    }
+
+    /// `removeExpiredProducers` for verification entries, run every
+    /// `producer.id.expiration.check.interval.ms` from the broker's start: an entry goes at the first
+    /// check at least `producer.id.expiration.ms` after it was made. The checks are counted, not timed, so
+    /// this is exact whenever it is called (the broker calls it before it touches the entries).
+    pub fn remove_expired_verification_entries(&mut self, now_ms: TimeMs, mutations: &Mutations) {
+        self.verification_entries.retain(|_, v| !Self::verification_expired(v, now_ms, mutations));
+    }
+
+    /// The entries a check at `now_ms` would keep (what a reader of the broker's state sees).
+    pub fn live_verification_entries<'a>(
+        &'a self,
+        now_ms: TimeMs,
+        mutations: &'a Mutations,
+    ) -> impl Iterator<Item = (&'a ProducerId, &'a VerificationStateEntry)> + 'a {
+        self.verification_entries.iter().filter(move |(_, v)| !Self::verification_expired(v, now_ms, mutations))
+    }
+
+    fn verification_expired(v: &VerificationStateEntry, now_ms: TimeMs, mutations: &Mutations) -> bool {
+        let last_check = now_ms - now_ms % PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS;
+        last_check >= v.timestamp_ms + PRODUCER_ID_EXPIRATION_MS
+            && !mutations.has(Mutation::VerificationEntryNeverExpires)
     }
 
     /// `ProducerStateManager.lastStableOffset(completedTxn)`: the first offset of the earliest other producer's

@@ -97,6 +97,12 @@ pub enum Message {
     WriteTxnMarkersRequest {
         markers: Vec<TxnMarkerEntry>,
     },
+    /// The coordinator's append of one transactional id's pending transition to `__transaction_state`
+    /// (`TransactionStateManager.appendTransactionToLog`), sent to itself: with one replica its delivery is
+    /// the append completing, and until then the transition is pending.
+    TxnLogAppendRequest {
+        transactional_id: String,
+    },
     WriteTxnMarkersResponse {
         results: Vec<(ProducerId, TopicPartition, Result<Offset, KafkaError>)>,
     },
@@ -135,6 +141,7 @@ impl Message {
                 | Message::ProduceRequest { .. }
                 | Message::EndTxnRequest { .. }
                 | Message::WriteTxnMarkersRequest { .. }
+                | Message::TxnLogAppendRequest { .. }
                 | Message::FetchRequest { .. }
                 | Message::ListOffsetsRequest { .. }
         )
@@ -150,6 +157,7 @@ impl Message {
             Message::ProduceRequest { .. } | Message::ProduceResponse { .. } => "Produce",
             Message::EndTxnRequest { .. } | Message::EndTxnResponse { .. } => "EndTxn",
             Message::WriteTxnMarkersRequest { .. } | Message::WriteTxnMarkersResponse { .. } => "WriteTxnMarkers",
+            Message::TxnLogAppendRequest { .. } => "TxnLogAppend",
             Message::FetchRequest { .. } | Message::FetchResponse { .. } => "Fetch",
             Message::ListOffsetsRequest { .. } | Message::ListOffsetsResponse { .. } => "ListOffsets",
             Message::Metadata(m) => m.api_name(),

@@ -79,7 +79,8 @@ impl Rename for Message {
         match self {
             Message::InitProducerIdRequest { transactional_id, .. } => transactional_id.rename(names),
             Message::AddPartitionsToTxnRequest { transactional_id, .. }
-            | Message::EndTxnRequest { transactional_id, .. } => names(transactional_id),
+            | Message::EndTxnRequest { transactional_id, .. }
+            | Message::TxnLogAppendRequest { transactional_id } => names(transactional_id),
             Message::ProduceRequest { transactional_id, batch, .. } => {
                 transactional_id.rename(names);
                 batch.rename(names);

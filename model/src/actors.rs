@@ -349,7 +349,10 @@ impl Node {
         let before = state.broker().expect("actor 0 is the broker");
         let mut node = before.clone();
         let mut broker = (*before.broker).clone();
+        // The coordinator's `__transaction_state` appends complete within the step that makes them (see
+        // the crate docs): a local write is never lost, and its window is the network scenarios' to explore.
         let effects = step(&mut broker, &mut node);
+        let effects = broker.write_txn_log_now(NOW_MS, effects);
         self.broker_effects(&before.broker, &broker, &mut node, effects, o);
         if self.ctx.bounds.reduced {
             node.fresh = changed_partitions(&before.broker, &broker);

@@ -196,6 +196,7 @@ pub fn message(m: &Message) -> String {
                 .collect::<Vec<_>>()
                 .join("; ")
         ),
+        Message::TxnLogAppendRequest { transactional_id } => format!("TxnLogAppend({transactional_id})"),
         Message::WriteTxnMarkersResponse { results } => format!(
             "WriteTxnMarkers answers [{}]",
             results

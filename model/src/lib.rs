@@ -31,7 +31,11 @@
 //!   every poll a new state; repeated empty polls are recorded once;
 //! - the application's commit-or-abort choice is made before the transaction's sends (the engine holds
 //!   EndTxn until the sends are answered, so a later call is a delay the network already models);
-//! - the coordinator's periodic timeout scan is a timer per Ongoing transactional id (`TxnTimeout`).
+//! - the coordinator's periodic timeout scan is a timer per Ongoing transactional id (`TxnTimeout`);
+//! - the coordinator's `__transaction_state` append (`TxnLogAppend`, a message the coordinator sends
+//!   itself) completes in the step that asks for it: every other step sees the transition either not yet
+//!   made or written, never pending. The pending window (CONCURRENT_TRANSACTIONS meanwhile) is explored
+//!   by the `network` scenarios, which hold and release the append.
 //!
 //! With `Bounds::symmetry` (the standard config) states that differ only by a permutation of the
 //! producers (slots, names, record values) count once (`symmetry`).

@@ -74,7 +74,10 @@ fn small_tv1_holds_and_reaches_the_seed_facts() {
 fn small_tv2_holds() {
     let o = check(&Bounds::small().with_version(TransactionVersion::V2), HasDiscoveries::All);
     assert!(o.violations.is_empty(), "violated: {:?}", o.violations);
-    assert_eq!(o.unique, 21_943);
+    // 21,943 before the coordinator's TV2 rules of the asynchronous log (Complete* pending while markers
+    // are out, `prepareComplete`; a TV2 EndTxn checks it before the epoch, KAFKA-18464) changed what a
+    // retried EndTxn is told; the TV1 count above did not move. Not broken down further.
+    assert_eq!(o.unique, 22_665);
 }
 
 #[test]
@@ -170,7 +173,9 @@ fn late_marker_resend_closes_the_next_transaction_under_tv1_only() {
     assert_counterexample(bounds.clone(), "marker-matches-decision", 27, &[INIT, INIT_OK, RUN_COMMIT, ADD_T0]);
     let tv2 = check(&bounds.with_version(TransactionVersion::V2), HasDiscoveries::AnyFailures);
     assert!(tv2.violations.is_empty(), "TV2 with KIP-1228 violates {:?}", tv2.violations.keys().collect::<Vec<_>>());
-    assert_eq!(tv2.unique, 439_547, "the TV2 space, explored to the end");
+    // 439,547 before Complete* was pending while markers are out (`prepareComplete`) and TV2's EndTxn
+    // checked it before the epoch (KAFKA-18464).
+    assert_eq!(tv2.unique, 445_563, "the TV2 space, explored to the end");
 }
 
 /// `txnsim check`'s flags, parsed as the binary parses them.
@@ -220,10 +225,10 @@ fn reduced_faulty_transaction_holds() {
     .with_version(TransactionVersion::V2);
     let o = check(&bounds, HasDiscoveries::All);
     assert!(o.violations.is_empty(), "violated: {:?}", o.violations.keys().collect::<Vec<_>>());
-    assert_eq!(
-        o.unique, 112_781,
-        "the reduced space, explored to the end (142,916 without the partial-order reduction)"
-    );
+    // 112,781 (142,916 without the partial-order reduction, not re-measured) before the TV2 rules of the
+    // asynchronous log: Complete* pending while markers are out, also after a reload (`prepareComplete`),
+    // and a TV2 EndTxn checking it before the epoch (KAFKA-18464). Not broken down further.
+    assert_eq!(o.unique, 92_474, "the reduced space, explored to the end");
 }
 
 /// The reductions keep every listed mutation's counterexample but one: a late produce after an abort

@@ -111,6 +111,8 @@ pub struct InitProducer {
     pub config: ProducerConfig,
     /// The highest transaction version the client speaks (default 2); the scenario's version caps it.
     pub client_transaction_version: Option<u8>,
+    /// The producer's `transaction.timeout.ms` (sent in its InitProducerId), when not the default.
+    pub transaction_timeout_ms: Option<TimeMs>,
     #[serde(rename = "as")]
     pub name: Option<String>,
     pub expect_error: Option<String>,
@@ -183,6 +185,8 @@ pub struct CoordinatorExpect {
     #[serde(default, deserialize_with = "some_value")]
     pub pending: Option<Value>,
     pub partitions: Option<Vec<String>>,
+    /// `txnStartTimestamp`: when the transaction began (its first partition, or a TV2 empty abort).
+    pub txn_start_timestamp_ms: Option<TimeMs>,
 }
 
 /// A partition's log: each offset as its record's value or its marker (`COMMIT`, `ABORT`), and offsets.
@@ -195,6 +199,17 @@ pub struct LogExpect {
     pub lso: Option<u64>,
     pub high_watermark: Option<u64>,
     pub log_end_offset: Option<u64>,
+}
+
+/// A leader's KIP-890 `VerificationStateEntry` for one producer on one partition.
+#[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerificationExpect {
+    pub topic: Option<String>,
+    pub partition: u32,
+    pub producer_id: i64,
+    pub lowest_sequence: i32,
+    pub epoch: i16,
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -233,6 +248,8 @@ pub struct Expect {
     /// far violates, checked whatever the transaction version: under TV1 KIP-890's late batch is Kafka's
     /// real behaviour, and this is how a scenario shows it.
     pub intent_violations: Option<Vec<String>>,
+    /// Every leader's verification entries, by partition then producer id.
+    pub verification_entries: Option<Vec<VerificationExpect>>,
 }
 
 /// A field that may be given as `null`: absent is `None`, `null` is `Some(Value::Null)`.
@@ -252,6 +269,9 @@ pub enum NetOp {
     AdvanceTime(AdvanceTime),
     /// Deliver every message in flight, oldest first, until none is left (held ones stay held; no timer fires).
     Run,
+    /// The broker crashes and restarts (`Broker::restart`): what was in flight is lost, every client's
+    /// connection to it breaks, the coordinator reloads `__transaction_state` under a new epoch.
+    RestartBroker,
     Expect(Box<Expect>),
 }
 
@@ -271,6 +291,7 @@ impl NetOp {
             NetOp::Disconnect(_) => "disconnect",
             NetOp::AdvanceTime(_) => "advance_time",
             NetOp::Run => "run",
+            NetOp::RestartBroker => "restart_broker",
             NetOp::Expect(_) => "expect",
         }
     }
@@ -306,15 +327,16 @@ pub fn parse_op(value: Value) -> Result<NetOp, (Option<String>, String)> {
         "disconnect" => from_value(rest).map(NetOp::Disconnect),
         "advance_time" => from_value(rest).map(NetOp::AdvanceTime),
         "expect" => from_value(rest).map(|e| NetOp::Expect(Box::new(e))),
-        "run" => match rest.as_object().and_then(|m| m.keys().next()) {
+        "run" | "restart_broker" => match rest.as_object().and_then(|m| m.keys().next()) {
             Some(k) => Err((Some(k.clone()), "unknown field".into())),
-            None => Ok(NetOp::Run),
+            None if name == "run" => Ok(NetOp::Run),
+            None => Ok(NetOp::RestartBroker),
         },
         other => Err((
             Some("op".into()),
             format!(
                 "unknown op '{other}' for the network layer (init_producer, begin, send, commit, abort, deliver, \
-                 drop, duplicate, hold, release, disconnect, advance_time, run, expect)"
+                 drop, duplicate, hold, release, disconnect, advance_time, run, restart_broker, expect)"
             ),
         )),
     }
@@ -363,7 +385,7 @@ pub fn validate(
                 validate_expect(e, at, err)?;
                 continue;
             }
-            NetOp::Net(..) | NetOp::AdvanceTime(_) | NetOp::Run => continue,
+            NetOp::Net(..) | NetOp::AdvanceTime(_) | NetOp::Run | NetOp::RestartBroker => continue,
         };
         if !producers.contains(producer.as_str()) {
             return Err(err(at, "producer", format!("no producer '{producer}': it needs an init_producer first")));
@@ -636,7 +658,10 @@ impl<'a> NetworkRunner<'a> {
                     ClientKind::Idempotent => ProducerKind::Idempotent,
                     ClientKind::Plain => ProducerKind::Plain,
                 };
-                let config = o.config.apply(&self.cluster.config);
+                let mut config = o.config.apply(&self.cluster.config);
+                if let Some(ms) = o.transaction_timeout_ms {
+                    config.transaction_timeout_ms = ms;
+                }
                 let mut producer = Producer::new(&o.producer, kind.clone(), self.cluster.broker_id(), config);
                 if let Some(v) = o.client_transaction_version.and_then(TransactionVersion::from_number) {
                     producer.client_transaction_version = v;
@@ -731,6 +756,18 @@ impl<'a> NetworkRunner<'a> {
                     }
                     let env = self.cluster.remove_in_flight(0).expect("checked above");
                     self.cluster.deliver_message(env);
+                }
+            }
+            NetOp::RestartBroker => {
+                let broker = self.cluster.broker_id();
+                self.cluster.drop_messages();
+                let effects = self.cluster.broker.restart(now);
+                self.cluster.apply(&broker, effects);
+                let names: Vec<String> = self.cluster.producers.keys().cloned().collect();
+                for name in names {
+                    let effects = self.producer(&name).on_disconnect(now, &broker);
+                    let node = self.producer(&name).id.clone();
+                    self.cluster.apply(&node, effects);
                 }
             }
             NetOp::Expect(e) => {
@@ -875,6 +912,30 @@ impl<'a> NetworkRunner<'a> {
             got.dedup();
             cmp("intent_violations".into(), json(want), json(got))?;
         }
+        if let Some(want) = &e.verification_entries {
+            let got: Vec<VerificationExpect> = self
+                .cluster
+                .broker
+                .partitions
+                .iter()
+                .flat_map(|(tp, log)| {
+                    log.producer_state.live_verification_entries(self.cluster.now_ms, mutations).map(|(pid, v)| {
+                        VerificationExpect {
+                            topic: Some(tp.topic.clone()),
+                            partition: tp.partition,
+                            producer_id: *pid,
+                            lowest_sequence: v.lowest_sequence,
+                            epoch: v.epoch,
+                        }
+                    })
+                })
+                .collect();
+            let want: Vec<VerificationExpect> = want
+                .iter()
+                .map(|v| VerificationExpect { topic: Some(v.topic.clone().unwrap_or_else(|| "t".into())), ..v.clone() })
+                .collect();
+            cmp("verification_entries".into(), json(&want), json(&got))?;
+        }
         for (k, r) in e.reads.iter().flatten().enumerate() {
             let f = |name: &str| format!("reads[{k}].{name}");
             let Some(log) = self.cluster.broker.partition(&tp(&r.topic, r.partition)) else {
@@ -934,6 +995,9 @@ fn check_metadata(
     if let Some(ps) = &c.partitions {
         let got: Vec<String> = meta.topic_partitions.iter().map(|t| t.to_string()).collect();
         cmp(f("partitions"), json(ps), json(got))?;
+    }
+    if let Some(t) = c.txn_start_timestamp_ms {
+        cmp(f("txn_start_timestamp_ms"), json(t), json(meta.txn_start_timestamp_ms))?;
     }
     Ok(())
 }

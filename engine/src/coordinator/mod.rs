@@ -66,6 +66,75 @@ pub struct PendingCompletion {
     pub remaining: BTreeSet<TopicPartition>,
     /// Index into `decisions`.
     pub decision: usize,
+    /// Every marker is acknowledged and the Complete* record is being appended.
+    pub completing: bool,
+}
+
+/// Where an answer goes once the append it waits for completes.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ReplyTo {
+    pub to: NodeId,
+    pub correlation_id: u64,
+}
+
+/// The answer a decision owes once its Prepare* record is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum DecisionReply {
+    /// EndTxn: NONE, with the (bumped) producer id and epoch under TV2.
+    EndTxn { tv2: bool },
+    /// The InitProducerId that fenced an Ongoing transaction: CONCURRENT_TRANSACTIONS, retry.
+    Fence,
+}
+
+/// What runs when an append completes (the callback `appendTransactionToLog` is given).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum AppendCallback {
+    /// `sendPidResponseCallback`.
+    InitProducerId(ReplyTo),
+    /// `handleAddPartitionsToTransaction`'s callback: a client's AddPartitions or a TV2 leader's add.
+    AddPartitions(ReplyTo),
+    /// `sendTxnMarkersCallback`: the decision is durable; the caller is answered and markers go out.
+    Decide {
+        result: TransactionResult,
+        cause: DecisionCause,
+        data_epoch: ProducerEpoch,
+        reply: Option<(ReplyTo, DecisionReply)>,
+    },
+    /// `maybeWriteTxnCompletion`'s append of Complete*.
+    Complete { producer_id: ProducerId },
+}
+
+/// A transition waiting for its `__transaction_state` record (`TxnTransitMetadata` plus its callback).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PendingAppend {
+    correlation_id: u64,
+    /// The metadata once the record is written.
+    target: TransactionMetadata,
+    /// The metadata as the log has it: what a reload finds if the append never completed.
+    durable: TransactionMetadata,
+    then: AppendCallback,
+}
+
+impl Rename for ReplyTo {
+    fn rename(&mut self, names: Names<'_>) {
+        self.to.rename(names);
+    }
+}
+
+impl Rename for PendingAppend {
+    fn rename(&mut self, names: Names<'_>) {
+        names(&mut self.target.transactional_id);
+        names(&mut self.durable.transactional_id);
+        match &mut self.then {
+            AppendCallback::InitProducerId(r) | AppendCallback::AddPartitions(r) => r.rename(names),
+            AppendCallback::Decide { reply, .. } => {
+                if let Some((r, _)) = reply {
+                    r.rename(names)
+                }
+            }
+            AppendCallback::Complete { .. } => {}
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -77,6 +146,9 @@ pub struct TransactionCoordinator {
     pub pending_completions: BTreeMap<ProducerId, PendingCompletion>,
     /// Every decision ever made, in order (durable).
     pub decisions: Vec<TxnDecision>,
+    /// Transitions whose `__transaction_state` append is in flight, by transactional id (at most one
+    /// each: the metadata's `pending_state`). Volatile: a reload finds only the records written.
+    appends: BTreeMap<String, PendingAppend>,
     /// WriteTxnMarkers requests in flight: correlation id to decision (volatile; lost on restart).
     marker_requests: BTreeMap<u64, usize>,
     next_correlation_id: u64,
@@ -94,6 +166,13 @@ impl Rename for TransactionCoordinator {
             .collect();
         self.pending_completions.values_mut().for_each(|p| names(&mut p.transactional_id));
         self.decisions.iter_mut().for_each(|d| names(&mut d.transactional_id));
+        self.appends = std::mem::take(&mut self.appends)
+            .into_values()
+            .map(|mut p| {
+                p.rename(names);
+                (p.target.transactional_id.clone(), p)
+            })
+            .collect();
     }
 }
 
@@ -126,6 +205,7 @@ impl TransactionCoordinator {
             txns: BTreeMap::new(),
             pending_completions: BTreeMap::new(),
             decisions: Vec::new(),
+            appends: BTreeMap::new(),
             marker_requests: BTreeMap::new(),
             next_correlation_id: 0,
         }
@@ -137,42 +217,129 @@ impl TransactionCoordinator {
         id
     }
 
+    /// `TxnTransitMetadata`: a copy of `meta` changed by `change` and moved to `to` (Kafka's table checked).
+    fn transit(
+        meta: &TransactionMetadata,
+        to: TransactionState,
+        now_ms: TimeMs,
+        change: impl FnOnce(&mut TransactionMetadata),
+    ) -> TransactionMetadata {
+        let mut target = meta.clone();
+        target.pending_state = None;
+        change(&mut target);
+        target.transition_to(to, now_ms);
+        target
+    }
+
+    /// `prepareTransitionTo` + `appendTransactionToLog`: the transition is pending until its record is
+    /// written (the `TxnLogAppend` this sends to itself arrives); meanwhile requests for the id get
+    /// CONCURRENT_TRANSACTIONS. `durable` is what the log holds until then.
+    fn append(
+        &mut self,
+        target: TransactionMetadata,
+        durable: TransactionMetadata,
+        then: AppendCallback,
+        ctx: &mut Ctx<'_>,
+    ) {
+        let tid = target.transactional_id.clone();
+        assert!(!self.appends.contains_key(&tid), "{tid}: a second append while one is pending");
+        let meta = self.txns.get_mut(&tid).expect("appends are for known transactional ids");
+        meta.pending_state = Some(target.state);
+        self.next_correlation_id += 1;
+        let correlation_id = self.next_correlation_id;
+        self.appends.insert(tid.clone(), PendingAppend { correlation_id, target, durable, then });
+        if ctx.config.mutations.has(Mutation::TxnLogAppendSynchronous) {
+            // The old engine: the record is written the moment the transition is prepared.
+            self.on_txn_log_append(&tid, correlation_id, ctx);
+            return;
+        }
+        ctx.effects.send(ctx.me, ctx.me, correlation_id, Message::TxnLogAppendRequest { transactional_id: tid });
+    }
+
+    /// The metadata as the log has it now (no pending transition), the `durable` of an append from it.
+    fn durable(&self, tid: &str) -> TransactionMetadata {
+        let mut meta = self.txns[tid].clone();
+        meta.pending_state = None;
+        meta
+    }
+
+    /// The `TxnLogAppend` arrived: the record is written, the transition completes
+    /// (`completeTransitionTo`) and its callback runs. An append from before a reload is gone.
+    pub fn on_txn_log_append(&mut self, tid: &str, correlation_id: u64, ctx: &mut Ctx<'_>) {
+        if self.appends.get(tid).is_none_or(|p| p.correlation_id != correlation_id) {
+            return;
+        }
+        let p = self.appends.remove(tid).expect("checked above");
+        let meta = self.txns.get_mut(tid).expect("appends are for known transactional ids");
+        *meta = p.target;
+        let pie = ProducerIdAndEpoch { producer_id: meta.producer_id, epoch: meta.producer_epoch };
+        let reply = |ctx: &mut Ctx<'_>, r: &ReplyTo, message: Message| {
+            ctx.effects.send(ctx.me, &r.to, r.correlation_id, message);
+        };
+        match p.then {
+            AppendCallback::InitProducerId(r) => reply(ctx, &r, Message::InitProducerIdResponse { result: Ok(pie) }),
+            AppendCallback::AddPartitions(r) => reply(ctx, &r, Message::AddPartitionsToTxnResponse { result: Ok(()) }),
+            AppendCallback::Decide { result, cause, data_epoch, reply: answer } => {
+                match answer {
+                    Some((r, DecisionReply::EndTxn { tv2 })) => {
+                        reply(ctx, &r, Message::EndTxnResponse { result: Ok(tv2.then_some(pie)) })
+                    }
+                    Some((r, DecisionReply::Fence)) => reply(
+                        ctx,
+                        &r,
+                        Message::InitProducerIdResponse { result: Err(KafkaError::ConcurrentTransactions) },
+                    ),
+                    None => {}
+                }
+                self.decided(tid, result, cause, data_epoch, ctx);
+            }
+            AppendCallback::Complete { producer_id } => {
+                let pending = self.pending_completions.remove(&producer_id).expect("a completion being written");
+                self.decisions[pending.decision].completed = true;
+            }
+        }
+    }
+
     /// `handleInitProducerId`. `Err(ConcurrentTransactions)` after a fence tells the client to retry.
     /// `expected` is KIP-360's epoch-bump request from a live producer: it must name the current epoch.
+    /// `None`: the answer goes to `reply` once its record is written.
     pub fn handle_init_producer_id(
         &mut self,
         transactional_id: Option<&str>,
         txn_timeout_ms: TimeMs,
         expected: Option<ProducerIdAndEpoch>,
+        reply: ReplyTo,
         ctx: &mut Ctx<'_>,
-    ) -> Result<ProducerIdAndEpoch, KafkaError> {
+    ) -> Option<Result<ProducerIdAndEpoch, KafkaError>> {
         let Some(tid) = transactional_id else {
             // An idempotent-only producer: a fresh id, epoch 0, no coordinator state.
-            return Ok(ProducerIdAndEpoch { producer_id: self.allocate_producer_id(), epoch: 0 });
+            return Some(Ok(ProducerIdAndEpoch { producer_id: self.allocate_producer_id(), epoch: 0 }));
         };
         if tid.is_empty() {
-            return Err(KafkaError::InvalidRequest);
+            return Some(Err(KafkaError::InvalidRequest));
         }
         if txn_timeout_ms > TRANSACTION_MAX_TIMEOUT_MS {
-            return Err(KafkaError::InvalidTransactionTimeout);
+            return Some(Err(KafkaError::InvalidTransactionTimeout));
         }
         if !self.txns.contains_key(tid) {
             let pid = self.allocate_producer_id();
             self.txns.insert(tid.to_string(), TransactionMetadata::new(tid, pid, txn_timeout_ms, ctx.now_ms));
         }
-        let meta = self.txns.get_mut(tid).expect("inserted above");
+        let meta = &self.txns[tid];
         // `prepareInitProducerIdTransit`: a pending transition first (the caller backs off and retries),
         // then the producer id a KIP-360 caller names; its epoch is judged by `prepareIncrementProducerEpoch`.
         if meta.pending_transition_in_progress() {
-            return Err(KafkaError::ConcurrentTransactions);
+            return Some(Err(KafkaError::ConcurrentTransactions));
         }
         if expected.is_some_and(|e| meta.producer_epoch != NO_PRODUCER_EPOCH && e.producer_id != meta.producer_id) {
-            return Err(KafkaError::ProducerFenced);
+            return Some(Err(KafkaError::ProducerFenced));
         }
         match meta.state {
-            TransactionState::PrepareCommit | TransactionState::PrepareAbort => Err(KafkaError::ConcurrentTransactions),
+            TransactionState::PrepareCommit | TransactionState::PrepareAbort => {
+                Some(Err(KafkaError::ConcurrentTransactions))
+            }
             TransactionState::Empty | TransactionState::CompleteCommit | TransactionState::CompleteAbort => {
-                // `prepareIncrementProducerEpoch`: the new session's epoch; the Empty record is durable at once.
+                // `prepareIncrementProducerEpoch`: the new session's epoch, answered once the Empty record is written.
                 let (epoch, last_epoch) = match expected {
                     None => (meta.producer_epoch + 1, NO_PRODUCER_EPOCH),
                     Some(e) if meta.producer_epoch == NO_PRODUCER_EPOCH || e.epoch == meta.producer_epoch => {
@@ -186,20 +353,23 @@ impl TransactionCoordinator {
                     {
                         (meta.producer_epoch, meta.last_producer_epoch)
                     }
-                    Some(_) => return Err(KafkaError::ProducerFenced),
+                    Some(_) => return Some(Err(KafkaError::ProducerFenced)),
                 };
-                meta.producer_epoch = epoch;
-                meta.last_producer_epoch = last_epoch;
-                meta.txn_timeout_ms = txn_timeout_ms;
-                meta.topic_partitions.clear();
-                meta.transition_to(TransactionState::Empty, ctx.now_ms);
-                Ok(ProducerIdAndEpoch { producer_id: meta.producer_id, epoch: meta.producer_epoch })
+                let target = Self::transit(meta, TransactionState::Empty, ctx.now_ms, |t| {
+                    t.producer_epoch = epoch;
+                    t.last_producer_epoch = last_epoch;
+                    t.txn_timeout_ms = txn_timeout_ms;
+                    t.topic_partitions.clear();
+                });
+                let durable = self.durable(tid);
+                self.append(target, durable, AppendCallback::InitProducerId(reply), ctx);
+                None
             }
             TransactionState::Ongoing => {
                 // Fence the old instance: bump the epoch, abort its transaction; the caller retries.
                 let fence = !ctx.config.mutations.has(Mutation::FenceAbortSameEpoch);
-                self.fence_and_abort(tid, fence, DecisionCause::Fence, ctx);
-                Err(KafkaError::ConcurrentTransactions)
+                self.fence_and_abort(tid, fence, DecisionCause::Fence, Some((reply, DecisionReply::Fence)), ctx);
+                None
             }
             TransactionState::Dead | TransactionState::PrepareEpochFence => {
                 unreachable!("{tid}: {:?} is never a persisted state here", meta.state)
@@ -208,9 +378,17 @@ impl TransactionCoordinator {
     }
 
     /// `prepareFenceProducerEpoch` then `endTransaction(ABORT, isFromClient = false)`: used by InitProducerId
-    /// fencing and by timeout aborts. The fencing epoch is never returned to a client.
-    #[allow(clippy::too_many_arguments)]
-    fn fence_and_abort(&mut self, tid: &str, bump_epoch: bool, cause: DecisionCause, ctx: &mut Ctx<'_>) {
+    /// fencing and by timeout aborts. The fencing epoch is never returned to a client. As in Kafka the bump
+    /// is made in memory before the PrepareAbort record is written; a reload before that forgets it.
+    fn fence_and_abort(
+        &mut self,
+        tid: &str,
+        bump_epoch: bool,
+        cause: DecisionCause,
+        reply: Option<(ReplyTo, DecisionReply)>,
+        ctx: &mut Ctx<'_>,
+    ) {
+        let durable = self.durable(tid);
         let meta = self.txns.get_mut(tid).expect("fence of a known transactional id");
         assert_eq!(meta.state, TransactionState::Ongoing, "{tid}: only an Ongoing transaction is fenced");
         let before = meta.producer_epoch;
@@ -221,10 +399,11 @@ impl TransactionCoordinator {
             meta.pending_state = None;
             assert_eq!(meta.producer_epoch, before + 1, "a fence bumps the epoch by one");
         }
-        self.prepare_abort_or_commit(tid, TransactionResult::Abort, cause, before, ctx);
+        let version = meta.client_transaction_version;
+        self.prepare_abort_or_commit(tid, TransactionResult::Abort, cause, before, version, reply, durable, ctx);
     }
 
-    /// `prepareAbortOrCommit` + `sendTxnMarkersCallback`: the decision is durable, markers go out.
+    /// `prepareAbortOrCommit`: the Prepare* record is appended; once written, `decided` sends the markers.
     /// Under transaction version 2 the epoch is bumped here, so every transaction has its own epoch.
     #[allow(clippy::too_many_arguments)]
     fn prepare_abort_or_commit(
@@ -233,28 +412,53 @@ impl TransactionCoordinator {
         result: TransactionResult,
         cause: DecisionCause,
         data_epoch: ProducerEpoch,
+        version: TransactionVersion,
+        reply: Option<(ReplyTo, DecisionReply)>,
+        durable: TransactionMetadata,
         ctx: &mut Ctx<'_>,
     ) {
-        let meta = self.txns.get_mut(tid).expect("decision on a known transactional id");
-        // TV2 bumps once per transaction; a fence or timeout abort has bumped already (KAFKA_SEMANTICS 1.10).
-        if meta.client_transaction_version.supports_epoch_bump() && cause == DecisionCause::Client {
-            meta.last_producer_epoch = meta.producer_epoch;
-            meta.producer_epoch += 1;
-        }
-        if meta.topic_partitions.is_empty() {
-            // TV2's abort of a transaction that added no partition (`noPartitionAdded`): it starts now.
-            meta.txn_start_timestamp_ms = ctx.now_ms;
-        }
+        let meta = &self.txns[tid];
         let prepare = match result {
             TransactionResult::Commit => TransactionState::PrepareCommit,
             TransactionResult::Abort => TransactionState::PrepareAbort,
         };
-        meta.transition_to(prepare, ctx.now_ms);
+        // TV2 bumps once per transaction; a fence or timeout abort has bumped already (KAFKA-19367).
+        let bump = version.supports_epoch_bump()
+            && (cause == DecisionCause::Client || ctx.config.mutations.has(Mutation::Tv2FenceAbortBumpsTwice));
+        let target = Self::transit(meta, prepare, ctx.now_ms, |t| {
+            t.client_transaction_version = version;
+            if bump {
+                t.last_producer_epoch = t.producer_epoch;
+                t.producer_epoch += 1;
+            }
+            if t.topic_partitions.is_empty() {
+                // TV2's abort of a transaction that added no partition (`noPartitionAdded`): it starts now.
+                t.txn_start_timestamp_ms = ctx.now_ms;
+            }
+        });
+        self.append(target, durable, AppendCallback::Decide { result, cause, data_epoch, reply }, ctx);
+    }
+
+    /// `sendTxnMarkersCallback`: the Prepare* record is written, so the decision is durable; `prepareComplete`
+    /// makes Complete* the pending transition while the markers are out (`addTxnMarkersToSend`).
+    fn decided(
+        &mut self,
+        tid: &str,
+        result: TransactionResult,
+        cause: DecisionCause,
+        data_epoch: ProducerEpoch,
+        ctx: &mut Ctx<'_>,
+    ) {
+        let meta = self.txns.get_mut(tid).expect("decision on a known transactional id");
         let mut partitions = meta.topic_partitions.clone();
         if ctx.config.mutations.has(Mutation::MarkersToSubsetOfPartitions) {
             // The bug: only the first partition gets a marker, yet the transaction completes.
             partitions = partitions.into_iter().take(1).collect();
         }
+        meta.pending_state = Some(match result {
+            TransactionResult::Commit => TransactionState::CompleteCommit,
+            TransactionResult::Abort => TransactionState::CompleteAbort,
+        });
         let producer = ProducerIdAndEpoch { producer_id: meta.producer_id, epoch: meta.producer_epoch };
         self.decisions.push(TxnDecision {
             transactional_id: tid.to_string(),
@@ -274,6 +478,7 @@ impl TransactionCoordinator {
             producer,
             remaining: partitions,
             decision: self.decisions.len() - 1,
+            completing: false,
         };
         let previous = self.pending_completions.insert(producer.producer_id, pending);
         assert!(previous.is_none(), "{tid}: two decided transactions of one producer id await markers");
@@ -284,7 +489,7 @@ impl TransactionCoordinator {
     fn send_markers(&mut self, producer_id: ProducerId, ctx: &mut Ctx<'_>) {
         let pending = self.pending_completions.get(&producer_id).expect("markers of a pending completion").clone();
         if pending.remaining.is_empty() {
-            self.complete(producer_id, ctx.now_ms);
+            self.complete(producer_id, ctx);
             return;
         }
         let mut by_leader: BTreeMap<NodeId, Vec<TopicPartition>> = BTreeMap::new();
@@ -315,7 +520,6 @@ impl TransactionCoordinator {
         // The marker channel retries until every partition has answered (lost requests, dead ctx.leaders).
         ctx.effects.timers.push((ctx.now_ms + MARKER_RETRY_MS, Timer::ResendTxnMarkers { decision: pending.decision }));
     }
-
     /// The decision an outstanding WriteTxnMarkers request (by correlation id) is for, if it is still
     /// awaited: drivers use it to tell which marker messages in flight belong to which decision.
     pub fn marker_request_decision(&self, correlation_id: u64) -> Option<usize> {
@@ -326,7 +530,7 @@ impl TransactionCoordinator {
     pub fn on_resend_markers(&mut self, decision: usize, ctx: &mut Ctx<'_>) {
         let pid = self.decisions.get(decision).map(|d| d.producer_id);
         let Some(pid) = pid else { return };
-        if self.pending_completions.get(&pid).is_some_and(|p| p.decision == decision) {
+        if self.pending_completions.get(&pid).is_some_and(|p| p.decision == decision && !p.completing) {
             self.send_markers(pid, ctx);
         }
     }
@@ -344,7 +548,7 @@ impl TransactionCoordinator {
             return; // Sent before a restart: that request died with the old coordinator.
         };
         let pid = self.decisions[decision].producer_id;
-        if self.pending_completions.get(&pid).is_none_or(|p| p.decision != decision) {
+        if self.pending_completions.get(&pid).is_none_or(|p| p.decision != decision || p.completing) {
             // An answer to a resend that crossed the first answer: the decision already completed.
             if ctx.config.mutations.has(Mutation::DoubleComplete) {
                 self.write_completion_again(decision, ctx.now_ms);
@@ -370,7 +574,7 @@ impl TransactionCoordinator {
             }
         }
         if pending.remaining.is_empty() {
-            self.complete(pid, ctx.now_ms);
+            self.complete(pid, ctx);
         } else if resend {
             self.send_markers(pid, ctx);
         }
@@ -392,11 +596,16 @@ impl TransactionCoordinator {
     }
 
     /// Coordinator failover or broker restart (`loadTransactionsForTxnTopicPartition`): the durable state
-    /// (metadata, decisions) is reloaded under a new coordinator epoch; Prepare* transactions get their
-    /// markers again, with the new epoch; Ongoing ones stay Ongoing (later fenced or timed out).
+    /// (metadata as last written, decisions) is reloaded under a new coordinator epoch, so a transition
+    /// whose record was not yet written is forgotten and its caller never answered; Prepare* transactions
+    /// get their markers again, with the new epoch, and Complete* pending (`prepareComplete`); Ongoing ones
+    /// stay Ongoing (later fenced or timed out).
     pub fn on_load(&mut self, ctx: &mut Ctx<'_>) {
         self.coordinator_epoch += 1;
         self.marker_requests.clear();
+        for (tid, p) in std::mem::take(&mut self.appends) {
+            self.txns.insert(tid, p.durable);
+        }
         let pending: Vec<ProducerId> = self.pending_completions.keys().copied().collect();
         if ctx.config.mutations.has(Mutation::DropPendingMarkersOnRestart) {
             // The bug: the in-memory pending set is gone and nothing rebuilds it.
@@ -416,25 +625,38 @@ impl TransactionCoordinator {
             } else {
                 decision.partitions.clone()
             };
+            p.completing = false;
+            let meta = self.txns.get_mut(&p.transactional_id).expect("decided ids have metadata");
+            meta.pending_state = Some(match decision.result {
+                TransactionResult::Commit => TransactionState::CompleteCommit,
+                TransactionResult::Abort => TransactionState::CompleteAbort,
+            });
             self.send_markers(pid, ctx);
         }
     }
 
-    /// `maybeWriteTxnCompletion`: Prepare* -> Complete*, exactly once.
-    fn complete(&mut self, producer_id: ProducerId, now_ms: TimeMs) {
-        let pending = self.pending_completions.remove(&producer_id).expect("completion of a pending transaction");
-        let meta = self.txns.get_mut(&pending.transactional_id).expect("pending completion of a known id");
+    /// `maybeWriteTxnCompletion`: Prepare* -> Complete*, exactly once; the decision completes when the
+    /// record is written.
+    fn complete(&mut self, producer_id: ProducerId, ctx: &mut Ctx<'_>) {
+        let pending = self.pending_completions.get_mut(&producer_id).expect("completion of a pending transaction");
+        if pending.completing {
+            return;
+        }
+        pending.completing = true;
+        let tid = pending.transactional_id.clone();
         // The durable decision names the completion, whatever the markers said.
         let to = match self.decisions[pending.decision].result {
             TransactionResult::Commit => TransactionState::CompleteCommit,
             TransactionResult::Abort => TransactionState::CompleteAbort,
         };
-        meta.transition_to(to, now_ms);
-        meta.topic_partitions.clear();
-        self.decisions[pending.decision].completed = true;
+        let target = Self::transit(&self.txns[&tid], to, ctx.now_ms, |t| t.topic_partitions.clear());
+        let durable = self.durable(&tid);
+        self.append(target, durable, AppendCallback::Complete { producer_id }, ctx);
     }
 
     /// `handleAddPartitionsToTransaction`, and KIP-890's leader verification when `verify_only`.
+    /// `None`: the answer goes to `reply` once the Ongoing record is written.
+    #[allow(clippy::too_many_arguments)]
     pub fn handle_add_partitions(
         &mut self,
         tid: &str,
@@ -442,62 +664,76 @@ impl TransactionCoordinator {
         partitions: &[TopicPartition],
         verify_only: bool,
         version: TransactionVersion,
-        now_ms: TimeMs,
-    ) -> Result<(), KafkaError> {
-        let Some(meta) = self.txns.get_mut(tid) else {
-            return Err(KafkaError::InvalidProducerIdMapping);
+        reply: ReplyTo,
+        ctx: &mut Ctx<'_>,
+    ) -> Option<Result<(), KafkaError>> {
+        let Some(meta) = self.txns.get(tid) else {
+            return Some(Err(KafkaError::InvalidProducerIdMapping));
         };
         if meta.producer_id != producer.producer_id {
-            return Err(KafkaError::InvalidProducerIdMapping);
+            return Some(Err(KafkaError::InvalidProducerIdMapping));
         }
         if meta.producer_epoch != producer.epoch {
-            return Err(KafkaError::ProducerFenced);
+            return Some(Err(KafkaError::ProducerFenced));
         }
         if meta.pending_transition_in_progress()
             || matches!(meta.state, TransactionState::PrepareCommit | TransactionState::PrepareAbort)
         {
-            return Err(KafkaError::ConcurrentTransactions);
+            return Some(Err(KafkaError::ConcurrentTransactions));
         }
         let all_known = partitions.iter().all(|tp| meta.topic_partitions.contains(tp));
         if verify_only {
             // The leader asks "is this partition in the ongoing transaction?" and appends only if so.
-            return if meta.state == TransactionState::Ongoing && all_known {
+            return Some(if meta.state == TransactionState::Ongoing && all_known {
                 Ok(())
             } else {
                 Err(KafkaError::InvalidTxnState)
-            };
+            });
         }
         if meta.state == TransactionState::Ongoing && all_known {
-            return Ok(());
+            return Some(Ok(()));
         }
-        if meta.state != TransactionState::Ongoing {
-            assert!(meta.is_complete_or_empty(), "{tid}: AddPartitions from {:?}", meta.state);
-            meta.txn_start_timestamp_ms = now_ms;
-        }
-        meta.topic_partitions.extend(partitions.iter().cloned());
-        meta.client_transaction_version = version;
-        meta.transition_to(TransactionState::Ongoing, now_ms);
-        Ok(())
+        let now_ms = ctx.now_ms;
+        let target = Self::transit(meta, TransactionState::Ongoing, now_ms, |t| {
+            if t.state != TransactionState::Ongoing {
+                assert!(t.is_complete_or_empty(), "{tid}: AddPartitions from {:?}", t.state);
+                t.txn_start_timestamp_ms = now_ms;
+            }
+            t.topic_partitions.extend(partitions.iter().cloned());
+            t.client_transaction_version = version;
+        });
+        let durable = self.durable(tid);
+        self.append(target, durable, AppendCallback::AddPartitions(reply), ctx);
+        None
     }
 
     /// `endTransaction` from a client (KAFKA_SEMANTICS 1.5). Answers once the decision is durable, before
     /// any marker is written. The request's version picks the table: TV1's (`endTransactionWithTV1`) or
     /// TV2's, whose answer carries the bumped epoch and whose retries come one epoch behind.
+    /// `None`: the answer goes to `reply` once the Prepare* record is written.
     pub fn handle_end_txn(
         &mut self,
         tid: &str,
         producer: ProducerIdAndEpoch,
         result: TransactionResult,
         version: TransactionVersion,
+        reply: ReplyTo,
         ctx: &mut Ctx<'_>,
-    ) -> Result<Option<ProducerIdAndEpoch>, KafkaError> {
+    ) -> Option<Result<Option<ProducerIdAndEpoch>, KafkaError>> {
         let Some(meta) = self.txns.get(tid) else {
-            return Err(KafkaError::InvalidProducerIdMapping);
+            return Some(Err(KafkaError::InvalidProducerIdMapping));
         };
         if meta.producer_id != producer.producer_id {
-            return Err(KafkaError::InvalidProducerIdMapping);
+            return Some(Err(KafkaError::InvalidProducerIdMapping));
         }
         let tv2 = version.supports_epoch_bump();
+        // KAFKA-18464: TV2 checks the pending transition before the epoch, so the empty abort a client sends
+        // right after its commit was answered (one epoch up, markers still out) is told to retry, not fenced.
+        // TV1 (`endTransactionWithTV1`) keeps the epoch first.
+        let pending_first = tv2 && !ctx.config.mutations.has(Mutation::EndTxnEpochBeforePending);
+        if pending_first && meta.pending_transition_in_progress() {
+            return Some(Err(KafkaError::ConcurrentTransactions));
+        }
         let current = meta.producer_epoch == producer.epoch;
         // `endTxnEpochBumped`: the stored epoch is one past the request's, so this retries an EndTxn that bumped.
         let retry = tv2 && meta.producer_epoch == producer.epoch + 1;
@@ -509,10 +745,10 @@ impl TransactionCoordinator {
             CompleteCommit | CompleteAbort => retry || current,
         };
         if !valid_epoch {
-            return Err(KafkaError::ProducerFenced);
+            return Some(Err(KafkaError::ProducerFenced));
         }
         if meta.pending_transition_in_progress() {
-            return Err(KafkaError::ConcurrentTransactions);
+            return Some(Err(KafkaError::ConcurrentTransactions));
         }
         let stored = ProducerIdAndEpoch { producer_id: meta.producer_id, epoch: meta.producer_epoch };
         let old_tv2_table = ctx.config.mutations.has(Mutation::Tv2AbortKeepsEpoch);
@@ -523,20 +759,20 @@ impl TransactionCoordinator {
             (Ongoing, _) => {}
             (Empty | CompleteCommit | CompleteAbort, TransactionResult::Abort) if empty_abort => {}
             (PrepareCommit, TransactionResult::Commit) | (PrepareAbort, TransactionResult::Abort) => {
-                return Err(KafkaError::ConcurrentTransactions)
+                return Some(Err(KafkaError::ConcurrentTransactions))
             }
             // A retry of the EndTxn that completed this (under TV1 the same epoch is the only kind there is).
             (CompleteCommit, TransactionResult::Commit) | (CompleteAbort, TransactionResult::Abort)
                 if retry || !tv2 || old_tv2_table =>
             {
-                return Ok(tv2.then_some(stored));
+                return Some(Ok(tv2.then_some(stored)));
             }
-            _ => return Err(KafkaError::InvalidTxnState),
+            _ => return Some(Err(KafkaError::InvalidTxnState)),
         }
-        self.txns.get_mut(tid).expect("found above").client_transaction_version = version;
-        self.prepare_abort_or_commit(tid, result, DecisionCause::Client, producer.epoch, ctx);
-        let meta = &self.txns[tid];
-        Ok(tv2.then_some(ProducerIdAndEpoch { producer_id: meta.producer_id, epoch: meta.producer_epoch }))
+        let durable = self.durable(tid);
+        let answer = Some((reply, DecisionReply::EndTxn { tv2 }));
+        self.prepare_abort_or_commit(tid, result, DecisionCause::Client, producer.epoch, version, answer, durable, ctx);
+        None
     }
 
     /// `abortTimedOutTransactions` for one transactional id: fence (epoch + 1) and abort.
@@ -552,7 +788,7 @@ impl TransactionCoordinator {
             return false; // the injected bug: the scan finds the transaction and leaves it open
         }
         let bump = !ctx.config.mutations.has(Mutation::TimeoutAbortSameEpoch);
-        self.fence_and_abort(tid, bump, DecisionCause::Timeout, ctx);
+        self.fence_and_abort(tid, bump, DecisionCause::Timeout, None, ctx);
         true
     }
 
