@@ -270,16 +270,15 @@ fn producer_changes(p0: &ProducerNode, p1: &ProducerNode, out: &mut Vec<String>)
                 out.push(format!("send {} → {partition}", values.join(",")))
             }
             Event::Complete { call_id, outcome, .. } => {
-                let value = p1
-                    .events
-                    .iter()
-                    .find_map(|x| match x {
-                        Event::Invoke { call_id: c, call: ProducerCall::Send { values, .. }, .. } if c == call_id => {
-                            Some(values.join(","))
-                        }
-                        _ => None,
-                    })
-                    .unwrap_or_default();
+                // A commit's or abort's completion is told by the phase change below.
+                let Some(value) = p1.events.iter().find_map(|x| match x {
+                    Event::Invoke { call_id: c, call: ProducerCall::Send { values, .. }, .. } if c == call_id => {
+                        Some(values.join(","))
+                    }
+                    _ => None,
+                }) else {
+                    continue;
+                };
                 out.push(match outcome {
                     CallOutcome::Sent { first_offset, duplicate, .. } => {
                         format!(
