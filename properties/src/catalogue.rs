@@ -292,6 +292,9 @@ pub fn caught_by(m: Mutation) -> Vec<Invariant> {
         Mutation::AbortedPidNotClearedOnMarker => &[PollSkip],
         Mutation::RedeliverLastRecord => &[ReaderCatchesUp],
         Mutation::AbortedListForReadUncommitted => &[PollSkip],
+        // A reloaded coordinator that forgot the pending markers completes nothing; its next decision for
+        // the id then meets the old one's partial markers.
+        Mutation::DropPendingMarkersOnRestart => &[MarkerMatchesDecision],
         _ => &[],
     };
     let mut found: Vec<Invariant> = Invariant::ALL.into_iter().filter(|i| i.mutation() == m).collect();
