@@ -292,8 +292,7 @@ pub fn caught_by(m: Mutation) -> Vec<Invariant> {
         Mutation::AbortedPidNotClearedOnMarker => &[PollSkip],
         Mutation::RedeliverLastRecord => &[ReaderCatchesUp],
         Mutation::AbortedListForReadUncommitted => &[PollSkip],
-        // A reloaded coordinator that forgot the pending markers completes nothing; its next decision for
-        // the id then meets the old one's partial markers.
+        // The seed corpus shows the simulator catching it there too (seeds/drop-pending-markers-*.toml).
         Mutation::DropPendingMarkersOnRestart => &[MarkerMatchesDecision],
         _ => &[],
     };
