@@ -60,7 +60,7 @@ impl EngineConfig {
     /// The producer's config checks (`KafkaProducer.configureDeliveryTimeout`, `ProducerConfig`): a
     /// `ConfigException` message, as Kafka words it, for a combination Kafka refuses.
     pub fn check_producer_config(&self) -> Result<(), String> {
-        if self.delivery_timeout_ms < self.linger_ms + self.request_timeout_ms {
+        if self.delivery_timeout_ms < self.linger_ms.saturating_add(self.request_timeout_ms) {
             return Err(format!(
                 "delivery.timeout.ms should be equal to or larger than linger.ms + request.timeout.ms ({} < {} + {})",
                 self.delivery_timeout_ms, self.linger_ms, self.request_timeout_ms

@@ -19,6 +19,10 @@ use txnsim_engine::{
 };
 use txnsim_properties::{CallOutcome, Event, History, ProducerCall};
 
+/// The longest span of time a network scenario may name (about 31 years): every clock sum stays far from
+/// overflow.
+pub const MAX_SCENARIO_MS: TimeMs = 1_000_000_000_000;
+
 /// Which message in flight an op means: its API, sender and receiver, and which of the matches (1-based,
 /// oldest first). `kind` tells a request from a response where both go the same way (broker to itself).
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -365,6 +369,18 @@ pub fn validate(
                         return Err(err(at, "client_transaction_version", format!("must be 1 or 2, found {v}")));
                     }
                 }
+                let c = &o.config;
+                let times = [
+                    c.request_timeout_ms,
+                    c.delivery_timeout_ms,
+                    c.retry_backoff_ms,
+                    c.linger_ms,
+                    c.transaction_timeout_ms,
+                    o.transaction_timeout_ms,
+                ];
+                if let Some(ms) = times.into_iter().flatten().find(|ms| *ms > MAX_SCENARIO_MS) {
+                    return Err(err(at, "config", format!("{ms} ms is more than a scenario's {MAX_SCENARIO_MS} ms")));
+                }
                 // Kafka refuses such a producer at construction (`ConfigException`).
                 o.config.apply(&EngineConfig::default()).check_producer_config().map_err(|e| err(at, "config", e))?;
                 if o.kind.is_some_and(|k| k != ClientKind::Transactional) && o.transactional_id.is_some() {
@@ -385,7 +401,13 @@ pub fn validate(
                 validate_expect(e, at, err)?;
                 continue;
             }
-            NetOp::Net(..) | NetOp::AdvanceTime(_) | NetOp::Run | NetOp::RestartBroker => continue,
+            NetOp::AdvanceTime(t) => {
+                if t.ms > MAX_SCENARIO_MS {
+                    return Err(err(at, "ms", format!("{} is more than a scenario's {MAX_SCENARIO_MS} ms", t.ms)));
+                }
+                continue;
+            }
+            NetOp::Net(..) | NetOp::Run | NetOp::RestartBroker => continue,
         };
         if !producers.contains(producer.as_str()) {
             return Err(err(at, "producer", format!("no producer '{producer}': it needs an init_producer first")));
