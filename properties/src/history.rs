@@ -5,7 +5,10 @@ use crate::catalogue::{Invariant, Violation};
 use crate::log_facts::LogFacts;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
-use txnsim_engine::{IsolationLevel, Names, Offset, PartitionLog, Rename, TimeMs, TopicPartition, TransactionResult};
+use txnsim_engine::producer::OpOutput;
+use txnsim_engine::{
+    IsolationLevel, KafkaError, Names, Offset, PartitionLog, Rename, TimeMs, TopicPartition, TransactionResult,
+};
 
 /// A producer call, as invoked.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -35,6 +38,21 @@ pub enum CallOutcome {
     },
     /// No answer (the process crashed, or the run ended first): it may or may not have taken effect.
     Unknown,
+}
+
+impl CallOutcome {
+    /// How the application saw a producer call complete.
+    pub fn of(result: &Result<OpOutput, KafkaError>) -> CallOutcome {
+        match result {
+            Ok(OpOutput::Sent { ack, .. }) => CallOutcome::Sent {
+                first_offset: ack.first_offset,
+                last_offset: ack.last_offset,
+                duplicate: ack.duplicate,
+            },
+            Ok(_) => CallOutcome::Ok,
+            Err(e) => CallOutcome::Failed { error: e.name().to_string() },
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

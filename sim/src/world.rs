@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
-use txnsim_engine::producer::{Completion, OpId, OpOutput};
+use txnsim_engine::producer::{Completion, OpId};
 use txnsim_engine::protocol::{Effects, Envelope, Message, NodeId, Timer};
 use txnsim_engine::{
     Broker, Consumer, EngineConfig, IsolationLevel, KafkaError, Offset, Producer, ProducerKind, TopicPartition,
@@ -644,15 +644,7 @@ impl World {
         let mut completed = Vec::new();
         for c in done {
             let Some((call_id, _)) = slot.pending.remove(&c.op) else { continue };
-            let outcome = match c.result {
-                Ok(OpOutput::Sent { ack, .. }) => CallOutcome::Sent {
-                    first_offset: ack.first_offset,
-                    last_offset: ack.last_offset,
-                    duplicate: ack.duplicate,
-                },
-                Ok(_) => CallOutcome::Ok,
-                Err(e) => CallOutcome::Failed { error: e.name().to_string() },
-            };
+            let outcome = CallOutcome::of(&c.result);
             completed.push((call_id, outcome));
         }
         for (call_id, outcome) in completed {

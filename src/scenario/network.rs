@@ -186,8 +186,8 @@ pub struct CoordinatorExpect {
     pub epoch: Option<i16>,
     pub last_epoch: Option<i16>,
     /// The pending transition's state name, or null for none.
-    #[serde(default, deserialize_with = "some_value")]
-    pub pending: Option<Value>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub pending: Option<Option<String>>,
     pub partitions: Option<Vec<String>>,
     /// `txnStartTimestamp`: when the transaction began (its first partition, or a TV2 empty abort).
     pub txn_start_timestamp_ms: Option<TimeMs>,
@@ -256,9 +256,9 @@ pub struct Expect {
     pub verification_entries: Option<Vec<VerificationExpect>>,
 }
 
-/// A field that may be given as `null`: absent is `None`, `null` is `Some(Value::Null)`.
-fn some_value<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(d).map(Some)
+/// A field that may be given as `null`: absent is `None`, `null` is `Some(None)`.
+fn nullable<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
+    Option::<String>::deserialize(d).map(Some)
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -532,15 +532,7 @@ impl<'a> NetworkRunner<'a> {
         for (name, p) in self.cluster.producers.iter_mut() {
             for c in p.take_completions() {
                 if let Some(&call_id) = self.call_ids.get(&(name.clone(), c.op)) {
-                    let outcome = match &c.result {
-                        Ok(OpOutput::Sent { ack, .. }) => CallOutcome::Sent {
-                            first_offset: ack.first_offset,
-                            last_offset: ack.last_offset,
-                            duplicate: ack.duplicate,
-                        },
-                        Ok(_) => CallOutcome::Ok,
-                        Err(e) => CallOutcome::Failed { error: e.name().to_string() },
-                    };
+                    let outcome = CallOutcome::of(&c.result);
                     self.history.push(Event::Complete { time_ms: now, process: name.clone(), call_id, outcome });
                 }
                 self.outcomes.insert((name.clone(), c.op), c.result);
@@ -1012,7 +1004,7 @@ fn check_metadata(
         cmp(f("last_epoch"), json(e), json(meta.last_producer_epoch))?;
     }
     if let Some(p) = &c.pending {
-        cmp(f("pending"), p.to_string(), json(meta.pending_state.map(|s| s.name())))?;
+        cmp(f("pending"), json(p), json(meta.pending_state.map(|s| s.name())))?;
     }
     if let Some(ps) = &c.partitions {
         let got: Vec<String> = meta.topic_partitions.iter().map(|t| t.to_string()).collect();
