@@ -3,7 +3,7 @@
 //! Kafka's `MockClient`-driven tests (`TransactionManagerTest`, `SenderTest`) do, and time moves only when
 //! an op advances it. Client calls only enqueue requests; their outcomes are checked by name.
 
-use super::format::Isolation;
+use super::format::{Isolation, ReadExpect};
 use super::ScenarioError;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -214,14 +214,6 @@ pub struct VerificationExpect {
     pub producer_id: i64,
     pub lowest_sequence: i32,
     pub epoch: i16,
-}
-
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ReadExpect {
-    pub values: Vec<String>,
-    pub offsets: Vec<u64>,
-    pub end_position: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize)]
