@@ -22,6 +22,9 @@ pub struct EngineConfig {
     /// Producer `delivery.timeout.ms` (default 120000): a batch fails this long after its creation, however
     /// many times it was retried (`ProducerBatch.hasReachedDeliveryTimeout`; `retries` is unbounded).
     pub delivery_timeout_ms: TimeMs,
+    /// Producer `retries` (default `Integer.MAX_VALUE`): how often a batch may be re-enqueued; 0 fails a
+    /// non-idempotent producer's batch at its first retriable error.
+    pub retries: u32,
     /// Producer `linger.ms`: how long a new batch waits in the accumulator before the sender may drain it.
     /// Kafka 4.x's default is 5 (KIP-1030); 0 here keeps every driver's timeline one step shorter.
     pub linger_ms: TimeMs,
@@ -47,6 +50,7 @@ impl Default for EngineConfig {
             retry_backoff_ms: 100,
             request_timeout_ms: 30_000,
             delivery_timeout_ms: 120_000,
+            retries: i32::MAX as u32,
             linger_ms: 0,
             max_in_flight_requests_per_connection: 5,
             num_partitions: 1,

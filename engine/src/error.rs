@@ -21,6 +21,9 @@ pub enum KafkaError {
     ProducerFenced,
     UnknownProducerId,
     RequestTimedOut,
+    /// Client-side for a broken connection (`NetworkException`, NETWORK_EXCEPTION): the request may or
+    /// may not have been processed.
+    NetworkException,
     CoordinatorNotAvailable,
     InvalidTopicException,
     TopicAlreadyExists,
@@ -39,7 +42,7 @@ pub enum KafkaError {
 }
 
 impl KafkaError {
-    pub const ALL: [KafkaError; 30] = [
+    pub const ALL: [KafkaError; 31] = [
         KafkaError::OffsetOutOfRange,
         KafkaError::UnknownTopicOrPartition,
         KafkaError::NotCoordinator,
@@ -56,6 +59,7 @@ impl KafkaError {
         KafkaError::ProducerFenced,
         KafkaError::UnknownProducerId,
         KafkaError::RequestTimedOut,
+        KafkaError::NetworkException,
         KafkaError::TransactionAborted,
         KafkaError::CoordinatorNotAvailable,
         KafkaError::InvalidTopicException,
@@ -77,6 +81,7 @@ impl KafkaError {
         match self {
             KafkaError::OffsetOutOfRange => 1,
             KafkaError::RequestTimedOut => 7,
+            KafkaError::NetworkException => 13,
             KafkaError::UnknownTopicOrPartition => 3,
             KafkaError::CoordinatorLoadInProgress => 14,
             KafkaError::NotCoordinator => 16,
@@ -128,6 +133,7 @@ impl KafkaError {
             KafkaError::ProducerFenced => "PRODUCER_FENCED",
             KafkaError::UnknownProducerId => "UNKNOWN_PRODUCER_ID",
             KafkaError::RequestTimedOut => "REQUEST_TIMED_OUT",
+            KafkaError::NetworkException => "NETWORK_EXCEPTION",
             KafkaError::TransactionAborted => "TRANSACTION_ABORTED",
             KafkaError::CoordinatorNotAvailable => "COORDINATOR_NOT_AVAILABLE",
             KafkaError::InvalidTopicException => "INVALID_TOPIC_EXCEPTION",
@@ -163,6 +169,7 @@ impl KafkaError {
                 | KafkaError::NotCoordinator
                 | KafkaError::CoordinatorLoadInProgress
                 | KafkaError::RequestTimedOut
+                | KafkaError::NetworkException
                 | KafkaError::UnknownTopicOrPartition
         )
     }

@@ -161,6 +161,8 @@ pub struct Producer {
     completions: Vec<Completion>,
     /// When each incomplete batch was created: it fails `delivery.timeout.ms` later (`ProducerBatch.createdMs`).
     created_ms: BTreeMap<OpId, TimeMs>,
+    /// Times each batch was re-enqueued (`ProducerBatch.attempts`), against `retries`.
+    attempts: BTreeMap<OpId, u32>,
     /// The last sequence a leader acknowledged per partition (`TxnPartitionEntry.lastAckedSequence`).
     last_acked_sequence: BTreeMap<TopicPartition, i32>,
     /// The time of the latest input; requests' timeouts count from it.
@@ -197,6 +199,11 @@ impl Rename for Producer {
 impl Producer {
     /// A producer whose coordinator and partition leader is `broker` (one broker for now).
     pub fn new(name: &str, kind: ProducerKind, broker: NodeId, config: EngineConfig) -> Self {
+        // `ProducerConfig.postProcessAndValidateIdempotenceConfigs` refuses this combination.
+        assert!(
+            kind == ProducerKind::Plain || config.retries > 0,
+            "Must set retries to non-zero when using the idempotent producer"
+        );
         let state = match kind {
             ProducerKind::Plain => TxnManagerState::Ready,
             _ => TxnManagerState::Uninitialized,
@@ -221,6 +228,7 @@ impl Producer {
             next_op: 0,
             completions: Vec::new(),
             created_ms: BTreeMap::new(),
+            attempts: BTreeMap::new(),
             last_acked_sequence: BTreeMap::new(),
             now_ms: 0,
             epoch_bump_required: false,
@@ -302,7 +310,7 @@ impl Producer {
             .collect();
         for corr in lost {
             let in_flight = self.in_flight.remove(&corr).expect("listed above");
-            self.back_off(now_ms, in_flight, &mut effects);
+            self.back_off(now_ms, in_flight, KafkaError::NetworkException, &mut effects);
         }
         effects
     }
@@ -370,7 +378,24 @@ impl Producer {
     /// A batch is done: it leaves the delivery-timeout bookkeeping and its outcome reaches the application.
     fn complete_batch(&mut self, op: OpId, result: Result<OpOutput, KafkaError>) {
         self.created_ms.remove(&op);
+        self.attempts.remove(&op);
         self.completions.push(Completion { op, result });
+    }
+
+    /// A batch failed for good with `e` (`Sender.failBatch`): a transactional producer enters the error
+    /// state it calls for.
+    fn fail_batch(&mut self, op: OpId, e: KafkaError) {
+        if e == KafkaError::OutOfOrderSequence {
+            self.sequence_unknown();
+        }
+        if self.transactional_id().is_some() {
+            if e == KafkaError::ProducerFenced {
+                self.fail_fatal(e);
+            } else {
+                self.fail_abortable(e);
+            }
+        }
+        self.complete_batch(op, Err(e));
     }
 
     /// `maybeFailWithError`: a producer in an error state rejects calls with that error.
@@ -707,7 +732,7 @@ impl Producer {
                 // `NetworkClient` closes the connection of a timed-out request: it fails unanswered and is
                 // retried after `retry.backoff.ms`, as for any disconnect.
                 if let Some(in_flight) = self.in_flight.remove(&correlation_id) {
-                    self.back_off(now_ms, in_flight, &mut effects);
+                    self.back_off(now_ms, in_flight, KafkaError::RequestTimedOut, &mut effects);
                 }
             }
             Timer::DeliveryTimeout { op } => self.expire_batch(op),
@@ -755,7 +780,19 @@ impl Producer {
         self.complete_batch(op, Err(KafkaError::RequestTimedOut));
     }
 
-    fn back_off(&mut self, now_ms: TimeMs, in_flight: InFlight, effects: &mut Effects) {
+    /// A request failed with the retriable `cause`: resent after `retry.backoff.ms`, but a batch that has
+    /// used up `retries` fails with it (`Sender.canRetry`: `batch.attempts() < retries`).
+    fn back_off(&mut self, now_ms: TimeMs, in_flight: InFlight, cause: KafkaError, effects: &mut Effects) {
+        if let InFlight::Produce { op, .. } = &in_flight {
+            let op = *op;
+            let attempts = self.attempts.entry(op).or_default();
+            if *attempts >= self.config.retries && !self.config.mutations.has(crate::mutation::Mutation::RetriesIgnored)
+            {
+                self.fail_batch(op, cause);
+                return;
+            }
+            *attempts += 1;
+        }
         self.back_off_for(now_ms, self.config.retry_backoff_ms, in_flight, effects);
     }
 
@@ -783,7 +820,7 @@ impl Producer {
                         self.completions.push(Completion { op, result: Ok(output) });
                     }
                     Err(e) if e.is_retriable() => {
-                        self.back_off(now_ms, InFlight::InitProducerId { op, after_abort }, &mut effects)
+                        self.back_off(now_ms, InFlight::InitProducerId { op, after_abort }, e, &mut effects)
                     }
                     Err(e) => {
                         self.fail_fatal(e);
@@ -805,7 +842,7 @@ impl Producer {
                     &mut effects,
                 ),
                 Err(e) if e.is_retriable() => {
-                    self.back_off(now_ms, InFlight::AddPartitions { partitions }, &mut effects)
+                    self.back_off(now_ms, InFlight::AddPartitions { partitions }, e, &mut effects)
                 }
                 Err(e) => {
                     if e == KafkaError::ProducerFenced {
@@ -837,21 +874,9 @@ impl Producer {
                             && !self.config.mutations.has(crate::mutation::Mutation::OutOfOrderNeverRetried)
                             && batch.producer.is_some_and(|p| !self.is_next_sequence(&partition, p.base_sequence))) =>
                 {
-                    self.back_off(now_ms, InFlight::Produce { op, partition, batch }, &mut effects)
+                    self.back_off(now_ms, InFlight::Produce { op, partition, batch }, e, &mut effects)
                 }
-                Err(e) => {
-                    if e == KafkaError::OutOfOrderSequence {
-                        self.sequence_unknown();
-                    }
-                    if self.transactional_id().is_some() {
-                        if e == KafkaError::ProducerFenced {
-                            self.fail_fatal(e);
-                        } else {
-                            self.fail_abortable(e);
-                        }
-                    }
-                    self.complete_batch(op, Err(e));
-                }
+                Err(e) => self.fail_batch(op, e),
             },
             (InFlight::EndTxn { op, result: txn_result }, Message::EndTxnResponse { result }) => match result {
                 Ok(bumped) => {
@@ -875,7 +900,7 @@ impl Producer {
                     }
                 }
                 Err(e) if e.is_retriable() => {
-                    self.back_off(now_ms, InFlight::EndTxn { op, result: txn_result }, &mut effects)
+                    self.back_off(now_ms, InFlight::EndTxn { op, result: txn_result }, e, &mut effects)
                 }
                 Err(e) => {
                     self.fail_fatal(e);

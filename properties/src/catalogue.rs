@@ -294,6 +294,8 @@ pub fn caught_by(m: Mutation) -> Vec<Invariant> {
         Mutation::AbortedListForReadUncommitted => &[PollSkip],
         // The seed corpus shows the simulator catching it there too (seeds/drop-pending-markers-*.toml).
         Mutation::DropPendingMarkersOnRestart => &[MarkerMatchesDecision],
+        // A plain producer told to send once writes twice (seeds/retries-ignored-*.toml).
+        Mutation::RetriesIgnored => &[Duplicate],
         _ => &[],
     };
     let mut found: Vec<Invariant> = Invariant::ALL.into_iter().filter(|i| i.mutation() == m).collect();

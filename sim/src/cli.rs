@@ -397,6 +397,7 @@ pub fn replay_lines(spec: &RunSpec, report: &RunReport) -> Vec<String> {
         "stats: simulated {} ms, {} ops, {} polls, {} messages, {} faults; committed {}, aborted {}, timed out {}, fenced {}",
         s.sim_ms, s.ops, s.polls, s.messages, s.faults, s.committed, s.aborted, s.timed_out, s.fenced
     ));
+    out.extend(crate::sweep::fault_lines(&s.fault_counts));
     if report.passed() {
         out.push(format!("PASS seed {}: no invariant violated", report.seed));
     } else {

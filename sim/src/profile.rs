@@ -230,10 +230,18 @@ pub enum FaultKind {
     DelayMessage,
     /// Kill a producer process and start a new instance with the same transactional id.
     ProducerRestart,
+    /// Lose one answer of InitProducerId, AddPartitionsToTxn, Produce, EndTxn or WriteTxnMarkers: the
+    /// request was processed, its asker times out and retries (`NetworkClient`'s request timeout).
+    LoseAnswer,
+    /// Hold one such answer past its asker's request timeout: it lands after the retry went out.
+    DelayAnswer,
+    /// Close a producer's connection to the broker (`NetworkClient` disconnect): its requests in flight
+    /// fail and are retried, whether or not the broker has processed them; their answers never arrive.
+    DisconnectClient,
 }
 
 impl FaultKind {
-    pub const COUNT: usize = 9;
+    pub const COUNT: usize = 12;
     pub const ALL: [FaultKind; FaultKind::COUNT] = [
         FaultKind::BrokerRestart,
         FaultKind::ClogNode,
@@ -244,6 +252,9 @@ impl FaultKind {
         FaultKind::DelayProduce,
         FaultKind::DelayMessage,
         FaultKind::ProducerRestart,
+        FaultKind::LoseAnswer,
+        FaultKind::DelayAnswer,
+        FaultKind::DisconnectClient,
     ];
 
     pub fn name(self) -> &'static str {
@@ -257,6 +268,9 @@ impl FaultKind {
             FaultKind::DelayProduce => "delay-produce",
             FaultKind::DelayMessage => "delay-message",
             FaultKind::ProducerRestart => "producer-restart",
+            FaultKind::LoseAnswer => "lose-answer",
+            FaultKind::DelayAnswer => "delay-answer",
+            FaultKind::DisconnectClient => "disconnect-client",
         }
     }
 }
@@ -271,6 +285,9 @@ pub struct Swarm {
     pub delay_produce_prob: f64,
     /// Chance that any message is held back (when `DelayMessage` is on).
     pub delay_message_prob: f64,
+    /// Chance that one answer of the five transactional APIs is lost (`LoseAnswer`) or held (`DelayAnswer`).
+    pub lose_answer_prob: f64,
+    pub delay_answer_prob: f64,
     pub transaction_version: TransactionVersion,
 }
 
@@ -281,9 +298,19 @@ impl Swarm {
         let fault_rate = rng.range_f64(params.fault_rate.0, params.fault_rate.1);
         let delay_produce_prob = rng.range_f64(0.02, 0.15);
         let delay_message_prob = rng.range_f64(0.002, 0.02);
+        let lose_answer_prob = rng.range_f64(0.01, 0.08);
+        let delay_answer_prob = rng.range_f64(0.01, 0.06);
         let transaction_version =
             if rng.chance(params.tv2_prob) { TransactionVersion::V2 } else { TransactionVersion::V1 };
-        Swarm { enabled, fault_rate, delay_produce_prob, delay_message_prob, transaction_version }
+        Swarm {
+            enabled,
+            fault_rate,
+            delay_produce_prob,
+            delay_message_prob,
+            lose_answer_prob,
+            delay_answer_prob,
+            transaction_version,
+        }
     }
 
     pub fn has(&self, k: FaultKind) -> bool {
@@ -297,11 +324,14 @@ impl Swarm {
             self.enabled.iter().map(|k| k.name()).collect::<Vec<_>>().join(",")
         };
         format!(
-            "TV{} faults [{faults}] rate {:.3} delay-produce {:.3} delay-message {:.4}",
+            "TV{} faults [{faults}] rate {:.3} delay-produce {:.3} delay-message {:.4} lose-answer {:.3} \
+             delay-answer {:.3}",
             self.transaction_version.number(),
             self.fault_rate,
             self.delay_produce_prob,
-            self.delay_message_prob
+            self.delay_message_prob,
+            self.lose_answer_prob,
+            self.delay_answer_prob
         )
     }
 }

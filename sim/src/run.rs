@@ -321,18 +321,20 @@ async fn heal(shared: &Shared) {
 impl World {
     /// One workload step: maybe a fault, then a consumer poll or a producer call.
     fn workload_step(&mut self, shared: &Shared) -> Vec<Outgoing> {
+        let mut out = Vec::new();
         if self.rng.chance(self.swarm.fault_rate) {
-            self.inject_fault(shared);
+            out = self.inject_fault(shared);
         }
         if self.rng.chance(self.params.poll_ratio) {
             let names: Vec<String> = self.consumers.keys().cloned().collect();
             let name = self.rng.pick(&names).clone();
-            self.consumer_step(shared, &name)
+            out.extend(self.consumer_step(shared, &name));
         } else {
             let names: Vec<String> = self.producers.keys().cloned().collect();
             let name = self.rng.pick(&names).clone();
-            self.producer_step(shared, &name)
+            out.extend(self.producer_step(shared, &name));
         }
+        out
     }
 
     /// Runs `f` on the world after `delay_ms`, from the network's own host (it outlives node restarts).
@@ -350,17 +352,23 @@ impl World {
         self.nodes[name].id.expect("nodes are built before the workload")
     }
 
-    fn inject_fault(&mut self, shared: &Shared) {
-        // Delays act per message in `dispatch`; the rest are events.
+    /// One fault event; what it makes a node send.
+    fn inject_fault(&mut self, shared: &Shared) -> Vec<Outgoing> {
+        // Delays and lost answers act per message in `dispatch`; the rest are events.
         let kinds: Vec<FaultKind> = self
             .swarm
             .enabled
             .iter()
             .copied()
-            .filter(|k| !matches!(k, FaultKind::DelayProduce | FaultKind::DelayMessage))
+            .filter(|k| {
+                !matches!(
+                    k,
+                    FaultKind::DelayProduce | FaultKind::DelayMessage | FaultKind::LoseAnswer | FaultKind::DelayAnswer
+                )
+            })
             .collect();
         if kinds.is_empty() || self.healing {
-            return;
+            return Vec::new();
         }
         let kind = *self.rng.pick(&kinds);
         let handle = Handle::current();
@@ -368,7 +376,7 @@ impl World {
         match kind {
             FaultKind::BrokerRestart => {
                 if self.broker_down {
-                    return;
+                    return Vec::new();
                 }
                 let down_ms = self.rng.range(5, 800);
                 let broker = broker_name(BROKER);
@@ -387,7 +395,7 @@ impl World {
                 let names: Vec<String> =
                     self.nodes.keys().filter(|n| !self.clogged_nodes.contains(*n)).cloned().collect();
                 if names.is_empty() {
-                    return;
+                    return Vec::new();
                 }
                 let name = self.rng.pick(&names).clone();
                 let ms = self.rng.range(10, 1_000);
@@ -414,7 +422,7 @@ impl World {
                     (broker_name(BROKER), client)
                 };
                 if self.clogged_links.contains(&(src.clone(), dst.clone())) {
-                    return;
+                    return Vec::new();
                 }
                 let ms = self.rng.range(10, 1_000);
                 net.clog_link(self.node_id(&src), self.node_id(&dst));
@@ -462,7 +470,7 @@ impl World {
                     .map(|(n, _)| n.clone())
                     .collect();
                 if candidates.is_empty() {
-                    return;
+                    return Vec::new();
                 }
                 let name = self.rng.pick(&candidates).clone();
                 let ms = self.params.txn_timeout_ms + self.params.cleanup_interval_ms + self.rng.range(100, 2_000);
@@ -478,7 +486,7 @@ impl World {
                     }
                 });
             }
-            FaultKind::ProducerRestart => {
+            FaultKind::ProducerRestart | FaultKind::DisconnectClient => {
                 let candidates: Vec<String> = self
                     .producers
                     .iter()
@@ -486,14 +494,21 @@ impl World {
                     .map(|(n, _)| n.clone())
                     .collect();
                 if candidates.is_empty() {
-                    return;
+                    return Vec::new();
                 }
                 let name = self.rng.pick(&candidates).clone();
+                if kind == FaultKind::DisconnectClient {
+                    // Counted by `disconnect_producer`.
+                    return self.disconnect_producer(shared, &name);
+                }
                 self.restart_producer(&name, "FAULT kill");
             }
-            FaultKind::DelayProduce | FaultKind::DelayMessage => unreachable!("filtered above"),
+            FaultKind::DelayProduce | FaultKind::DelayMessage | FaultKind::LoseAnswer | FaultKind::DelayAnswer => {
+                unreachable!("filtered above")
+            }
         }
-        self.stats.faults += 1;
+        self.count_fault(kind.name().to_string());
+        Vec::new()
     }
 
     fn heal(&mut self) {

@@ -141,6 +141,9 @@ fn add_stats(total: &mut Stats, s: &Stats) {
     total.timed_out += s.timed_out;
     total.fenced += s.fenced;
     total.faults += s.faults;
+    for (kind, n) in &s.fault_counts {
+        *total.fault_counts.entry(kind.clone()).or_default() += n;
+    }
     total.sim_ms += s.sim_ms;
 }
 
@@ -153,6 +156,20 @@ fn human_ms(ms: u64) -> String {
     } else {
         format!("{}.{:03}s", s, ms % 1000)
     }
+}
+
+/// The faults injected, one line per kind; an answer fault lists its count per API.
+pub fn fault_lines(counts: &BTreeMap<String, u64>) -> Vec<String> {
+    let mut by_kind: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (key, n) in counts {
+        match key.split_once(' ') {
+            Some((kind, api)) => by_kind.entry(kind).or_default().push(format!("{api} {n}")),
+            None => by_kind.entry(key).or_default().push(n.to_string()),
+        }
+    }
+    let mut out = vec![if by_kind.is_empty() { "  faults by kind: none".into() } else { "  faults by kind:".into() }];
+    out.extend(by_kind.into_iter().map(|(kind, parts)| format!("    {kind}: {}", parts.join(", "))));
+    out
 }
 
 /// The summary, then each failure with its witness and replay command (at most `max_failures` shown).
@@ -185,6 +202,7 @@ pub fn summary_lines(r: &SweepResult, max_failures: usize) -> Vec<String> {
             t.committed, t.aborted, t.timed_out, t.fenced
         ),
     ];
+    out.extend(fault_lines(&t.fault_counts));
     if r.by_invariant.is_empty() {
         out.push("  violations: none".into());
     } else {

@@ -73,6 +73,8 @@ pub struct Stats {
     pub timed_out: u64,
     pub fenced: u64,
     pub faults: u64,
+    /// Faults injected, by kind; answer faults by kind and API ("lose-answer EndTxn").
+    pub fault_counts: BTreeMap<String, u64>,
     pub sim_ms: u64,
 }
 
@@ -378,7 +380,10 @@ impl World {
         effects
             .sends
             .into_iter()
-            .map(|mut env| {
+            .filter_map(|mut env| {
+                if !client && self.lose_answer(&env) {
+                    return None;
+                }
                 if client {
                     self.next_wire_id += 1;
                     self.wire_requests.insert(self.next_wire_id, (from.to_string(), incarnation, env.correlation_id));
@@ -390,22 +395,54 @@ impl World {
                     self.trace("net", "fault", || text);
                 }
                 let dst_incarnation = self.nodes.get(node_key(&env.to).as_ref()).map(|n| n.incarnation).unwrap_or(0);
-                Outgoing { from: from.to_string(), env, dst_incarnation, delay }
+                Some(Outgoing { from: from.to_string(), env, dst_incarnation, delay })
             })
             .collect()
+    }
+
+    /// Counts one injected fault under `kind` (the sweep report's per-kind counts).
+    pub fn count_fault(&mut self, kind: String) {
+        self.stats.faults += 1;
+        *self.stats.fault_counts.entry(kind).or_default() += 1;
+    }
+
+    /// `LoseAnswer`: the broker processed the request, and its answer never arrives.
+    fn lose_answer(&mut self, env: &Envelope) -> bool {
+        if self.healing
+            || !is_txn_answer(&env.message)
+            || !self.swarm.has(FaultKind::LoseAnswer)
+            || !self.rng.chance(self.swarm.lose_answer_prob)
+        {
+            return false;
+        }
+        let text = format!("FAULT lose {} to {}", describe(env), env.to);
+        self.trace("net", "fault", || text);
+        self.count_fault(format!("{} {}", FaultKind::LoseAnswer.name(), env.message.api_name()));
+        true
     }
 
     fn draw_delay(&mut self, env: &Envelope) -> Option<Duration> {
         if self.healing {
             return None;
         }
+        if is_txn_answer(&env.message)
+            && self.swarm.has(FaultKind::DelayAnswer)
+            && self.rng.chance(self.swarm.delay_answer_prob)
+        {
+            // One to two request timeouts: a client's retry of the same request goes out first.
+            let timeout = self.params.request_timeout_ms;
+            self.count_fault(format!("{} {}", FaultKind::DelayAnswer.name(), env.message.api_name()));
+            return Some(Duration::from_millis(self.rng.range(timeout, 2 * timeout)));
+        }
         let txn_produce = matches!(&env.message, Message::ProduceRequest { batch, .. } if batch.is_transactional);
         if txn_produce && self.swarm.has(FaultKind::DelayProduce) && self.rng.chance(self.swarm.delay_produce_prob) {
             // Long enough to land after the transaction ended (and often after the next one began).
             let hi = (self.params.txn_timeout_ms * 3 / 2).max(1_500);
+            self.count_fault(FaultKind::DelayProduce.name().to_string());
             return Some(Duration::from_millis(self.rng.range(50, hi)));
         }
         if self.swarm.has(FaultKind::DelayMessage) && self.rng.chance(self.swarm.delay_message_prob) {
+            self.count_fault(FaultKind::DelayMessage.name().to_string());
             return Some(Duration::from_millis(self.rng.range(20, 5_000)));
         }
         None
@@ -457,8 +494,9 @@ impl World {
         }
         if let Some(slot) = self.producers.get_mut(name) {
             let config = if slot.spec.kind == ProducerKind::Plain {
-                // `retries=0`, `max.in.flight.requests.per.connection=1`: a timed-out send fails.
-                EngineConfig { delivery_timeout_ms: self.config.request_timeout_ms, ..self.config.clone() }
+                // `retries=0`, `max.in.flight.requests.per.connection=1`: a send that times out or loses its
+                // connection fails, never resent (a resend could write it twice: `duplicate` holds it to once).
+                EngineConfig { retries: 0, max_in_flight_requests_per_connection: 1, ..self.config.clone() }
             } else {
                 self.config.clone()
             };
@@ -499,7 +537,7 @@ impl World {
                 Some((client, inc, corr)) if client == name && inc == incarnation => env.correlation_id = corr,
                 _ => {
                     if self.trace.is_some() {
-                        let text = format!("drop {} (asked by an earlier instance)", describe(&env));
+                        let text = format!("drop {} (asked on a closed connection)", describe(&env));
                         let fields = message_fields(&env);
                         self.trace_with(name, "drop", || (text, fields));
                     }
@@ -852,6 +890,21 @@ impl World {
         TxnPlan { sends_left: sends.max(chosen.len() as u32), partitions: chosen, next: 0, commit }
     }
 
+    /// `DisconnectClient`: the producer's requests in flight fail at once and are retried; whatever the
+    /// broker answers to them arrives on a closed connection and is dropped.
+    pub fn disconnect_producer(&mut self, shared: &Shared, name: &str) -> Vec<Outgoing> {
+        let now = self.now_ms();
+        let incarnation = self.nodes[name].incarnation;
+        self.wire_requests.retain(|_, (client, inc, _)| !(client == name && *inc == incarnation));
+        let slot = self.producers.get_mut(name).expect("a producer");
+        let Some(p) = slot.producer.as_mut() else { return Vec::new() };
+        let effects = p.on_disconnect(now, &NodeId::Broker(BROKER));
+        self.trace(name, "fault", || format!("FAULT disconnect from {}", broker_name(BROKER)));
+        self.count_fault(FaultKind::DisconnectClient.name().to_string());
+        self.collect_completions(name);
+        self.dispatch(shared, name, effects)
+    }
+
     /// Kills the producer's process and starts a new instance with the same transactional id.
     pub fn restart_producer(&mut self, name: &str, why: &str) {
         let Some(id) = self.nodes[name].id else { return };
@@ -1051,6 +1104,18 @@ pub fn describe_with(env: &Envelope, marker: &dyn Fn(&TopicPartition, Offset) ->
 pub fn message_fields(env: &Envelope) -> Value {
     let direction = if is_request(&env.message) { "request" } else { "response" };
     json!({"api": env.message.api_name(), "direction": direction, "from": env.from.to_string(), "to": env.to.to_string()})
+}
+
+/// The answers `LoseAnswer` and `DelayAnswer` act on: those of the transactional write path.
+fn is_txn_answer(m: &Message) -> bool {
+    matches!(
+        m,
+        Message::InitProducerIdResponse { .. }
+            | Message::AddPartitionsToTxnResponse { .. }
+            | Message::ProduceResponse { .. }
+            | Message::EndTxnResponse { .. }
+            | Message::WriteTxnMarkersResponse { .. }
+    )
 }
 
 fn is_request(m: &Message) -> bool {

@@ -88,6 +88,7 @@ pub struct ProducerConfig {
     pub linger_ms: Option<TimeMs>,
     pub max_in_flight_requests_per_connection: Option<u32>,
     pub transaction_timeout_ms: Option<TimeMs>,
+    pub retries: Option<u32>,
 }
 
 impl ProducerConfig {
@@ -100,6 +101,7 @@ impl ProducerConfig {
         c.max_in_flight_requests_per_connection =
             self.max_in_flight_requests_per_connection.unwrap_or(c.max_in_flight_requests_per_connection);
         c.transaction_timeout_ms = self.transaction_timeout_ms.unwrap_or(c.transaction_timeout_ms);
+        c.retries = self.retries.unwrap_or(c.retries);
         c
     }
 }
@@ -375,6 +377,11 @@ pub fn validate(
                 }
                 // Kafka refuses such a producer at construction (`ConfigException`).
                 o.config.apply(&EngineConfig::default()).check_producer_config().map_err(|e| err(at, "config", e))?;
+                if o.kind != Some(ClientKind::Plain) && o.config.retries == Some(0) {
+                    // `ProducerConfig.postProcessAndValidateIdempotenceConfigs`.
+                    let why = "Must set retries to non-zero when using the idempotent producer".to_string();
+                    return Err(err(at, "config", why));
+                }
                 if o.kind.is_some_and(|k| k != ClientKind::Transactional) && o.transactional_id.is_some() {
                     return Err(err(at, "transactional_id", "only a transactional producer has one".into()));
                 }
