@@ -207,6 +207,18 @@ pub struct ProducerNode {
     /// A client timer the run may need was left unarmed because its budget is spent (see `Node::needs`):
     /// the run may never heal, so liveness is not judged (as `BrokerNode::starved`).
     pub starved: bool,
+    /// The network lost this instance's answer to its request `correlation_id` (set by the model's
+    /// `next_state`, which sees drops): its request timeout will be a retry of a processed request.
+    pub lost_answer: Option<(u64, RetriedApi)>,
+    /// APIs this producer retried after losing an answer, for the `*-answer-lost-then-retried` facts.
+    pub retried_after_lost: BTreeSet<RetriedApi>,
+}
+
+/// The requests whose lost answers the model's facts follow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RetriedApi {
+    InitProducerId,
+    EndTxn,
 }
 
 impl NodeKind {
@@ -428,6 +440,8 @@ impl Node {
             request_timeouts_left: b.request_timeouts as u8,
             backoffs_left: b.backoff_retries as u8,
             starved: false,
+            lost_answer: None,
+            retried_after_lost: BTreeSet::new(),
         };
         self.init_instance(&mut node, o);
         node
@@ -558,6 +572,7 @@ impl Node {
                     return;
                 }
                 n.incarnation += 1;
+                n.lost_answer = None;
                 n.request_timeouts_left = me.ctx.bounds.request_timeouts as u8;
                 n.backoffs_left = me.ctx.bounds.backoff_retries as u8;
                 n.producer = me.new_producer(index, n.incarnation);

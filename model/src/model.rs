@@ -4,7 +4,7 @@
 //! `txnsim_properties::Invariant::ALL`, named as the catalogue names it, and one `sometimes` property per
 //! `Fact`.
 
-use crate::actors::{Ctx, ModelTimer, Msg, Node, Role};
+use crate::actors::{Ctx, ModelTimer, Msg, Node, NodeKind, RetriedApi, Role};
 use crate::bounds::Bounds;
 use crate::describe;
 use crate::reductions;
@@ -14,6 +14,7 @@ use stateright::actor::{ActorModel, ActorModelAction, ActorModelState, LossyNetw
 use stateright::{Model, Path, Property};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use txnsim_engine::protocol::{Message, Timer};
 use txnsim_engine::TransactionResult;
 use txnsim_properties::Invariant;
 
@@ -61,7 +62,23 @@ impl Model for TxnModel {
     }
 
     fn next_state(&self, last: &TxnState, action: TxnAction) -> Option<TxnState> {
-        let next = self.actors.next_state(last, action)?;
+        let note = lost_answer_note(last, &action);
+        let mut next = self.actors.next_state(last, action)?;
+        if let Some((actor, note)) = note {
+            let mut node = (*next.actor_states[actor]).clone();
+            node.update(|k| {
+                if let NodeKind::Producer(p) = k {
+                    match note {
+                        LostAnswerNote::Lost(corr, api) => p.lost_answer = Some((corr, api)),
+                        LostAnswerNote::Retried(api) => {
+                            p.lost_answer = None;
+                            p.retried_after_lost.insert(api);
+                        }
+                    }
+                }
+            });
+            next.actor_states[actor] = Arc::new(node);
+        }
         Some(if self.canonical_states { symmetry::canonical(next) } else { next })
     }
 
@@ -108,6 +125,33 @@ impl Model for TxnModel {
 /// The model's auxiliary history: messages sent and not (yet) delivered. Less the messages still in the
 /// network, that is how many were lost, which `Bounds::losses` bounds.
 pub type InFlight = u16;
+
+enum LostAnswerNote {
+    Lost(u64, RetriedApi),
+    Retried(RetriedApi),
+}
+
+/// Drops and request timeouts are the model's own actions, invisible to the actors: a dropped answer to
+/// InitProducerId or EndTxn, then the request timeout of that request (its retry), are noted on the
+/// producer for the `*-answer-lost-then-retried` facts.
+fn lost_answer_note(last: &TxnState, action: &TxnAction) -> Option<(usize, LostAnswerNote)> {
+    match action {
+        ActorModelAction::Drop(env) => {
+            let api = match env.msg.message {
+                Message::InitProducerIdResponse { .. } => RetriedApi::InitProducerId,
+                Message::EndTxnResponse { .. } => RetriedApi::EndTxn,
+                _ => return None,
+            };
+            Some((usize::from(env.dst), LostAnswerNote::Lost(env.msg.correlation_id, api)))
+        }
+        ActorModelAction::Timeout(id, ModelTimer::Engine(Timer::RequestTimeout { correlation_id })) => {
+            let p = last.actor_states[usize::from(*id)].producer()?;
+            let (corr, api) = p.lost_answer?;
+            (corr == *correlation_id).then_some((usize::from(*id), LostAnswerNote::Retried(api)))
+        }
+        _ => None,
+    }
+}
 
 /// Messages the lossy network has dropped on the way to this state.
 pub fn losses(s: &TxnState) -> usize {
@@ -182,7 +226,7 @@ macro_rules! table {
 
 const INVARIANT_FNS: [PropFn; INVARIANTS] =
     table!(invariant_holds; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30);
-const FACT_FNS: [PropFn; 6] = table!(fact_seen; 0 1 2 3 4 5);
+const FACT_FNS: [PropFn; 8] = table!(fact_seen; 0 1 2 3 4 5 6 7);
 
 /// Builds the model for `bounds`; panics on bounds `Bounds::validate` rejects.
 pub fn build(bounds: &Bounds) -> TxnModel {

@@ -5,7 +5,7 @@
 //! invariants from `check_liveness` at quiescent states (nothing left to happen but reader polls and
 //! faults: the model's form of "after healing"). The model adds only reachability facts (`Fact`).
 
-use crate::actors::{reader_name, Ctx, ModelTimer, NodeState, Phase, ProducerNode, Stop};
+use crate::actors::{reader_name, Ctx, ModelTimer, NodeState, Phase, ProducerNode, RetriedApi, Stop};
 use crate::model::TxnState;
 use crate::shared::{digest, DigestMap, CACHE_ENTRIES_MAX};
 use std::cell::RefCell;
@@ -26,16 +26,20 @@ pub enum Fact {
     Abort,
     TimeoutAbort,
     FenceAbort,
+    InitProducerIdAnswerLostThenRetried,
+    EndTxnAnswerLostThenRetried,
 }
 
 impl Fact {
-    pub const ALL: [Fact; 6] = [
+    pub const ALL: [Fact; 8] = [
         Fact::UncommittedReadsAhead,
         Fact::CommittedOffsetGap,
         Fact::Commit,
         Fact::Abort,
         Fact::TimeoutAbort,
         Fact::FenceAbort,
+        Fact::InitProducerIdAnswerLostThenRetried,
+        Fact::EndTxnAnswerLostThenRetried,
     ];
 
     pub fn name(self) -> &'static str {
@@ -46,6 +50,8 @@ impl Fact {
             Fact::Abort => "abort-completes",
             Fact::TimeoutAbort => "timeout-abort",
             Fact::FenceAbort => "fence-abort",
+            Fact::InitProducerIdAnswerLostThenRetried => "init-producer-id-answer-lost-then-retried",
+            Fact::EndTxnAnswerLostThenRetried => "end-txn-answer-lost-then-retried",
         }
     }
 
@@ -59,6 +65,12 @@ impl Fact {
             Fact::Abort => "a client abort completes",
             Fact::TimeoutAbort => "the coordinator aborts a transaction on timeout",
             Fact::FenceAbort => "a new producer instance fences and aborts its predecessor's transaction",
+            Fact::InitProducerIdAnswerLostThenRetried => {
+                "the network loses a producer's InitProducerId answer and the producer retries the request"
+            }
+            Fact::EndTxnAnswerLostThenRetried => {
+                "the network loses a producer's EndTxn answer and the producer retries the request"
+            }
         }
     }
 
@@ -238,6 +250,14 @@ fn facts(s: &TxnState) -> Vec<Fact> {
     }
     if any(&|d| d.cause == DecisionCause::Fence) {
         out.push(Fact::FenceAbort);
+    }
+    let retried =
+        |api| s.actor_states[1..].iter().any(|a| a.producer().is_some_and(|p| p.retried_after_lost.contains(&api)));
+    if retried(RetriedApi::InitProducerId) {
+        out.push(Fact::InitProducerIdAnswerLostThenRetried);
+    }
+    if retried(RetriedApi::EndTxn) {
+        out.push(Fact::EndTxnAnswerLostThenRetried);
     }
     out
 }
