@@ -180,7 +180,8 @@ fn late_marker_resend_closes_the_next_transaction_under_tv1_only() {
     // checked it before the epoch (KAFKA-18464).
     // Re-pinned for the client of Kafka 4.x (an accumulator, delivery.timeout.ms from batch creation, a
     // backoff after a request timeout, an abort waiting for its sends) on the asynchronous transaction log;
-    // 919,483 before lost InitProducerId and EndTxn answers were noted on their producers.
+    // 919,483 before a batch counted its attempts against `retries` and lost InitProducerId and EndTxn
+    // answers were noted on their producers.
     assert_eq!(tv2.unique, 927_067, "the TV2 space, explored to the end");
 }
 
@@ -236,7 +237,8 @@ fn reduced_faulty_transaction_holds() {
     // and a TV2 EndTxn checking it before the epoch (KAFKA-18464). Not broken down further.
     // Re-pinned for the client of Kafka 4.x (an accumulator, delivery.timeout.ms from batch creation, a
     // backoff after a request timeout, an abort waiting for its sends) on the asynchronous transaction log;
-    // then 118,510 until a lost InitProducerId or EndTxn answer was noted on its producer (the facts below).
+    // then 118,510 until a batch counted its attempts against `retries` and a lost InitProducerId or EndTxn
+    // answer was noted on its producer (the facts below).
     assert_eq!(o.unique, 124_232, "the reduced space, explored to the end");
     // `TransactionManagerTest`'s lost-answer retries: one loss and one request timeout reach both.
     for fact in [Fact::InitProducerIdAnswerLostThenRetried, Fact::EndTxnAnswerLostThenRetried] {
@@ -368,7 +370,7 @@ fn tv2_abort_keeping_its_epoch_commits_a_failed_send() {
         "Kafka's TV2 table violates {:?}",
         clean.violations.keys().collect::<Vec<_>>()
     );
-    // 94,001 before lost InitProducerId and EndTxn answers were noted on their producers.
+    // 94,001 before a batch counted its attempts against `retries` (`ProducerBatch.attempts`).
     assert_eq!(clean.unique, 95_297, "the TV2 space, explored to the end");
     let o = check(&bounds.with_mutation(Mutation::Tv2AbortKeepsEpoch), HasDiscoveries::AnyFailures);
     let Some(steps) = o.violations.get("failed-send-committed") else {
