@@ -20,11 +20,20 @@ pub enum Profile {
     /// Two topics, every transaction spans 2-4 partitions, broker restarts between decision and markers:
     /// multi-partition atomicity (seed document: unverified).
     Atomicity,
+    /// Short transactions on one partition whose sends are often held in the network past their delivery
+    /// timeout, so the application aborts and the late copy lands in a later transaction (KIP-890).
+    LateSends,
 }
 
 impl Profile {
-    pub const ALL: [Profile; 5] =
-        [Profile::Standard, Profile::Contention, Profile::LongTxns, Profile::Timeouts, Profile::Atomicity];
+    pub const ALL: [Profile; 6] = [
+        Profile::Standard,
+        Profile::Contention,
+        Profile::LongTxns,
+        Profile::Timeouts,
+        Profile::Atomicity,
+        Profile::LateSends,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -33,6 +42,7 @@ impl Profile {
             Profile::LongTxns => "long-txns",
             Profile::Timeouts => "timeouts",
             Profile::Atomicity => "atomicity",
+            Profile::LateSends => "late-sends",
         }
     }
 
@@ -72,10 +82,13 @@ impl Profile {
             txn_timeout_ms: 4_000,
             cleanup_interval_ms: 1_000,
             request_timeout_ms: 400,
+            delivery_timeouts: 4,
             retry_backoff_ms: 50,
             tv2_prob: 0.5,
             fault_enable_prob: FaultKind::ALL.map(|_| 0.5),
             fault_rate: (0.01, 0.06),
+            delay_produce_prob: (0.02, 0.15),
+            delay_produce_ms: None,
         };
         match self {
             Profile::Standard => base,
@@ -149,6 +162,29 @@ impl Profile {
                     ..base
                 }
             }
+            Profile::LateSends => {
+                let mut fault_enable_prob = base.fault_enable_prob;
+                fault_enable_prob[FaultKind::DelayProduce as usize] = 1.0;
+                ProfileParams {
+                    topics: vec![("t".to_string(), 1)],
+                    producers: vec![txn("p0", "tx-a"), txn("p1", "tx-b")],
+                    consumers: vec![
+                        ConsumerSpec { name: "rc0".into(), isolation: IsolationLevel::ReadCommitted, seeks: true },
+                        ConsumerSpec { name: "ru0".into(), isolation: IsolationLevel::ReadUncommitted, seeks: false },
+                    ],
+                    sends_per_txn: (1, 2),
+                    values_per_send: (1, 1),
+                    partitions_per_txn: (1, 1),
+                    commit_ratio: 0.5,
+                    delay_produce_prob: (0.2, 0.5),
+                    // A batch fails at its first request timeout; its copy, held just past it, lands after
+                    // the application aborted the send's transaction, as the next one begins.
+                    delivery_timeouts: 1,
+                    delay_produce_ms: Some((400, 600)),
+                    fault_enable_prob,
+                    ..base
+                }
+            }
         }
     }
 }
@@ -200,6 +236,9 @@ pub struct ProfileParams {
     pub txn_timeout_ms: TimeMs,
     pub cleanup_interval_ms: TimeMs,
     pub request_timeout_ms: TimeMs,
+    /// `delivery.timeout.ms` in request timeouts: Kafka's default ratio is 4 (120000 / 30000), so a lost
+    /// batch is resent about four times before it fails; 1 (Kafka's least) fails it at its first timeout.
+    pub delivery_timeouts: TimeMs,
     pub retry_backoff_ms: TimeMs,
     /// Chance that the seed runs transaction.version 2 instead of 1.
     pub tv2_prob: f64,
@@ -207,6 +246,11 @@ pub struct ProfileParams {
     pub fault_enable_prob: [f64; FaultKind::COUNT],
     /// Range of the per-step chance of injecting one of the enabled faults.
     pub fault_rate: (f64, f64),
+    /// Range of the chance that a transactional Produce is held back, when `DelayProduce` is on.
+    pub delay_produce_prob: (f64, f64),
+    /// How long a held Produce waits; `None`: until after its transaction ended, often past the next one's
+    /// start (50 ms to 1.5 transaction timeouts).
+    pub delay_produce_ms: Option<(TimeMs, TimeMs)>,
 }
 
 /// The faults the swarm may switch on.
@@ -296,7 +340,7 @@ impl Swarm {
         let enabled: Vec<FaultKind> =
             FaultKind::ALL.into_iter().filter(|k| rng.chance(params.fault_enable_prob[*k as usize])).collect();
         let fault_rate = rng.range_f64(params.fault_rate.0, params.fault_rate.1);
-        let delay_produce_prob = rng.range_f64(0.02, 0.15);
+        let delay_produce_prob = rng.range_f64(params.delay_produce_prob.0, params.delay_produce_prob.1);
         let delay_message_prob = rng.range_f64(0.002, 0.02);
         let lose_answer_prob = rng.range_f64(0.01, 0.08);
         let delay_answer_prob = rng.range_f64(0.01, 0.06);

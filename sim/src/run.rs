@@ -160,8 +160,7 @@ fn engine_config(profile: Profile, swarm: &Swarm, mutation: Option<Mutation>) ->
         abort_timed_out_cleanup_interval_ms: p.cleanup_interval_ms,
         request_timeout_ms: p.request_timeout_ms,
         retry_backoff_ms: p.retry_backoff_ms,
-        // Kafka's default ratio (120000 / 30000): a lost batch is resent about four times, then fails.
-        delivery_timeout_ms: 4 * p.request_timeout_ms,
+        delivery_timeout_ms: p.delivery_timeouts * p.request_timeout_ms,
         mutations: mutation.map(Mutations::one).unwrap_or_default(),
         ..EngineConfig::default()
     }

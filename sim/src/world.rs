@@ -437,9 +437,10 @@ impl World {
         let txn_produce = matches!(&env.message, Message::ProduceRequest { batch, .. } if batch.is_transactional);
         if txn_produce && self.swarm.has(FaultKind::DelayProduce) && self.rng.chance(self.swarm.delay_produce_prob) {
             // Long enough to land after the transaction ended (and often after the next one began).
-            let hi = (self.params.txn_timeout_ms * 3 / 2).max(1_500);
+            let (lo, hi) =
+                self.params.delay_produce_ms.unwrap_or((50, (self.params.txn_timeout_ms * 3 / 2).max(1_500)));
             self.count_fault(FaultKind::DelayProduce.name().to_string());
-            return Some(Duration::from_millis(self.rng.range(50, hi)));
+            return Some(Duration::from_millis(self.rng.range(lo, hi)));
         }
         if self.swarm.has(FaultKind::DelayMessage) && self.rng.chance(self.swarm.delay_message_prob) {
             self.count_fault(FaultKind::DelayMessage.name().to_string());

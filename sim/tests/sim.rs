@@ -47,6 +47,11 @@ fn sweep_atomicity() {
 }
 
 #[test]
+fn sweep_late_sends() {
+    sweep_profile(Profile::LateSends, 300);
+}
+
+#[test]
 fn seed_corpus_passes_on_the_engine_and_fails_with_its_mutation() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../seeds");
     let corpus = seeds::load_dir(&dir).unwrap_or_else(|e| panic!("{e}"));
