@@ -114,6 +114,24 @@ pub fn check_seed(history: &History, logs: &[WireLog]) -> Result<Vec<Violation>,
     Ok(out)
 }
 
+/// One line per violated invariant: its first witness and how many times it was seen.
+pub struct Found {
+    pub invariant: Invariant,
+    pub witness: String,
+    pub count: usize,
+}
+
+pub fn summarize(violations: &[Violation]) -> Vec<Found> {
+    let mut out: Vec<Found> = Vec::new();
+    for v in violations {
+        match out.iter_mut().find(|f| f.invariant == v.invariant) {
+            Some(f) => f.count += 1,
+            None => out.push(Found { invariant: v.invariant, witness: v.witness.clone(), count: 1 }),
+        }
+    }
+    out
+}
+
 pub fn save(path: &Path, file: &HistoryFile) -> Result<(), String> {
     let text = serde_json::to_string(file).map_err(|e| e.to_string())? + "\n";
     std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
@@ -150,8 +168,14 @@ pub fn run_check_history(path: &Path) -> ExitCode {
             Ok(violations) if violations.is_empty() => println!("seed {}: pass", s.seed),
             Ok(violations) => {
                 failed += 1;
-                for v in violations {
-                    println!("seed {}: VIOLATION {}: {}", s.seed, v.invariant.name(), v.witness);
+                for f in summarize(&violations) {
+                    println!(
+                        "VIOLATION seed {}: {} (seen {} times): {}",
+                        s.seed,
+                        f.invariant.name(),
+                        f.count,
+                        f.witness
+                    );
                 }
             }
             Err(e) => {

@@ -65,7 +65,9 @@ struct SeedJson<'a> {
 #[derive(Serialize)]
 struct ViolationJson {
     invariant: &'static str,
+    /// The first witness; `count` is how many times the invariant was violated in the seed.
     witness: String,
+    count: usize,
 }
 
 #[derive(Serialize)]
@@ -152,16 +154,18 @@ pub fn run_target_sweep(args: &TargetArgs) -> ExitCode {
             c.fenced,
             c.polls,
             faults.join(","),
-            if violations.is_empty() { "pass".to_string() } else { format!("{} violation(s)", violations.len()) }
+            if violations.is_empty() { "pass".to_string() } else { format!("{} violation(s)", violations.len()) },
         );
-        for v in &violations {
-            let _ = writeln!(out, "VIOLATION seed {seed}: {}: {}", v.invariant.name(), v.witness);
+        let found = file::summarize(&violations);
+        for f in &found {
+            let _ =
+                writeln!(out, "VIOLATION seed {seed}: {} (seen {} times): {}", f.invariant.name(), f.count, f.witness);
         }
         let saved_seed = SavedSeed::of(seed, &r);
-        if !violations.is_empty() {
+        if !found.is_empty() {
             failing.push(seeds_json_data.len());
         }
-        seeds_json_data.push((seed, r.faults.clone(), r.counts.clone(), r.elapsed.as_millis() as u64, violations));
+        seeds_json_data.push((seed, r.faults.clone(), r.counts.clone(), r.elapsed.as_millis() as u64, found));
         saved.push(saved_seed);
         progress.update(done as u64 + 1, failing.len() as u64);
     }
@@ -229,15 +233,19 @@ pub fn run_target_sweep(args: &TargetArgs) -> ExitCode {
                 .collect(),
             seeds: seeds_json_data
                 .iter()
-                .map(|(seed, faults, counts, elapsed_ms, violations)| SeedJson {
+                .map(|(seed, faults, counts, elapsed_ms, found)| SeedJson {
                     seed: *seed,
-                    passed: violations.is_empty(),
+                    passed: found.is_empty(),
                     faults: faults.iter().map(|f| f.name()).collect(),
                     counts,
                     elapsed_ms: *elapsed_ms,
-                    violations: violations
+                    violations: found
                         .iter()
-                        .map(|v| ViolationJson { invariant: v.invariant.name(), witness: v.witness.clone() })
+                        .map(|f| ViolationJson {
+                            invariant: f.invariant.name(),
+                            witness: f.witness.clone(),
+                            count: f.count,
+                        })
                         .collect(),
                 })
                 .collect(),
