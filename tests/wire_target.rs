@@ -88,16 +88,17 @@ fn seed_line(line: &str, seed: u64) -> (u64, u64, u64, &str) {
     (n(0), n(2), n(9), verdict)
 }
 
-fn assert_valid_history(path: &Path) -> Value {
+/// Reads a JSON file and validates it against `schemas/<schema>`.
+fn assert_valid(schema: &str, path: &Path) -> Value {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let schema: Value =
-        serde_json::from_str(&std::fs::read_to_string(root.join("schemas/target-history.schema.json")).expect("reads"))
+    let schema_value: Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("schemas").join(schema)).expect("reads"))
             .expect("schema is JSON");
-    let file: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("the history file reads"))
-        .expect("the history file is JSON");
-    let validator = jsonschema::validator_for(&schema).expect("a schema");
+    let file: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("the file reads"))
+        .unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()));
+    let validator = jsonschema::validator_for(&schema_value).expect("a schema");
     let errors: Vec<String> = validator.iter_errors(&file).map(|e| format!("{e} at {}", e.instance_path())).collect();
-    assert!(errors.is_empty(), "{} does not match target-history.schema.json:\n{}", path.display(), errors.join("\n"));
+    assert!(errors.is_empty(), "{} does not match {schema}:\n{}", path.display(), errors.join("\n"));
     file
 }
 
@@ -130,10 +131,10 @@ fn twenty_seeds_pass_against_serve_and_recheck_offline() {
     );
     assert_eq!(&lines[43..], [format!("history: {}", history.display()).as_str(), "PASS: 20 seeds, no violation"]);
 
-    let file = assert_valid_history(&history);
+    let file = assert_valid("target-history.schema.json", &history);
     assert_eq!(file["seeds"].as_array().map(Vec::len), Some(20), "--history keeps every seed");
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("--json wrote")).expect("JSON");
-    assert_eq!((report["format"].as_str(), report["passed"].as_bool()), (Some("txnsim-target-sweep/v1"), Some(true)));
+    let report = assert_valid("target-sweep.schema.json", &json);
+    assert_eq!((report["passed"].as_bool(), report["totals"]["committed"].as_u64()), (Some(true), Some(committed)));
 
     let (code, out, err) = txnsim(&["check-history", history.to_str().expect("utf-8")], Duration::from_secs(60));
     assert_eq!(code, 0, "the saved history re-checks clean:\n{out}\n{err}");
@@ -145,7 +146,9 @@ fn twenty_seeds_pass_against_serve_and_recheck_offline() {
 fn skip_aborted_index_on_fetch_is_reported_as_aborted_read_with_a_saved_history() {
     let server = Server::start("target-mutation", &["--mutation", "skip-aborted-index-on-fetch"]);
     let url = format!("kafka://127.0.0.1:{}", server.port);
-    let (code, out, err) = txnsim(&["sweep", "--target", &url, "--seeds", "20"], SWEEP_TIMEOUT);
+    let json = tmp("target-mutation.report.json");
+    let args = ["sweep", "--target", &url, "--seeds", "20", "--json", json.to_str().expect("utf-8")];
+    let (code, out, err) = txnsim(&args, SWEEP_TIMEOUT);
     assert_eq!(code, 1, "read_committed readers deliver aborted records, and the sweep must fail:\n{out}\n{err}");
     // Every seed aborts transactions with records in them (commit ratio 0.7) and the fresh
     // read_committed reader reads every partition from 0 after them; the mutation hides each
@@ -165,7 +168,9 @@ fn skip_aborted_index_on_fetch_is_reported_as_aborted_read_with_a_saved_history(
         .find_map(|l| l.strip_prefix("re-check offline: txnsim check-history "))
         .unwrap_or_else(|| panic!("no check-history command printed:\n{out}"));
     assert!(out.lines().any(|l| l == format!("history: {path}")), "the saved history's path is printed:\n{out}");
-    assert_valid_history(Path::new(path));
+    assert_valid("target-history.schema.json", Path::new(path));
+    let report = assert_valid("target-sweep.schema.json", &json);
+    assert_eq!((report["passed"].as_bool(), report["history_file"].as_str()), (Some(false), Some(path)));
 
     let (code, recheck, err) = txnsim(&["check-history", path], Duration::from_secs(60));
     assert_eq!(code, 1, "check-history finds the same violation offline:\n{recheck}\n{err}");

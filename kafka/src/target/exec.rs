@@ -4,6 +4,7 @@
 //! `SimRng` as the sim draws them; what the cluster answers, and when, does not, so a run records its
 //! `History` rather than being replayable.
 
+use super::relay::Relay;
 use super::wire::{self, WireLog};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -48,17 +49,24 @@ pub enum ClientFault {
     /// A second instance of a transactional id calls `init_transactions`, fencing the running one
     /// (`InitProducerId` bumps the epoch and aborts its open transaction).
     SecondInstance,
+    /// Every client connection is closed at once (through the relay), mid-request or not.
+    DropConnections,
 }
 
 impl ClientFault {
-    pub const ALL: [ClientFault; 3] =
-        [ClientFault::PauseProducer, ClientFault::RestartClient, ClientFault::SecondInstance];
+    pub const ALL: [ClientFault; 4] = [
+        ClientFault::PauseProducer,
+        ClientFault::RestartClient,
+        ClientFault::SecondInstance,
+        ClientFault::DropConnections,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             ClientFault::PauseProducer => "pause-producer",
             ClientFault::RestartClient => "restart-client",
             ClientFault::SecondInstance => "second-instance",
+            ClientFault::DropConnections => "drop-connections",
         }
     }
 
@@ -67,6 +75,7 @@ impl ClientFault {
         match self {
             ClientFault::PauseProducer => FaultKind::PauseProducer,
             ClientFault::RestartClient | ClientFault::SecondInstance => FaultKind::ProducerRestart,
+            ClientFault::DropConnections => FaultKind::ClogNode,
         }
     }
 }
@@ -277,6 +286,10 @@ pub struct Target<'a> {
 
 struct Seed<'a> {
     target: &'a Target<'a>,
+    /// With the drop-connections fault on, the clients' connections go through it.
+    relay: Option<Relay>,
+    /// `bootstrap.servers` for the clients: the brokers, or their relay addresses.
+    bootstrap: String,
     params: ProfileParams,
     rng: SimRng,
     faults: Vec<ClientFault>,
@@ -333,9 +346,16 @@ pub fn run_seed(target: &Target<'_>, profile: Profile, seed: u64) -> Result<Seed
             generation: 0,
         })
         .collect();
+    let relay = faults.contains(&ClientFault::DropConnections).then(Relay::default);
+    let bootstrap = match &relay {
+        Some(r) => target.brokers.iter().map(|b| r.route(b)).collect::<Result<Vec<_>, _>>()?.join(","),
+        None => target.brokers.join(","),
+    };
     let (done_tx, done_rx) = mpsc::channel();
     let mut s = Seed {
         target,
+        relay,
+        bootstrap,
         params,
         rng,
         faults,
@@ -378,7 +398,9 @@ pub fn run_seed(target: &Target<'_>, profile: Profile, seed: u64) -> Result<Seed
 impl Seed<'_> {
     fn base_config(&self) -> ClientConfig {
         let mut c = ClientConfig::new();
-        c.set("bootstrap.servers", self.target.brokers.join(","));
+        c.set("bootstrap.servers", &self.bootstrap);
+        // After a dropped connection, reconnect soon (librdkafka's default backoff starts at 100 ms).
+        c.set("reconnect.backoff.ms", "10");
         // librdkafka logs through the `log` crate; the history, not its log, is the record here.
         c.set("log_level", "0");
         c
@@ -516,6 +538,10 @@ impl Seed<'_> {
             }
             ClientFault::RestartClient if slot.client.is_some() => self.restart(i),
             ClientFault::SecondInstance if transactional && slot.client.is_some() => self.second_instance(i),
+            ClientFault::DropConnections => match &self.relay {
+                Some(relay) => relay.cut(),
+                None => return,
+            },
             _ => return,
         }
         self.counts.faults += 1;

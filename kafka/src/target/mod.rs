@@ -6,10 +6,12 @@
 //!
 //! - `exec`: one seed's workload through librdkafka.
 //! - `wire`: CreateTopics, and the raw read_uncommitted Fetch that rebuilds the partition logs.
+//! - `relay`: the loopback relay through which the drop-connections fault cuts every connection.
 //! - `file`: the saved history, the invariants checked, and `txnsim check-history`.
 
 pub mod exec;
 pub mod file;
+pub mod relay;
 pub mod wire;
 
 use file::{HistoryFile, SavedSeed, CHECKED, HISTORY_FORMAT};
