@@ -66,11 +66,31 @@ enum Command {
     /// Serve stateright's Explorer web UI for the model.
     Explore(txnsim_model::cli::ExploreArgs),
     /// Run a seed sweep of the madsim simulation: workloads, faults, history checking.
-    Sweep(txnsim_sim::cli::SweepArgs),
+    Sweep(SweepCmd),
+    /// Re-check a `sweep --target` history file (its histories and logs) offline: exit 0 pass, 1 a
+    /// violation, 2 a file it cannot read.
+    CheckHistory {
+        /// The file `sweep --target --history FILE` wrote, or the one a failing target sweep printed.
+        file: PathBuf,
+    },
     /// Replay one seed as a one-line-per-event timeline.
     Replay(txnsim_sim::cli::ReplayArgs),
     /// Serve the engine as a single Kafka broker on loopback, for real clients.
     Serve(txnsim_kafka::ServeArgs),
+}
+
+/// `txnsim sweep`: the madsim sweep, or with `--target` the same workloads against a real cluster.
+#[derive(clap::Args)]
+struct SweepCmd {
+    #[command(flatten)]
+    sim: txnsim_sim::cli::SweepArgs,
+    /// Run the profile's workload against a real Kafka-protocol cluster through librdkafka instead (topics
+    /// and transactional ids `txnsim-<run>-s<seed>-*` are created there); README "Your own cluster".
+    #[arg(long, value_name = "kafka://HOST:PORT[,HOST:PORT...]", conflicts_with_all = ["mutation", "jobs", "save"])]
+    target: Option<String>,
+    /// With --target: save every seed's history and the logs read back to this file, for `check-history`.
+    #[arg(long, value_name = "FILE", requires = "target")]
+    history: Option<PathBuf>,
 }
 
 /// The corpus in this checkout, so `txnsim run` works from any directory.
@@ -128,7 +148,18 @@ fn main() -> ExitCode {
             txnsim_model::cli::run_check(&args)
         }
         Command::Explore(args) => txnsim_model::cli::run_explore(&args),
-        Command::Sweep(args) => txnsim_sim::cli::run_sweep(&args),
+        Command::Sweep(SweepCmd { sim, target: None, .. }) => txnsim_sim::cli::run_sweep(&sim),
+        Command::Sweep(SweepCmd { sim, target: Some(target), history }) => {
+            txnsim_kafka::target::run_target_sweep(&txnsim_kafka::target::TargetArgs {
+                target,
+                seeds: sim.seeds,
+                from: sim.from,
+                profile: sim.profile,
+                history,
+                json: sim.json,
+            })
+        }
+        Command::CheckHistory { file } => txnsim_kafka::target::file::run_check_history(&file),
         Command::Replay(args) => txnsim_sim::cli::run_replay(&args),
         Command::Serve(args) => txnsim_kafka::run_serve(&args),
     }

@@ -7,6 +7,7 @@ pub mod driver;
 pub mod frame;
 pub mod records;
 pub mod server;
+pub mod target;
 pub mod timeline;
 
 pub use driver::{Driver, Output};
