@@ -125,11 +125,16 @@ fn main() -> ExitCode {
             unsafe {
                 libc::signal(libc::SIGINT, on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t);
             }
-            txnsim_model::cli::run_check(&args)
+            txnsim_model::cli::run_check(&args, &|bounds, report| {
+                txnsim::html::render("txnsim check", &txnsim::html::runs::check_stories(bounds, report))
+            })
         }
         Command::Explore(args) => txnsim_model::cli::run_explore(&args),
         Command::Sweep(args) => txnsim_sim::cli::run_sweep(&args),
-        Command::Replay(args) => txnsim_sim::cli::run_replay(&args),
+        Command::Replay(args) => txnsim_sim::cli::run_replay(&args, &|spec, report| {
+            let story = txnsim::html::runs::replay_story(spec, report)?;
+            Ok(txnsim::html::render(&format!("txnsim {}", story.title), &[story]))
+        }),
         Command::Serve(args) => txnsim_kafka::run_serve(&args),
     }
 }
