@@ -70,6 +70,8 @@ struct Runner<'a> {
     idempotent: BTreeSet<String>,
     table: Option<Vec<String>>,
     steps: Vec<crate::html::Step>,
+    /// Checks every state invariant after each op, reading only what the op changed.
+    state: txnsim_properties::StateChecker,
 }
 
 const PLAIN_PRODUCER: &str = "__plain";
@@ -91,6 +93,7 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> RunReport {
         idempotent: BTreeSet::new(),
         table: opts.show.then(Vec::new),
         steps: Vec::new(),
+        state: txnsim_properties::StateChecker::default(),
     };
     if let Some(t) = runner.table.as_mut() {
         t.extend(show::header(sc));
@@ -236,7 +239,7 @@ impl Runner<'_> {
         }
     }
 
-    fn state_violations(&self) -> Vec<txnsim_properties::Violation> {
+    fn state_violations(&mut self) -> Vec<txnsim_properties::Violation> {
         let broker = &self.cluster.broker;
         let view = txnsim_properties::ClusterView {
             partitions: &broker.partitions,
@@ -244,7 +247,7 @@ impl Runner<'_> {
             coordinator: (self.sc.layer == Layer::Producer).then_some(&broker.coordinator),
             mutations: &broker.config.mutations,
         };
-        txnsim_properties::check_state(&view)
+        self.state.check(&view)
     }
 
     fn mutations(&self) -> &Mutations {
