@@ -791,10 +791,13 @@ impl Runner<'_> {
         let mut out = BTreeMap::new();
         for (tp, log) in &self.cluster.broker.partitions {
             let from = before.get(tp).copied().unwrap_or(0);
-            for b in log.batches().filter(|b| b.base_offset >= from && b.marker().is_some()) {
+            // From the log's end back to `from` only: the op's appends, not the whole log. The last
+            // marker is the one reported.
+            let appended = log.segments().iter().rev().flat_map(|s| s.batches.iter().rev());
+            for b in appended.take_while(|b| b.base_offset >= from).filter(|b| b.marker().is_some()) {
                 let pid = b.producer_id().expect("markers carry a producer id");
                 if self.cluster.broker.coordinator.transactional_id_of(pid) == Some(transactional_id) {
-                    out.insert(tp.to_string(), b.base_offset);
+                    out.entry(tp.to_string()).or_insert(b.base_offset);
                 }
             }
         }
