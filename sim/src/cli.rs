@@ -163,15 +163,19 @@ impl Progress<std::io::Stderr> {
         if !std::io::stderr().is_terminal() {
             return Progress::lines(std::io::stderr(), total);
         }
-        let bar = ProgressBar::new(total);
-        let style = ProgressStyle::with_template(
-            "{bar:30} {pos}/{len} seeds, {per_sec}, {msg} [{elapsed} elapsed, {eta} left]",
-        )
-        .expect("a valid template");
-        bar.set_style(style);
-        bar.set_message("0 failed");
-        Progress::Bar(bar)
+        Progress::Bar(seed_bar(total))
     }
+}
+
+/// The sweep's indicatif bar on stderr (drawn only on a terminal).
+fn seed_bar(total: u64) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    let style =
+        ProgressStyle::with_template("{bar:30} {pos}/{len} seeds, {per_sec}, {msg} [{elapsed} elapsed, {eta} left]")
+            .expect("a valid template");
+    bar.set_style(style);
+    bar.set_message("0 failed");
+    bar
 }
 
 impl<W: Write> Progress<W> {
@@ -455,7 +459,12 @@ pub fn main_job() -> Result<Vec<String>, Vec<String>> {
     let mut lines = Vec::new();
     let mut ok = true;
     for (profile, seeds) in MAIN_JOB_SEEDS {
-        let result = sweep::run_sweep(&SweepSpec::new(0, seeds, profile, None, jobs), |_, _| {});
+        // A bar on a terminal only: the job's log stays its report.
+        let mut progress = Progress::<std::io::Stderr>::Bar(seed_bar(seeds));
+        let result = sweep::run_sweep(&SweepSpec::new(0, seeds, profile, None, jobs), |done, failed| {
+            progress.update(done, failed)
+        });
+        progress.finish();
         ok &= result.passed();
         lines.extend(sweep::summary_lines(&result, 5));
     }
