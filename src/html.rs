@@ -4,7 +4,10 @@
 //! it, and below it what a read_uncommitted and a read_committed reader deliver from the log start, gaps
 //! included. The page embeds its step data as JSON (`<script type="application/json" id="steps">`), so a
 //! test can compare it with the run's own step table. The data types here know nothing of where the
-//! steps come from: the scenario runner builds them today (`scenario::show`).
+//! steps come from: the scenario runner builds them (`scenario::show`), and `runs` builds them for a
+//! simulation replay and for the model's counterexamples.
+
+pub mod runs;
 
 use serde::Serialize;
 use std::fs::File;

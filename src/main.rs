@@ -145,7 +145,9 @@ fn main() -> ExitCode {
             unsafe {
                 libc::signal(libc::SIGINT, on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t);
             }
-            txnsim_model::cli::run_check(&args)
+            txnsim_model::cli::run_check(&args, &|bounds, report| {
+                txnsim::html::render("txnsim check", &txnsim::html::runs::check_stories(bounds, report))
+            })
         }
         Command::Explore(args) => txnsim_model::cli::run_explore(&args),
         Command::Sweep(SweepCmd { sim, target: None, .. }) => txnsim_sim::cli::run_sweep(&sim),
@@ -160,7 +162,10 @@ fn main() -> ExitCode {
             })
         }
         Command::CheckHistory { file } => txnsim_kafka::target::file::run_check_history(&file),
-        Command::Replay(args) => txnsim_sim::cli::run_replay(&args),
+        Command::Replay(args) => txnsim_sim::cli::run_replay(&args, &|spec, report| {
+            let story = txnsim::html::runs::replay_story(spec, report)?;
+            Ok(txnsim::html::render(&format!("txnsim {}", story.title), &[story]))
+        }),
         Command::Serve(args) => txnsim_kafka::run_serve(&args),
     }
 }

@@ -1,41 +1,65 @@
-//! `txnsim scenario --show --html FILE`: the page is self-contained, and the step data it embeds is the
-//! runner's own step table, so the picture shows what the text table says. For the seed experiment the
-//! data holds the article's numbers: read_uncommitted 3 / read_committed 0 while the transaction is open,
-//! read_committed 3 after the commit, and from offset 0 read_uncommitted 6 / read_committed 3 with the gap.
+//! `txnsim scenario --show --html FILE`, `replay --html FILE` and `check --html FILE` write one
+//! self-contained page, and the step data it embeds is the run's own step table, so the picture shows
+//! what the text says. For the seed experiment the data holds the article's numbers: read_uncommitted 3
+//! / read_committed 0 while the transaction is open, read_committed 3 after the commit, and from offset 0
+//! read_uncommitted 6 / read_committed 3 with the gap.
 
+use clap::Parser;
 use serde_json::Value;
-use std::path::Path;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use txnsim::html::CellKind;
 use txnsim::scenario::{self, RunOptions};
+use txnsim_model::cli::CheckArgs;
 
 const SEED: &str = "seeds/scenarios/seed_experiment.json";
 
-/// Writes the seed experiment's page as `name` (each test its own file: tests run in parallel).
-fn seed_page(name: &str) -> (String, Vec<String>, Value) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(SEED);
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A page file of its own for each test (tests run in parallel).
+fn page_path(name: &str) -> PathBuf {
     let out_dir = std::env::temp_dir().join(format!("txnsim-html-{}", std::process::id()));
     std::fs::create_dir_all(&out_dir).expect("temp dir");
-    let page = out_dir.join(name);
-    let out = Command::new(env!("CARGO_BIN_EXE_txnsim"))
-        .args(["scenario", "--show", "--html"])
-        .arg(&page)
-        .arg(&path)
+    out_dir.join(name)
+}
+
+/// Runs txnsim with `args` then `--html <page>` from the repository root.
+fn txnsim_html(args: &[&str], page: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_txnsim"))
+        .current_dir(root())
+        .args(args)
+        .arg("--html")
+        .arg(page)
         .output()
-        .expect("run txnsim");
-    assert!(out.status.success(), "txnsim scenario --html failed: {}", String::from_utf8_lossy(&out.stderr));
-    let html = std::fs::read_to_string(&page).expect("the page was written");
-    let stdout = String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect();
+        .expect("run txnsim")
+}
+
+/// The page's text and the step data it embeds.
+fn embedded(page: &Path) -> (String, Value) {
+    let html = std::fs::read_to_string(page).expect("the page was written");
     let open = "<script type=\"application/json\" id=\"steps\">";
     let start = html.find(open).expect("the page embeds its step data") + open.len();
     let len = html[start..].find("</script>").expect("the data element is closed");
     let data: Value = serde_json::from_str(&html[start..start + len]).expect("the embedded step data is JSON");
+    (html, data)
+}
+
+/// Writes the seed experiment's page as `name`.
+fn seed_page(name: &str) -> (String, Vec<String>, Value) {
+    let page = page_path(name);
+    let out = txnsim_html(&["scenario", "--show", SEED], &page);
+    assert!(out.status.success(), "txnsim scenario --html failed: {}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect();
+    let (html, data) = embedded(&page);
     (html, stdout, data)
 }
 
 #[test]
 fn the_page_embeds_the_runners_step_table() {
     let (_, stdout, data) = seed_page("table.html");
-    let sc = scenario::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join(SEED)).expect("the seed parses").remove(0);
+    let sc = scenario::load(&root().join(SEED)).expect("the seed parses").remove(0);
     let report = scenario::run(&sc, &RunOptions { show: true, ..RunOptions::default() });
     let story = scenario::story(&sc, report.steps.clone(), "PASS".into());
     // The same data the runner's table is drawn from, with the file as the CLI named it.
@@ -98,38 +122,165 @@ fn the_seed_page_shows_the_articles_numbers() {
 
 #[test]
 fn html_needs_show_and_a_writable_path() {
-    let seed = Path::new(env!("CARGO_MANIFEST_DIR")).join(SEED);
-    let out = Command::new(env!("CARGO_BIN_EXE_txnsim"))
-        .args(["scenario", "--show", "--html", "/nonexistent-dir/page.html"])
-        .arg(&seed)
-        .output()
-        .expect("run txnsim");
+    unwritable_page_fails_first(&["scenario", "--show", SEED]);
+    let out = txnsim_html(&["scenario", SEED], Path::new("page.html"));
+    assert_eq!(out.status.code(), Some(2), "--html without --show is a usage error");
+}
+
+/// `args --html <a path in no directory>` exits 2 with one line naming the path, having run nothing.
+fn unwritable_page_fails_first(args: &[&str]) {
+    let out = txnsim_html(args, Path::new("/nonexistent-dir/page.html"));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "an unwritable page is bad input: {stderr}");
-    assert_eq!(stderr.trim().lines().count(), 1, "one line of error: {stderr}");
-    assert!(stderr.contains("/nonexistent-dir/page.html"), "the error names the path: {stderr}");
+    assert_eq!(out.status.code(), Some(2), "{args:?}: an unwritable page is bad input: {stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: one line of error: {stderr}");
+    assert!(stderr.contains("/nonexistent-dir/page.html"), "{args:?}: the error names the path: {stderr}");
     assert!(
         out.stdout.is_empty(),
-        "a bad page path stops before anything runs: {}",
+        "{args:?}: a bad page path stops before anything runs: {}",
         String::from_utf8_lossy(&out.stdout)
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_txnsim"))
-        .args(["scenario", "--html", "page.html"])
-        .arg(&seed)
-        .output()
-        .expect("run txnsim");
-    assert_eq!(out.status.code(), Some(2), "--html without --show is a usage error");
 }
 
 /// The screenshot script is valid shell and, called without a page, prints its usage and exits 2 (it is
 /// run by hand with Chromium installed; this checks only what needs no browser).
 #[test]
 fn screenshot_script_explains_itself() {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/screenshot.sh");
+    let script = root().join("scripts/screenshot.sh");
     let syntax = Command::new("bash").arg("-n").arg(&script).output().expect("run bash");
     assert!(syntax.status.success(), "scripts/screenshot.sh: {}", String::from_utf8_lossy(&syntax.stderr));
     let usage = Command::new("bash").arg(&script).output().expect("run bash");
     assert_eq!(usage.status.code(), Some(2), "no arguments is a usage error");
     let text = String::from_utf8_lossy(&usage.stdout);
     assert!(text.contains("scripts/screenshot.sh PAGE.html OUT.png [STEP]"), "usage: {text}");
+}
+
+const REPLAYED: &str = "seeds/lso-inclusive-standard-0.toml";
+
+/// `replay --html`: the page's data is the replay's own steps, each step's numbers are those the trace
+/// recorded at its event, and the mutation's bug is in the picture (read_committed past the LSO).
+#[test]
+fn the_replay_page_embeds_the_replays_steps() {
+    let page = page_path("replay.html");
+    let out = txnsim_html(&["replay", REPLAYED], &page);
+    assert_eq!(out.status.code(), Some(1), "the saved seed fails: {}", String::from_utf8_lossy(&out.stderr));
+    let (_, data) = embedded(&page);
+    let args = txnsim_sim::cli::ReplayArgs {
+        file: Some(root().join(REPLAYED)),
+        seed: None,
+        profile: txnsim_sim::Profile::Standard,
+        mutation: None,
+        json: None,
+        html: None,
+    };
+    let spec = txnsim_sim::cli::replay_spec(&args).expect("the seed file loads");
+    let report = txnsim_sim::run_seed(&spec);
+    let story = txnsim::html::runs::replay_story(&spec, &report).expect("the replay draws");
+    assert_eq!(
+        data,
+        txnsim::html::step_data(std::slice::from_ref(&story)),
+        "the page's data differs from the replay's"
+    );
+    // Each step is the broker after one event: its numbers are the ones that event recorded.
+    let at = txnsim_sim::trace::broker_steps(&report.events, report.broker.as_ref().expect("a traced run keeps it"))
+        .expect("the logs rebuild");
+    assert_eq!(at.len(), story.steps.len(), "one step per drawn event");
+    assert!(story.steps.len() > 10, "the replay moves its logs many times: {} steps", story.steps.len());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for (step, s) in story.steps.iter().zip(&at) {
+        let event = &report.events[s.event];
+        assert!(
+            stdout.contains(&event.line()),
+            "step {}'s event is a line of the replay: {}",
+            step.index,
+            event.line()
+        );
+        let Some(recorded) = event.fields.get("partitions") else {
+            assert_eq!(event.kind, "violation", "only violations are drawn without broker numbers");
+            assert!(step.differs, "a violation's step is marked");
+            continue;
+        };
+        for p in &step.partitions {
+            let want = &recorded[&p.name];
+            let got = (p.log_end_offset, p.high_watermark, p.last_stable_offset);
+            assert_eq!(
+                Some(got),
+                want["leo"].as_u64().zip(want["hw"].as_u64()).zip(want["lso"].as_u64()).map(|((a, b), c)| (a, b, c)),
+                "step {} ({}): {} drawn as LEO/HW/LSO {got:?}, the trace recorded {want}",
+                step.index,
+                step.op,
+                p.name
+            );
+        }
+    }
+    // lso-inclusive: a fresh read_committed reader delivers the record at the LSO.
+    let leaks = story
+        .steps
+        .iter()
+        .flat_map(|s| &s.partitions)
+        .any(|p| p.read_committed.offsets.iter().any(|o| *o >= p.last_stable_offset));
+    assert!(leaks, "some step shows read_committed delivering at or above the LSO");
+}
+
+/// `txnsim check`'s flags, parsed as the binary parses them.
+#[derive(Parser)]
+struct CheckCli {
+    #[command(flatten)]
+    args: CheckArgs,
+}
+
+/// Bounds small enough for a debug build, with a bug they reach: an abort leaves no index entry.
+const TINY_CHECK: [&str; 11] = [
+    "check",
+    "--records",
+    "1",
+    "--partitions",
+    "1",
+    "--polls",
+    "0",
+    "--txn-timeouts",
+    "0",
+    "--mutation",
+    "no-aborted-index-entry",
+];
+
+/// `check --html`: the page's data is the counterexample's own steps, from the start to the violating
+/// state, where the log holds an ABORT marker and the aborted index nothing.
+#[test]
+fn the_check_page_embeds_the_counterexample() {
+    let page = page_path("check.html");
+    let out = txnsim_html(&TINY_CHECK, &page);
+    assert_eq!(out.status.code(), Some(1), "the mutation is caught: {}", String::from_utf8_lossy(&out.stderr));
+    let (_, data) = embedded(&page);
+    let cli = CheckCli::parse_from(TINY_CHECK.iter().copied().chain(["--html", "unused.html"]));
+    let bounds = cli.args.bounds.bounds().expect("valid bounds");
+    let report = txnsim_model::cli::check(&bounds, &cli.args, &mut std::io::sink());
+    let stories = txnsim::html::runs::check_stories(&bounds, &report);
+    assert_eq!(data, txnsim::html::step_data(&stories), "the page's data differs from the counterexample's");
+    assert_eq!(stories.len(), 1, "one violated property, one counterexample");
+    let steps = &stories[0].steps;
+    assert_eq!(stories[0].title, "counterexample for aborted-index-exact");
+    // The report numbers its steps from 1 after `0. start`; the page has the same steps in that order.
+    let text = report.lines.join("\n");
+    let printed = text.matches(" ‖ ").count();
+    assert_eq!(steps.len(), printed, "a step on the page for each numbered step of the report");
+    for s in &steps[1..] {
+        assert!(text.contains(&s.op), "step {} ({:?}) is a step of the report", s.index, s.op);
+    }
+    let last = steps.last().expect("steps");
+    assert!(last.differs && steps.iter().filter(|s| s.differs).count() == 1, "only the violating state is marked");
+    let p = &last.partitions[0];
+    assert_eq!(
+        p.cells.last().map(|c| c.kind),
+        Some(CellKind::Abort),
+        "the log ends with the ABORT marker: {:?}",
+        p.cells
+    );
+    assert!(p.aborted_index.is_empty(), "the bug: the abort wrote no index entry");
+    assert_eq!(p.read_committed.offsets, [0], "so read_committed delivers the aborted record");
+}
+
+#[test]
+fn replay_and_check_pages_to_an_unwritable_path_fail_first() {
+    unwritable_page_fails_first(&["replay", REPLAYED]);
+    unwritable_page_fails_first(&TINY_CHECK);
 }

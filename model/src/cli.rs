@@ -1,17 +1,18 @@
 //! `txnsim check` and `txnsim explore`.
 
 use crate::bounds::Bounds;
-use crate::describe::{path_lines, readable};
+use crate::describe::{path_lines, readable, step_texts};
 use crate::model::{build, TxnModel, ENGINE_ASSERTIONS};
 use crate::symmetry;
-use crate::verdict::{evaluate, Fact};
+use crate::verdict::{broker_of, evaluate, Fact};
 use clap::Args;
 use stateright::{Checker, Expectation, HasDiscoveries, Model};
 use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use txnsim_engine::{Mutation, TransactionVersion};
+use txnsim_engine::{Broker, Mutation, TransactionVersion};
 use txnsim_properties::Invariant;
 
 /// The model's bounds, as flags over a named config.
@@ -162,6 +163,10 @@ pub struct CheckArgs {
     /// Print the report as JSON (txnsim-check-report/v1, schemas/check.schema.json) instead.
     #[arg(long)]
     pub json: bool,
+    /// Also write each counterexample as one self-contained HTML page, as `scenario --show --html` does:
+    /// each partition's log after every step, HW and LSO, what fresh readers of both levels deliver.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -196,7 +201,20 @@ pub struct Report {
     pub abandoned: bool,
     /// The same report as JSON (`CHECK_FORMAT`).
     pub json: serde_json::Value,
+    /// Each counterexample's steps with the broker after each (with `--html` only).
+    pub counterexamples: Vec<Counterexample>,
 }
+
+/// A counterexample as `--html` draws it: the violated property, its steps as the report words them
+/// (step 0 is the start) with the broker after each, and the witness lines printed under them.
+pub struct Counterexample {
+    pub property: String,
+    pub steps: Vec<(String, Broker)>,
+    pub notes: Vec<String>,
+}
+
+/// Renders the check's HTML page (the binary's `txnsim::html`, which this crate cannot reach).
+pub type PageFn<'a> = &'a dyn Fn(&Bounds, &Report) -> String;
 
 pub const CHECK_FORMAT: &str = "txnsim-check-report/v1";
 
@@ -279,6 +297,7 @@ pub fn check(bounds: &Bounds, args: &CheckArgs, progress: &mut dyn Write) -> Rep
     ));
     let mut json_properties = Vec::new();
     let mut json_paths = Vec::new();
+    let mut counterexamples = Vec::new();
     lines.push("properties:".into());
     for p in model.properties() {
         let found = discoveries.get(p.name);
@@ -335,13 +354,23 @@ pub fn check(bounds: &Bounds, args: &CheckArgs, progress: &mut dyn Write) -> Rep
         // Depth-first under symmetry the path is of the states as stepped, which the Explorer shows with
         // `--symmetry=false` (it keeps canonical states otherwise).
         let opens_with = if dfs_symmetry { " (open it with --symmetry=false)" } else { "" };
+        // The violation's witness (or the engine assertion), as printed under the steps.
+        let notes: Vec<String> = lines[first_note_line..].iter().map(|l| l.trim().to_string()).collect();
         lines.push(format!("  action index path{opens_with}: {}", path.encode(&model)));
+        if counterexample && args.html.is_some() {
+            let texts = std::iter::once("start".to_string()).chain(step_texts(&model, path));
+            let brokers = readable(&model, path).into_vec().into_iter().map(|(s, _)| (*broker_of(&s).broker).clone());
+            counterexamples.push(Counterexample {
+                property: p.name.to_string(),
+                steps: texts.zip(brokers).collect(),
+                notes: notes.clone(),
+            });
+        }
         json_paths.push(serde_json::json!({
             "property": p.name,
             "kind": title,
             "steps": steps.iter().map(|l| l.trim()).collect::<Vec<_>>(),
-            // The violation's witness (or the engine assertion), as printed under the steps.
-            "notes": lines[first_note_line..lines.len() - 1].iter().map(|l| l.trim()).collect::<Vec<_>>(),
+            "notes": notes,
             "action_index_path": path.encode(&model),
         }));
     }
@@ -359,7 +388,7 @@ pub fn check(bounds: &Bounds, args: &CheckArgs, progress: &mut dyn Write) -> Rep
         "properties": json_properties,
         "paths": json_paths,
     });
-    Report { lines, violated, complete, abandoned: abandoned.is_some(), json }
+    Report { lines, violated, complete, abandoned: abandoned.is_some(), json, counterexamples }
 }
 
 /// Resident memory of this process, from /proc (Linux); `None` elsewhere.
@@ -463,13 +492,24 @@ pub fn unreachable_mutation(b: &Bounds) -> Option<String> {
     ))
 }
 
-pub fn run_check(args: &CheckArgs) -> ExitCode {
+pub fn run_check(args: &CheckArgs, page: PageFn<'_>) -> ExitCode {
     let bounds = match args.bounds.bounds() {
         Ok(b) => b,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::from(2);
         }
+    };
+    // Opened before the check (which may run for hours), so a path that cannot be written fails first.
+    let html = match &args.html {
+        None => None,
+        Some(p) => match std::fs::File::create(p) {
+            Ok(f) => Some((p, f)),
+            Err(e) => {
+                eprintln!("error: --html {}: {e}", p.display());
+                return ExitCode::from(2);
+            }
+        },
     };
     if let Some(w) = unreachable_mutation(&bounds) {
         eprintln!("warning: {w}");
@@ -485,6 +525,15 @@ pub fn run_check(args: &CheckArgs) -> ExitCode {
         }
         report
     };
+    if let Some((path, mut file)) = html {
+        if let Err(e) = file.write_all(page(&bounds, &report).as_bytes()) {
+            eprintln!("error: --html {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+        if !args.json {
+            println!("wrote {}", path.display());
+        }
+    }
     if report.abandoned {
         // Returning from main ends the still-running checker threads.
         return ExitCode::from(if report.violated { 1 } else { 3 });
@@ -558,6 +607,7 @@ pub fn main_job() -> Result<Vec<String>, Vec<String>> {
         time_limit: None,
         max_memory_gb: 8.0,
         json: false,
+        html: None,
     };
     let mut lines = Vec::new();
     let mut ok = true;

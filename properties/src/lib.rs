@@ -16,4 +16,4 @@ pub use intent::{check_committed_sends, check_failed_sends};
 pub use liveness::check_liveness;
 pub use log_facts::LogFacts;
 pub use reference::ReferenceModel;
-pub use state::{check_state, ClusterView, MonotonicityChecker};
+pub use state::{check_state, ClusterView, MonotonicityChecker, StateChecker};

@@ -55,72 +55,109 @@ pub struct LogFacts {
     pub values: BTreeMap<Offset, String>,
 }
 
+impl MarkerAt {
+    /// The marker a batch holds, with its writer; none for data and for empty control batches.
+    pub fn of(b: &RecordBatch) -> Option<MarkerAt> {
+        match (&b.body, b.producer) {
+            (BatchBody::Control(Some(m)), Some(p)) => Some(MarkerAt {
+                offset: b.base_offset,
+                producer_id: p.producer_id,
+                epoch: p.epoch,
+                result: m.result,
+                coordinator_epoch: m.coordinator_epoch,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// Reads a log batch by batch into its `LogFacts`, so a log that grew is read from where reading
+/// stopped (the scenario runner checks every state of logs of thousands of transactions).
+#[derive(Clone, Debug, Default)]
+pub struct LogFactsBuilder {
+    pub facts: LogFacts,
+    /// Each producer's open transaction (index into `facts.txns`).
+    open: BTreeMap<ProducerId, usize>,
+    seen: std::collections::BTreeSet<ProducerId>,
+}
+
+impl LogFactsBuilder {
+    /// The open transactions, in order of first offset.
+    pub fn open_txns(&self) -> Vec<usize> {
+        let mut open: Vec<usize> = self.open.values().copied().collect();
+        open.sort_unstable();
+        open
+    }
+
+    /// Reads the next batch (batches come in offset order); the transaction it closed, if it did.
+    pub fn push(&mut self, b: &RecordBatch) -> Option<usize> {
+        let facts = &mut self.facts;
+        let first_of_producer = b.producer_id().is_some_and(|pid| self.seen.insert(pid));
+        match &b.body {
+            BatchBody::Data(records) => {
+                let pid = b.producer_id();
+                let txn = match (pid, b.is_transactional) {
+                    (Some(pid), true) => {
+                        let idx = *self.open.entry(pid).or_insert_with(|| {
+                            facts.txns.push(TxnSpan {
+                                producer_id: pid,
+                                first_offset: b.base_offset,
+                                batches: Vec::new(),
+                                record_offsets: Vec::new(),
+                                marker: None,
+                                first_of_producer,
+                                index_lso: None,
+                            });
+                            facts.txns.len() - 1
+                        });
+                        facts.txns[idx].batches.push((b.base_offset, b.last_offset));
+                        facts.txns[idx].record_offsets.extend(records.iter().map(|r| r.offset));
+                        Some(idx)
+                    }
+                    (Some(pid), false) => {
+                        if self.open.contains_key(&pid) {
+                            facts.nontxn_in_open_txn.push((b.base_offset, pid));
+                        }
+                        None
+                    }
+                    (None, _) => None,
+                };
+                for r in records {
+                    facts.record_txn.insert(r.offset, txn);
+                    facts.values.insert(r.offset, r.value.clone());
+                }
+                None
+            }
+            BatchBody::Control(_) => {
+                let at = MarkerAt::of(b)?;
+                match self.open.remove(&at.producer_id) {
+                    Some(idx) => {
+                        let other_open = self.open.values().map(|&i| facts.txns[i].first_offset).min();
+                        facts.txns[idx].marker = Some(at);
+                        facts.txns[idx].index_lso = Some(other_open.unwrap_or(at.offset + 1));
+                        Some(idx)
+                    }
+                    None => {
+                        facts.stray_markers.push(at);
+                        None
+                    }
+                }
+            }
+        }
+    }
+}
+
 impl LogFacts {
     pub fn of(log: &PartitionLog) -> LogFacts {
         LogFacts::of_batches(log.batches())
     }
 
     pub fn of_batches<'a>(batches: impl Iterator<Item = &'a RecordBatch>) -> LogFacts {
-        let mut facts = LogFacts::default();
-        let mut open: BTreeMap<ProducerId, usize> = BTreeMap::new();
-        let mut seen: std::collections::BTreeSet<ProducerId> = std::collections::BTreeSet::new();
+        let mut builder = LogFactsBuilder::default();
         for b in batches {
-            let first_of_producer = b.producer_id().is_some_and(|pid| seen.insert(pid));
-            match &b.body {
-                BatchBody::Data(records) => {
-                    let pid = b.producer_id();
-                    let txn = match (pid, b.is_transactional) {
-                        (Some(pid), true) => {
-                            let idx = *open.entry(pid).or_insert_with(|| {
-                                facts.txns.push(TxnSpan {
-                                    producer_id: pid,
-                                    first_offset: b.base_offset,
-                                    batches: Vec::new(),
-                                    record_offsets: Vec::new(),
-                                    marker: None,
-                                    first_of_producer,
-                                    index_lso: None,
-                                });
-                                facts.txns.len() - 1
-                            });
-                            facts.txns[idx].batches.push((b.base_offset, b.last_offset));
-                            facts.txns[idx].record_offsets.extend(records.iter().map(|r| r.offset));
-                            Some(idx)
-                        }
-                        (Some(pid), false) => {
-                            if open.contains_key(&pid) {
-                                facts.nontxn_in_open_txn.push((b.base_offset, pid));
-                            }
-                            None
-                        }
-                        (None, _) => None,
-                    };
-                    for r in records {
-                        facts.record_txn.insert(r.offset, txn);
-                        facts.values.insert(r.offset, r.value.clone());
-                    }
-                }
-                BatchBody::Control(marker) => {
-                    let (Some(m), Some(p)) = (marker, b.producer) else { continue };
-                    let at = MarkerAt {
-                        offset: b.base_offset,
-                        producer_id: p.producer_id,
-                        epoch: p.epoch,
-                        result: m.result,
-                        coordinator_epoch: m.coordinator_epoch,
-                    };
-                    match open.remove(&p.producer_id) {
-                        Some(idx) => {
-                            let other_open = open.values().map(|&i| facts.txns[i].first_offset).min();
-                            facts.txns[idx].marker = Some(at);
-                            facts.txns[idx].index_lso = Some(other_open.unwrap_or(at.offset + 1));
-                        }
-                        None => facts.stray_markers.push(at),
-                    }
-                }
-            }
+            builder.push(b);
         }
-        facts
+        builder.facts
     }
 
     /// Every marker in offset order.

@@ -111,7 +111,15 @@ pub struct ReplayArgs {
     /// Also write the run (events, verdict, history) as JSON, format txnsim-replay/v2, to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Also write the run as one self-contained HTML page, as `scenario --show --html` does: each
+    /// partition's log after every event that moved its LEO, HW or LSO (and at each violation), with what
+    /// fresh read_uncommitted and read_committed readers deliver, and a control to step through.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
 }
+
+/// Renders the replay's HTML page (the binary's `txnsim::html`, which this crate cannot reach).
+pub type PageFn<'a> = &'a dyn Fn(&RunSpec, &RunReport) -> Result<String, String>;
 
 /// Where JSON goes: opened before the run, so a path that cannot be written fails at once.
 enum JsonOut {
@@ -155,15 +163,19 @@ impl Progress<std::io::Stderr> {
         if !std::io::stderr().is_terminal() {
             return Progress::lines(std::io::stderr(), total);
         }
-        let bar = ProgressBar::new(total);
-        let style = ProgressStyle::with_template(
-            "{bar:30} {pos}/{len} seeds, {per_sec}, {msg} [{elapsed} elapsed, {eta} left]",
-        )
-        .expect("a valid template");
-        bar.set_style(style);
-        bar.set_message("0 failed");
-        Progress::Bar(bar)
+        Progress::Bar(seed_bar(total))
     }
+}
+
+/// The sweep's indicatif bar on stderr (drawn only on a terminal).
+fn seed_bar(total: u64) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    let style =
+        ProgressStyle::with_template("{bar:30} {pos}/{len} seeds, {per_sec}, {msg} [{elapsed} elapsed, {eta} left]")
+            .expect("a valid template");
+    bar.set_style(style);
+    bar.set_message("0 failed");
+    bar
 }
 
 impl<W: Write> Progress<W> {
@@ -409,10 +421,18 @@ pub fn replay_lines(spec: &RunSpec, report: &RunReport) -> Vec<String> {
     out
 }
 
-pub fn run_replay(args: &ReplayArgs) -> ExitCode {
+pub fn run_replay(args: &ReplayArgs, page: PageFn<'_>) -> ExitCode {
     let (spec, json) = match prepare(replay_spec(args), args.json.as_deref()) {
         Ok(x) => x,
         Err(e) => return bad_input(&e),
+    };
+    // Opened before the run, like the JSON file, so a path that cannot be written fails at once.
+    let html = match &args.html {
+        None => None,
+        Some(p) => match File::create(p) {
+            Ok(f) => Some((p, f)),
+            Err(e) => return bad_input(&format!("--html {}: {e}", p.display())),
+        },
     };
     let report = run_seed(&spec);
     let say = text_printer(&json);
@@ -424,6 +444,13 @@ pub fn run_replay(args: &ReplayArgs) -> ExitCode {
             return bad_input(&e);
         }
     }
+    if let Some((path, mut file)) = html {
+        let written = page(&spec, &report).and_then(|text| file.write_all(text.as_bytes()).map_err(|e| e.to_string()));
+        match written {
+            Ok(()) => say(&format!("wrote {}", path.display())),
+            Err(e) => return bad_input(&format!("--html {}: {e}", path.display())),
+        }
+    }
     ExitCode::from(verdict(report.passed()).1)
 }
 
@@ -433,7 +460,12 @@ pub fn main_job() -> Result<Vec<String>, Vec<String>> {
     let mut lines = Vec::new();
     let mut ok = true;
     for (profile, seeds) in MAIN_JOB_SEEDS {
-        let result = sweep::run_sweep(&SweepSpec::new(0, seeds, profile, None, jobs), |_, _| {});
+        // A bar on a terminal only: the job's log stays its report.
+        let mut progress = Progress::<std::io::Stderr>::Bar(seed_bar(seeds));
+        let result = sweep::run_sweep(&SweepSpec::new(0, seeds, profile, None, jobs), |done, failed| {
+            progress.update(done, failed)
+        });
+        progress.finish();
         ok &= result.passed();
         lines.extend(sweep::summary_lines(&result, 5));
     }

@@ -14,7 +14,9 @@ use std::cell::RefCell;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, Once};
 use txnsim_engine::coordinator::{DecisionCause, MARKER_RETRY_MS};
-use txnsim_engine::{read_to_end, EngineConfig, IsolationLevel, Mutation, Mutations, Offset, TransactionResult};
+use txnsim_engine::{
+    read_to_end, Broker, EngineConfig, IsolationLevel, Mutation, Mutations, Offset, TransactionResult,
+};
 use txnsim_properties::{
     check_committed_sends, check_failed_sends, check_history, check_liveness, check_read_superset, ClusterView,
     History, Violation,
@@ -62,6 +64,10 @@ pub struct RunReport {
     pub events: Vec<TraceEvent>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub history: Option<History>,
+    /// The broker as the run left it (with `RunSpec::trace`): the replay's page rebuilds each step's
+    /// logs from it (`trace::broker_steps`).
+    #[serde(skip)]
+    pub broker: Option<Broker>,
 }
 
 impl RunReport {
@@ -148,6 +154,7 @@ pub fn run_seed(spec: &RunSpec) -> RunReport {
             stats: Stats::default(),
             events: Vec::new(),
             history: None,
+            broker: None,
         },
     }
 }
@@ -197,6 +204,7 @@ fn run_on_this_thread(spec: &RunSpec) -> (RunReport, usize) {
             stats: w.stats.clone(),
             events: w.trace.take().unwrap_or_default(),
             history: spec.keep_history.then(|| w.history.clone()),
+            broker: spec.trace.then(|| w.broker.clone()),
         }
     };
     if panicked {

@@ -5,8 +5,10 @@ use crate::profile::ProfileParams;
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use txnsim_engine::producer_state::AppendOrigin;
 use txnsim_engine::protocol::Timer;
-use txnsim_engine::{ProducerKind, TxnManagerState};
+use txnsim_engine::record::{BatchBody, ProduceBatch};
+use txnsim_engine::{Broker, Offset, PartitionLog, ProducerKind, TopicPartition, TxnManagerState};
 
 /// One timeline event. `fields` holds the values the line is about (partition, offsets, call id, the
 /// broker's LEO/HW/LSO), so a tool need not parse `text`.
@@ -56,6 +58,87 @@ fn flush_folded(out: &mut Vec<String>, folded: &mut usize) {
         n => out.push(format!("            ... {n} more idle timer firings folded (nothing changed)")),
     }
     *folded = 0;
+}
+
+/// One step of the replay's picture (`replay --html`): the event it shows and the broker after it.
+#[derive(Clone, Debug)]
+pub struct BrokerStep {
+    /// Index into the run's events.
+    pub event: usize,
+    pub broker: Broker,
+}
+
+/// A broker event's `LEO/HW/LSO` per partition, as `World::partitions_summary` wrote them.
+fn offsets_of(e: &TraceEvent) -> Option<BTreeMap<String, (Offset, Offset, Offset)>> {
+    let parts = e.fields.get("partitions")?.as_object()?;
+    let n = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64);
+    parts.iter().map(|(tp, v)| Some((tp.clone(), (n(v, "leo")?, n(v, "hw")?, n(v, "lso")?)))).collect()
+}
+
+/// The broker after every event that moved a partition's LEO, HW or LSO, and at every violation. A run's
+/// logs only grow (a restart keeps them), so each step's log is a prefix of the final one: a follower
+/// copies it batch by batch up to the event's LEO and takes its HW, as Kafka's replication does
+/// (`AppendOrigin::Replication`, no producer checks). The rebuilt LSO must be the one the event
+/// recorded, or the picture would show a state the run never had: that is an error, not a page.
+pub fn broker_steps(events: &[TraceEvent], last: &Broker) -> Result<Vec<BrokerStep>, String> {
+    let m = &last.config.mutations;
+    let mut follower: BTreeMap<TopicPartition, PartitionLog> =
+        last.partitions.keys().map(|tp| (tp.clone(), PartitionLog::new())).collect();
+    let mut shown: Option<BTreeMap<String, (Offset, Offset, Offset)>> = None;
+    let mut steps = Vec::new();
+    for (i, e) in events.iter().enumerate() {
+        let changed = match offsets_of(e) {
+            Some(now) if shown.as_ref() != Some(&now) => {
+                for (tp, log) in &mut follower {
+                    let &(leo, hw, lso) = now.get(&tp.to_string()).ok_or_else(|| format!("event {i}: no {tp}"))?;
+                    catch_up(log, &last.partitions[tp], leo, last)?;
+                    log.update_high_watermark(hw, m);
+                    let rebuilt = (log.log_end_offset(), log.high_watermark(), log.last_stable_offset(m));
+                    if rebuilt != (leo, hw, lso) {
+                        return Err(format!(
+                            "event {i}: {tp} rebuilt as LEO/HW/LSO {rebuilt:?}, the run had {:?}",
+                            (leo, hw, lso)
+                        ));
+                    }
+                }
+                shown = Some(now);
+                true
+            }
+            _ => false,
+        };
+        if changed || e.kind == "violation" {
+            let mut broker = last.clone();
+            broker.partitions = follower.clone();
+            steps.push(BrokerStep { event: i, broker });
+        }
+    }
+    Ok(steps)
+}
+
+/// Appends `leader`'s batches below `leo` that `log` lacks.
+fn catch_up(log: &mut PartitionLog, leader: &PartitionLog, leo: Offset, broker: &Broker) -> Result<(), String> {
+    let (m, version) = (&broker.config.mutations, broker.config.transaction_version);
+    let from = log.log_end_offset();
+    for b in leader.batches().filter(|b| b.base_offset >= from && b.next_offset() <= leo) {
+        let appended = match (&b.body, b.producer) {
+            (BatchBody::Data(records), producer) => {
+                let values = records.iter().map(|r| r.value.clone()).collect();
+                let batch = ProduceBatch { producer, is_transactional: b.is_transactional, values };
+                log.append_data(&batch, AppendOrigin::Replication, 0, m).map(|info| info.first_offset)
+            }
+            (BatchBody::Control(Some(marker)), Some(p)) => {
+                log.append_marker(p.producer_id, p.epoch, *marker, AppendOrigin::Replication, version, 0, m)
+            }
+            (BatchBody::Control(_), _) => {
+                return Err(format!("offset {}: a control batch without a marker", b.base_offset))
+            }
+        };
+        match appended {
+            Ok(offset) if offset == b.base_offset => {}
+            other => return Err(format!("offset {}: the copy appended {other:?}", b.base_offset)),
+        }
+    }
+    Ok(())
 }
 
 /// Who each node is: the broker, each producer (and which share a transactional id), each consumer.

@@ -123,7 +123,7 @@ fn bad_sweep_flags_are_refused_by_the_parser_not_by_a_panic() {
 #[test]
 fn replay_json_to_an_unwritable_path_fails_before_running() {
     let args = replay_args(&["replay", "--seed", "1", "--json", "/nonexistent-dir/out.json"]);
-    assert_eq!(cli::run_replay(&args), ExitCode::from(2));
+    assert_eq!(cli::run_replay(&args, &|_, _| Err("no page in this test".into())), ExitCode::from(2));
     let args = sweep_args(&["sweep", "--seeds", "1", "--json", "/nonexistent-dir/out.json"]);
     assert_eq!(cli::run_sweep(&args), ExitCode::from(2));
 }

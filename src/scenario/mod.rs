@@ -8,7 +8,7 @@ mod show;
 
 pub use format::{Layer, Op, DESCRIPTIVE_FIELDS, FORMAT};
 pub use runner::{run, Difference, RunOptions, RunReport};
-pub use show::story;
+pub use show::{broker_step, story};
 
 use format::{strip_descriptive, MultiExpect, PartitionExpect, ScenarioHeader};
 use serde::de::DeserializeOwned;

@@ -70,6 +70,8 @@ struct Runner<'a> {
     idempotent: BTreeSet<String>,
     table: Option<Vec<String>>,
     steps: Vec<crate::html::Step>,
+    /// Checks every state invariant after each op, reading only what the op changed.
+    state: txnsim_properties::StateChecker,
 }
 
 const PLAIN_PRODUCER: &str = "__plain";
@@ -91,6 +93,7 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> RunReport {
         idempotent: BTreeSet::new(),
         table: opts.show.then(Vec::new),
         steps: Vec::new(),
+        state: txnsim_properties::StateChecker::default(),
     };
     if let Some(t) = runner.table.as_mut() {
         t.extend(show::header(sc));
@@ -236,7 +239,7 @@ impl Runner<'_> {
         }
     }
 
-    fn state_violations(&self) -> Vec<txnsim_properties::Violation> {
+    fn state_violations(&mut self) -> Vec<txnsim_properties::Violation> {
         let broker = &self.cluster.broker;
         let view = txnsim_properties::ClusterView {
             partitions: &broker.partitions,
@@ -244,7 +247,7 @@ impl Runner<'_> {
             coordinator: (self.sc.layer == Layer::Producer).then_some(&broker.coordinator),
             mutations: &broker.config.mutations,
         };
-        txnsim_properties::check_state(&view)
+        self.state.check(&view)
     }
 
     fn mutations(&self) -> &Mutations {
@@ -788,10 +791,13 @@ impl Runner<'_> {
         let mut out = BTreeMap::new();
         for (tp, log) in &self.cluster.broker.partitions {
             let from = before.get(tp).copied().unwrap_or(0);
-            for b in log.batches().filter(|b| b.base_offset >= from && b.marker().is_some()) {
+            // From the log's end back to `from` only: the op's appends, not the whole log. The last
+            // marker is the one reported.
+            let appended = log.segments().iter().rev().flat_map(|s| s.batches.iter().rev());
+            for b in appended.take_while(|b| b.base_offset >= from).filter(|b| b.marker().is_some()) {
                 let pid = b.producer_id().expect("markers carry a producer id");
                 if self.cluster.broker.coordinator.transactional_id_of(pid) == Some(transactional_id) {
-                    out.insert(tp.to_string(), b.base_offset);
+                    out.entry(tp.to_string()).or_insert(b.base_offset);
                 }
             }
         }

@@ -8,7 +8,7 @@ use super::Scenario;
 use crate::html::{AbortedEntry, Cell, CellKind, PartitionView, Reading, Step, Story, TxnStatus};
 use std::collections::BTreeMap;
 use txnsim_engine::record::BatchBody;
-use txnsim_engine::{Cluster, IsolationLevel, TopicPartition, TransactionResult};
+use txnsim_engine::{Broker, Cluster, IsolationLevel, TopicPartition, TransactionResult};
 
 pub fn header(sc: &Scenario) -> Vec<String> {
     let mut lines = vec![format!(
@@ -90,6 +90,21 @@ pub fn step(i: usize, op: &Op, outcome: &str, differs: bool, cluster: Option<&mu
         None => Vec::new(),
     };
     Step { index: i, op: describe(op), outcome: outcome.to_string(), differs, partitions }
+}
+
+/// A step of a run that is no scenario (a replay's event, a counterexample's step): the broker as it
+/// stood then, every partition drawn as a scenario's are, read by fresh consumers through a cluster
+/// of its own (so reading leaves the snapshot as it was).
+pub fn broker_step(index: usize, op: String, outcome: String, differs: bool, broker: &Broker) -> Step {
+    let mut topics: BTreeMap<String, u32> = BTreeMap::new();
+    for tp in broker.partitions.keys() {
+        let count = topics.entry(tp.topic.clone()).or_insert(0);
+        *count = (*count).max(tp.partition + 1);
+    }
+    let mut cluster = Cluster::new(&topics, broker.config.clone());
+    cluster.broker = broker.clone();
+    let partitions = broker.partitions.keys().map(|tp| partition(&mut cluster, tp)).collect();
+    Step { index, op, outcome, differs, partitions }
 }
 
 /// The step's lines of the text table (`txnsim scenario --show`).

@@ -16,7 +16,7 @@ use txnsim_engine::{
 };
 use txnsim_properties::{
     check_history, check_state, CallOutcome, ClusterView, Event, History, Invariant, MonotonicityChecker, ProducerCall,
-    Violation,
+    StateChecker, Violation,
 };
 
 /// Where a client batch's base sequence comes from, relative to the expectation's next sequence for the
@@ -437,6 +437,7 @@ pub fn run_log_case(case: &LogCase, mutations: Mutations) -> LogReport {
     let mut expect = Expect::new(case.manual_hw);
     let mut report = LogReport::default();
     let mut mono = MonotonicityChecker::default();
+    let mut incremental = StateChecker::default();
     let mut history = History::default();
     // Accepted client batches so far, with the history call each belongs to: a retry completes it again.
     let mut sent: Vec<(ProduceBatch, u64)> = Vec::new();
@@ -626,6 +627,8 @@ pub fn run_log_case(case: &LogCase, mutations: Mutations) -> LogReport {
         }
         let view = ClusterView { partitions: &partitions, coordinator: None, mutations: &mutations };
         let mut vs = check_state(&view);
+        // The scenario runner's incremental checker must find exactly what the stateless one does.
+        assert_eq!(incremental.check(&view), vs, "op {i}: StateChecker departs from check_state");
         vs.extend(mono.observe(&view));
         record(&mut report, i, vs);
     }

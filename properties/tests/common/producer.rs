@@ -19,7 +19,8 @@ use txnsim_engine::{
 use txnsim_properties::reference::Predicted;
 use txnsim_properties::{
     check_committed_sends, check_failed_sends, check_history, check_liveness, check_read_superset, check_state,
-    CallOutcome, ClusterView, Event, History, Invariant, MonotonicityChecker, ProducerCall, ReferenceModel, Violation,
+    CallOutcome, ClusterView, Event, History, Invariant, MonotonicityChecker, ProducerCall, ReferenceModel,
+    StateChecker, Violation,
 };
 
 /// Which ops a case may hold, and how the engine is configured for them.
@@ -493,6 +494,7 @@ struct Harness {
     ref_reads: bool,
     history: History,
     mono: MonotonicityChecker,
+    incremental: StateChecker,
     incarnations: Vec<u32>,
     live: Vec<Option<String>>,
     plain_ready: bool,
@@ -586,6 +588,7 @@ impl Harness {
             ref_reads: setup.profile != Profile::ManualHw,
             history: History::default(),
             mono: MonotonicityChecker::default(),
+            incremental: StateChecker::default(),
             incarnations: vec![0; n],
             live: vec![None; n],
             plain_ready: false,
@@ -626,6 +629,8 @@ impl Harness {
     fn check_now(&mut self) {
         let view = ClusterView::of_broker(&self.cluster.broker);
         let mut vs = check_state(&view);
+        // The scenario runner's incremental checker must find exactly what the stateless one does.
+        assert_eq!(self.incremental.check(&view), vs, "{}: StateChecker departs from check_state", self.at);
         vs.extend(self.mono.observe(&view));
         self.record(vs);
     }
