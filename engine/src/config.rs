@@ -32,6 +32,13 @@ pub struct EngineConfig {
     /// `group.initial.rebalance.delay.ms` (Kafka's default 3000): a new group waits this long for more
     /// members before its first generation (wire driver only).
     pub group_initial_rebalance_delay_ms: TimeMs,
+    /// `min.insync.replicas` (Kafka's default 1): an acks=all write needs this many replicas in the ISR
+    /// (capped by the replication factor, `Partition.effectiveMinIsr`), and the HW stands still below it.
+    pub min_insync_replicas: u32,
+    /// `replica.lag.time.max.ms` (default 30000): a follower not caught up for this long leaves the ISR.
+    pub replica_lag_time_max_ms: TimeMs,
+    /// `replica.fetch.wait.max.ms` (default 500): how long a follower's fetch waits at the leader for data.
+    pub replica_fetch_wait_max_ms: TimeMs,
     /// Historical bugs switched on; empty in every normal run.
     pub mutations: Mutations,
 }
@@ -51,6 +58,9 @@ impl Default for EngineConfig {
             max_in_flight_requests_per_connection: 5,
             num_partitions: 1,
             group_initial_rebalance_delay_ms: 3_000,
+            min_insync_replicas: 1,
+            replica_lag_time_max_ms: 30_000,
+            replica_fetch_wait_max_ms: 500,
             mutations: Mutations::none(),
         }
     }

@@ -34,12 +34,17 @@ pub enum KafkaError {
     RebalanceInProgress,
     GroupMaxSizeReached,
     MemberIdRequired,
+    NotLeaderOrFollower,
+    NotEnoughReplicas,
+    NotEnoughReplicasAfterAppend,
+    FencedLeaderEpoch,
+    InvalidUpdateVersion,
     /// Client-side only (`TransactionAbortedException`): a batch never sent, failed by an abort. No wire code.
     TransactionAborted,
 }
 
 impl KafkaError {
-    pub const ALL: [KafkaError; 30] = [
+    pub const ALL: [KafkaError; 35] = [
         KafkaError::OffsetOutOfRange,
         KafkaError::UnknownTopicOrPartition,
         KafkaError::NotCoordinator,
@@ -70,6 +75,11 @@ impl KafkaError {
         KafkaError::RebalanceInProgress,
         KafkaError::GroupMaxSizeReached,
         KafkaError::MemberIdRequired,
+        KafkaError::NotLeaderOrFollower,
+        KafkaError::NotEnoughReplicas,
+        KafkaError::NotEnoughReplicasAfterAppend,
+        KafkaError::FencedLeaderEpoch,
+        KafkaError::InvalidUpdateVersion,
     ];
 
     /// The wire code from `Errors.java`.
@@ -106,6 +116,11 @@ impl KafkaError {
             KafkaError::RebalanceInProgress => 27,
             KafkaError::GroupMaxSizeReached => 81,
             KafkaError::MemberIdRequired => 79,
+            KafkaError::NotLeaderOrFollower => 6,
+            KafkaError::NotEnoughReplicas => 19,
+            KafkaError::NotEnoughReplicasAfterAppend => 20,
+            KafkaError::FencedLeaderEpoch => 74,
+            KafkaError::InvalidUpdateVersion => 95,
         }
     }
 
@@ -142,6 +157,11 @@ impl KafkaError {
             KafkaError::RebalanceInProgress => "REBALANCE_IN_PROGRESS",
             KafkaError::GroupMaxSizeReached => "GROUP_MAX_SIZE_REACHED",
             KafkaError::MemberIdRequired => "MEMBER_ID_REQUIRED",
+            KafkaError::NotLeaderOrFollower => "NOT_LEADER_OR_FOLLOWER",
+            KafkaError::NotEnoughReplicas => "NOT_ENOUGH_REPLICAS",
+            KafkaError::NotEnoughReplicasAfterAppend => "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
+            KafkaError::FencedLeaderEpoch => "FENCED_LEADER_EPOCH",
+            KafkaError::InvalidUpdateVersion => "INVALID_UPDATE_VERSION",
         }
     }
 
@@ -164,6 +184,9 @@ impl KafkaError {
                 | KafkaError::CoordinatorLoadInProgress
                 | KafkaError::RequestTimedOut
                 | KafkaError::UnknownTopicOrPartition
+                | KafkaError::NotLeaderOrFollower
+                | KafkaError::NotEnoughReplicas
+                | KafkaError::NotEnoughReplicasAfterAppend
         )
     }
 }

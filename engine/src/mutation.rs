@@ -45,10 +45,11 @@ pub enum Mutation {
     Tv2FenceAbortBumpsTwice,
     VerificationIgnoresLowestSequence,
     VerificationEntryNeverExpires,
+    HwFromLeaderLeo,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 37] = [
+    pub const ALL: [Mutation; 38] = [
         Mutation::ReadCommittedBoundedByHw,
         Mutation::LsoInclusive,
         Mutation::LsoIgnoresOngoingTxns,
@@ -86,6 +87,7 @@ impl Mutation {
         Mutation::Tv2FenceAbortBumpsTwice,
         Mutation::VerificationIgnoresLowestSequence,
         Mutation::VerificationEntryNeverExpires,
+        Mutation::HwFromLeaderLeo,
     ];
 
     /// The kebab-case name used on the command line and in seed files.
@@ -128,6 +130,7 @@ impl Mutation {
             Mutation::Tv2FenceAbortBumpsTwice => "tv2-fence-abort-bumps-twice",
             Mutation::VerificationIgnoresLowestSequence => "verification-ignores-lowest-sequence",
             Mutation::VerificationEntryNeverExpires => "verification-entry-never-expires",
+            Mutation::HwFromLeaderLeo => "hw-from-leader-leo",
         }
     }
 
@@ -219,6 +222,7 @@ impl Mutation {
             Mutation::Tv2FenceAbortBumpsTwice => "KAFKA-19367 undone (Kafka 4.0.0): under TV2 the abort after a fence or timeout bumps the epoch again.",
             Mutation::VerificationIgnoresLowestSequence => "KIP-890's `VerificationStateEntry` without its sequence: a later batch of a producer being verified may be appended before an earlier one (the earlier then fails OUT_OF_ORDER_SEQUENCE).",
             Mutation::VerificationEntryNeverExpires => "A `VerificationStateEntry` whose answer never came stays forever (no `producer.id.expiration.ms`).",
+            Mutation::HwFromLeaderLeo => "The leader's high watermark is its own log end offset, whatever its in-sync followers hold: an acks=all write is acknowledged and made visible before any follower has it.",
         }
     }
 
@@ -275,6 +279,7 @@ impl Mutation {
             Mutation::Tv2FenceAbortBumpsTwice => "KAFKA-19367 (PR #19910), in Kafka 4.0.0",
             Mutation::VerificationIgnoresLowestSequence => "KIP-890 part 1: VerificationStateEntry.lowestSequence (ProducerStateManagerTest#testThrowOutOfOrderSequenceWithVerificationSequenceCheck)",
             Mutation::VerificationEntryNeverExpires => "KIP-890 part 1: VerificationStateEntry expiry by producer.id.expiration.ms",
+            Mutation::HwFromLeaderLeo => "Partition.maybeIncrementLeaderHW (the HW is the minimum LEO over the maximal ISR; KIP-497, KIP-101)",
         }
     }
 }
