@@ -144,7 +144,7 @@ const NEEDS_FAULTS: [Mutation; 1] = [Mutation::DoubleComplete];
 
 /// The departures from Kafka 4.x fixed on the coordinator and leader side, each with the ported Kafka
 /// test whose exact expectation catches it: the scenario must fail with a difference (not an input error).
-const CATCHERS: [(Mutation, &str, &str); 8] = [
+const CATCHERS: [(Mutation, &str, &str); 9] = [
     (Mutation::TxnLogAppendSynchronous, "coordinator-init-producer-id-waits-for-a-pending-commit-tv1", "in_flight"),
     (
         Mutation::EndTxnEpochBeforePending,
@@ -173,6 +173,7 @@ const CATCHERS: [(Mutation, &str, &str); 8] = [
         "invariant marker-matches-decision",
     ),
     (Mutation::Kip360RetryFenced, "coordinator-kip360-retry-gets-the-current-epoch-tv1", "producers[0].state"),
+    (Mutation::HwFromLeaderLeo, "partition-maybe-shrink-isr", "invariant hw-within-isr-log-ends"),
 ];
 
 #[test]
