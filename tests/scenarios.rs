@@ -280,3 +280,26 @@ fn run_with_a_bad_scenarios_path_stops_before_the_model_check() {
     assert!(stdout.is_empty(), "nothing runs, not even the scenario header: {stdout}");
     assert!(stderr.contains("/nonexistent/txnsim-scenarios: cannot read"), "{stderr}");
 }
+
+#[test]
+fn a_cluster_the_engine_cannot_host_is_an_input_error() {
+    let head = |extra: &str, layer: &str| {
+        format!(r#"{{"format": "txnsim-scenario/v1", "scenarios": [{{"name": "s", "layer": "{layer}", {extra} "ops": "#)
+    };
+    assert_input_error(
+        &format!("{}[]}}]}}", head(r#""brokers": 6,"#, "producer")),
+        &["field 'brokers'", "1..=5, got 6"],
+    );
+    assert_input_error(
+        &format!("{}[]}}]}}", head(r#""brokers": 3, "replication_factor": 0,"#, "producer")),
+        &["field 'replication_factor'", "at least 1"],
+    );
+    assert_input_error(&format!("{}[]}}]}}", head(r#""brokers": 2,"#, "log")), &["field 'brokers'", "log layer"]);
+    assert_input_error(
+        &format!(
+            "{}[{{\"op\": \"restart_broker\"}}]}}]}}",
+            head(r#""brokers": 3, "replication_factor": 3,"#, "network")
+        ),
+        &["op 0", "restart_broker needs one broker"],
+    );
+}

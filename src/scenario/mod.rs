@@ -362,6 +362,14 @@ fn build_network(mut sc: Scenario, ops: Vec<Value>, expect: Option<Value>) -> Re
             field,
             message,
         })?;
+        // A replicated cluster's broker 0 leads every partition; restarting it needs leader election.
+        if matches!(op, network::NetOp::RestartBroker) && sc.topology.brokers > 1 {
+            return Err(sc.error(
+                Some(i),
+                "op",
+                "restart_broker needs one broker: leader election is not modelled yet",
+            ));
+        }
         script.ops.push(op);
     }
     if let Some(value) = expect {
