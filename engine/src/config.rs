@@ -39,6 +39,10 @@ pub struct EngineConfig {
     pub replica_lag_time_max_ms: TimeMs,
     /// `replica.fetch.wait.max.ms` (default 500): how long a follower's fetch waits at the leader for data.
     pub replica_fetch_wait_max_ms: TimeMs,
+    /// `replica.socket.timeout.ms` (default 30000): a follower's fetch unanswered this long is given up.
+    pub replica_socket_timeout_ms: TimeMs,
+    /// `replica.fetch.backoff.ms` (default 1000): a follower's pause after a failed fetch.
+    pub replica_fetch_backoff_ms: TimeMs,
     /// Historical bugs switched on; empty in every normal run.
     pub mutations: Mutations,
 }
@@ -61,6 +65,8 @@ impl Default for EngineConfig {
             min_insync_replicas: 1,
             replica_lag_time_max_ms: 30_000,
             replica_fetch_wait_max_ms: 500,
+            replica_socket_timeout_ms: 30_000,
+            replica_fetch_backoff_ms: 1_000,
             mutations: Mutations::none(),
         }
     }

@@ -72,8 +72,10 @@ pub struct Partition {
     pub pending_isr: Option<BTreeSet<u32>>,
     /// Leader only: each follower's state (`remoteReplicasMap`).
     pub remote_replicas: BTreeMap<u32, ReplicaState>,
-    /// Follower only: the correlation id of its fetch in flight to the leader.
-    fetch_in_flight: Option<u64>,
+    /// Follower only: its fetch in flight to the leader (correlation id, when it is given up).
+    fetch_in_flight: Option<(u64, TimeMs)>,
+    /// Follower only: after a failed fetch, when the next one goes.
+    fetch_backoff_until_ms: Option<TimeMs>,
 }
 
 impl Partition {
@@ -101,6 +103,7 @@ impl Partition {
             pending_isr: None,
             remote_replicas,
             fetch_in_flight: None,
+            fetch_backoff_until_ms: None,
         }
     }
 
@@ -535,15 +538,16 @@ impl ReplicaManager {
     fn send_fetch(&mut self, tp: &TopicPartition, ctx: &mut ReplicaCtx<'_>) {
         let id = self.next_id();
         let p = self.partitions.get_mut(tp).expect("a followed partition");
-        p.fetch_in_flight = Some(id);
+        p.fetch_in_flight = Some((id, ctx.now_ms + ctx.config.replica_socket_timeout_ms));
+        p.fetch_backoff_until_ms = None;
         let leader = NodeId::Broker(p.leader);
         let fetch_offset = ctx.logs.get(tp).expect("a hosted partition has a log").log_end_offset();
         ctx.send(&leader, id, Message::FetchRequest { partition: tp.clone(), fetch_offset, isolation: None });
     }
 
     /// The leader's answer to this follower's fetch (`ReplicaFetcherThread.processPartitionData`): append
-    /// its batches, take the leader's HW (capped by this log's end), fetch again. An error stops this
-    /// partition's fetcher: only a leader change (not modelled yet) would start it again.
+    /// its batches, take the leader's HW (capped by this log's end), fetch again; after an error, fetch
+    /// again once `replica.fetch.backoff.ms` has passed.
     pub fn handle_fetch_response(
         &mut self,
         correlation_id: u64,
@@ -552,11 +556,14 @@ impl ReplicaManager {
         ctx: &mut ReplicaCtx<'_>,
     ) {
         let Some(p) = self.partitions.get_mut(tp) else { return };
-        if p.leader == ctx.me || p.fetch_in_flight != Some(correlation_id) {
-            return; // Not the fetch this follower waits for (a duplicate, or one from before).
+        if p.leader == ctx.me || p.fetch_in_flight.map(|(id, _)| id) != Some(correlation_id) {
+            return; // Not the fetch this follower waits for (a duplicate, or one it gave up).
         }
         p.fetch_in_flight = None;
-        let Ok(data) = result else { return };
+        let Ok(data) = result else {
+            p.fetch_backoff_until_ms = Some(ctx.now_ms + ctx.config.replica_fetch_backoff_ms);
+            return;
+        };
         let log = ctx.logs.get_mut(tp).expect("a hosted partition has a log");
         for batch in &data.batches {
             if batch.base_offset >= log.log_end_offset() {
@@ -571,12 +578,29 @@ impl ReplicaManager {
     pub fn next_deadline_ms(&self) -> Option<TimeMs> {
         let fetches = self.delayed_fetches.values().map(|f| f.expires_ms);
         let produces = self.delayed_produces.values().map(|d| d.expires_ms);
-        fetches.chain(produces).chain(self.next_isr_expiration_ms).min()
+        let fetchers =
+            self.partitions.values().filter_map(|p| p.fetch_in_flight.map(|(_, t)| t).or(p.fetch_backoff_until_ms));
+        fetches.chain(produces).chain(fetchers).chain(self.next_isr_expiration_ms).min()
     }
 
-    /// Runs what is due at `now`: expired fetches and writes are answered, and the ISR expiration task
-    /// (`ReplicaManager.maybeShrinkIsr`) proposes dropping followers that stopped catching up.
+    /// Runs what is due at `now`: expired fetches and writes are answered, a follower gives up a fetch
+    /// unanswered for `replica.socket.timeout.ms` (and fetches again after its backoff), and the ISR
+    /// expiration task (`ReplicaManager.maybeShrinkIsr`) proposes dropping followers that stopped catching up.
     pub fn tick(&mut self, ctx: &mut ReplicaCtx<'_>) {
+        let now = ctx.now_ms;
+        let mut refetch = Vec::new();
+        for (tp, p) in self.partitions.iter_mut() {
+            if p.fetch_in_flight.is_some_and(|(_, t)| t <= now) {
+                p.fetch_in_flight = None;
+                p.fetch_backoff_until_ms = Some(now + ctx.config.replica_fetch_backoff_ms);
+            }
+            if p.fetch_backoff_until_ms.is_some_and(|t| t <= now) {
+                refetch.push(tp.clone());
+            }
+        }
+        for tp in refetch {
+            self.send_fetch(&tp, ctx);
+        }
         let expired: BTreeSet<TopicPartition> =
             self.delayed_fetches.values().filter(|f| f.expires_ms <= ctx.now_ms).map(|f| f.partition.clone()).collect();
         for tp in &expired {

@@ -142,3 +142,29 @@ fn min_insync_replicas_refuses_writes_once_the_isr_is_too_small() {
     assert_eq!(answer.map(|r| r.err()), Some(Some(KafkaError::NotEnoughReplicas)), "refused before appending");
     assert_eq!(offsets(&c, 0).0, 1, "nothing more was appended");
 }
+
+#[test]
+fn a_follower_back_from_a_cut_catches_up_and_rejoins_the_isr() {
+    let mut c = cluster(3, 3, EngineConfig::default());
+    c.add_producer("plain", ProducerKind::Plain);
+    let (_, effects) = c.producers.get_mut("plain").unwrap().send(0, tp(), vec!["a".into()]).unwrap();
+    c.apply(&NodeId::Client("plain".into()), effects);
+    run_isolating(&mut c, 2);
+    while c.now_ms < 45_000 {
+        assert!(c.fire_next_timer());
+        run_isolating(&mut c, 2);
+    }
+    assert_eq!(c.controller.partitions[&tp()].state.isr, vec![0, 1], "broker 2 left the ISR");
+    assert_eq!(offsets(&c, 2).0, 0, "broker 2 missed the record");
+    // The cut heals: broker 2's next retry (replica.socket.timeout.ms, then replica.fetch.backoff.ms)
+    // reaches the leader, it copies the record, and its fetch at the HW adds it back.
+    let until = c.now_ms + 32_000;
+    c.fire_timers_until(until);
+    c.run_until_quiet();
+    // The plain producer's send timed out waiting for broker 2 and was sent again (no idempotence).
+    assert_eq!(offsets(&c, 0).0, 2, "the leader holds the record twice");
+    assert_eq!(offsets(&c, 2).0, 2, "broker 2 caught up to the leader's log end");
+    assert_eq!(c.controller.partitions[&tp()].state.isr, vec![0, 1, 2], "broker 2 rejoined the ISR");
+    let isr: Vec<u32> = c.broker.replica_manager.partitions[&tp()].isr.iter().copied().collect();
+    assert_eq!(isr, vec![0, 1, 2], "the leader took the controller's answer");
+}

@@ -1,7 +1,8 @@
 //! A replicated cluster (3 brokers, replication factor 3) under a plain producer's sends, with the
 //! network's next message delivered or lost and time moved by the case: the ground for the replica
-//! invariants (`txnsim_properties::check_replicas`) and their bite proofs. A lost fetch stops its
-//! follower, so the ISR shrinks and the HW waits as the case goes.
+//! invariants (`txnsim_properties::check_replicas`) and their bite proofs. A lost fetch leaves its
+//! follower behind until it gives the fetch up (30 s) and retries, so the ISR shrinks, the HW waits and
+//! the ISR grows again as the case goes.
 
 use proptest::prelude::*;
 use std::collections::BTreeMap;
