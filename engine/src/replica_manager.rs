@@ -327,7 +327,7 @@ impl ReplicaManager {
     }
 
     /// `ReplicaManager.appendRecords` with acks=all: answers now if every partition's HW already passed its
-    /// write, else parks the answer in the produce purgatory. Returns the answer to send now, if any.
+    /// write, else parks the answer in the produce purgatory.
     pub fn await_acks(
         &mut self,
         reply_to: NodeId,
