@@ -133,7 +133,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Invariants { json: false } => {
-            for i in Invariant::ALL {
+            for i in Invariant::catalogue() {
                 println!("{:<40} {:<9} {}", i.name(), format!("{:?}", i.kind()), i.statement());
                 println!("{:<40} {:<9} source: {}; bites with mutation {}", "", "", i.source(), i.mutation().name());
             }

@@ -73,8 +73,7 @@ fn as_json(text: &str) -> Value {
 
 /// `txnsim invariants --json`: the catalogue, one entry per invariant.
 pub fn invariants() -> Value {
-    let entries: Vec<Value> = Invariant::ALL
-        .iter()
+    let entries: Vec<Value> = Invariant::catalogue()
         .map(|i| {
             json!({
                 "name": i.name(),
@@ -93,7 +92,8 @@ pub fn mutations() -> Value {
     let entries: Vec<Value> = Mutation::ALL
         .iter()
         .map(|m| {
-            let caught_by: Vec<&str> = Invariant::ALL.iter().filter(|i| i.mutation() == *m).map(|i| i.name()).collect();
+            let caught_by: Vec<&str> =
+                Invariant::catalogue().filter(|i| i.mutation() == *m).map(|i| i.name()).collect();
             json!({ "name": m.name(), "caught_by": caught_by })
         })
         .collect();

@@ -144,7 +144,7 @@ const NEEDS_FAULTS: [Mutation; 1] = [Mutation::DoubleComplete];
 
 /// The departures from Kafka 4.x fixed on the coordinator and leader side, each with the ported Kafka
 /// test whose exact expectation catches it: the scenario must fail with a difference (not an input error).
-const CATCHERS: [(Mutation, &str, &str); 9] = [
+const CATCHERS: [(Mutation, &str, &str); 10] = [
     (Mutation::TxnLogAppendSynchronous, "coordinator-init-producer-id-waits-for-a-pending-commit-tv1", "in_flight"),
     (
         Mutation::EndTxnEpochBeforePending,
@@ -174,6 +174,7 @@ const CATCHERS: [(Mutation, &str, &str); 9] = [
     ),
     (Mutation::Kip360RetryFenced, "coordinator-kip360-retry-gets-the-current-epoch-tv1", "producers[0].state"),
     (Mutation::RetriesIgnored, "snd-retries-bounded-by-retries", "outcomes"),
+    (Mutation::HwFromLeaderLeo, "partition-maybe-shrink-isr", "invariant hw-within-isr-log-ends"),
 ];
 
 #[test]
@@ -279,4 +280,27 @@ fn run_with_a_bad_scenarios_path_stops_before_the_model_check() {
     assert_eq!(out.status.code(), Some(2), "bad input exits 2: {stderr}");
     assert!(stdout.is_empty(), "nothing runs, not even the scenario header: {stdout}");
     assert!(stderr.contains("/nonexistent/txnsim-scenarios: cannot read"), "{stderr}");
+}
+
+#[test]
+fn a_cluster_the_engine_cannot_host_is_an_input_error() {
+    let head = |extra: &str, layer: &str| {
+        format!(r#"{{"format": "txnsim-scenario/v1", "scenarios": [{{"name": "s", "layer": "{layer}", {extra} "ops": "#)
+    };
+    assert_input_error(
+        &format!("{}[]}}]}}", head(r#""brokers": 6,"#, "producer")),
+        &["field 'brokers'", "1..=5, got 6"],
+    );
+    assert_input_error(
+        &format!("{}[]}}]}}", head(r#""brokers": 3, "replication_factor": 0,"#, "producer")),
+        &["field 'replication_factor'", "at least 1"],
+    );
+    assert_input_error(&format!("{}[]}}]}}", head(r#""brokers": 2,"#, "log")), &["field 'brokers'", "log layer"]);
+    assert_input_error(
+        &format!(
+            "{}[{{\"op\": \"restart_broker\"}}]}}]}}",
+            head(r#""brokers": 3, "replication_factor": 3,"#, "network")
+        ),
+        &["op 0", "restart_broker needs one broker"],
+    );
 }

@@ -2,14 +2,17 @@
 //! coordinator. A sans-io node: it takes a message and `now`, and returns messages and timers.
 
 use crate::config::EngineConfig;
+use crate::controller::PartitionRegistration;
 use crate::coordinator::{Ctx, PartitionLeaders, ReplyTo, TransactionCoordinator};
 use crate::error::KafkaError;
 use crate::group_coordinator::GroupCoordinator;
 use crate::log::PartitionLog;
+use crate::metadata::MetadataMessage;
 use crate::producer_state::AppendOrigin;
 use crate::protocol::{Effects, Envelope, Message, NodeId, ProduceAck, Timer, TxnMarkerEntry};
 use crate::record::{EndTxnMarker, ProduceBatch};
 use crate::rename::{Names, Rename};
+use crate::replica_manager::{AckWait, DelayedResponse, ReplicaCtx, ReplicaManager};
 use crate::types::{ProducerId, ProducerIdAndEpoch, TimeMs, TopicPartition, TransactionVersion};
 use std::collections::BTreeMap;
 
@@ -32,6 +35,8 @@ pub struct Broker {
     pub coordinator: TransactionCoordinator,
     /// Consumer groups (the wire driver's clients only).
     pub groups: GroupCoordinator,
+    /// The partitions this broker hosts with followers: their ISR, follower states and purgatories.
+    pub replica_manager: ReplicaManager,
     /// Requests this broker sent to a coordinator, by correlation id.
     pending_verifications: BTreeMap<u64, PendingVerification>,
     next_correlation_id: u64,
@@ -53,6 +58,7 @@ impl Rename for Broker {
     fn rename(&mut self, names: Names<'_>) {
         self.partitions.rename(names);
         self.coordinator.rename(names);
+        self.replica_manager.rename(names);
         for pending in self.pending_verifications.values_mut() {
             pending.client.rename(names);
             pending.batch.rename(names);
@@ -72,17 +78,60 @@ impl Broker {
             partitions,
             coordinator: TransactionCoordinator::new(),
             groups: GroupCoordinator::default(),
+            replica_manager: ReplicaManager::default(),
             pending_verifications: BTreeMap::new(),
             next_correlation_id: 0,
         }
     }
 
-    /// The coordinator's periodic timeout scan starts with the broker.
+    /// A broker of a replicated cluster: it hosts the partitions whose replicas include it, as the
+    /// controller registered them.
+    pub fn with_registrations(
+        id: u32,
+        registrations: &BTreeMap<TopicPartition, PartitionRegistration>,
+        config: EngineConfig,
+    ) -> Self {
+        let mut broker = Broker::new(id, &BTreeMap::new(), config);
+        broker.partitions = registrations
+            .iter()
+            .filter(|(_, reg)| reg.replicas.contains(&id))
+            .map(|(tp, _)| (tp.clone(), PartitionLog::new()))
+            .collect();
+        broker.replica_manager = ReplicaManager::new(id, registrations, 0);
+        broker
+    }
+
+    /// The coordinator's periodic timeout scan starts with the broker, and so do its replica fetchers.
     pub fn on_start(&mut self, now_ms: TimeMs) -> Effects {
         let mut effects = Effects::default();
         effects
             .timers
             .push((now_ms + self.config.abort_timed_out_cleanup_interval_ms, Timer::AbortTimedOutTransactions));
+        self.replicate(now_ms, &mut effects, |rm, ctx| rm.start(ctx));
+        effects
+    }
+
+    /// Runs a replication step with this broker's logs, config and outbox.
+    fn replicate<R>(
+        &mut self,
+        now_ms: TimeMs,
+        effects: &mut Effects,
+        step: impl FnOnce(&mut ReplicaManager, &mut ReplicaCtx<'_>) -> R,
+    ) -> R {
+        let NodeId::Broker(me) = self.id else { unreachable!("a broker's id is a broker id") };
+        let mut ctx = ReplicaCtx { me, now_ms, config: &self.config, logs: &mut self.partitions, effects };
+        step(&mut self.replica_manager, &mut ctx)
+    }
+
+    /// When replication next has something to do on its own (a delayed operation expires, the ISR
+    /// expiration task runs): drivers call `tick_replication` then.
+    pub fn next_replication_deadline_ms(&self) -> Option<TimeMs> {
+        self.replica_manager.next_deadline_ms()
+    }
+
+    pub fn tick_replication(&mut self, now_ms: TimeMs) -> Effects {
+        let mut effects = Effects::default();
+        self.replicate(now_ms, &mut effects, |rm, ctx| rm.tick(ctx));
         effects
     }
 
@@ -238,7 +287,15 @@ impl Broker {
                 )
                 .map(|(partition, result)| Message::ProduceResponse { partition, result }),
             Message::WriteTxnMarkersRequest { markers } => {
-                Some(Message::WriteTxnMarkersResponse { results: self.handle_write_txn_markers(now_ms, &markers) })
+                let (results, waits) = self.handle_write_txn_markers(now_ms, &markers, &mut effects);
+                if waits.is_empty() {
+                    Some(Message::WriteTxnMarkersResponse { results })
+                } else {
+                    let response = DelayedResponse::Markers { results };
+                    let to = reply_to.clone();
+                    self.replicate(now_ms, &mut effects, |rm, ctx| rm.await_acks(to, corr, waits, response, ctx));
+                    None
+                }
             }
             Message::WriteTxnMarkersResponse { results } => {
                 self.coordinate(now_ms, &mut effects, |c, ctx| {
@@ -248,6 +305,25 @@ impl Broker {
             }
             Message::AddPartitionsToTxnResponse { result } => {
                 self.complete_verification(now_ms, corr, result, &mut effects);
+                None
+            }
+            Message::FetchRequest { partition, fetch_offset, isolation: None }
+                if self.replica_manager.is_replicated(&partition) =>
+            {
+                let NodeId::Broker(follower) = reply_to else { unreachable!("only brokers fetch as replicas") };
+                self.replicate(now_ms, &mut effects, |rm, ctx| {
+                    rm.handle_follower_fetch(follower, corr, partition, fetch_offset, ctx)
+                });
+                None
+            }
+            Message::FetchResponse { partition, result, .. } => {
+                self.replicate(now_ms, &mut effects, |rm, ctx| rm.handle_fetch_response(corr, &partition, result, ctx));
+                None
+            }
+            Message::Metadata(MetadataMessage::AlterPartitionResponse { partition, result }) => {
+                self.replicate(now_ms, &mut effects, |rm, ctx| {
+                    rm.handle_alter_partition_response(&partition, result, ctx)
+                });
                 None
             }
             Message::FetchRequest { partition, fetch_offset, isolation } => {
@@ -276,7 +352,6 @@ impl Broker {
             Message::InitProducerIdResponse { .. }
             | Message::ProduceResponse { .. }
             | Message::EndTxnResponse { .. }
-            | Message::FetchResponse { .. }
             | Message::ListOffsetsResponse { .. } => {
                 unreachable!("a broker never sent the request behind {:?}", env.message.api_name())
             }
@@ -310,8 +385,8 @@ impl Broker {
             && !self.config.mutations.has(crate::mutation::Mutation::NoTxnVerification)
             && batch.producer.is_some_and(|p| !log.has_ongoing_transaction(p.producer_id, p.epoch));
         if !needs_verification {
-            let result = self.append_client_batch(now_ms, &partition, &batch);
-            return Some((partition, result));
+            let result = self.append_client_batch(now_ms, &partition, &batch, effects);
+            return self.acks_all(now_ms, client, corr, partition, result, effects);
         }
         let (Some(tid), Some(p)) = (transactional_id, batch.producer) else {
             return Some((partition, Err(KafkaError::InvalidRequest)));
@@ -365,13 +440,39 @@ impl Broker {
             // a pipelined batch verified alongside the first joins the transaction the first one began.
             // A marker since the verification cleared the guard: the transaction it verified is over.
             Ok(()) if !ongoing && current_guard != Some(pending.guard) => Err(KafkaError::InvalidTxnState),
-            Ok(()) => self.append_client_batch(now_ms, &pending.partition, &pending.batch),
+            Ok(()) => self.append_client_batch(now_ms, &pending.partition, &pending.batch, effects),
             // The producer's epoch is stale at the coordinator: a zombie's batch.
             Err(KafkaError::ProducerFenced) => Err(KafkaError::InvalidProducerEpoch),
             Err(e) => Err(e),
         };
-        let message = Message::ProduceResponse { partition: pending.partition, result };
-        effects.send(&self.id, &pending.client, pending.client_correlation_id, message);
+        let (client, corr) = (pending.client, pending.client_correlation_id);
+        if let Some((partition, result)) =
+            self.acks_all(now_ms, client.clone(), corr, pending.partition, result, effects)
+        {
+            effects.send(&self.id, &client, corr, Message::ProduceResponse { partition, result });
+        }
+    }
+
+    /// acks=all (every producer here: idempotence requires it): a write to a replicated partition is
+    /// answered once the HW passes it (`DelayedProduce`); anything else is the answer now.
+    fn acks_all(
+        &mut self,
+        now_ms: TimeMs,
+        client: NodeId,
+        corr: u64,
+        partition: TopicPartition,
+        result: Result<ProduceAck, KafkaError>,
+        effects: &mut Effects,
+    ) -> Option<(TopicPartition, Result<ProduceAck, KafkaError>)> {
+        match result {
+            Ok(ack) if self.replica_manager.is_replicated(&partition) => {
+                let waits = vec![AckWait::new(partition.clone(), ack.last_offset + 1, 0)];
+                let response = DelayedResponse::Produce { partition, ack };
+                self.replicate(now_ms, effects, |rm, ctx| rm.await_acks(client, corr, waits, response, ctx));
+                None
+            }
+            result => Some((partition, result)),
+        }
     }
 
     fn append_client_batch(
@@ -379,26 +480,43 @@ impl Broker {
         now_ms: TimeMs,
         partition: &TopicPartition,
         batch: &ProduceBatch,
+        effects: &mut Effects,
     ) -> Result<ProduceAck, KafkaError> {
+        self.replicate(now_ms, effects, |rm, ctx| rm.check_append(partition, ctx))?;
         let log = self.partitions.get_mut(partition).expect("caller checked the partition");
         let info = log.append_data(batch, AppendOrigin::Client, now_ms, &self.config.mutations)?;
-        self.advance_high_watermark(partition);
+        self.after_leader_append(now_ms, partition, effects);
         Ok(ProduceAck { first_offset: info.first_offset, last_offset: info.last_offset, duplicate: info.duplicate })
     }
 
-    /// `handleWriteTxnMarkersRequest`: one control batch per partition, origin COORDINATOR.
+    /// A replicated partition's HW waits for its followers; a partition hosted alone follows its log end.
+    fn after_leader_append(&mut self, now_ms: TimeMs, tp: &TopicPartition, effects: &mut Effects) {
+        if self.replica_manager.is_replicated(tp) {
+            self.replicate(now_ms, effects, |rm, ctx| rm.after_leader_append(tp, ctx));
+        } else {
+            self.advance_high_watermark(tp);
+        }
+    }
+
+    /// `handleWriteTxnMarkersRequest`: one control batch per partition, origin COORDINATOR, appended with
+    /// acks=all; the appends to replicated partitions come back as the HW each must reach.
+    #[allow(clippy::type_complexity)]
     fn handle_write_txn_markers(
         &mut self,
         now_ms: TimeMs,
         markers: &[TxnMarkerEntry],
-    ) -> Vec<(ProducerId, TopicPartition, Result<u64, KafkaError>)> {
+        effects: &mut Effects,
+    ) -> (Vec<(ProducerId, TopicPartition, Result<u64, KafkaError>)>, Vec<AckWait>) {
         let mut results = Vec::new();
+        let mut waits = Vec::new();
         for m in markers {
             for tp in &m.partitions {
                 let marker = EndTxnMarker { result: m.result, coordinator_epoch: m.coordinator_epoch };
-                let result = match self.partitions.get_mut(tp) {
-                    None => Err(KafkaError::UnknownTopicOrPartition),
-                    Some(log) => log.append_marker(
+                let checked = self.replicate(now_ms, effects, |rm, ctx| rm.check_append(tp, ctx));
+                let result = match (checked, self.partitions.get_mut(tp)) {
+                    (_, None) => Err(KafkaError::UnknownTopicOrPartition),
+                    (Err(e), Some(_)) => Err(e),
+                    (Ok(()), Some(log)) => log.append_marker(
                         m.producer_id,
                         m.producer_epoch,
                         marker,
@@ -408,13 +526,16 @@ impl Broker {
                         &self.config.mutations,
                     ),
                 };
-                if result.is_ok() {
-                    self.advance_high_watermark(tp);
+                if let Ok(offset) = result {
+                    self.after_leader_append(now_ms, tp, effects);
+                    if self.replica_manager.is_replicated(tp) {
+                        waits.push(AckWait::new(tp.clone(), offset + 1, results.len()));
+                    }
                 }
                 results.push((m.producer_id, tp.clone(), result));
             }
         }
-        results
+        (results, waits)
     }
 
     /// With one replica in the ISR the HW follows the log end at once, unless the scenario moves it by hand.

@@ -1,11 +1,13 @@
-//! A deterministic in-process cluster: one broker (single replica, leader of every partition and host of
-//! the coordinator) and any number of clients. It delivers messages in FIFO order and fires client retry
-//! timers until the cluster is quiet. It is the engine's own test harness and the scenario layer's backend;
-//! the model and the sim deliver the same messages in other orders.
+//! A deterministic in-process cluster: brokers (by default one, leader of every partition and host of the
+//! coordinator; with a `Topology`, 1 to 5 brokers whose followers replicate broker 0's partitions), the
+//! controller stand-in, and any number of clients. It delivers messages in FIFO order and fires client
+//! retry timers until the cluster is quiet. It is the engine's own test harness and the scenario layer's
+//! backend; the model and the sim deliver the same messages in other orders.
 
 use crate::broker::Broker;
 use crate::config::EngineConfig;
 use crate::consumer::{Consumer, ConsumerRecord};
+use crate::controller::{Controller, Topology, CONTROLLER_ID};
 use crate::error::KafkaError;
 use crate::producer::{OpId, OpOutput, Producer, ProducerKind};
 use crate::protocol::{Effects, Envelope, NodeId, Timer};
@@ -22,11 +24,22 @@ pub enum Step {
     Fired { now_ms: TimeMs, node: NodeId, timer: Timer },
 }
 
+/// What falls due next: a timer (by its key) or a broker's replication work (by broker id).
+#[derive(Clone, Copy)]
+enum Due {
+    Timer((TimeMs, u64)),
+    Replication(u32),
+}
+
 #[derive(Clone, Debug)]
 pub struct Cluster {
     pub config: EngineConfig,
     pub now_ms: TimeMs,
+    /// Broker 0: the transaction coordinator's host and, in this phase, every partition's leader.
     pub broker: Broker,
+    /// Brokers 1 and up, followers of broker 0's partitions.
+    pub peers: Vec<Broker>,
+    pub controller: Controller,
     pub producers: BTreeMap<String, Producer>,
     pub consumers: BTreeMap<String, Consumer>,
     network: VecDeque<Envelope>,
@@ -37,17 +50,28 @@ pub struct Cluster {
     pub record_steps: bool,
 }
 
-/// The broker's id in a single-broker cluster.
+/// The broker's id in a single-broker cluster, and the leader's in a replicated one.
 pub const BROKER_ID: u32 = 0;
 
 impl Cluster {
     pub fn new(topics: &BTreeMap<String, u32>, config: EngineConfig) -> Self {
-        let mut broker = Broker::new(BROKER_ID, topics, config.clone());
-        let start = broker.on_start(0);
+        Cluster::with_topology(topics, config, &Topology::single())
+    }
+
+    /// A cluster of `topology.brokers` brokers hosting `topics` at each topic's replication factor;
+    /// `Topology::validate` must have accepted it.
+    pub fn with_topology(topics: &BTreeMap<String, u32>, config: EngineConfig, topology: &Topology) -> Self {
+        let controller = Controller::new(topics, topology);
+        let mut brokers: Vec<Broker> = (0..topology.brokers)
+            .map(|id| Broker::with_registrations(id, &controller.partitions, config.clone()))
+            .collect();
+        let broker = brokers.remove(0);
         let mut cluster = Cluster {
             config,
             now_ms: 0,
             broker,
+            peers: brokers,
+            controller,
             producers: BTreeMap::new(),
             consumers: BTreeMap::new(),
             network: VecDeque::new(),
@@ -56,8 +80,23 @@ impl Cluster {
             steps: Vec::new(),
             record_steps: false,
         };
-        cluster.apply(&NodeId::Broker(BROKER_ID), start);
+        for id in 0..topology.brokers {
+            let start = cluster.broker_mut(id).expect("listed").on_start(0);
+            cluster.apply(&NodeId::Broker(id), start);
+        }
         cluster
+    }
+
+    /// Every broker, broker 0 first.
+    pub fn brokers(&self) -> impl Iterator<Item = &Broker> {
+        std::iter::once(&self.broker).chain(self.peers.iter())
+    }
+
+    pub fn broker_mut(&mut self, id: u32) -> Option<&mut Broker> {
+        match id {
+            BROKER_ID => Some(&mut self.broker),
+            _ => self.peers.get_mut(id as usize - 1),
+        }
     }
 
     pub fn broker_id(&self) -> NodeId {
@@ -88,8 +127,13 @@ impl Cluster {
             self.steps.push(Step::Delivered { now_ms: self.now_ms, envelope: env.clone() });
         }
         let to = env.to.clone();
+        let now = self.now_ms;
         let effects = match &to {
-            NodeId::Broker(_) => self.broker.on_message(self.now_ms, env),
+            NodeId::Broker(CONTROLLER_ID) => self.controller.on_message(env),
+            NodeId::Broker(id) => match self.broker_mut(*id) {
+                Some(b) => b.on_message(now, env),
+                None => Effects::default(), // No such broker: the message is lost.
+            },
             NodeId::Client(name) => {
                 if let Some(p) = self.producers.get_mut(name) {
                     p.on_message(self.now_ms, env)
@@ -107,8 +151,11 @@ impl Cluster {
         if self.record_steps {
             self.steps.push(Step::Fired { now_ms: self.now_ms, node: node.clone(), timer: timer.clone() });
         }
+        let now = self.now_ms;
         let effects = match &node {
-            NodeId::Broker(_) => self.broker.on_timer(self.now_ms, timer),
+            NodeId::Broker(id) => {
+                self.broker_mut(*id).expect("only brokers of this cluster set timers").on_timer(now, timer)
+            }
             NodeId::Client(name) => {
                 if let Some(p) = self.producers.get_mut(name) {
                     p.on_timer(self.now_ms, timer)
@@ -144,12 +191,47 @@ impl Cluster {
             return false;
         }
         // Time moves to the next client retry: every timer due by then (background ones too, such as a
-        // batch's delivery timeout) fires first, in due order.
-        let key = *self.timers.keys().next().expect("a client timer is set");
-        let (node, timer) = self.timers.remove(&key).expect("found above");
-        self.now_ms = self.now_ms.max(key.0);
-        self.fire(node, timer);
+        // batch's delivery timeout, and the brokers' replication work) fires first, in due order.
+        let (_, due) = self.next_due().expect("a client timer is set");
+        self.fire_due(due);
         true
+    }
+
+    /// The earliest of the timers and the brokers' replication deadlines (a timer first on a tie).
+    fn next_due(&self) -> Option<(TimeMs, Due)> {
+        let timer = self.timers.keys().next().map(|k| (k.0, Due::Timer(*k)));
+        let replication = self
+            .brokers()
+            .filter_map(|b| {
+                let NodeId::Broker(id) = b.id else { unreachable!("a broker's id is a broker id") };
+                b.next_replication_deadline_ms().map(|t| (t, id))
+            })
+            .min()
+            .map(|(t, id)| (t, Due::Replication(id)));
+        match (timer, replication) {
+            (Some(t), Some(r)) if r.0 < t.0 => Some(r),
+            (Some(t), _) => Some(t),
+            (None, r) => r,
+        }
+    }
+
+    /// Fires what `next_due` found, moving time to it.
+    fn fire_due(&mut self, due: Due) {
+        match due {
+            Due::Timer(key) => {
+                let (node, timer) = self.timers.remove(&key).expect("found by next_due");
+                self.now_ms = self.now_ms.max(key.0);
+                self.fire(node, timer);
+            }
+            Due::Replication(id) => {
+                let broker = self.broker_mut(id).expect("found by next_due");
+                let at = broker.next_replication_deadline_ms().expect("found by next_due");
+                self.now_ms = self.now_ms.max(at);
+                let now = self.now_ms;
+                let effects = self.broker_mut(id).expect("found by next_due").tick_replication(now);
+                self.apply(&NodeId::Broker(id), effects);
+            }
+        }
     }
 
     /// The message `step` would deliver next, if any (drivers that delay, drop or duplicate look first).
@@ -185,13 +267,11 @@ impl Cluster {
     /// Fires every timer due by `until`, in due order (timers due at the same instant fire in the order
     /// they were set), without delivering any message they send; then time is `until`.
     pub fn fire_timers_until(&mut self, until: TimeMs) {
-        while let Some((&key, _)) = self.timers.iter().next() {
-            if key.0 > until {
+        while let Some((due_ms, due)) = self.next_due() {
+            if due_ms > until {
                 break;
             }
-            let (node, timer) = self.timers.remove(&key).expect("found above");
-            self.now_ms = self.now_ms.max(key.0);
-            self.fire(node, timer);
+            self.fire_due(due);
         }
         self.now_ms = self.now_ms.max(until);
     }
@@ -208,15 +288,14 @@ impl Cluster {
 
     /// When the earliest timer of any kind (background ones too) falls due.
     pub fn next_timer_due_ms(&self) -> Option<TimeMs> {
-        self.timers.keys().next().map(|k| k.0)
+        self.next_due().map(|(t, _)| t)
     }
 
-    /// Fires the earliest timer of any kind, moving time to it. Returns false if no timer is set.
+    /// Fires the earliest timer of any kind (or replication deadline), moving time to it. Returns false if
+    /// none is set.
     pub fn fire_next_timer(&mut self) -> bool {
-        let Some((&key, _)) = self.timers.iter().next() else { return false };
-        let (node, timer) = self.timers.remove(&key).expect("found above");
-        self.now_ms = self.now_ms.max(key.0);
-        self.fire(node, timer);
+        let Some((_, due)) = self.next_due() else { return false };
+        self.fire_due(due);
         true
     }
 
@@ -227,15 +306,13 @@ impl Cluster {
             if !self.run_until_quiet() {
                 return false;
             }
-            let Some((&key, _)) = self.timers.iter().next() else {
+            let Some((due_ms, due)) = self.next_due() else {
                 break;
             };
-            if key.0 > until {
+            if due_ms > until {
                 break;
             }
-            let (node, timer) = self.timers.remove(&key).expect("found above");
-            self.now_ms = self.now_ms.max(key.0);
-            self.fire(node, timer);
+            self.fire_due(due);
         }
         self.now_ms = until;
         true

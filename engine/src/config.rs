@@ -35,6 +35,17 @@ pub struct EngineConfig {
     /// `group.initial.rebalance.delay.ms` (Kafka's default 3000): a new group waits this long for more
     /// members before its first generation (wire driver only).
     pub group_initial_rebalance_delay_ms: TimeMs,
+    /// `min.insync.replicas` (Kafka's default 1): an acks=all write needs this many replicas in the ISR
+    /// (capped by the replication factor, `Partition.effectiveMinIsr`), and the HW stands still below it.
+    pub min_insync_replicas: u32,
+    /// `replica.lag.time.max.ms` (default 30000): a follower not caught up for this long leaves the ISR.
+    pub replica_lag_time_max_ms: TimeMs,
+    /// `replica.fetch.wait.max.ms` (default 500): how long a follower's fetch waits at the leader for data.
+    pub replica_fetch_wait_max_ms: TimeMs,
+    /// `replica.socket.timeout.ms` (default 30000): a follower's fetch unanswered this long is given up.
+    pub replica_socket_timeout_ms: TimeMs,
+    /// `replica.fetch.backoff.ms` (default 1000): a follower's pause after a failed fetch.
+    pub replica_fetch_backoff_ms: TimeMs,
     /// Historical bugs switched on; empty in every normal run.
     pub mutations: Mutations,
 }
@@ -55,6 +66,11 @@ impl Default for EngineConfig {
             max_in_flight_requests_per_connection: 5,
             num_partitions: 1,
             group_initial_rebalance_delay_ms: 3_000,
+            min_insync_replicas: 1,
+            replica_lag_time_max_ms: 30_000,
+            replica_fetch_wait_max_ms: 500,
+            replica_socket_timeout_ms: 30_000,
+            replica_fetch_backoff_ms: 1_000,
             mutations: Mutations::none(),
         }
     }

@@ -37,12 +37,17 @@ pub enum KafkaError {
     RebalanceInProgress,
     GroupMaxSizeReached,
     MemberIdRequired,
+    NotLeaderOrFollower,
+    NotEnoughReplicas,
+    NotEnoughReplicasAfterAppend,
+    FencedLeaderEpoch,
+    InvalidUpdateVersion,
     /// Client-side only (`TransactionAbortedException`): a batch never sent, failed by an abort. No wire code.
     TransactionAborted,
 }
 
 impl KafkaError {
-    pub const ALL: [KafkaError; 31] = [
+    pub const ALL: [KafkaError; 36] = [
         KafkaError::OffsetOutOfRange,
         KafkaError::UnknownTopicOrPartition,
         KafkaError::NotCoordinator,
@@ -74,6 +79,11 @@ impl KafkaError {
         KafkaError::RebalanceInProgress,
         KafkaError::GroupMaxSizeReached,
         KafkaError::MemberIdRequired,
+        KafkaError::NotLeaderOrFollower,
+        KafkaError::NotEnoughReplicas,
+        KafkaError::NotEnoughReplicasAfterAppend,
+        KafkaError::FencedLeaderEpoch,
+        KafkaError::InvalidUpdateVersion,
     ];
 
     /// The wire code from `Errors.java`.
@@ -111,6 +121,11 @@ impl KafkaError {
             KafkaError::RebalanceInProgress => 27,
             KafkaError::GroupMaxSizeReached => 81,
             KafkaError::MemberIdRequired => 79,
+            KafkaError::NotLeaderOrFollower => 6,
+            KafkaError::NotEnoughReplicas => 19,
+            KafkaError::NotEnoughReplicasAfterAppend => 20,
+            KafkaError::FencedLeaderEpoch => 74,
+            KafkaError::InvalidUpdateVersion => 95,
         }
     }
 
@@ -148,6 +163,11 @@ impl KafkaError {
             KafkaError::RebalanceInProgress => "REBALANCE_IN_PROGRESS",
             KafkaError::GroupMaxSizeReached => "GROUP_MAX_SIZE_REACHED",
             KafkaError::MemberIdRequired => "MEMBER_ID_REQUIRED",
+            KafkaError::NotLeaderOrFollower => "NOT_LEADER_OR_FOLLOWER",
+            KafkaError::NotEnoughReplicas => "NOT_ENOUGH_REPLICAS",
+            KafkaError::NotEnoughReplicasAfterAppend => "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
+            KafkaError::FencedLeaderEpoch => "FENCED_LEADER_EPOCH",
+            KafkaError::InvalidUpdateVersion => "INVALID_UPDATE_VERSION",
         }
     }
 
@@ -171,6 +191,9 @@ impl KafkaError {
                 | KafkaError::RequestTimedOut
                 | KafkaError::NetworkException
                 | KafkaError::UnknownTopicOrPartition
+                | KafkaError::NotLeaderOrFollower
+                | KafkaError::NotEnoughReplicas
+                | KafkaError::NotEnoughReplicasAfterAppend
         )
     }
 }

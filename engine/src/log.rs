@@ -220,6 +220,24 @@ impl PartitionLog {
         Ok(offset)
     }
 
+    /// `UnifiedLog.appendAsFollower`: a batch fetched from the leader, kept at the leader's offsets. Producer
+    /// state, the ongoing transactions and the aborted index are rebuilt from it as the leader built them,
+    /// so a follower's LSO and index follow from its own log.
+    pub fn append_as_follower(&mut self, batch: &RecordBatch, now_ms: TimeMs, mutations: &Mutations) {
+        let completed = match &batch.body {
+            BatchBody::Control(Some(_)) => self.producer_state.update_marker(batch, now_ms),
+            BatchBody::Data(_) if batch.producer.is_some() => {
+                self.producer_state.update_data(batch, now_ms);
+                None
+            }
+            _ => None,
+        };
+        self.push_batch(batch.clone());
+        if let Some(completed) = completed {
+            self.complete_txn(&completed, mutations);
+        }
+    }
+
     fn complete_txn(&mut self, completed: &CompletedTxn, mutations: &Mutations) {
         if completed.is_aborted && !mutations.has(Mutation::NoAbortedIndexEntry) {
             let entry = AbortedTxn {

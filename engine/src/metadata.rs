@@ -3,8 +3,10 @@
 //! default), topic layouts (Metadata), coordinator lookup (FindCoordinator) and the log start offset
 //! (ListOffsets EARLIEST). Kafka's `KafkaApis.handleTopicMetadataRequest`, `ControllerApis.createTopics`
 //! and `handleFindCoordinatorRequest`, on a single broker that leads every partition and hosts every
-//! coordinator. Only the wire driver sends these; the sim, the model and the scenarios never do.
+//! coordinator. Only the wire driver sends these; the sim, the model and the scenarios never do. Also
+//! AlterPartition, which a partition leader sends the controller (`controller.rs`) to change its ISR.
 
+use crate::controller::LeaderAndIsr;
 use crate::error::KafkaError;
 use crate::log::PartitionLog;
 use crate::types::{Offset, TopicPartition};
@@ -68,6 +70,19 @@ pub enum MetadataMessage {
         partition: TopicPartition,
         result: Result<Offset, KafkaError>,
     },
+    /// AlterPartition (KIP-497): the ISR a leader proposes, under the leader and partition epochs it holds.
+    AlterPartitionRequest {
+        broker: u32,
+        partition: TopicPartition,
+        leader_epoch: i32,
+        partition_epoch: i32,
+        new_isr: Vec<u32>,
+    },
+    /// The state the controller committed, or why it refused.
+    AlterPartitionResponse {
+        partition: TopicPartition,
+        result: Result<LeaderAndIsr, KafkaError>,
+    },
 }
 
 impl MetadataMessage {
@@ -83,6 +98,9 @@ impl MetadataMessage {
             MetadataMessage::EarliestOffsetRequest { .. } | MetadataMessage::EarliestOffsetResponse { .. } => {
                 "ListOffsets"
             }
+            MetadataMessage::AlterPartitionRequest { .. } | MetadataMessage::AlterPartitionResponse { .. } => {
+                "AlterPartition"
+            }
         }
     }
 
@@ -93,6 +111,7 @@ impl MetadataMessage {
                 | MetadataMessage::MetadataRequest { .. }
                 | MetadataMessage::FindCoordinatorRequest { .. }
                 | MetadataMessage::EarliestOffsetRequest { .. }
+                | MetadataMessage::AlterPartitionRequest { .. }
         )
     }
 }
@@ -141,6 +160,13 @@ impl fmt::Display for MetadataMessage {
             }
             MetadataMessage::EarliestOffsetResponse { partition, result } => match result {
                 Ok(o) => write!(f, "{api} resp {partition} earliest {o}"),
+                Err(e) => write!(f, "{api} resp {partition} {e}"),
+            },
+            MetadataMessage::AlterPartitionRequest { partition, partition_epoch, new_isr, .. } => {
+                write!(f, "{api} req {partition} isr {new_isr:?} at partition epoch {partition_epoch}")
+            }
+            MetadataMessage::AlterPartitionResponse { partition, result } => match result {
+                Ok(s) => write!(f, "{api} resp {partition} isr {:?} partition epoch {}", s.isr, s.partition_epoch),
                 Err(e) => write!(f, "{api} resp {partition} {e}"),
             },
         }
@@ -220,10 +246,13 @@ pub fn handle(
             };
             MetadataMessage::EarliestOffsetResponse { partition, result }
         }
+        // The controller answers AlterPartition (`controller.rs`); a leader takes its answer (`ReplicaManager`).
         MetadataMessage::CreateTopicsResponse { .. }
         | MetadataMessage::MetadataResponse { .. }
         | MetadataMessage::FindCoordinatorResponse { .. }
-        | MetadataMessage::EarliestOffsetResponse { .. } => return None,
+        | MetadataMessage::EarliestOffsetResponse { .. }
+        | MetadataMessage::AlterPartitionRequest { .. }
+        | MetadataMessage::AlterPartitionResponse { .. } => return None,
     };
     Some(reply)
 }

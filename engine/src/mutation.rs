@@ -46,10 +46,11 @@ pub enum Mutation {
     VerificationIgnoresLowestSequence,
     VerificationEntryNeverExpires,
     RetriesIgnored,
+    HwFromLeaderLeo,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 38] = [
+    pub const ALL: [Mutation; 39] = [
         Mutation::ReadCommittedBoundedByHw,
         Mutation::LsoInclusive,
         Mutation::LsoIgnoresOngoingTxns,
@@ -88,6 +89,7 @@ impl Mutation {
         Mutation::VerificationIgnoresLowestSequence,
         Mutation::VerificationEntryNeverExpires,
         Mutation::RetriesIgnored,
+        Mutation::HwFromLeaderLeo,
     ];
 
     /// The kebab-case name used on the command line and in seed files.
@@ -131,6 +133,7 @@ impl Mutation {
             Mutation::VerificationIgnoresLowestSequence => "verification-ignores-lowest-sequence",
             Mutation::VerificationEntryNeverExpires => "verification-entry-never-expires",
             Mutation::RetriesIgnored => "retries-ignored",
+            Mutation::HwFromLeaderLeo => "hw-from-leader-leo",
         }
     }
 
@@ -223,6 +226,7 @@ impl Mutation {
             Mutation::VerificationIgnoresLowestSequence => "KIP-890's `VerificationStateEntry` without its sequence: a later batch of a producer being verified may be appended before an earlier one (the earlier then fails OUT_OF_ORDER_SEQUENCE).",
             Mutation::VerificationEntryNeverExpires => "A `VerificationStateEntry` whose answer never came stays forever (no `producer.id.expiration.ms`).",
             Mutation::RetriesIgnored => "The producer's `retries` is ignored: a plain producer with `retries=0` resends a batch after a disconnect, and a batch the broker had written is written twice.",
+            Mutation::HwFromLeaderLeo => "The leader's high watermark is its own log end offset, whatever its in-sync followers hold: an acks=all write is acknowledged and made visible before any follower has it.",
         }
     }
 
@@ -280,6 +284,7 @@ impl Mutation {
             Mutation::VerificationIgnoresLowestSequence => "KIP-890 part 1: VerificationStateEntry.lowestSequence (ProducerStateManagerTest#testThrowOutOfOrderSequenceWithVerificationSequenceCheck)",
             Mutation::VerificationEntryNeverExpires => "KIP-890 part 1: VerificationStateEntry expiry by producer.id.expiration.ms",
             Mutation::RetriesIgnored => "Sender.canRetry (batch.attempts() < retries; SenderTest#testRetries)",
+            Mutation::HwFromLeaderLeo => "Partition.maybeIncrementLeaderHW (the HW is the minimum LEO over the maximal ISR; KIP-497, KIP-101)",
         }
     }
 }

@@ -22,6 +22,7 @@ pub enum NodeId {
 impl fmt::Display for NodeId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            NodeId::Broker(crate::controller::CONTROLLER_ID) => f.write_str("controller"),
             NodeId::Broker(id) => write!(f, "broker-{id}"),
             NodeId::Client(name) => f.write_str(name),
         }
@@ -106,7 +107,7 @@ pub enum Message {
     WriteTxnMarkersResponse {
         results: Vec<(ProducerId, TopicPartition, Result<Offset, KafkaError>)>,
     },
-    /// `isolation: None` is a follower's fetch (bounded by the log end).
+    /// `isolation: None` is a follower's fetch (bounded by the log end); the sending broker is the replica.
     FetchRequest {
         partition: TopicPartition,
         fetch_offset: Offset,

@@ -50,9 +50,13 @@ pub enum Invariant {
     OpenTransactionsTimeOut,
     ReaderCatchesUp,
     CommittedWritesCommitted,
+    ReplicaLogMatchesLeader,
+    HwWithinIsrLogEnds,
 }
 
 impl Invariant {
+    /// The invariants of one broker's state, the clients' histories and liveness: every checker evaluates
+    /// these (the model's property table is indexed by this list).
     pub const ALL: [Invariant; 31] = [
         Invariant::LsoBounds,
         Invariant::LsoIsFirstUnstableOffset,
@@ -86,6 +90,15 @@ impl Invariant {
         Invariant::ReaderCatchesUp,
         Invariant::CommittedWritesCommitted,
     ];
+
+    /// The replica invariants (`replicas.rs`): checked wherever a cluster has followers (the scenario
+    /// runner, the replicated proptest). The model and the sim run one broker, where they cannot fail.
+    pub const REPLICA: [Invariant; 2] = [Invariant::ReplicaLogMatchesLeader, Invariant::HwWithinIsrLogEnds];
+
+    /// The whole catalogue: `ALL`, then `REPLICA`.
+    pub fn catalogue() -> impl Iterator<Item = Invariant> {
+        Invariant::ALL.into_iter().chain(Invariant::REPLICA)
+    }
 
     /// The stable name: Jepsen's where one exists.
     pub fn name(self) -> &'static str {
@@ -122,11 +135,13 @@ impl Invariant {
             LsoReachesHighWatermark => "lso-reaches-high-watermark",
             OpenTransactionsTimeOut => "open-transactions-time-out",
             ReaderCatchesUp => "reader-catches-up",
+            ReplicaLogMatchesLeader => "replica-log-matches-leader",
+            HwWithinIsrLogEnds => "hw-within-isr-log-ends",
         }
     }
 
     pub fn from_name(name: &str) -> Option<Invariant> {
-        Invariant::ALL.into_iter().find(|i| i.name() == name)
+        Invariant::catalogue().find(|i| i.name() == name)
     }
 
     pub fn kind(self) -> Kind {
@@ -145,7 +160,9 @@ impl Invariant {
             | ValidCoordinatorTransitions
             | DecisionIrrevocable
             | PartitionCoverage
-            | EpochBumpOnFenceAndTimeout => Kind::State,
+            | EpochBumpOnFenceAndTimeout
+            | ReplicaLogMatchesLeader
+            | HwWithinIsrLogEnds => Kind::State,
             AbortedRead
             | PrecommittedRead
             | PartialRead
@@ -201,6 +218,8 @@ impl Invariant {
             LsoReachesHighWatermark => "after healing, producers stopped and timeouts passed, LSO = HW on every partition (L2)",
             OpenTransactionsTimeOut => "after healing and the transaction timeout, no transaction is Ongoing (L3)",
             ReaderCatchesUp => "after healing, a read_committed consumer that keeps polling reaches position = LSO = HW (L6)",
+            ReplicaLogMatchesLeader => "every replica's own batches below the leader's HW are the leader's batches at those offsets, and an ISR member holds them all",
+            HwWithinIsrLogEnds => "the leader's HW is at most the log end offset of every ISR member's own log",
         }
     }
 
@@ -237,6 +256,10 @@ impl Invariant {
             LsoReachesHighWatermark => "KIP-890 (hanging transactions), UnifiedLog.hasLateTransaction",
             OpenTransactionsTimeOut => "TransactionCoordinator.abortTimedOutTransactions",
             ReaderCatchesUp => "CompletedFetch; KAFKA-12980, KAFKA-6607",
+            ReplicaLogMatchesLeader => {
+                "ReplicaFetcherThread.processPartitionData, UnifiedLog.appendAsFollower; KIP-101"
+            }
+            HwWithinIsrLogEnds => "Partition.maybeIncrementLeaderHW (the least LEO of the maximal ISR; KIP-497)",
         }
     }
 
@@ -275,6 +298,7 @@ impl Invariant {
             LsoReachesHighWatermark => Mutation::MarkersToSubsetOfPartitions,
             OpenTransactionsTimeOut => Mutation::NoTimeoutAbort,
             ReaderCatchesUp => Mutation::NoPositionAdvanceOverControl,
+            ReplicaLogMatchesLeader | HwWithinIsrLogEnds => Mutation::HwFromLeaderLeo,
         }
     }
 }
@@ -298,7 +322,7 @@ pub fn caught_by(m: Mutation) -> Vec<Invariant> {
         Mutation::RetriesIgnored => &[Duplicate],
         _ => &[],
     };
-    let mut found: Vec<Invariant> = Invariant::ALL.into_iter().filter(|i| i.mutation() == m).collect();
+    let mut found: Vec<Invariant> = Invariant::catalogue().filter(|i| i.mutation() == m).collect();
     found.extend(also.iter().filter(|i| i.mutation() != m));
     found
 }

@@ -1,6 +1,7 @@
 //! txnsim's oracle: the one catalogue of invariants (`catalogue`), their checks over cluster snapshots
 //! (`state`), over client histories (`history`, `intent`) and after healing (`liveness`), and a deliberately tiny
-//! reference model of what each reader must deliver (`reference`).
+//! reference model of what each reader must deliver (`reference`), and the replicas held against their
+//! leader (`replicas`).
 
 pub mod catalogue;
 pub mod history;
@@ -8,6 +9,7 @@ pub mod intent;
 pub mod liveness;
 pub mod log_facts;
 pub mod reference;
+pub mod replicas;
 pub mod state;
 
 pub use catalogue::{Invariant, Kind, Violation};
@@ -16,4 +18,5 @@ pub use intent::{check_committed_sends, check_failed_sends};
 pub use liveness::check_liveness;
 pub use log_facts::LogFacts;
 pub use reference::ReferenceModel;
+pub use replicas::check_replicas;
 pub use state::{check_state, ClusterView, MonotonicityChecker, StateChecker};

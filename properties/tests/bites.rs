@@ -1,4 +1,4 @@
-//! Proof that each invariant bites: for every invariant of `Invariant::ALL`, its catalogue mutation
+//! Proof that each invariant bites: for every invariant of the catalogue (`Invariant::catalogue()`), its catalogue mutation
 //! (`inv.mutation()`) is switched on and a proptest run with a fixed ChaCha seed and a bounded number of
 //! cases must find a case violating exactly that invariant; the shrunk case is re-run, its violations must
 //! include the invariant, and it is printed one op a line (`cargo test --test bites -- --nocapture`).
@@ -13,6 +13,7 @@ mod common;
 
 use common::log::{log_case_strategy, run_log_case};
 use common::producer::{case_strategy, run_case, Profile};
+use common::replication::{replica_case_strategy, run_replica_case};
 use proptest::strategy::Strategy;
 use proptest::test_runner::{TestCaseError, TestError};
 use txnsim_engine::{Mutation, Mutations};
@@ -25,6 +26,8 @@ enum Suite {
     Producer(Profile),
     /// The log layer.
     Log,
+    /// A replicated cluster (the other generators run one broker, where no replica invariant can fail).
+    Replicas,
     /// No generator here reaches it (it needs a send delayed past its delivery timeout, the abort, and
     /// the late copy delivered into a third transaction); the model does, in the named test of
     /// `model/tests/model.rs`, which also shows the space holds without the bug.
@@ -67,6 +70,7 @@ fn suite(inv: Invariant) -> Suite {
         DecisionIrrevocable => Producer(Profile::Faults),
         NonmonotonicSend => Producer(Profile::Clean),
         PartialRead => Producer(Profile::Clean),
+        ReplicaLogMatchesLeader | HwWithinIsrLogEnds => Replicas,
     }
 }
 
@@ -84,6 +88,15 @@ fn search(inv: Invariant, m: Mutation, suite: Suite, cases: u32) -> Option<Strin
             |report, case| report.render(case),
         ),
         Suite::Model(_) => unreachable!("a model bite has no generator search"),
+        Suite::Replicas => shrink_to_violation(
+            inv,
+            m,
+            cases,
+            replica_case_strategy(30),
+            |case| run_replica_case(case, mutations.clone()),
+            |report| report.has(inv),
+            |report, case| report.render(case),
+        ),
         Suite::Log => shrink_to_violation(
             inv,
             m,
@@ -174,7 +187,7 @@ macro_rules! bite_tests {
         #[test]
         fn every_invariant_has_a_bite_test() {
             let tested = [$(Invariant::$inv),*];
-            for inv in Invariant::ALL {
+            for inv in Invariant::catalogue() {
                 assert!(tested.contains(&inv), "{} has no bite test in bites.rs", inv.name());
             }
         }
@@ -213,6 +226,8 @@ bite_tests! {
     reader_catches_up => ReaderCatchesUp,
     failed_send_committed => FailedSendCommitted,
     committed_writes_committed => CommittedWritesCommitted,
+    replica_log_matches_leader => ReplicaLogMatchesLeader,
+    hw_within_isr_log_ends => HwWithinIsrLogEnds,
 }
 
 /// The same generators and seed with no mutation: no invariant fires, the engine matches the reference
@@ -244,5 +259,17 @@ fn no_mutation_no_violation() {
     });
     if let Err(e) = result {
         panic!("with no mutation the log-layer generators found a violation or a difference:\n{e}");
+    }
+    let mut runner = common::fixed_runner(QUIET_CASES);
+    let result = runner.run(&replica_case_strategy(30), |case| {
+        let report = run_replica_case(&case, Mutations::none());
+        if report.violations.is_empty() {
+            Ok(())
+        } else {
+            Err(TestCaseError::fail(report.render(&case)))
+        }
+    });
+    if let Err(e) = result {
+        panic!("with no mutation the replicated cluster broke a replica invariant:\n{e}");
     }
 }

@@ -66,6 +66,15 @@ pub struct ScenarioHeader {
     pub manual_high_watermark: bool,
     #[serde(default)]
     pub transaction_version: Option<u8>,
+    /// Brokers in the cluster (1..=5, default 1); broker 0 leads every partition.
+    #[serde(default)]
+    pub brokers: Option<u32>,
+    /// Replicas per partition of every topic (default 1; capped by `brokers`).
+    #[serde(default)]
+    pub replication_factor: Option<u32>,
+    /// `min.insync.replicas` (default 1).
+    #[serde(default)]
+    pub min_insync_replicas: Option<u32>,
     pub ops: Vec<Value>,
     #[serde(default)]
     pub expect: Option<Value>,

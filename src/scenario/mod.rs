@@ -17,7 +17,7 @@ use serde_path_to_error::Segment;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
-use txnsim_engine::{KafkaError, TransactionVersion};
+use txnsim_engine::{KafkaError, Topology, TransactionVersion};
 
 /// Bad input: the file, scenario, op and field it is about, and what is wrong. Exit code 2.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -73,6 +73,9 @@ pub struct Scenario {
     pub topics: BTreeMap<String, u32>,
     pub manual_high_watermark: bool,
     pub transaction_version: TransactionVersion,
+    /// Brokers and replication factor (`brokers`, `replication_factor`), and `min_insync_replicas`.
+    pub topology: Topology,
+    pub min_insync_replicas: u32,
     pub ops: Vec<Op>,
     pub expect: Option<Expectation>,
     /// The network layer's ops and final expectation (its ops are not the other layers').
@@ -313,10 +316,13 @@ fn build(file: &str, h: ScenarioHeader) -> Result<Scenario, ScenarioError> {
         topics: h.topics.unwrap_or_else(|| [("t".to_string(), 1)].into_iter().collect()),
         manual_high_watermark: h.manual_high_watermark,
         transaction_version,
+        topology: Topology::new(h.brokers.unwrap_or(1), h.replication_factor.unwrap_or(1)),
+        min_insync_replicas: h.min_insync_replicas.unwrap_or(1),
         ops: Vec::new(),
         expect: None,
         network: None,
     };
+    check_topology(&sc)?;
     if sc.layer == Layer::Network {
         return build_network(sc, h.ops, h.expect);
     }
@@ -356,6 +362,14 @@ fn build_network(mut sc: Scenario, ops: Vec<Value>, expect: Option<Value>) -> Re
             field,
             message,
         })?;
+        // A replicated cluster's broker 0 leads every partition; restarting it needs leader election.
+        if matches!(op, network::NetOp::RestartBroker) && sc.topology.brokers > 1 {
+            return Err(sc.error(
+                Some(i),
+                "op",
+                "restart_broker needs one broker: leader election is not modelled yet",
+            ));
+        }
         script.ops.push(op);
     }
     if let Some(value) = expect {
@@ -375,6 +389,25 @@ fn check_error_name(sc: &Scenario, i: Option<usize>, field: &str, name: Option<&
         }
         _ => Ok(()),
     }
+}
+
+/// Replication runs where clients do (the producer and network layers), on brokers the cluster can host;
+/// a hand-moved HW stands for a follower outside the engine, so it needs partitions hosted alone.
+fn check_topology(sc: &Scenario) -> Result<(), ScenarioError> {
+    let t = &sc.topology;
+    t.validate()
+        .map_err(|e| sc.error(None, if t.replication_factor == 0 { "replication_factor" } else { "brokers" }, e))?;
+    let replicated = t.brokers > 1 && t.replication_factor > 1;
+    if t.brokers > 1 && !matches!(sc.layer, Layer::Producer | Layer::Network) {
+        return Err(sc.error(None, "brokers", format!("the {} layer runs on one broker", sc.layer.name())));
+    }
+    if replicated && sc.manual_high_watermark {
+        return Err(sc.error(None, "manual_high_watermark", "a hand-moved HW needs replication_factor 1"));
+    }
+    if sc.min_insync_replicas == 0 {
+        return Err(sc.error(None, "min_insync_replicas", "must be at least 1"));
+    }
+    Ok(())
 }
 
 /// Checks what can be checked before running: layers, topics, producer lifecycles, error names.

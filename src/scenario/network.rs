@@ -201,6 +201,10 @@ pub struct CoordinatorExpect {
 pub struct LogExpect {
     pub topic: Option<String>,
     pub partition: u32,
+    /// Whose replica of the partition (default broker 0, its leader).
+    pub broker: Option<u32>,
+    /// That broker's committed ISR of the partition (`partitionState.isr`), ascending.
+    pub isr: Option<Vec<u32>>,
     pub records: Option<Vec<String>>,
     pub lso: Option<u64>,
     pub high_watermark: Option<u64>,
@@ -505,10 +509,16 @@ fn json<T: serde::Serialize>(v: T) -> String {
 }
 
 impl<'a> NetworkRunner<'a> {
-    pub fn new(topics: &'a BTreeMap<String, u32>, version: TransactionVersion, mutations: Mutations) -> Self {
-        let config = EngineConfig { transaction_version: version, mutations, ..EngineConfig::default() };
+    pub fn new(sc: &'a super::Scenario, mutations: Mutations) -> Self {
+        let config = EngineConfig {
+            transaction_version: sc.transaction_version,
+            min_insync_replicas: sc.min_insync_replicas,
+            mutations,
+            ..EngineConfig::default()
+        };
+        let topics = &sc.topics;
         NetworkRunner {
-            cluster: Cluster::new(topics, config),
+            cluster: Cluster::with_topology(topics, config, &sc.topology),
             held: Vec::new(),
             calls: BTreeMap::new(),
             outcomes: BTreeMap::new(),
@@ -890,9 +900,21 @@ impl<'a> NetworkRunner<'a> {
         let mutations = &self.cluster.config.mutations;
         for (k, l) in e.logs.iter().flatten().enumerate() {
             let f = |name: &str| format!("logs[{k}].{name}");
-            let Some(log) = self.cluster.broker.partition(&tp(&l.topic, l.partition)) else {
+            let id = l.broker.unwrap_or(0);
+            let partition = tp(&l.topic, l.partition);
+            let Some(broker) = self.cluster.brokers().nth(id as usize) else {
+                return Err(diff(f("broker"), json(id), "no such broker".into()));
+            };
+            let Some(log) = broker.partition(&partition) else {
                 return Err(diff(f("partition"), json(l.partition), "no such partition".into()));
             };
+            if let Some(want) = &l.isr {
+                let got: Vec<u32> = match broker.replica_manager.partitions.get(&partition) {
+                    Some(p) => p.isr.iter().copied().collect(),
+                    None => vec![id], // Hosted alone: its own ISR.
+                };
+                cmp(f("isr"), json(want), json(got))?;
+            }
             if let Some(want) = &l.records {
                 let got: Vec<String> = log
                     .batches()
@@ -976,7 +998,8 @@ impl<'a> NetworkRunner<'a> {
             coordinator: Some(&broker.coordinator),
             mutations: &broker.config.mutations,
         };
-        txnsim_properties::check_state(&view).into_iter().next()
+        let replicas = txnsim_properties::check_replicas(self.cluster.brokers());
+        txnsim_properties::check_state(&view).into_iter().chain(replicas).next()
     }
 
     pub fn topics(&self) -> &BTreeMap<String, u32> {

@@ -83,12 +83,13 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> RunReport {
     let config = EngineConfig {
         transaction_version: sc.transaction_version,
         manual_high_watermark: sc.manual_high_watermark,
+        min_insync_replicas: sc.min_insync_replicas,
         mutations: opts.mutations.clone(),
         ..EngineConfig::default()
     };
     let mut runner = Runner {
         sc,
-        cluster: Cluster::new(&sc.topics, config),
+        cluster: Cluster::with_topology(&sc.topics, config, &sc.topology),
         instances: BTreeMap::new(),
         idempotent: BTreeSet::new(),
         table: opts.show.then(Vec::new),
@@ -151,7 +152,7 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> RunReport {
 /// A network scenario: its ops, every state invariant after each, then its final expectation.
 fn run_network(sc: &Scenario, script: &super::NetworkScript, opts: &RunOptions) -> RunReport {
     use super::network::{Failure, NetworkRunner};
-    let mut runner = NetworkRunner::new(&sc.topics, sc.transaction_version, opts.mutations.clone());
+    let mut runner = NetworkRunner::new(sc, opts.mutations.clone());
     let mut table = Vec::new();
     let mut difference = None;
     let mut input_error = None;
@@ -247,7 +248,9 @@ impl Runner<'_> {
             coordinator: (self.sc.layer == Layer::Producer).then_some(&broker.coordinator),
             mutations: &broker.config.mutations,
         };
-        self.state.check(&view)
+        let mut found = self.state.check(&view);
+        found.extend(txnsim_properties::check_replicas(self.cluster.brokers()));
+        found
     }
 
     fn mutations(&self) -> &Mutations {

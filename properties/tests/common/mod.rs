@@ -6,6 +6,8 @@
 //!   broker restart, time) for the mutation bite proofs.
 //! - `log`: raw appends, markers, segment rolls, HW moves and DeleteRecords against one `PartitionLog`,
 //!   mirrored in an expectation written here from KAFKA_SEMANTICS 1.1, 1.6-1.8.
+//! - `replication`: a plain producer against a 3-broker, replication factor 3 cluster, messages delivered
+//!   or lost in order and time moved, checked by the replica invariants.
 //! - `filter`: random fetch responses through `txnsim_engine::filter_fetch` and a reference filter written
 //!   here from KAFKA_SEMANTICS 1.9's pseudo-code.
 #![allow(dead_code)]
@@ -13,6 +15,7 @@
 pub mod filter;
 pub mod log;
 pub mod producer;
+pub mod replication;
 
 use proptest::test_runner::{Config, FileFailurePersistence, RngAlgorithm, TestRng, TestRunner};
 use std::cell::Cell;

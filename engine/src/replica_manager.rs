@@ -1,0 +1,623 @@
+//! Replication on one broker: Kafka's `ReplicaManager` with its `Partition`s, the leader's view of each
+//! follower (`Replica`, `ReplicaState`) and the two purgatories (`DelayedProduce`, `DelayedFetch`).
+//!
+//! Only partitions hosted with more than one replica have an entry here. A partition this broker hosts
+//! alone is its own ISR: its HW follows its log end at once and an acks=all write is complete when it is
+//! appended, which is how Kafka's single-replica partition behaves and how the engine behaved before
+//! replication, byte for byte.
+//!
+//! Followers fetch from the leader (`ReplicaFetcherThread`): a fetch with nothing new waits at the
+//! leader until data arrives or `replica.fetch.wait.max.ms` passes, so an idle cluster sends nothing.
+//! The leader records each fetch offset as that follower's LEO, moves followers into and out of the ISR
+//! through the controller (AlterPartition), and raises the HW to the least LEO of the maximal ISR
+//! (`Partition.maybeIncrementLeaderHW`). acks=all writes wait in `DelayedProduce` until the HW passes them.
+
+use crate::config::EngineConfig;
+use crate::controller::{LeaderAndIsr, PartitionRegistration, CONTROLLER_ID};
+use crate::error::KafkaError;
+use crate::log::{FetchPartitionData, PartitionLog};
+use crate::metadata::MetadataMessage;
+use crate::mutation::Mutation;
+use crate::protocol::{Effects, Message, NodeId, ProduceAck};
+use crate::rename::{Names, Rename};
+use crate::types::{Offset, ProducerId, TimeMs, TopicPartition};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What the leader knows of one follower, from its fetches (`ReplicaState`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ReplicaState {
+    /// The follower's LEO as its last fetch offset says; `None` before its first fetch.
+    pub log_end_offset: Option<Offset>,
+    /// The leader's LEO when a fetch last arrived (`lastFetchLeaderLogEndOffset`).
+    last_fetch_leader_log_end_offset: Option<Offset>,
+    last_fetch_time_ms: TimeMs,
+    /// The latest time at which the follower had fetched up to the leader's log end of that time.
+    pub last_caught_up_time_ms: TimeMs,
+}
+
+impl ReplicaState {
+    /// `ReplicaState.isCaughtUp`.
+    fn is_caught_up(&self, leader_end: Offset, now_ms: TimeMs, max_lag_ms: TimeMs) -> bool {
+        self.log_end_offset == Some(leader_end) || now_ms.saturating_sub(self.last_caught_up_time_ms) <= max_lag_ms
+    }
+
+    /// `Replica.updateFetchStateOrThrow`: a fetch at the leader's log end catches the follower up now; one
+    /// at the log end the previous fetch saw, as of that fetch.
+    fn update_fetch_state(&mut self, fetch_offset: Offset, now_ms: TimeMs, leader_end: Offset) {
+        let caught_up = if fetch_offset >= leader_end {
+            self.last_caught_up_time_ms.max(now_ms)
+        } else if self.last_fetch_leader_log_end_offset.is_none_or(|o| fetch_offset >= o) {
+            self.last_caught_up_time_ms.max(self.last_fetch_time_ms)
+        } else {
+            self.last_caught_up_time_ms
+        };
+        self.log_end_offset = Some(fetch_offset);
+        self.last_fetch_leader_log_end_offset =
+            Some(self.last_fetch_leader_log_end_offset.map_or(leader_end, |o| o.max(leader_end)));
+        self.last_fetch_time_ms = now_ms;
+        self.last_caught_up_time_ms = caught_up;
+    }
+}
+
+/// One replicated partition as this broker holds it (`Partition`): leader or follower.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Partition {
+    pub replicas: Vec<u32>,
+    pub leader: u32,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+    /// The committed ISR (`partitionState.isr`).
+    pub isr: BTreeSet<u32>,
+    /// The ISR of an AlterPartition in flight (`PendingExpandIsr`, `PendingShrinkIsr`); one at a time.
+    pub pending_isr: Option<BTreeSet<u32>>,
+    /// Leader only: each follower's state (`remoteReplicasMap`).
+    pub remote_replicas: BTreeMap<u32, ReplicaState>,
+    /// Follower only: its fetch in flight to the leader (correlation id, when it is given up).
+    fetch_in_flight: Option<(u64, TimeMs)>,
+    /// Follower only: after a failed fetch, when the next one goes.
+    fetch_backoff_until_ms: Option<TimeMs>,
+}
+
+impl Partition {
+    /// `makeLeader` / `makeFollower` of a new partition: followers in the ISR count as caught up now.
+    fn new(me: u32, reg: &PartitionRegistration, now_ms: TimeMs) -> Self {
+        let isr: BTreeSet<u32> = reg.state.isr.iter().copied().collect();
+        let remote_replicas = if reg.state.leader == me {
+            reg.replicas
+                .iter()
+                .filter(|r| **r != me)
+                .map(|r| {
+                    let caught_up = if isr.contains(r) { now_ms } else { 0 };
+                    (*r, ReplicaState { last_caught_up_time_ms: caught_up, ..ReplicaState::default() })
+                })
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
+        Partition {
+            replicas: reg.replicas.clone(),
+            leader: reg.state.leader,
+            leader_epoch: reg.state.leader_epoch,
+            partition_epoch: reg.state.partition_epoch,
+            isr,
+            pending_isr: None,
+            remote_replicas,
+            fetch_in_flight: None,
+            fetch_backoff_until_ms: None,
+        }
+    }
+
+    /// The committed ISR plus any replica a pending change adds (KIP-497's "maximal ISR"): the HW waits
+    /// for all of them, which is safe whichever way the change goes.
+    pub fn maximal_isr(&self) -> BTreeSet<u32> {
+        self.isr.union(self.pending_isr.as_ref().unwrap_or(&self.isr)).copied().collect()
+    }
+
+    /// `Partition.effectiveMinIsr`: `min.insync.replicas`, capped by the replication factor.
+    fn effective_min_isr(&self, config: &EngineConfig) -> usize {
+        (config.min_insync_replicas as usize).min(self.replicas.len())
+    }
+
+    pub fn is_under_min_isr(&self, config: &EngineConfig) -> bool {
+        self.isr.len() < self.effective_min_isr(config)
+    }
+
+    /// `Partition.maybeIncrementLeaderHW`: the least LEO over the maximal ISR and the caught-up followers
+    /// about to join it, never below the current HW, and not at all while the ISR is under
+    /// `min.insync.replicas` (KAFKA-15583). Returns whether the HW moved.
+    fn maybe_increment_leader_hw(&self, log: &mut PartitionLog, now_ms: TimeMs, config: &EngineConfig) -> bool {
+        let leader_end = log.log_end_offset();
+        let new_hw = if config.mutations.has(Mutation::HwFromLeaderLeo) {
+            Some(leader_end) // The bug: the followers are not consulted.
+        } else {
+            if self.is_under_min_isr(config) {
+                return false;
+            }
+            let maximal = self.maximal_isr();
+            self.remote_replicas
+                .iter()
+                .filter(|(id, r)| {
+                    maximal.contains(id) || r.is_caught_up(leader_end, now_ms, config.replica_lag_time_max_ms)
+                })
+                // A follower that has not fetched yet holds the HW where it is.
+                .try_fold(leader_end, |hw, (_, r)| r.log_end_offset.map(|o| hw.min(o)))
+        };
+        match new_hw {
+            Some(hw) if hw > log.high_watermark() => {
+                log.update_high_watermark(hw, &config.mutations);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// `Partition.checkEnoughReplicasReachOffset`: `None` while the HW is below `required`.
+    fn check_enough_replicas_reach_offset(
+        &self,
+        log: &PartitionLog,
+        required: Offset,
+        config: &EngineConfig,
+    ) -> Option<Result<(), KafkaError>> {
+        if log.high_watermark() < required {
+            return None;
+        }
+        // Appended, then the ISR shrank below min.insync.replicas before the HW passed it.
+        if self.maximal_isr().len() < self.effective_min_isr(config) {
+            return Some(Err(KafkaError::NotEnoughReplicasAfterAppend));
+        }
+        Some(Ok(()))
+    }
+
+    /// `Partition.getOutOfSyncReplicas`: ISR followers not caught up within `replica.lag.time.max.ms`.
+    fn out_of_sync_replicas(&self, leader_end: Offset, now_ms: TimeMs, config: &EngineConfig) -> BTreeSet<u32> {
+        self.isr
+            .iter()
+            .filter(|id| {
+                self.remote_replicas
+                    .get(id)
+                    .is_some_and(|r| !r.is_caught_up(leader_end, now_ms, config.replica_lag_time_max_ms))
+            })
+            .copied()
+            .collect()
+    }
+}
+
+/// The answer an acks=all write waits to send.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DelayedResponse {
+    Produce { partition: TopicPartition, ack: ProduceAck },
+    Markers { results: Vec<(ProducerId, TopicPartition, Result<Offset, KafkaError>)> },
+}
+
+/// One appended partition of a delayed write: the HW it waits for and where its result goes.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AckWait {
+    pub partition: TopicPartition,
+    /// The batch's last offset + 1 (`ProducePartitionStatus.requiredOffset`).
+    pub required_offset: Offset,
+    /// The index of this partition's entry in a `Markers` response.
+    pub result_index: usize,
+    outcome: Option<Result<(), KafkaError>>,
+}
+
+impl AckWait {
+    pub fn new(partition: TopicPartition, required_offset: Offset, result_index: usize) -> Self {
+        AckWait { partition, required_offset, result_index, outcome: None }
+    }
+}
+
+/// `DelayedProduce`: an acks=all Produce or WriteTxnMarkers answered once every partition's HW passed
+/// its write, or with REQUEST_TIMED_OUT for those still waiting when its timeout expires.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct DelayedProduce {
+    reply_to: NodeId,
+    correlation_id: u64,
+    expires_ms: TimeMs,
+    waits: Vec<AckWait>,
+    response: DelayedResponse,
+}
+
+/// `DelayedFetch`: a follower's fetch at the log end, answered when data arrives or at its max wait.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct DelayedFetch {
+    follower: NodeId,
+    correlation_id: u64,
+    partition: TopicPartition,
+    fetch_offset: Offset,
+    expires_ms: TimeMs,
+}
+
+/// What every replication step needs from its broker.
+pub struct ReplicaCtx<'a> {
+    pub me: u32,
+    pub now_ms: TimeMs,
+    pub config: &'a EngineConfig,
+    pub logs: &'a mut BTreeMap<TopicPartition, PartitionLog>,
+    pub effects: &'a mut Effects,
+}
+
+impl ReplicaCtx<'_> {
+    fn me(&self) -> NodeId {
+        NodeId::Broker(self.me)
+    }
+
+    fn send(&mut self, to: &NodeId, correlation_id: u64, message: Message) {
+        let me = self.me();
+        self.effects.send(&me, to, correlation_id, message);
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ReplicaManager {
+    pub partitions: BTreeMap<TopicPartition, Partition>,
+    delayed_produces: BTreeMap<u64, DelayedProduce>,
+    delayed_fetches: BTreeMap<u64, DelayedFetch>,
+    next_id: u64,
+    /// When the `isr-expiration` task next runs (every `replica.lag.time.max.ms / 2` on a leader).
+    next_isr_expiration_ms: Option<TimeMs>,
+}
+
+impl Rename for ReplicaManager {
+    fn rename(&mut self, names: Names<'_>) {
+        for d in self.delayed_produces.values_mut() {
+            d.reply_to.rename(names);
+        }
+    }
+}
+
+impl ReplicaManager {
+    /// The replicated partitions among `registrations` that broker `me` hosts.
+    pub fn new(me: u32, registrations: &BTreeMap<TopicPartition, PartitionRegistration>, now_ms: TimeMs) -> Self {
+        let partitions = registrations
+            .iter()
+            .filter(|(_, reg)| reg.replicas.len() > 1 && reg.replicas.contains(&me))
+            .map(|(tp, reg)| (tp.clone(), Partition::new(me, reg, now_ms)))
+            .collect();
+        ReplicaManager { partitions, ..ReplicaManager::default() }
+    }
+
+    fn next_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    fn leads_any(&self, me: u32) -> bool {
+        self.partitions.values().any(|p| p.leader == me)
+    }
+
+    /// Followers start fetching; a leader starts its ISR expiration task.
+    pub fn start(&mut self, ctx: &mut ReplicaCtx<'_>) {
+        let followed: Vec<TopicPartition> =
+            self.partitions.iter().filter(|(_, p)| p.leader != ctx.me).map(|(tp, _)| tp.clone()).collect();
+        for tp in followed {
+            self.send_fetch(&tp, ctx);
+        }
+        if self.leads_any(ctx.me) {
+            self.next_isr_expiration_ms = Some(ctx.now_ms + ctx.config.replica_lag_time_max_ms / 2);
+        }
+    }
+
+    /// `Partition.appendRecordsToLeader`'s checks before an acks=all append: this broker leads the
+    /// partition and its ISR is at least `min.insync.replicas`.
+    pub fn check_append(&self, tp: &TopicPartition, ctx: &ReplicaCtx<'_>) -> Result<(), KafkaError> {
+        let Some(p) = self.partitions.get(tp) else { return Ok(()) };
+        if p.leader != ctx.me {
+            return Err(KafkaError::NotLeaderOrFollower);
+        }
+        if p.is_under_min_isr(ctx.config) {
+            return Err(KafkaError::NotEnoughReplicas);
+        }
+        Ok(())
+    }
+
+    /// Whether this broker holds `tp` with followers (its writes wait for replication).
+    pub fn is_replicated(&self, tp: &TopicPartition) -> bool {
+        self.partitions.contains_key(tp)
+    }
+
+    /// After the leader appended to `tp`: the HW may move (an ISR of one), and waiting follower fetches
+    /// have data now.
+    pub fn after_leader_append(&mut self, tp: &TopicPartition, ctx: &mut ReplicaCtx<'_>) {
+        let Some(p) = self.partitions.get(tp) else { return };
+        let log = ctx.logs.get_mut(tp).expect("a hosted partition has a log");
+        if p.maybe_increment_leader_hw(log, ctx.now_ms, ctx.config) {
+            self.complete_delayed_produces(ctx, false);
+        }
+        self.complete_delayed_fetches(tp, ctx, false);
+    }
+
+    /// `ReplicaManager.appendRecords` with acks=all: answers now if every partition's HW already passed its
+    /// write, else parks the answer in the produce purgatory.
+    pub fn await_acks(
+        &mut self,
+        reply_to: NodeId,
+        correlation_id: u64,
+        waits: Vec<AckWait>,
+        response: DelayedResponse,
+        ctx: &mut ReplicaCtx<'_>,
+    ) {
+        let expires_ms = ctx.now_ms + ctx.config.request_timeout_ms;
+        let mut delayed = DelayedProduce { reply_to, correlation_id, expires_ms, waits, response };
+        if self.try_complete_produce(&mut delayed, ctx) {
+            Self::send_produce_response(delayed, ctx);
+        } else {
+            let id = self.next_id();
+            self.delayed_produces.insert(id, delayed);
+        }
+    }
+
+    /// Settles each waiting partition the HW has passed; true when none is left waiting.
+    fn try_complete_produce(&self, d: &mut DelayedProduce, ctx: &ReplicaCtx<'_>) -> bool {
+        for w in d.waits.iter_mut().filter(|w| w.outcome.is_none()) {
+            w.outcome = match (self.partitions.get(&w.partition), ctx.logs.get(&w.partition)) {
+                (Some(p), Some(log)) => p.check_enough_replicas_reach_offset(log, w.required_offset, ctx.config),
+                // No longer hosted here as a replicated partition.
+                _ => Some(Err(KafkaError::NotLeaderOrFollower)),
+            };
+        }
+        d.waits.iter().all(|w| w.outcome.is_some())
+    }
+
+    fn send_produce_response(d: DelayedProduce, ctx: &mut ReplicaCtx<'_>) {
+        let message = match d.response {
+            DelayedResponse::Produce { partition, ack } => {
+                let result = match d.waits.iter().find_map(|w| w.outcome.and_then(Result::err)) {
+                    Some(e) => Err(e),
+                    None => Ok(ack),
+                };
+                Message::ProduceResponse { partition, result }
+            }
+            DelayedResponse::Markers { mut results } => {
+                for w in &d.waits {
+                    if let Some(Err(e)) = w.outcome {
+                        results[w.result_index].2 = Err(e);
+                    }
+                }
+                Message::WriteTxnMarkersResponse { results }
+            }
+        };
+        ctx.send(&d.reply_to, d.correlation_id, message);
+    }
+
+    /// `checkAndComplete` on the produce purgatory; with `expired`, those whose timeout passed are
+    /// answered too, REQUEST_TIMED_OUT where they still wait.
+    fn complete_delayed_produces(&mut self, ctx: &mut ReplicaCtx<'_>, expired: bool) {
+        let ids: Vec<u64> = self.delayed_produces.keys().copied().collect();
+        for id in ids {
+            let mut d = self.delayed_produces.remove(&id).expect("listed above");
+            let done = self.try_complete_produce(&mut d, ctx);
+            if done || (expired && d.expires_ms <= ctx.now_ms) {
+                for w in d.waits.iter_mut().filter(|w| w.outcome.is_none()) {
+                    w.outcome = Some(Err(KafkaError::RequestTimedOut));
+                }
+                Self::send_produce_response(d, ctx);
+            } else {
+                self.delayed_produces.insert(id, d);
+            }
+        }
+    }
+
+    /// Answers the follower fetches waiting on `tp` that have data now (or, with `expired`, whose max wait
+    /// passed): `DelayedFetch.tryComplete` with `replica.fetch.min.bytes` 1.
+    fn complete_delayed_fetches(&mut self, tp: &TopicPartition, ctx: &mut ReplicaCtx<'_>, expired: bool) {
+        let leader_end = ctx.logs.get(tp).map(PartitionLog::log_end_offset);
+        let due: Vec<u64> = self
+            .delayed_fetches
+            .iter()
+            .filter(|(_, f)| {
+                &f.partition == tp
+                    && (leader_end.is_none_or(|end| f.fetch_offset < end) || (expired && f.expires_ms <= ctx.now_ms))
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in due {
+            let f = self.delayed_fetches.remove(&id).expect("listed above");
+            let result = self.read_for_follower(&f.partition, f.fetch_offset, ctx);
+            let message = Message::FetchResponse { partition: f.partition, fetch_offset: f.fetch_offset, result };
+            ctx.send(&f.follower, f.correlation_id, message);
+        }
+    }
+
+    fn read_for_follower(
+        &self,
+        tp: &TopicPartition,
+        fetch_offset: Offset,
+        ctx: &ReplicaCtx<'_>,
+    ) -> Result<FetchPartitionData, KafkaError> {
+        match (self.partitions.get(tp), ctx.logs.get(tp)) {
+            (Some(p), Some(log)) if p.leader == ctx.me => log.read(fetch_offset, None, &ctx.config.mutations),
+            _ => Err(KafkaError::NotLeaderOrFollower),
+        }
+    }
+
+    /// A follower's fetch at the leader (`ReplicaManager.fetchMessages` from a replica): read first (the
+    /// answer carries the HW from before this fetch), then record the fetch offset as the follower's LEO,
+    /// which may add it to the ISR and move the HW. With nothing to return, the fetch waits in purgatory.
+    pub fn handle_follower_fetch(
+        &mut self,
+        follower: u32,
+        correlation_id: u64,
+        tp: TopicPartition,
+        fetch_offset: Offset,
+        ctx: &mut ReplicaCtx<'_>,
+    ) {
+        let from = NodeId::Broker(follower);
+        let known = self.partitions.get(&tp).is_some_and(|p| p.remote_replicas.contains_key(&follower));
+        let result =
+            if known { self.read_for_follower(&tp, fetch_offset, ctx) } else { Err(KafkaError::NotLeaderOrFollower) };
+        let data_now = match &result {
+            Ok(data) => !data.batches.is_empty(),
+            Err(_) => true,
+        };
+        if result.is_ok() {
+            self.update_follower_fetch_state(&tp, follower, fetch_offset, ctx);
+        }
+        if data_now {
+            let message = Message::FetchResponse { partition: tp, fetch_offset, result };
+            ctx.send(&from, correlation_id, message);
+        } else {
+            let id = self.next_id();
+            let expires_ms = ctx.now_ms + ctx.config.replica_fetch_wait_max_ms;
+            let delayed = DelayedFetch { follower: from, correlation_id, partition: tp, fetch_offset, expires_ms };
+            self.delayed_fetches.insert(id, delayed);
+        }
+    }
+
+    /// `Partition.updateFollowerFetchState`, then `maybeExpandIsr` and `maybeIncrementLeaderHW`.
+    fn update_follower_fetch_state(
+        &mut self,
+        tp: &TopicPartition,
+        follower: u32,
+        fetch_offset: Offset,
+        ctx: &mut ReplicaCtx<'_>,
+    ) {
+        let log = ctx.logs.get_mut(tp).expect("a led partition has a log");
+        let leader_end = log.log_end_offset();
+        let p = self.partitions.get_mut(tp).expect("checked by the caller");
+        let replica = p.remote_replicas.get_mut(&follower).expect("checked by the caller");
+        let moved = replica.log_end_offset != Some(fetch_offset);
+        replica.update_fetch_state(fetch_offset, ctx.now_ms, leader_end);
+        // `maybeExpandIsr`: a follower at or past the HW joins, one change in flight at a time.
+        let in_sync = fetch_offset >= log.high_watermark();
+        if p.pending_isr.is_none() && !p.isr.contains(&follower) && in_sync {
+            let mut proposed = p.isr.clone();
+            proposed.insert(follower);
+            Self::submit_alter_partition(tp, p, proposed, ctx);
+        }
+        let p = &self.partitions[tp];
+        let log = ctx.logs.get_mut(tp).expect("a led partition has a log");
+        if moved && p.maybe_increment_leader_hw(log, ctx.now_ms, ctx.config) {
+            self.complete_delayed_produces(ctx, false);
+        }
+    }
+
+    /// `Partition.submitAlterPartition`: the proposal is pending until the controller answers.
+    fn submit_alter_partition(
+        tp: &TopicPartition,
+        p: &mut Partition,
+        proposed: BTreeSet<u32>,
+        ctx: &mut ReplicaCtx<'_>,
+    ) {
+        let request = MetadataMessage::AlterPartitionRequest {
+            broker: ctx.me,
+            partition: tp.clone(),
+            leader_epoch: p.leader_epoch,
+            partition_epoch: p.partition_epoch,
+            new_isr: proposed.iter().copied().collect(),
+        };
+        p.pending_isr = Some(proposed);
+        // One AlterPartition per partition is in flight at a time, and its answer names the partition.
+        ctx.send(&NodeId::Broker(CONTROLLER_ID), 0, Message::Metadata(request));
+    }
+
+    /// The controller's answer (`handleAlterPartitionUpdate` / `handleAlterPartitionError`): the committed
+    /// ISR replaces the old one, which may move the HW; a refusal drops the proposal (it is made again
+    /// when its condition still holds).
+    pub fn handle_alter_partition_response(
+        &mut self,
+        tp: &TopicPartition,
+        result: Result<LeaderAndIsr, KafkaError>,
+        ctx: &mut ReplicaCtx<'_>,
+    ) {
+        let Some(p) = self.partitions.get_mut(tp) else { return };
+        if p.pending_isr.is_none() {
+            return;
+        }
+        p.pending_isr = None;
+        if let Ok(state) = result {
+            p.isr = state.isr.into_iter().collect();
+            p.partition_epoch = state.partition_epoch;
+            let p = &self.partitions[tp];
+            let log = ctx.logs.get_mut(tp).expect("a led partition has a log");
+            p.maybe_increment_leader_hw(log, ctx.now_ms, ctx.config);
+            // A moved HW completes writes; a shrink can also leave them short of min.insync.replicas.
+            self.complete_delayed_produces(ctx, false);
+        }
+    }
+
+    fn send_fetch(&mut self, tp: &TopicPartition, ctx: &mut ReplicaCtx<'_>) {
+        let id = self.next_id();
+        let p = self.partitions.get_mut(tp).expect("a followed partition");
+        p.fetch_in_flight = Some((id, ctx.now_ms + ctx.config.replica_socket_timeout_ms));
+        p.fetch_backoff_until_ms = None;
+        let leader = NodeId::Broker(p.leader);
+        let fetch_offset = ctx.logs.get(tp).expect("a hosted partition has a log").log_end_offset();
+        ctx.send(&leader, id, Message::FetchRequest { partition: tp.clone(), fetch_offset, isolation: None });
+    }
+
+    /// The leader's answer to this follower's fetch (`ReplicaFetcherThread.processPartitionData`): append
+    /// its batches, take the leader's HW (capped by this log's end), fetch again; after an error, fetch
+    /// again once `replica.fetch.backoff.ms` has passed.
+    pub fn handle_fetch_response(
+        &mut self,
+        correlation_id: u64,
+        tp: &TopicPartition,
+        result: Result<FetchPartitionData, KafkaError>,
+        ctx: &mut ReplicaCtx<'_>,
+    ) {
+        let Some(p) = self.partitions.get_mut(tp) else { return };
+        if p.leader == ctx.me || p.fetch_in_flight.map(|(id, _)| id) != Some(correlation_id) {
+            return; // Not the fetch this follower waits for (a duplicate, or one it gave up).
+        }
+        p.fetch_in_flight = None;
+        let Ok(data) = result else {
+            p.fetch_backoff_until_ms = Some(ctx.now_ms + ctx.config.replica_fetch_backoff_ms);
+            return;
+        };
+        let log = ctx.logs.get_mut(tp).expect("a hosted partition has a log");
+        for batch in &data.batches {
+            if batch.base_offset >= log.log_end_offset() {
+                log.append_as_follower(batch, ctx.now_ms, &ctx.config.mutations);
+            }
+        }
+        log.update_high_watermark(data.high_watermark, &ctx.config.mutations);
+        self.send_fetch(tp, ctx);
+    }
+
+    /// When the next delayed operation expires or the ISR expiration task runs.
+    pub fn next_deadline_ms(&self) -> Option<TimeMs> {
+        let fetches = self.delayed_fetches.values().map(|f| f.expires_ms);
+        let produces = self.delayed_produces.values().map(|d| d.expires_ms);
+        let fetchers =
+            self.partitions.values().filter_map(|p| p.fetch_in_flight.map(|(_, t)| t).or(p.fetch_backoff_until_ms));
+        fetches.chain(produces).chain(fetchers).chain(self.next_isr_expiration_ms).min()
+    }
+
+    /// Runs what is due at `now`: expired fetches and writes are answered, a follower gives up a fetch
+    /// unanswered for `replica.socket.timeout.ms` (and fetches again after its backoff), and the ISR
+    /// expiration task (`ReplicaManager.maybeShrinkIsr`) proposes dropping followers that stopped catching up.
+    pub fn tick(&mut self, ctx: &mut ReplicaCtx<'_>) {
+        let now = ctx.now_ms;
+        let mut refetch = Vec::new();
+        for (tp, p) in self.partitions.iter_mut() {
+            if p.fetch_in_flight.is_some_and(|(_, t)| t <= now) {
+                p.fetch_in_flight = None;
+                p.fetch_backoff_until_ms = Some(now + ctx.config.replica_fetch_backoff_ms);
+            }
+            if p.fetch_backoff_until_ms.is_some_and(|t| t <= now) {
+                refetch.push(tp.clone());
+            }
+        }
+        for tp in refetch {
+            self.send_fetch(&tp, ctx);
+        }
+        let expired: BTreeSet<TopicPartition> =
+            self.delayed_fetches.values().filter(|f| f.expires_ms <= ctx.now_ms).map(|f| f.partition.clone()).collect();
+        for tp in &expired {
+            self.complete_delayed_fetches(tp, ctx, true);
+        }
+        self.complete_delayed_produces(ctx, true);
+        if self.next_isr_expiration_ms.is_some_and(|t| t <= ctx.now_ms) {
+            self.next_isr_expiration_ms = Some(ctx.now_ms + ctx.config.replica_lag_time_max_ms / 2);
+            let me = ctx.me;
+            for (tp, p) in self.partitions.iter_mut().filter(|(_, p)| p.leader == me) {
+                let leader_end = ctx.logs.get(tp).expect("a led partition has a log").log_end_offset();
+                let out = p.out_of_sync_replicas(leader_end, ctx.now_ms, ctx.config);
+                if p.pending_isr.is_none() && !out.is_empty() {
+                    let proposed = p.isr.difference(&out).copied().collect();
+                    Self::submit_alter_partition(tp, p, proposed, ctx);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! Replication in the in-process cluster: followers copy the leader's log through long-polled fetches,
+//! the HW waits for the ISR (`Partition.maybeIncrementLeaderHW`), acks=all writes wait for the HW
+//! (`DelayedProduce`), and the ISR shrinks and expands through the controller (AlterPartition).
+
+use std::collections::BTreeMap;
+use txnsim_engine::producer::OpOutput;
+use txnsim_engine::producer_state::AppendOrigin;
+use txnsim_engine::protocol::{Message, NodeId};
+use txnsim_engine::record::ProduceBatch;
+use txnsim_engine::{Cluster, EngineConfig, KafkaError, Mutations, ProducerKind, TopicPartition, Topology};
+
+fn tp() -> TopicPartition {
+    TopicPartition::new("t", 0)
+}
+
+fn cluster(brokers: u32, rf: u32, config: EngineConfig) -> Cluster {
+    let topics: BTreeMap<String, u32> = [("t".to_string(), 1)].into_iter().collect();
+    let topology = Topology::new(brokers, rf);
+    topology.validate().expect("a valid topology");
+    Cluster::with_topology(&topics, config, &topology)
+}
+
+fn init(c: &mut Cluster, name: &str) {
+    c.add_producer(name, ProducerKind::Transactional { transactional_id: name.to_string() });
+    let r = c.call_producer(name, |p, now| p.init_transactions(now));
+    assert!(matches!(r, Ok(Some(OpOutput::Initialized(_)))), "init of {name} succeeds: {r:?}");
+}
+
+fn offsets(c: &Cluster, broker: usize) -> (u64, u64) {
+    let b = c.brokers().nth(broker).expect("broker exists");
+    let log = b.partition(&tp()).expect("hosted");
+    (log.log_end_offset(), log.high_watermark())
+}
+
+/// Runs until quiet, dropping every fetch broker `lost` sends or is sent (a follower cut off the leader).
+fn run_isolating(c: &mut Cluster, lost: u32) {
+    loop {
+        let cut = match c.peek_message() {
+            None => break,
+            Some(e) => {
+                matches!(e.message, Message::FetchRequest { .. } | Message::FetchResponse { .. })
+                    && (e.from == NodeId::Broker(lost) || e.to == NodeId::Broker(lost))
+            }
+        };
+        if cut {
+            c.take_message();
+        } else {
+            c.step();
+        }
+    }
+}
+
+#[test]
+fn a_committed_transaction_reaches_every_replica_and_the_idle_cluster_is_quiet() {
+    let mut c = cluster(3, 3, EngineConfig::default());
+    init(&mut c, "p");
+    c.producers.get_mut("p").unwrap().begin_transaction().unwrap();
+    let r = c.call_producer("p", |p, now| p.send(now, tp(), vec!["a".into(), "b".into()]));
+    assert!(matches!(r, Ok(Some(OpOutput::Sent { .. }))), "acks=all send is answered once replicated: {r:?}");
+    assert_eq!(offsets(&c, 0), (2, 2), "the leader's HW passed the batch before the answer");
+    let r = c.call_producer("p", |p, now| p.commit_transaction(now));
+    assert_eq!(r, Ok(Some(OpOutput::Committed)), "the commit completes");
+    assert_eq!(offsets(&c, 0), (3, 3), "the marker is below the leader's HW");
+    for b in 1..3 {
+        assert_eq!(offsets(&c, b).0, 3, "follower {b} has the leader's log end");
+        let leader: Vec<_> = c.broker.partition(&tp()).unwrap().batches().cloned().collect();
+        let mine: Vec<_> = c.brokers().nth(b).unwrap().partition(&tp()).unwrap().batches().cloned().collect();
+        assert_eq!(mine, leader, "follower {b} holds the leader's batches");
+    }
+    assert!(!c.has_client_timer() && c.peek_message().is_none(), "an idle cluster sends nothing");
+    // A follower learns the HW from its next fetch answer: data, or the leader's max wait (500 ms).
+    assert!(c.advance_time(500));
+    for b in 1..3 {
+        assert_eq!(offsets(&c, b), (3, 3), "follower {b} took the leader's HW from a fetch answer");
+        let log = c.brokers().nth(b).unwrap().partition(&tp()).unwrap();
+        assert_eq!(log.last_stable_offset(&c.config.mutations), 3, "follower {b}'s LSO from its own log");
+    }
+}
+
+#[test]
+fn one_broker_hosts_alone_and_answers_at_once() {
+    let mut c = cluster(1, 3, EngineConfig::default());
+    assert_eq!(c.peers.len(), 0, "one broker");
+    assert!(!c.broker.replica_manager.is_replicated(&tp()), "the replication factor is capped at one");
+    init(&mut c, "p");
+    c.producers.get_mut("p").unwrap().begin_transaction().unwrap();
+    let r = c.call_producer("p", |p, now| p.send(now, tp(), vec!["a".into()]));
+    assert!(matches!(r, Ok(Some(OpOutput::Sent { .. }))), "{r:?}");
+    assert_eq!(offsets(&c, 0), (1, 1), "a sole replica's HW is its log end");
+}
+
+#[test]
+fn a_cut_off_follower_holds_the_hw_until_it_leaves_the_isr() {
+    let mut c = cluster(3, 3, EngineConfig::default());
+    init(&mut c, "p");
+    c.producers.get_mut("p").unwrap().begin_transaction().unwrap();
+    let (op, effects) = c.producers.get_mut("p").unwrap().send(0, tp(), vec!["a".into()]).unwrap();
+    let node = NodeId::Client("p".into());
+    c.apply(&node, effects);
+    run_isolating(&mut c, 2);
+    assert_eq!(offsets(&c, 0), (1, 0), "broker 2 is in the ISR and lacks the batch: the HW stays");
+    let done = c.producers.get_mut("p").unwrap().take_completions();
+    assert!(done.iter().all(|d| d.op != op), "the acks=all send is not answered: {done:?}");
+    // Not caught up for more than `replica.lag.time.max.ms` (30 s): the ISR expiration task (every 15 s)
+    // drops broker 2 at 45 s.
+    while c.now_ms < 45_000 {
+        assert!(c.fire_next_timer());
+        run_isolating(&mut c, 2);
+    }
+    let isr: Vec<u32> = c.broker.replica_manager.partitions[&tp()].isr.iter().copied().collect();
+    assert_eq!(isr, vec![0, 1], "broker 2 left the ISR through the controller");
+    assert_eq!(c.controller.partitions[&tp()].state.isr, vec![0, 1], "the controller committed it");
+    assert_eq!(offsets(&c, 0), (1, 1), "the HW moved with the smaller ISR");
+}
+
+#[test]
+fn min_insync_replicas_refuses_writes_once_the_isr_is_too_small() {
+    let config = EngineConfig { min_insync_replicas: 3, ..EngineConfig::default() };
+    let mut c = cluster(3, 3, config);
+    c.run_until_quiet();
+    // A record lands on the leader while broker 2 is cut off: broker 2 is no longer caught up.
+    let batch = ProduceBatch { producer: None, is_transactional: false, values: vec!["a".into()] };
+    let log = c.broker.partition_mut(&tp()).unwrap();
+    log.append_data(&batch, AppendOrigin::Client, 0, &Mutations::none()).expect("a plain append");
+    while c.now_ms < 45_000 {
+        assert!(c.fire_next_timer());
+        run_isolating(&mut c, 2);
+    }
+    assert_eq!(c.controller.partitions[&tp()].state.isr, vec![0, 1], "broker 2 left the ISR");
+    assert_eq!(offsets(&c, 0), (1, 0), "under min.insync.replicas the HW stands still (KAFKA-15583)");
+    c.add_producer("plain", ProducerKind::Plain);
+    let (_, effects) = c.producers.get_mut("plain").unwrap().send(c.now_ms, tp(), vec!["b".into()]).unwrap();
+    c.apply(&NodeId::Client("plain".into()), effects);
+    let mut answer = None;
+    while let Some(env) = c.take_message() {
+        if let Message::ProduceResponse { result, .. } = &env.message {
+            answer = Some(*result);
+            break;
+        }
+        c.deliver_message(env);
+    }
+    assert_eq!(answer.map(|r| r.err()), Some(Some(KafkaError::NotEnoughReplicas)), "refused before appending");
+    assert_eq!(offsets(&c, 0).0, 1, "nothing more was appended");
+}
+
+#[test]
+fn a_follower_back_from_a_cut_catches_up_and_rejoins_the_isr() {
+    let mut c = cluster(3, 3, EngineConfig::default());
+    c.add_producer("plain", ProducerKind::Plain);
+    let (_, effects) = c.producers.get_mut("plain").unwrap().send(0, tp(), vec!["a".into()]).unwrap();
+    c.apply(&NodeId::Client("plain".into()), effects);
+    run_isolating(&mut c, 2);
+    while c.now_ms < 45_000 {
+        assert!(c.fire_next_timer());
+        run_isolating(&mut c, 2);
+    }
+    assert_eq!(c.controller.partitions[&tp()].state.isr, vec![0, 1], "broker 2 left the ISR");
+    assert_eq!(offsets(&c, 2).0, 0, "broker 2 missed the record");
+    // The cut heals: broker 2's next retry (replica.socket.timeout.ms, then replica.fetch.backoff.ms)
+    // reaches the leader, it copies the record, and its fetch at the HW adds it back.
+    let until = c.now_ms + 32_000;
+    c.fire_timers_until(until);
+    c.run_until_quiet();
+    // The plain producer's send timed out waiting for broker 2 and was sent again (no idempotence).
+    assert_eq!(offsets(&c, 0).0, 2, "the leader holds the record twice");
+    assert_eq!(offsets(&c, 2).0, 2, "broker 2 caught up to the leader's log end");
+    assert_eq!(c.controller.partitions[&tp()].state.isr, vec![0, 1, 2], "broker 2 rejoined the ISR");
+    let isr: Vec<u32> = c.broker.replica_manager.partitions[&tp()].isr.iter().copied().collect();
+    assert_eq!(isr, vec![0, 1, 2], "the leader took the controller's answer");
+}
