@@ -93,6 +93,24 @@ pub struct TxnPlan {
     pub commit: bool,
 }
 
+impl TxnPlan {
+    /// The profile's next transaction over `partitions`: which partitions, how many sends, commit or
+    /// abort (the sim and the target sweep draw it alike from the seed).
+    pub fn draw(params: &ProfileParams, rng: &mut SimRng, partitions: &[TopicPartition]) -> TxnPlan {
+        let (lo, hi) = params.partitions_per_txn;
+        let k = (rng.range(lo as u64, hi as u64) as usize).clamp(1, partitions.len());
+        let mut pool = partitions.to_vec();
+        let mut chosen = Vec::new();
+        for _ in 0..k {
+            let i = rng.index(pool.len());
+            chosen.push(pool.remove(i));
+        }
+        let sends = rng.range(params.sends_per_txn.0 as u64, params.sends_per_txn.1 as u64) as u32;
+        let commit = rng.chance(params.commit_ratio);
+        TxnPlan { sends_left: sends.max(chosen.len() as u32), partitions: chosen, next: 0, commit }
+    }
+}
+
 pub struct ProducerSlot {
     pub spec: ProducerSpec,
     /// `None` while the process is down (between a kill and its restart).
@@ -878,17 +896,7 @@ impl World {
     }
 
     fn draw_plan(&mut self) -> TxnPlan {
-        let (lo, hi) = self.params.partitions_per_txn;
-        let k = (self.rng.range(lo as u64, hi as u64) as usize).clamp(1, self.partitions.len());
-        let mut pool = self.partitions.clone();
-        let mut chosen = Vec::new();
-        for _ in 0..k {
-            let i = self.rng.index(pool.len());
-            chosen.push(pool.remove(i));
-        }
-        let sends = self.rng.range(self.params.sends_per_txn.0 as u64, self.params.sends_per_txn.1 as u64) as u32;
-        let commit = self.rng.chance(self.params.commit_ratio);
-        TxnPlan { sends_left: sends.max(chosen.len() as u32), partitions: chosen, next: 0, commit }
+        TxnPlan::draw(&self.params, &mut self.rng, &self.partitions)
     }
 
     /// `DisconnectClient`: the producer's requests in flight fail at once and are retried; whatever the

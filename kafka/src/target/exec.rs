@@ -245,12 +245,7 @@ enum TxnState {
     MustAbort,
 }
 
-struct Plan {
-    partitions: Vec<TopicPartition>,
-    sends_left: u32,
-    next: usize,
-    commit: bool,
-}
+use txnsim_sim::world::TxnPlan as Plan;
 
 struct ProducerSlot {
     spec: ProducerSpec,
@@ -731,17 +726,7 @@ impl Seed<'_> {
     }
 
     fn draw_plan(&mut self) -> Plan {
-        let (lo, hi) = self.params.partitions_per_txn;
-        let k = (self.rng.range(lo as u64, hi as u64) as usize).clamp(1, self.partitions.len());
-        let mut pool = self.partitions.clone();
-        let mut chosen = Vec::new();
-        for _ in 0..k {
-            let j = self.rng.index(pool.len());
-            chosen.push(pool.remove(j));
-        }
-        let sends = self.rng.range(self.params.sends_per_txn.0 as u64, self.params.sends_per_txn.1 as u64) as u32;
-        let commit = self.rng.chance(self.params.commit_ratio);
-        Plan { sends_left: sends.max(chosen.len() as u32), partitions: chosen, next: 0, commit }
+        Plan::draw(&self.params, &mut self.rng, &self.partitions)
     }
 
     /// Every producer ends its open transaction as planned (a restarted one first initializes, which
