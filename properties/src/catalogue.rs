@@ -304,7 +304,7 @@ impl Invariant {
 }
 
 /// The invariants that catch a mutation: first those whose bite proof uses it (`Invariant::mutation`,
-/// proved by `properties/tests/bites.rs`), then those its regression seeds in `seeds/*.toml` or the model
+/// proved by `properties/suites/tests/bites.rs`), then those its regression seeds in `seeds/*.toml` or the model
 /// tests catch it by (`tests/catalogue.rs` holds this list to the seed corpus).
 pub fn caught_by(m: Mutation) -> Vec<Invariant> {
     use Invariant::*;

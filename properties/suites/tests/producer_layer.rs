@@ -40,7 +40,7 @@ proptest! {
 }
 
 // ---- Findings, kept as ignored tests: each asserts what Kafka does and fails on the engine today. ----
-// Run with `cargo test -p txnsim-properties --test producer_layer -- --ignored` after the fix.
+// Run with `cargo test -p txnsim-property-suites --test producer_layer -- --ignored` after the fix.
 
 use common::producer::{Case, Op, Setup};
 use txnsim_properties::Invariant;

@@ -1,0 +1,1 @@
+//! Nothing but the proptest suites under `tests/`.
