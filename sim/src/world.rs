@@ -20,7 +20,7 @@ use txnsim_engine::{
     TxnManagerState,
 };
 use txnsim_properties::{
-    check_state, CallOutcome, ClusterView, Event, History, MonotonicityChecker, ProducerCall, Violation,
+    CallOutcome, ClusterView, Event, History, MonotonicityChecker, ProducerCall, StateChecker, Violation,
 };
 
 pub type Shared = Arc<Mutex<World>>;
@@ -149,6 +149,9 @@ pub struct World {
     next_value: BTreeMap<String, u64>,
     pub found: Vec<Found>,
     mono: MonotonicityChecker,
+    /// The state invariants read incrementally: re-checking every log from offset 0 after each broker
+    /// step was a tenth of a sweep's time.
+    state: StateChecker,
     last_fingerprint: Vec<u64>,
     pub stats: Stats,
     pub trace: Option<Vec<TraceEvent>>,
@@ -253,6 +256,7 @@ impl World {
             next_value: BTreeMap::new(),
             found: Vec::new(),
             mono: MonotonicityChecker::default(),
+            state: StateChecker::default(),
             last_fingerprint: Vec::new(),
             stats: Stats::default(),
             trace: trace.then(Vec::new),
@@ -375,7 +379,7 @@ impl World {
         }
         self.last_fingerprint = fp;
         let view = ClusterView::of_broker(&self.broker);
-        let mut violations = check_state(&view);
+        let mut violations = self.state.check(&view);
         violations.extend(self.mono.observe(&view));
         self.record_all(violations);
     }
