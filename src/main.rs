@@ -85,8 +85,9 @@ struct SweepCmd {
     #[command(flatten)]
     sim: txnsim_sim::cli::SweepArgs,
     /// Run the profile's workload against a real Kafka-protocol cluster through librdkafka instead (topics
-    /// and transactional ids `txnsim-<run>-s<seed>-*` are created there); README "Your own cluster".
-    #[arg(long, value_name = "kafka://HOST:PORT[,HOST:PORT...]", conflicts_with_all = ["mutation", "jobs", "save"])]
+    /// and transactional ids `txnsim-<run>-s<seed>-*` are created there; `--jobs` seeds at once, default 1);
+    /// README "Your own cluster".
+    #[arg(long, value_name = "kafka://HOST:PORT[,HOST:PORT...]", conflicts_with_all = ["mutation", "save"])]
     target: Option<String>,
     /// With --target: save every seed's history and the logs read back to this file, for `check-history`.
     #[arg(long, value_name = "FILE", requires = "target")]
@@ -157,6 +158,7 @@ fn main() -> ExitCode {
                 seeds: sim.seeds,
                 from: sim.from,
                 profile: sim.profile,
+                jobs: sim.jobs.unwrap_or(1),
                 history,
                 json: sim.json,
             })

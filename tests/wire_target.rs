@@ -1,5 +1,5 @@
 //! `txnsim sweep --target`: the standard profile's workload through librdkafka (the `rdkafka` crate)
-//! against `txnsim serve` on a free loopback port, 20 seeds, each bounded in time; the history it saves
+//! against `txnsim serve` on a free loopback port, 20 seeds four at a time (`--jobs 4`), each bounded in time; the history it saves
 //! matches its schema and `check-history` re-checks it. Against `serve --mutation
 //! skip-aborted-index-on-fetch` read_committed readers deliver aborted records, and the sweep must say
 //! so with the seed, a witness and a saved history that `check-history` also fails. The wall clock
@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-/// 20 seeds of about 2-3 s each; far above that something hangs.
+/// 20 seeds of about 2-3 s each, four at a time; far above that something hangs.
 const SWEEP_TIMEOUT: Duration = Duration::from_secs(240);
 
 const CHECKED: &str = "checked: aborted-read, precommitted-read, partial-read, lost-write, duplicate, \
@@ -108,7 +108,8 @@ fn twenty_seeds_pass_against_serve_and_recheck_offline() {
     let url = format!("kafka://127.0.0.1:{}", server.port);
     let history = tmp("target-pass.history.json");
     let json = tmp("target-pass.report.json");
-    let args = ["sweep", "--target", &url, "--seeds", "20", "--history", history.to_str().expect("utf-8")];
+    let args =
+        ["sweep", "--target", &url, "--seeds", "20", "--jobs", "4", "--history", history.to_str().expect("utf-8")];
     let (code, out, err) = txnsim(&[&args[..], &["--json", json.to_str().expect("utf-8")]].concat(), SWEEP_TIMEOUT);
     assert_eq!(code, 0, "the sweep against an unmutated serve passes:\n{out}\n{err}");
     let lines: Vec<&str> = out.lines().collect();
@@ -147,7 +148,7 @@ fn skip_aborted_index_on_fetch_is_reported_as_aborted_read_with_a_saved_history(
     let server = Server::start("target-mutation", &["--mutation", "skip-aborted-index-on-fetch"]);
     let url = format!("kafka://127.0.0.1:{}", server.port);
     let json = tmp("target-mutation.report.json");
-    let args = ["sweep", "--target", &url, "--seeds", "20", "--json", json.to_str().expect("utf-8")];
+    let args = ["sweep", "--target", &url, "--seeds", "20", "--jobs", "4", "--json", json.to_str().expect("utf-8")];
     let (code, out, err) = txnsim(&args, SWEEP_TIMEOUT);
     assert_eq!(code, 1, "read_committed readers deliver aborted records, and the sweep must fail:\n{out}\n{err}");
     // Every seed aborts transactions with records in them (commit ratio 0.7) and the fresh

@@ -19,6 +19,8 @@ use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
 use txnsim_sim::cli::Progress;
 use txnsim_sim::Profile;
 
@@ -31,6 +33,8 @@ pub struct TargetArgs {
     pub seeds: u64,
     pub from: u64,
     pub profile: Profile,
+    /// Seeds run at once, each with its own clients, topics and transactional ids.
+    pub jobs: usize,
     pub history: Option<PathBuf>,
     /// Also write the report as JSON to this file, or to stdout with `-` (the text then goes to stderr).
     pub json: Option<PathBuf>,
@@ -131,45 +135,84 @@ pub fn run_target_sweep(args: &TargetArgs) -> ExitCode {
     let mut failing = Vec::new();
     let mut seeds_json_data = Vec::new();
     let mut totals = exec::Counts::default();
-    for (done, seed) in (args.from..=last).enumerate() {
-        let target = exec::Target { brokers: &brokers, prefix: format!("txnsim-{run}-s{seed}") };
-        let result = exec::run_seed(&target, profile, seed).and_then(|r| {
-            let v = file::check_seed(&r.history, &r.logs)?;
-            Ok((r, v))
-        });
-        let (r, violations) = match result {
-            Ok(x) => x,
-            Err(e) => {
-                progress.finish();
-                return bad_input(&format!("seed {seed}: {e}"));
+    // Workers take seeds in order; the report takes their results in seed order, whatever finishes first.
+    let (next, stop) = (AtomicU64::new(0), AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel();
+    let failed = std::thread::scope(|scope| {
+        for _ in 0..args.jobs.min(args.seeds as usize) {
+            let (tx, next, stop, brokers, run) = (tx.clone(), &next, &stop, &brokers, &run);
+            scope.spawn(move || loop {
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                if index >= args.seeds || stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let seed = args.from + index;
+                let target = exec::Target { brokers, prefix: format!("txnsim-{run}-s{seed}") };
+                let result = exec::run_seed(&target, profile, seed).and_then(|r| {
+                    let v = file::check_seed(&r.history, &r.logs)?;
+                    Ok((r, v))
+                });
+                if tx.send((seed, result)).is_err() {
+                    break;
+                }
+            });
+        }
+        drop(tx);
+        let mut ready = std::collections::BTreeMap::new();
+        let mut seed = args.from;
+        for (s, result) in rx {
+            ready.insert(s, result);
+            while let Some(result) = ready.remove(&seed) {
+                let (r, violations) = match result {
+                    Ok(x) => x,
+                    Err(e) => {
+                        stop.store(true, Ordering::Relaxed);
+                        return Some(format!("seed {seed}: {e}"));
+                    }
+                };
+                add(&mut totals, &r.counts);
+                let c = &r.counts;
+                let faults: Vec<&'static str> = r.faults.iter().map(|f| f.name()).collect();
+                let _ = writeln!(
+                    out,
+                    "seed {seed}: {} committed, {} aborted, {} timed out, {} fenced, {} polls, faults [{}], {}",
+                    c.committed,
+                    c.aborted,
+                    c.timed_out,
+                    c.fenced,
+                    c.polls,
+                    faults.join(","),
+                    if violations.is_empty() {
+                        "pass".to_string()
+                    } else {
+                        format!("{} violation(s)", violations.len())
+                    },
+                );
+                let found = file::summarize(&violations);
+                for f in &found {
+                    let _ = writeln!(
+                        out,
+                        "VIOLATION seed {seed}: {} (seen {} times): {}",
+                        f.invariant.name(),
+                        f.count,
+                        f.witness
+                    );
+                }
+                let saved_seed = SavedSeed::of(seed, &r);
+                if !found.is_empty() {
+                    failing.push(seeds_json_data.len());
+                }
+                seeds_json_data.push((seed, r.faults.clone(), r.counts.clone(), r.elapsed.as_millis() as u64, found));
+                saved.push(saved_seed);
+                progress.update(seed - args.from + 1, failing.len() as u64);
+                seed += 1;
             }
-        };
-        add(&mut totals, &r.counts);
-        let c = &r.counts;
-        let faults: Vec<&'static str> = r.faults.iter().map(|f| f.name()).collect();
-        let _ = writeln!(
-            out,
-            "seed {seed}: {} committed, {} aborted, {} timed out, {} fenced, {} polls, faults [{}], {}",
-            c.committed,
-            c.aborted,
-            c.timed_out,
-            c.fenced,
-            c.polls,
-            faults.join(","),
-            if violations.is_empty() { "pass".to_string() } else { format!("{} violation(s)", violations.len()) },
-        );
-        let found = file::summarize(&violations);
-        for f in &found {
-            let _ =
-                writeln!(out, "VIOLATION seed {seed}: {} (seen {} times): {}", f.invariant.name(), f.count, f.witness);
         }
-        let saved_seed = SavedSeed::of(seed, &r);
-        if !found.is_empty() {
-            failing.push(seeds_json_data.len());
-        }
-        seeds_json_data.push((seed, r.faults.clone(), r.counts.clone(), r.elapsed.as_millis() as u64, found));
-        saved.push(saved_seed);
-        progress.update(done as u64 + 1, failing.len() as u64);
+        None
+    });
+    if let Some(e) = failed {
+        progress.finish();
+        return bad_input(&e);
     }
     progress.finish();
 
