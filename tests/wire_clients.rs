@@ -237,3 +237,27 @@ fn serve_reports_offsets_visible_before_their_transaction_commits() {
     assert_eq!(status.code(), Some(1), "serve exits 1 after a violation: {err}");
     assert!(err.contains("VIOLATION txn-offsets-visible-iff-committed"), "stderr names the invariant: {err}");
 }
+
+/// `--transaction-abort-timed-out-transaction-cleanup-interval-ms 100`: the producer's transaction
+/// (timeout 1 s) is still open 3 s later, so the coordinator's scan has aborted it with an epoch bump (an
+/// ABORT marker at 1, an index entry), and the late commit is fenced; read_committed sees nothing.
+#[test]
+fn confluent_kafka_sees_its_transaction_time_out() {
+    let server = Server::start(
+        "tt",
+        &["--group-initial-rebalance-delay-ms", "0", "--transaction-abort-timed-out-transaction-cleanup-interval-ms", "100"],
+    );
+    let out = run_script("transaction_timeout.py", &server);
+    let timeline = server.stop_clean();
+    let want = "commit: _FENCED (fatal: True)\nread_uncommitted from 0: ['late']\nread_committed from 0: []\n";
+    assert_eq!(out, want, "the timed-out transaction is aborted and its producer fenced");
+    let pid = producer_id(&timeline);
+    for want in [
+        format!("writes ABORT marker for pid {pid} at tt-demo/0@1"),
+        format!("aborted index tt-demo/0: pid {pid} first 0 last 1 LSO 2"),
+        format!("EndTxn req tt-producer COMMIT pid {pid} e0"),
+        "EndTxn resp PRODUCER_FENCED".to_string(),
+    ] {
+        assert!(timeline.contains(&want), "the timeline lacks {want:?}:\n{timeline}");
+    }
+}
