@@ -245,7 +245,12 @@ fn serve_reports_offsets_visible_before_their_transaction_commits() {
 fn confluent_kafka_sees_its_transaction_time_out() {
     let server = Server::start(
         "tt",
-        &["--group-initial-rebalance-delay-ms", "0", "--transaction-abort-timed-out-transaction-cleanup-interval-ms", "100"],
+        &[
+            "--group-initial-rebalance-delay-ms",
+            "0",
+            "--transaction-abort-timed-out-transaction-cleanup-interval-ms",
+            "100",
+        ],
     );
     let out = run_script("transaction_timeout.py", &server);
     let timeline = server.stop_clean();

@@ -600,7 +600,8 @@ impl Broker {
         corr: u64,
         effects: &mut Effects,
     ) -> Vec<(TopicPartition, Result<(), KafkaError>)> {
-        let (known, unknown): (Vec<_>, Vec<_>) = offsets.into_iter().partition(|(tp, _)| self.partitions.contains_key(tp));
+        let (known, unknown): (Vec<_>, Vec<_>) =
+            offsets.into_iter().partition(|(tp, _)| self.partitions.contains_key(tp));
         let mut results: Vec<_> =
             unknown.into_iter().map(|(tp, _)| (tp, Err(KafkaError::UnknownTopicOrPartition))).collect();
         if known.is_empty() {
@@ -624,12 +625,21 @@ impl Broker {
             return Err(KafkaError::InvalidGroupId);
         }
         let offsets_partition = self.offsets_partition(&asked.group_id);
-        if self.config.partition_verification && !self.config.mutations.has(crate::mutation::Mutation::NoTxnVerification)
+        if self.config.partition_verification
+            && !self.config.mutations.has(crate::mutation::Mutation::NoTxnVerification)
         {
             let verified = self.coordinate(now_ms, effects, |c, ctx| {
                 let to = ReplyTo { to: reply_to.clone(), correlation_id: corr };
                 let partitions = std::slice::from_ref(&offsets_partition);
-                c.handle_add_partitions(&asked.transactional_id, asked.producer, partitions, true, TransactionVersion::V1, to, ctx)
+                c.handle_add_partitions(
+                    &asked.transactional_id,
+                    asked.producer,
+                    partitions,
+                    true,
+                    TransactionVersion::V1,
+                    to,
+                    ctx,
+                )
             });
             match verified.expect("a verification is answered at once") {
                 Ok(()) => {}

@@ -17,8 +17,8 @@
 
 use crate::config::EngineConfig;
 use crate::error::KafkaError;
-use crate::protocol::{Effects, Message, NodeId};
 use crate::mutation::Mutation;
+use crate::protocol::{Effects, Message, NodeId};
 use crate::types::{Offset, ProducerId, ProducerIdAndEpoch, TimeMs, TopicPartition, TransactionResult};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -237,7 +237,13 @@ impl fmt::Display for GroupMessage {
             }
             GroupMessage::TxnOffsetCommitRequest { group_id, producer, offsets, .. } => {
                 let parts: Vec<String> = offsets.iter().map(|(tp, (o, _))| format!("{tp}@{o}")).collect();
-                write!(f, "{api} req {group_id} pid {} epoch {} [{}]", producer.producer_id, producer.epoch, parts.join(", "))
+                write!(
+                    f,
+                    "{api} req {group_id} pid {} epoch {} [{}]",
+                    producer.producer_id,
+                    producer.epoch,
+                    parts.join(", ")
+                )
             }
             GroupMessage::OffsetCommitResponse { results } | GroupMessage::TxnOffsetCommitResponse { results } => {
                 let parts: Vec<String> = results.iter().map(|(tp, r)| format!("{tp} {}", unit(r))).collect();
@@ -497,7 +503,9 @@ impl GroupCoordinator {
                 GroupMessage::OffsetFetchResponse { offsets: self.fetch_offsets(&group_id, partitions, require_stable) }
             }
             GroupMessage::TxnOffsetCommitRequest { .. } => {
-                unreachable!("the broker writes a TxnOffsetCommit to its log first (`Broker::handle_txn_offset_commit`)")
+                unreachable!(
+                    "the broker writes a TxnOffsetCommit to its log first (`Broker::handle_txn_offset_commit`)"
+                )
             }
             GroupMessage::JoinGroupResponse { .. }
             | GroupMessage::SyncGroupResponse { .. }
@@ -609,7 +617,10 @@ impl GroupCoordinator {
                 continue;
             }
             let pending = PendingOffset { offset: o.clone(), record };
-            self.pending_txn_offsets.entry(producer_id).or_default().insert((group_id.to_string(), tp.clone()), pending);
+            self.pending_txn_offsets
+                .entry(producer_id)
+                .or_default()
+                .insert((group_id.to_string(), tp.clone()), pending);
         }
     }
 

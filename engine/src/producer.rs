@@ -92,7 +92,10 @@ pub type OpId = u64;
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum OpOutput {
     Initialized(ProducerIdAndEpoch),
-    Sent { partition: TopicPartition, ack: ProduceAck },
+    Sent {
+        partition: TopicPartition,
+        ack: ProduceAck,
+    },
     /// `sendOffsetsToTransaction` is done: the group coordinator holds the offsets for the transaction.
     OffsetsSent,
     Committed,
@@ -333,12 +336,8 @@ impl Producer {
     pub fn on_disconnect(&mut self, now_ms: TimeMs, broker: &NodeId) -> Effects {
         self.now_ms = now_ms;
         let mut effects = Effects::default();
-        let lost: Vec<u64> = self
-            .in_flight
-            .iter()
-            .filter(|(_, f)| &self.destination(f) == broker)
-            .map(|(corr, _)| *corr)
-            .collect();
+        let lost: Vec<u64> =
+            self.in_flight.iter().filter(|(_, f)| &self.destination(f) == broker).map(|(corr, _)| *corr).collect();
         for corr in lost {
             let in_flight = self.in_flight.remove(&corr).expect("listed above");
             self.back_off(now_ms, in_flight, KafkaError::NetworkException, &mut effects);
@@ -572,7 +571,10 @@ impl Producer {
         for (tp, result) in results {
             match result {
                 Ok(()) => call.offsets.retain(|(t, _)| *t != tp),
-                Err(e @ (KafkaError::CoordinatorNotAvailable | KafkaError::NotCoordinator | KafkaError::RequestTimedOut)) => {
+                Err(
+                    e
+                    @ (KafkaError::CoordinatorNotAvailable | KafkaError::NotCoordinator | KafkaError::RequestTimedOut),
+                ) => {
                     self.group_coordinators.remove(&call.group.group_id);
                     retry = Some(e);
                 }
@@ -587,7 +589,9 @@ impl Producer {
             }
         }
         match retry {
-            _ if call.offsets.is_empty() => self.completions.push(Completion { op: call.op, result: Ok(OpOutput::OffsetsSent) }),
+            _ if call.offsets.is_empty() => {
+                self.completions.push(Completion { op: call.op, result: Ok(OpOutput::OffsetsSent) })
+            }
             Some(e) => {
                 let step = self.offsets_commit_step(call);
                 self.back_off(now_ms, step, e, effects)

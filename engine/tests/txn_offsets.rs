@@ -20,7 +20,14 @@ fn group_at_generation_one(groups: &mut GroupCoordinator) -> String {
     };
     let mut effects = Effects::default();
     let asker = (NodeId::Client("c".into()), 1);
-    groups.handle(0, &config, &me, asker, GroupMessage::JoinGroupRequest { group_id: "foo".into(), join }, &mut effects);
+    groups.handle(
+        0,
+        &config,
+        &me,
+        asker,
+        GroupMessage::JoinGroupRequest { group_id: "foo".into(), join },
+        &mut effects,
+    );
     groups.tick(config.group_initial_rebalance_delay_ms, &me, &mut effects);
     let joined = effects.sends.iter().find_map(|e| match &e.message {
         Message::Group(GroupMessage::JoinGroupResponse { member_id, result: Ok(j) }) => {

@@ -440,10 +440,11 @@ impl Driver {
                 NodeId::Broker(_) => {
                     let line = format!("recv {} from {}", txnsim_sim::world::describe(&env), env.from);
                     // Reads change no log and no coordinator state: the invariants need not look again.
-                    let reads = matches!(
-                        env.message,
-                        Message::FetchRequest { .. } | Message::ListOffsetsRequest { .. } | Message::Group(_)
-                    ) && !matches!(env.message, Message::Group(GroupMessage::TxnOffsetCommitRequest { .. }));
+                    let reads =
+                        matches!(
+                            env.message,
+                            Message::FetchRequest { .. } | Message::ListOffsetsRequest { .. } | Message::Group(_)
+                        ) && !matches!(env.message, Message::Group(GroupMessage::TxnOffsetCommitRequest { .. }));
                     let effects = self.broker.on_message(now_ms, env);
                     if reads {
                         self.timeline.broker_step(now_ms, &self.broker, line);

@@ -12,8 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use txnsim_engine::coordinator::TransactionMetadata;
 use txnsim_engine::group_coordinator::GroupMessage;
 use txnsim_engine::producer::ConsumerGroupMetadata;
-use txnsim_engine::protocol::Message;
 use txnsim_engine::producer::{OpId, OpOutput, Producer};
+use txnsim_engine::protocol::Message;
 use txnsim_engine::protocol::{Envelope, NodeId};
 use txnsim_engine::record::BatchBody;
 use txnsim_engine::{
@@ -508,9 +508,8 @@ fn validate_expect(
         for (key, v) in &g.offsets {
             let field = format!("group_offsets[{k}].offsets");
             partition_key(key).map_err(|e| err(at, &field, e))?;
-            let ok = v.is_null()
-                || v.as_i64().is_some()
-                || v.as_str().is_some_and(|n| KafkaError::from_name(n).is_some());
+            let ok =
+                v.is_null() || v.as_i64().is_some() || v.as_str().is_some_and(|n| KafkaError::from_name(n).is_some());
             if !ok {
                 return Err(err(at, &field, format!("'{key}': {v} is neither an offset, null nor a Kafka error")));
             }
