@@ -12,54 +12,15 @@ usage: python3 consume_transform_produce.py HOST:PORT
 """
 
 import sys
-import time
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from clients import CALL_TIMEOUT_S, consumer, poll, take
+
 IN, OUT, GROUP = "ctp-in", "ctp-out", "ctp-group"
-# Bounds: every client call and every read ends within these, so a broken broker fails, never hangs.
-CALL_TIMEOUT_S = 10.0
-READ_TIMEOUT_S = 10.0
-# After the expected records arrived, keep polling this long so that extra records would show too.
-SETTLE_S = 1.0
-
-
-def consumer(bootstrap, group, isolation, topic):
-    c = Consumer({
-        "bootstrap.servers": bootstrap,
-        "group.id": group,
-        "isolation.level": isolation,
-        "auto.offset.reset": "earliest",
-        "enable.auto.commit": False,
-    })
-    c.subscribe([topic])
-    return c
-
-
-def take(c, n):
-    """The next `n` records' values, within READ_TIMEOUT_S."""
-    seen = []
-    deadline = time.monotonic() + READ_TIMEOUT_S
-    while len(seen) < n and time.monotonic() < deadline:
-        msg = c.poll(0.1)
-        if msg is None:
-            continue
-        if msg.error():
-            raise SystemExit(f"consumer error: {msg.error()}")
-        seen.append(msg.value().decode())
-    return seen
-
-
-def read_all(c, want):
-    """Values delivered until `want` arrived (then SETTLE_S more), or READ_TIMEOUT_S passed."""
-    seen = take(c, want)
-    settle_until = time.monotonic() + SETTLE_S
-    while time.monotonic() < settle_until:
-        msg = c.poll(0.1)
-        if msg is not None and not msg.error():
-            seen.append(msg.value().decode())
-    return seen
+# Offsets are committed only with the transactions.
+NO_AUTO_COMMIT = {"enable.auto.commit": False}
 
 
 def transaction(producer, source, values, next_offset, commit):
@@ -90,7 +51,7 @@ def main():
         plain.produce(IN, value=v.encode())
     plain.flush(CALL_TIMEOUT_S)
 
-    source = consumer(bootstrap, GROUP, "read_committed", IN)
+    source = consumer(bootstrap, GROUP, "read_committed", IN, **NO_AUTO_COMMIT)
     p = Producer({"bootstrap.servers": bootstrap, "transactional.id": "ctp-producer"})
     p.init_transactions(CALL_TIMEOUT_S)
 
@@ -105,14 +66,14 @@ def main():
     print(f"{GROUP} committed offsets: {[(tp.topic, tp.partition, tp.offset) for tp in committed]}")
     source.close()
 
-    resumed = consumer(bootstrap, GROUP, "read_committed", IN)
-    print(f"a new member of {GROUP} resumes with: {read_all(resumed, 2)}")
+    resumed = consumer(bootstrap, GROUP, "read_committed", IN, **NO_AUTO_COMMIT)
+    print(f"a new member of {GROUP} resumes with: {poll(resumed, 2)}")
     resumed.close()
     rc = consumer(bootstrap, "ctp-check-rc", "read_committed", OUT)
-    print(f"read_committed on {OUT}: {read_all(rc, 2)}")
+    print(f"read_committed on {OUT}: {poll(rc, 2)}")
     rc.close()
     ru = consumer(bootstrap, "ctp-check-ru", "read_uncommitted", OUT)
-    print(f"read_uncommitted on {OUT}: {read_all(ru, 4)}")
+    print(f"read_uncommitted on {OUT}: {poll(ru, 4)}")
     ru.close()
 
 

@@ -11,37 +11,19 @@ usage: python3 transaction_timeout.py HOST:PORT
 import sys
 import time
 
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from clients import CALL_TIMEOUT_S, consumer, poll
+
 TOPIC = "tt-demo"
-CALL_TIMEOUT_S = 10.0
-READ_TIMEOUT_S = 10.0
-SETTLE_S = 1.0
 # Past the transaction's 1 s timeout and the scan that finds it.
 IDLE_S = 3.0
 
 
 def read(bootstrap, group, isolation, want):
-    """Values delivered from offset 0 until `want` arrived (then SETTLE_S more), or READ_TIMEOUT_S passed."""
-    c = Consumer({
-        "bootstrap.servers": bootstrap,
-        "group.id": group,
-        "isolation.level": isolation,
-        "auto.offset.reset": "earliest",
-    })
-    c.subscribe([TOPIC])
-    seen = []
-    deadline = time.monotonic() + READ_TIMEOUT_S
-    settle_until = None
-    while time.monotonic() < deadline:
-        if len(seen) >= want and c.assignment() and settle_until is None:
-            settle_until = time.monotonic() + SETTLE_S
-        if settle_until is not None and time.monotonic() >= settle_until:
-            break
-        msg = c.poll(0.1)
-        if msg is not None and not msg.error():
-            seen.append(msg.value().decode())
+    c = consumer(bootstrap, group, isolation, TOPIC)
+    seen = poll(c, want)
     c.close()
     return seen
 

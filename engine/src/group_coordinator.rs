@@ -251,13 +251,13 @@ impl fmt::Display for GroupMessage {
             }
             GroupMessage::OffsetFetchRequest { group_id, partitions, require_stable } => write!(
                 f,
-                "{api} req {group_id}{} {}",
-                if *require_stable { " stable" } else { "" },
+                "{api} req {group_id} {}{}",
                 partitions.as_ref().map_or("all".into(), |p| p
                     .iter()
                     .map(|tp| tp.to_string())
                     .collect::<Vec<_>>()
-                    .join(","))
+                    .join(",")),
+                if *require_stable { " require_stable" } else { "" },
             ),
             GroupMessage::OffsetFetchResponse { offsets } => {
                 let parts: Vec<String> = offsets
