@@ -15,50 +15,12 @@ usage: python3 seed_experiment.py HOST:PORT
 import sys
 import time
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from clients import CALL_TIMEOUT_S, consumer, poll
+
 TOPIC = "tx-demo"
-# Bounds: every client call and every read ends within these, so a broken broker fails, never hangs.
-CALL_TIMEOUT_S = 10.0
-READ_TIMEOUT_S = 10.0
-# After the expected records arrived, keep polling this long so that extra records would show too.
-SETTLE_S = 1.0
-
-
-def consumer(bootstrap, group, isolation):
-    c = Consumer({
-        "bootstrap.servers": bootstrap,
-        "group.id": group,
-        "isolation.level": isolation,
-        "auto.offset.reset": "earliest",
-    })
-    c.subscribe([TOPIC])
-    return c
-
-
-def poll(c, want):
-    """Values delivered until `want` arrived (then SETTLE_S more), or READ_TIMEOUT_S passed. Polling
-    starts with the group's assignment, so an empty answer means the consumer read and found nothing."""
-    seen = []
-    deadline = time.monotonic() + READ_TIMEOUT_S
-    settle_until = None
-    while time.monotonic() < deadline and not c.assignment():
-        msg = c.poll(0.1)
-        if msg is not None and not msg.error():
-            seen.append(msg.value().decode())
-    while time.monotonic() < deadline:
-        if len(seen) >= want and settle_until is None:
-            settle_until = time.monotonic() + SETTLE_S
-        if settle_until is not None and time.monotonic() >= settle_until:
-            break
-        msg = c.poll(0.1)
-        if msg is None:
-            continue
-        if msg.error():
-            raise SystemExit(f"consumer error: {msg.error()}")
-        seen.append(msg.value().decode())
-    return seen
 
 
 def main():
@@ -73,8 +35,8 @@ def main():
         p.produce(TOPIC, key=b"k", value=f"inflight-{i}".encode())
     p.flush(CALL_TIMEOUT_S)
     # commit_transaction() has not been called yet.
-    c_ru = consumer(bootstrap, "seed-ru", "read_uncommitted")
-    c_rc = consumer(bootstrap, "seed-rc", "read_committed")
+    c_ru = consumer(bootstrap, "seed-ru", "read_uncommitted", TOPIC)
+    c_rc = consumer(bootstrap, "seed-rc", "read_committed", TOPIC)
     print(f"read_uncommitted sees (before commit): {poll(c_ru, 3)}")
     print(f"read_committed sees (before commit): {poll(c_rc, 0)}")
 
@@ -94,10 +56,10 @@ def main():
     c_rc.close()
 
     print()
-    fresh_ru = consumer(bootstrap, "seed-fresh-ru", "read_uncommitted")
+    fresh_ru = consumer(bootstrap, "seed-fresh-ru", "read_uncommitted", TOPIC)
     print("fresh read_uncommitted consumer reading from offset 0 sees ALL raw records:")
     print(f"  {poll(fresh_ru, 6)}")
-    fresh_rc = consumer(bootstrap, "seed-fresh-rc", "read_committed")
+    fresh_rc = consumer(bootstrap, "seed-fresh-rc", "read_committed", TOPIC)
     print("fresh read_committed consumer reading from offset 0 sees only:")
     print(f"  {poll(fresh_rc, 3)}")
     fresh_ru.close()

@@ -104,3 +104,16 @@ fn serve_refuses_a_non_loopback_address() {
     assert_eq!(err.lines().count(), 1, "one line: {err}");
     assert!(err.contains("not a loopback address"), "{err}");
 }
+
+/// A cleanup interval of 0 would make the coordinator's timeout scan spin: refused in one line (exit 2).
+#[test]
+fn serve_refuses_a_zero_timeout_scan_interval() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_txnsim"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--transaction-abort-timed-out-transaction-cleanup-interval-ms", "0"])
+        .output()
+        .expect("run txnsim serve");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "bad arguments exit 2: {err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(err.contains("must be at least 1"), "{err}");
+}

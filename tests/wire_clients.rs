@@ -40,6 +40,19 @@ read_uncommitted from 0: [(0, 'c-0'), (1, 'c-1'), (3, 'a-0'), (4, 'a-1'), (6, 'c
 read_committed from 0: [(0, 'c-0'), (1, 'c-1'), (6, 'c-2')]
 ";
 
+/// Four input records, two per transaction: the first commits its output and its offset (2), the second
+/// aborts both, so the group resumes at `c` and read_committed sees only the first pair.
+const CONSUME_TRANSFORM_PRODUCE_LINES: &str = "\
+consumed: ['a', 'b']
+committed: produced ['A', 'B'], offsets to 2
+consumed: ['c', 'd']
+aborted: produced ['C', 'D'], offsets to 4
+ctp-group committed offsets: [('ctp-in', 0, 2)]
+a new member of ctp-group resumes with: ['c', 'd']
+read_committed on ctp-out: ['A', 'B']
+read_uncommitted on ctp-out: ['A', 'B', 'C', 'D']
+";
+
 static VENV: Mutex<Option<PathBuf>> = Mutex::new(None);
 
 /// The virtualenv with the pinned clients, made once per pin set and reused across runs.
@@ -81,6 +94,8 @@ fn run_script(script: &str, server: &Server) -> String {
     let mut child = Command::new(python)
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts").join(script))
         .arg(format!("127.0.0.1:{}", server.port))
+        // The scripts import scripts/clients.py: no bytecode cache is left in the source tree.
+        .env("PYTHONDONTWRITEBYTECODE", "1")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -181,4 +196,75 @@ fn serve_reports_a_state_violation_and_exits_1() {
     assert_eq!(status.code(), Some(1), "serve exits 1 after a violation: {err}");
     assert!(err.contains("VIOLATION aborted-index-exact"), "stderr names the invariant: {err}");
     assert!(timeline.contains("VIOLATION aborted-index-exact"), "so does the timeline");
+}
+
+/// Consume-transform-produce through librdkafka: `send_offsets_to_transaction` reaches the engine as
+/// AddOffsetsToTxn and TxnOffsetCommit; the group's offset moves with the committed transaction only, and
+/// the consumer's committed() is an OffsetFetch with require_stable (KIP-447). Group `ctp-group` lives on
+/// `__consumer_offsets/47`, where the two transactions' offsets and markers land.
+#[test]
+fn confluent_kafka_consume_transform_produce_commits_offsets_with_the_transaction() {
+    let server = Server::start("ctp", &["--group-initial-rebalance-delay-ms", "0"]);
+    let out = run_script("consume_transform_produce.py", &server);
+    let timeline = server.stop_clean();
+    assert_eq!(out, CONSUME_TRANSFORM_PRODUCE_LINES, "the group's offsets follow the transactions");
+    let pid = producer_id(&timeline);
+    for want in [
+        format!("AddOffsetsToTxn req ctp-producer pid {pid} e0 group ctp-group"),
+        format!("TxnOffsetCommit req ctp-group pid {pid} epoch 0 [ctp-in/0@2]"),
+        format!("appends [ctp-group/ctp-in/0=2] at __consumer_offsets/47@0..0 pid {pid}"),
+        format!("writes COMMIT marker for pid {pid} at __consumer_offsets/47@1"),
+        format!("appends [ctp-group/ctp-in/0=4] at __consumer_offsets/47@2..2 pid {pid}"),
+        format!("writes ABORT marker for pid {pid} at __consumer_offsets/47@3"),
+        "OffsetFetch req ctp-group ctp-in/0 require_stable".to_string(),
+    ] {
+        assert!(timeline.contains(&want), "the timeline lacks {want:?}:\n{timeline}");
+    }
+}
+
+/// The same script with the transaction's offsets committed at TxnOffsetCommit: the aborted offset 4 is
+/// what the group gets, the new member finds nothing left to read, and serve reports the invariant.
+#[test]
+fn serve_reports_offsets_visible_before_their_transaction_commits() {
+    let server = Server::start(
+        "ctp-visible-before-commit",
+        &["--group-initial-rebalance-delay-ms", "0", "--mutation", "txn-offsets-visible-before-commit"],
+    );
+    let out = run_script("consume_transform_produce.py", &server);
+    let (status, err, _) = server.stop();
+    let want = CONSUME_TRANSFORM_PRODUCE_LINES
+        .replace("[('ctp-in', 0, 2)]", "[('ctp-in', 0, 4)]")
+        .replace("resumes with: ['c', 'd']", "resumes with: []");
+    assert_eq!(out, want, "the aborted transaction's offset is the group's under the mutation");
+    assert_eq!(status.code(), Some(1), "serve exits 1 after a violation: {err}");
+    assert!(err.contains("VIOLATION txn-offsets-visible-iff-committed"), "stderr names the invariant: {err}");
+}
+
+/// `--transaction-abort-timed-out-transaction-cleanup-interval-ms 100`: the producer's transaction
+/// (timeout 1 s) is still open 3 s later, so the coordinator's scan has aborted it with an epoch bump (an
+/// ABORT marker at 1, an index entry), and the late commit is fenced; read_committed sees nothing.
+#[test]
+fn confluent_kafka_sees_its_transaction_time_out() {
+    let server = Server::start(
+        "tt",
+        &[
+            "--group-initial-rebalance-delay-ms",
+            "0",
+            "--transaction-abort-timed-out-transaction-cleanup-interval-ms",
+            "100",
+        ],
+    );
+    let out = run_script("transaction_timeout.py", &server);
+    let timeline = server.stop_clean();
+    let want = "commit: _FENCED (fatal: True)\nread_uncommitted from 0: ['late']\nread_committed from 0: []\n";
+    assert_eq!(out, want, "the timed-out transaction is aborted and its producer fenced");
+    let pid = producer_id(&timeline);
+    for want in [
+        format!("writes ABORT marker for pid {pid} at tt-demo/0@1"),
+        format!("aborted index tt-demo/0: pid {pid} first 0 last 1 LSO 2"),
+        format!("EndTxn req tt-producer COMMIT pid {pid} e0"),
+        "EndTxn resp PRODUCER_FENCED".to_string(),
+    ] {
+        assert!(timeline.contains(&want), "the timeline lacks {want:?}:\n{timeline}");
+    }
 }

@@ -5,12 +5,15 @@ use crate::config::EngineConfig;
 use crate::controller::PartitionRegistration;
 use crate::coordinator::{Ctx, PartitionLeaders, ReplyTo, TransactionCoordinator};
 use crate::error::KafkaError;
-use crate::group_coordinator::GroupCoordinator;
+use crate::group_coordinator::{
+    offsets_partition_for, CommittedOffset, GroupCoordinator, GroupMessage, GROUP_METADATA_TOPIC,
+    OFFSETS_TOPIC_NUM_PARTITIONS,
+};
 use crate::log::PartitionLog;
 use crate::metadata::MetadataMessage;
 use crate::producer_state::AppendOrigin;
 use crate::protocol::{Effects, Envelope, Message, NodeId, ProduceAck, Timer, TxnMarkerEntry};
-use crate::record::{EndTxnMarker, ProduceBatch};
+use crate::record::{BatchProducer, EndTxnMarker, ProduceBatch};
 use crate::rename::{Names, Rename};
 use crate::replica_manager::{AckWait, DelayedResponse, ReplicaCtx, ReplicaManager};
 use crate::types::{ProducerId, ProducerIdAndEpoch, TimeMs, TopicPartition, TransactionVersion};
@@ -40,6 +43,15 @@ pub struct Broker {
     /// Requests this broker sent to a coordinator, by correlation id.
     pending_verifications: BTreeMap<u64, PendingVerification>,
     next_correlation_id: u64,
+}
+
+/// A TxnOffsetCommit's header: who commits, for which group, as which member.
+struct TxnOffsetCommit {
+    transactional_id: String,
+    group_id: String,
+    producer: ProducerIdAndEpoch,
+    generation_id: i32,
+    member_id: String,
 }
 
 /// The single-broker cluster: this broker leads every partition it hosts.
@@ -264,6 +276,14 @@ impl Broker {
                 };
                 result.map(|result| Message::AddPartitionsToTxnResponse { result })
             }
+            Message::AddOffsetsToTxnRequest { transactional_id, producer, group_id } => {
+                let offsets_partition = self.offsets_partition(&group_id);
+                self.coordinate(now_ms, &mut effects, |c, ctx| {
+                    let to = ReplyTo { to: reply_to.clone(), correlation_id: corr };
+                    c.handle_add_offsets(&transactional_id, producer, &offsets_partition, to, ctx)
+                })
+                .map(|result| Message::AddOffsetsToTxnResponse { result })
+            }
             Message::EndTxnRequest { transactional_id, producer, result, transaction_version } => self
                 .coordinate(now_ms, &mut effects, |c, ctx| {
                     let to = ReplyTo { to: reply_to.clone(), correlation_id: corr };
@@ -345,11 +365,24 @@ impl Broker {
                 crate::metadata::handle(id, self.config.num_partitions, &mut self.partitions, request)
                     .map(Message::Metadata)
             }
+            Message::Group(GroupMessage::TxnOffsetCommitRequest {
+                transactional_id,
+                group_id,
+                producer,
+                generation_id,
+                member_id,
+                offsets,
+            }) => {
+                let asked = TxnOffsetCommit { transactional_id, group_id, producer, generation_id, member_id };
+                let results = self.handle_txn_offset_commit(now_ms, asked, offsets, &reply_to, corr, &mut effects);
+                Some(Message::Group(GroupMessage::TxnOffsetCommitResponse { results }))
+            }
             Message::Group(request) => {
                 self.groups.handle(now_ms, &self.config, &self.id, (reply_to.clone(), corr), request, &mut effects);
                 None
             }
             Message::InitProducerIdResponse { .. }
+            | Message::AddOffsetsToTxnResponse { .. }
             | Message::ProduceResponse { .. }
             | Message::EndTxnResponse { .. }
             | Message::ListOffsetsResponse { .. } => {
@@ -527,6 +560,10 @@ impl Broker {
                     ),
                 };
                 if let Ok(offset) = result {
+                    if tp.topic == GROUP_METADATA_TOPIC {
+                        // `GroupCoordinator.completeTransaction`: the marker settles the offsets waiting on it.
+                        self.groups.complete_transaction(m.producer_id, m.result, tp);
+                    }
                     self.after_leader_append(now_ms, tp, effects);
                     if self.replica_manager.is_replicated(tp) {
                         waits.push(AckWait::new(tp.clone(), offset + 1, results.len()));
@@ -536,6 +573,97 @@ impl Broker {
             }
         }
         (results, waits)
+    }
+
+    /// The group's `__consumer_offsets` partition; the topic is created, unreplicated, the first time a
+    /// transaction needs it (Kafka creates it on the first group coordinator lookup).
+    fn offsets_partition(&mut self, group_id: &str) -> TopicPartition {
+        if !self.partitions.keys().any(|tp| tp.topic == GROUP_METADATA_TOPIC) {
+            for p in 0..OFFSETS_TOPIC_NUM_PARTITIONS {
+                self.partitions.insert(TopicPartition::new(GROUP_METADATA_TOPIC, p), PartitionLog::new());
+            }
+        }
+        offsets_partition_for(group_id)
+    }
+
+    /// TxnOffsetCommit (`GroupCoordinatorService.commitTransactionalOffsets`): partitions of unknown topics
+    /// fail alone; the rest are verified with the transaction coordinator (KIP-890: the offsets partition
+    /// must be in the ongoing transaction), checked against the group (KIP-447), written to the group's
+    /// `__consumer_offsets` partition as a batch of the producer's transaction (origin coordinator: epoch
+    /// checked, no client sequence) and held pending until the transaction's marker lands there.
+    fn handle_txn_offset_commit(
+        &mut self,
+        now_ms: TimeMs,
+        asked: TxnOffsetCommit,
+        offsets: Vec<(TopicPartition, CommittedOffset)>,
+        reply_to: &NodeId,
+        corr: u64,
+        effects: &mut Effects,
+    ) -> Vec<(TopicPartition, Result<(), KafkaError>)> {
+        let (known, unknown): (Vec<_>, Vec<_>) =
+            offsets.into_iter().partition(|(tp, _)| self.partitions.contains_key(tp));
+        let mut results: Vec<_> =
+            unknown.into_iter().map(|(tp, _)| (tp, Err(KafkaError::UnknownTopicOrPartition))).collect();
+        if known.is_empty() {
+            return results;
+        }
+        let outcome = self.write_txn_offsets(now_ms, &asked, &known, reply_to, corr, effects);
+        results.extend(known.into_iter().map(|(tp, _)| (tp, outcome)));
+        results
+    }
+
+    fn write_txn_offsets(
+        &mut self,
+        now_ms: TimeMs,
+        asked: &TxnOffsetCommit,
+        offsets: &[(TopicPartition, CommittedOffset)],
+        reply_to: &NodeId,
+        corr: u64,
+        effects: &mut Effects,
+    ) -> Result<(), KafkaError> {
+        if asked.group_id.is_empty() {
+            return Err(KafkaError::InvalidGroupId);
+        }
+        let offsets_partition = self.offsets_partition(&asked.group_id);
+        if self.config.partition_verification
+            && !self.config.mutations.has(crate::mutation::Mutation::NoTxnVerification)
+        {
+            let verified = self.coordinate(now_ms, effects, |c, ctx| {
+                let to = ReplyTo { to: reply_to.clone(), correlation_id: corr };
+                let partitions = std::slice::from_ref(&offsets_partition);
+                c.handle_add_partitions(
+                    &asked.transactional_id,
+                    asked.producer,
+                    partitions,
+                    true,
+                    TransactionVersion::V1,
+                    to,
+                    ctx,
+                )
+            });
+            match verified.expect("a verification is answered at once") {
+                Ok(()) => {}
+                Err(KafkaError::ProducerFenced) => return Err(KafkaError::InvalidProducerEpoch),
+                Err(e) => return Err(e),
+            }
+        }
+        self.groups.validate_txn_offset_commit(&asked.group_id, asked.generation_id, &asked.member_id)?;
+        let batch = ProduceBatch {
+            producer: Some(BatchProducer {
+                producer_id: asked.producer.producer_id,
+                epoch: asked.producer.epoch,
+                // Kafka writes 0 here; no client sequence is meant, and -1 keeps it out of the sequence checks.
+                base_sequence: -1,
+            }),
+            is_transactional: true,
+            values: offsets.iter().map(|(tp, (o, _))| format!("{}/{tp}={o}", asked.group_id)).collect(),
+        };
+        let log = self.partitions.get_mut(&offsets_partition).expect("created above");
+        let info = log.append_data(&batch, AppendOrigin::Coordinator, now_ms, &self.config.mutations)?;
+        self.after_leader_append(now_ms, &offsets_partition, effects);
+        let pid = asked.producer.producer_id;
+        self.groups.stage_txn_offsets(&asked.group_id, pid, info.first_offset, offsets, &self.config.mutations);
+        Ok(())
     }
 
     /// With one replica in the ISR the HW follows the log end at once, unless the scenario moves it by hand.

@@ -42,12 +42,14 @@ pub enum KafkaError {
     NotEnoughReplicasAfterAppend,
     FencedLeaderEpoch,
     InvalidUpdateVersion,
+    /// OffsetFetch with `require_stable` (KIP-447) while a transaction's offsets for the partition are pending.
+    UnstableOffsetCommit,
     /// Client-side only (`TransactionAbortedException`): a batch never sent, failed by an abort. No wire code.
     TransactionAborted,
 }
 
 impl KafkaError {
-    pub const ALL: [KafkaError; 36] = [
+    pub const ALL: [KafkaError; 37] = [
         KafkaError::OffsetOutOfRange,
         KafkaError::UnknownTopicOrPartition,
         KafkaError::NotCoordinator,
@@ -84,6 +86,7 @@ impl KafkaError {
         KafkaError::NotEnoughReplicasAfterAppend,
         KafkaError::FencedLeaderEpoch,
         KafkaError::InvalidUpdateVersion,
+        KafkaError::UnstableOffsetCommit,
     ];
 
     /// The wire code from `Errors.java`.
@@ -126,6 +129,7 @@ impl KafkaError {
             KafkaError::NotEnoughReplicasAfterAppend => 20,
             KafkaError::FencedLeaderEpoch => 74,
             KafkaError::InvalidUpdateVersion => 95,
+            KafkaError::UnstableOffsetCommit => 88,
         }
     }
 
@@ -168,6 +172,7 @@ impl KafkaError {
             KafkaError::NotEnoughReplicasAfterAppend => "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
             KafkaError::FencedLeaderEpoch => "FENCED_LEADER_EPOCH",
             KafkaError::InvalidUpdateVersion => "INVALID_UPDATE_VERSION",
+            KafkaError::UnstableOffsetCommit => "UNSTABLE_OFFSET_COMMIT",
         }
     }
 
@@ -194,6 +199,7 @@ impl KafkaError {
                 | KafkaError::NotLeaderOrFollower
                 | KafkaError::NotEnoughReplicas
                 | KafkaError::NotEnoughReplicasAfterAppend
+                | KafkaError::UnstableOffsetCommit
         )
     }
 }

@@ -3,16 +3,23 @@
 //! `subscribe()` uses them. Members join, the coordinator waits (`group.initial.rebalance.delay.ms` for
 //! a new group, then until every known member rejoined or the rebalance timeout passed), picks a leader
 //! and a protocol, the leader's SyncGroup hands out the assignment; heartbeats keep a member, silence
-//! past `session.timeout.ms` removes it. Only the wire driver sends these. Offsets are kept in memory,
-//! not in a `__consumer_offsets` log; static membership (KIP-345) and KIP-848 are not modelled.
+//! past `session.timeout.ms` removes it. Plain offset commits are kept in memory, not in a
+//! `__consumer_offsets` log; static membership (KIP-345) and KIP-848 are not modelled.
+//!
+//! Transactional offsets (KIP-98, KIP-447; `OffsetMetadataManager`): a TxnOffsetCommit is written to the
+//! group's `__consumer_offsets` partition as a batch of the producer's transaction (the broker does that)
+//! and held here as pending, per producer id, until the transaction's marker reaches that partition: a
+//! COMMIT materializes the offsets, an ABORT drops them. Meanwhile OffsetFetch with `require_stable`
+//! answers UNSTABLE_OFFSET_COMMIT for those partitions.
 //!
 //! Answers may be deferred (a JoinGroup waits for the rebalance): handlers send them through `Effects`.
 //! Time-based transitions are driven by `tick`, which the driver calls by `next_deadline_ms`.
 
 use crate::config::EngineConfig;
 use crate::error::KafkaError;
+use crate::mutation::Mutation;
 use crate::protocol::{Effects, Message, NodeId};
-use crate::types::{TimeMs, TopicPartition};
+use crate::types::{Offset, ProducerId, ProducerIdAndEpoch, TimeMs, TopicPartition, TransactionResult};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -25,6 +32,35 @@ pub const MAX_MEMBERS_PER_GROUP: usize = 1024;
 
 /// A committed offset with its metadata string.
 pub type CommittedOffset = (i64, Option<String>);
+
+/// `Topic.GROUP_METADATA_TOPIC_NAME`.
+pub const GROUP_METADATA_TOPIC: &str = "__consumer_offsets";
+/// `offsets.topic.num.partitions` (Kafka's default).
+pub const OFFSETS_TOPIC_NUM_PARTITIONS: u32 = 50;
+
+/// The `__consumer_offsets` partition of a group (`GroupCoordinatorService.partitionFor`: the absolute
+/// value of Java's `String.hashCode` of the id, modulo the partition count; `Utils.abs` maps MIN to 0).
+pub fn offsets_partition_for(group_id: &str) -> TopicPartition {
+    let hash = group_id.encode_utf16().fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(c as i32));
+    let abs = if hash == i32::MIN { 0 } else { hash.unsigned_abs() };
+    TopicPartition::new(GROUP_METADATA_TOPIC, abs % OFFSETS_TOPIC_NUM_PARTITIONS)
+}
+
+/// Where a committed offset's record is: its place in the order of all commit records (`recordOffset`,
+/// which decides between a transactional and a plain commit), and for a transactional one the producer
+/// and the offset of its batch in the group's `__consumer_offsets` partition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct CommitRecord {
+    pub order: u64,
+    pub txn: Option<(ProducerId, Offset)>,
+}
+
+/// A transaction's offset for one partition, waiting for its marker.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PendingOffset {
+    pub offset: CommittedOffset,
+    pub record: CommitRecord,
+}
 
 /// What a completed join tells a member; `members` (id, protocol metadata) only for the leader.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -96,14 +132,29 @@ pub enum GroupMessage {
     OffsetCommitResponse {
         results: Vec<(TopicPartition, Result<(), KafkaError>)>,
     },
-    /// `partitions: None` asks for every committed offset of the group.
+    /// `partitions: None` asks for every committed offset of the group. `require_stable` (OffsetFetch v7+,
+    /// KIP-447): a partition with a transaction's offset pending answers UNSTABLE_OFFSET_COMMIT.
     OffsetFetchRequest {
         group_id: String,
         partitions: Option<Vec<TopicPartition>>,
+        require_stable: bool,
     },
-    /// `None` for a partition with no committed offset.
+    /// `Ok(None)` for a partition with no committed offset.
     OffsetFetchResponse {
-        offsets: Vec<(TopicPartition, Option<CommittedOffset>)>,
+        offsets: Vec<(TopicPartition, Result<Option<CommittedOffset>, KafkaError>)>,
+    },
+    /// TxnOffsetCommit (KIP-98): offsets of the producer's transaction; `generation_id`/`member_id` are
+    /// KIP-447's consumer group metadata (-1 and empty from a producer that does not give them).
+    TxnOffsetCommitRequest {
+        transactional_id: String,
+        group_id: String,
+        producer: ProducerIdAndEpoch,
+        generation_id: i32,
+        member_id: String,
+        offsets: Vec<(TopicPartition, CommittedOffset)>,
+    },
+    TxnOffsetCommitResponse {
+        results: Vec<(TopicPartition, Result<(), KafkaError>)>,
     },
 }
 
@@ -116,7 +167,23 @@ impl GroupMessage {
             GroupMessage::LeaveGroupRequest { .. } | GroupMessage::LeaveGroupResponse { .. } => "LeaveGroup",
             GroupMessage::OffsetCommitRequest { .. } | GroupMessage::OffsetCommitResponse { .. } => "OffsetCommit",
             GroupMessage::OffsetFetchRequest { .. } | GroupMessage::OffsetFetchResponse { .. } => "OffsetFetch",
+            GroupMessage::TxnOffsetCommitRequest { .. } | GroupMessage::TxnOffsetCommitResponse { .. } => {
+                "TxnOffsetCommit"
+            }
         }
+    }
+
+    pub fn is_request(&self) -> bool {
+        matches!(
+            self,
+            GroupMessage::JoinGroupRequest { .. }
+                | GroupMessage::SyncGroupRequest { .. }
+                | GroupMessage::HeartbeatRequest { .. }
+                | GroupMessage::LeaveGroupRequest { .. }
+                | GroupMessage::OffsetCommitRequest { .. }
+                | GroupMessage::OffsetFetchRequest { .. }
+                | GroupMessage::TxnOffsetCommitRequest { .. }
+        )
     }
 }
 
@@ -168,23 +235,37 @@ impl fmt::Display for GroupMessage {
                 let parts: Vec<String> = offsets.iter().map(|(tp, (o, _))| format!("{tp}@{o}")).collect();
                 write!(f, "{api} req {group_id} [{}]", parts.join(", "))
             }
-            GroupMessage::OffsetCommitResponse { results } => {
+            GroupMessage::TxnOffsetCommitRequest { group_id, producer, offsets, .. } => {
+                let parts: Vec<String> = offsets.iter().map(|(tp, (o, _))| format!("{tp}@{o}")).collect();
+                write!(
+                    f,
+                    "{api} req {group_id} pid {} epoch {} [{}]",
+                    producer.producer_id,
+                    producer.epoch,
+                    parts.join(", ")
+                )
+            }
+            GroupMessage::OffsetCommitResponse { results } | GroupMessage::TxnOffsetCommitResponse { results } => {
                 let parts: Vec<String> = results.iter().map(|(tp, r)| format!("{tp} {}", unit(r))).collect();
                 write!(f, "{api} resp [{}]", parts.join(", "))
             }
-            GroupMessage::OffsetFetchRequest { group_id, partitions } => write!(
+            GroupMessage::OffsetFetchRequest { group_id, partitions, require_stable } => write!(
                 f,
-                "{api} req {group_id} {}",
+                "{api} req {group_id} {}{}",
                 partitions.as_ref().map_or("all".into(), |p| p
                     .iter()
                     .map(|tp| tp.to_string())
                     .collect::<Vec<_>>()
-                    .join(","))
+                    .join(",")),
+                if *require_stable { " require_stable" } else { "" },
             ),
             GroupMessage::OffsetFetchResponse { offsets } => {
                 let parts: Vec<String> = offsets
                     .iter()
-                    .map(|(tp, o)| format!("{tp}@{}", o.as_ref().map_or("none".into(), |(o, _)| o.to_string())))
+                    .map(|(tp, o)| match o {
+                        Ok(o) => format!("{tp}@{}", o.as_ref().map_or("none".into(), |(o, _)| o.to_string())),
+                        Err(e) => format!("{tp} {e}"),
+                    })
                     .collect();
                 write!(f, "{api} resp [{}]", parts.join(", "))
             }
@@ -231,6 +312,8 @@ pub struct Group {
     /// The first join phase of an empty group waits out the initial delay (`InitialDelayedJoin`).
     initial_delay: bool,
     pub offsets: BTreeMap<TopicPartition, CommittedOffset>,
+    /// Where each committed offset's record is.
+    pub records: BTreeMap<TopicPartition, CommitRecord>,
 }
 
 impl Group {
@@ -246,6 +329,7 @@ impl Group {
             join_deadline_ms: None,
             initial_delay: false,
             offsets: BTreeMap::new(),
+            records: BTreeMap::new(),
         }
     }
 
@@ -290,6 +374,11 @@ impl Group {
 pub struct GroupCoordinator {
     pub groups: BTreeMap<String, Group>,
     next_member_id: u64,
+    /// `pendingTransactionalOffsets`: per producer id, per (group, partition), the offset its open
+    /// transaction committed.
+    pub pending_txn_offsets: BTreeMap<ProducerId, BTreeMap<(String, TopicPartition), PendingOffset>>,
+    /// Commit records written so far (each commit's `CommitRecord::order`).
+    records_written: u64,
 }
 
 fn answer(effects: &mut Effects, me: &NodeId, to: &NodeId, corr: u64, message: GroupMessage) {
@@ -403,33 +492,160 @@ impl GroupCoordinator {
                     })
                 };
                 if check.is_ok() {
-                    let group = self.groups.get_mut(&group_id).expect("checked above");
-                    group.offsets.extend(offsets.iter().cloned());
+                    for (tp, o) in &offsets {
+                        let record = self.next_record(None);
+                        self.materialize(&group_id, tp, o.clone(), record);
+                    }
                 }
                 GroupMessage::OffsetCommitResponse { results: offsets.into_iter().map(|(tp, _)| (tp, check)).collect() }
             }
-            GroupMessage::OffsetFetchRequest { group_id, partitions } => {
-                let committed = self.groups.get(&group_id).map(|g| &g.offsets);
-                let offsets = match partitions {
-                    Some(ps) => ps
-                        .into_iter()
-                        .map(|tp| {
-                            let o = committed.and_then(|c| c.get(&tp)).cloned();
-                            (tp, o)
-                        })
-                        .collect(),
-                    None => committed.into_iter().flatten().map(|(tp, o)| (tp.clone(), Some(o.clone()))).collect(),
-                };
-                GroupMessage::OffsetFetchResponse { offsets }
+            GroupMessage::OffsetFetchRequest { group_id, partitions, require_stable } => {
+                GroupMessage::OffsetFetchResponse { offsets: self.fetch_offsets(&group_id, partitions, require_stable) }
+            }
+            GroupMessage::TxnOffsetCommitRequest { .. } => {
+                unreachable!(
+                    "the broker writes a TxnOffsetCommit to its log first (`Broker::handle_txn_offset_commit`)"
+                )
             }
             GroupMessage::JoinGroupResponse { .. }
             | GroupMessage::SyncGroupResponse { .. }
             | GroupMessage::HeartbeatResponse { .. }
             | GroupMessage::LeaveGroupResponse { .. }
             | GroupMessage::OffsetCommitResponse { .. }
-            | GroupMessage::OffsetFetchResponse { .. } => return,
+            | GroupMessage::OffsetFetchResponse { .. }
+            | GroupMessage::TxnOffsetCommitResponse { .. } => return,
         };
         answer(effects, me, from, corr, reply);
+    }
+
+    /// `fetchOffsets` / `fetchAllOffsets`: each partition's committed offset, or UNSTABLE_OFFSET_COMMIT
+    /// under `require_stable` while a transaction's offset for it is pending (KIP-447).
+    pub fn fetch_offsets(
+        &self,
+        group_id: &str,
+        partitions: Option<Vec<TopicPartition>>,
+        require_stable: bool,
+    ) -> Vec<(TopicPartition, Result<Option<CommittedOffset>, KafkaError>)> {
+        let committed = self.groups.get(group_id).map(|g| &g.offsets);
+        let tps: Vec<TopicPartition> = match partitions {
+            Some(ps) => ps,
+            None => committed.into_iter().flatten().map(|(tp, _)| tp.clone()).collect(),
+        };
+        tps.into_iter()
+            .map(|tp| {
+                let o = if require_stable && self.has_pending(group_id, &tp) {
+                    Err(KafkaError::UnstableOffsetCommit)
+                } else {
+                    Ok(committed.and_then(|c| c.get(&tp)).cloned())
+                };
+                (tp, o)
+            })
+            .collect()
+    }
+
+    fn next_record(&mut self, txn: Option<(ProducerId, Offset)>) -> CommitRecord {
+        self.records_written += 1;
+        CommitRecord { order: self.records_written, txn }
+    }
+
+    /// Stores a committed offset; a record older than the one already there loses (`replayEndTransactionMarker`
+    /// keeps the most recent commit record when transactional and plain commits mix).
+    fn materialize(&mut self, group_id: &str, tp: &TopicPartition, offset: CommittedOffset, record: CommitRecord) {
+        let group = self.groups.entry(group_id.to_string()).or_insert_with(Group::new);
+        if group.records.get(tp).is_some_and(|r| r.order > record.order) {
+            return;
+        }
+        group.offsets.insert(tp.clone(), offset);
+        group.records.insert(tp.clone(), record);
+    }
+
+    /// `hasPendingTransactionalOffsets`.
+    pub fn has_pending(&self, group_id: &str, tp: &TopicPartition) -> bool {
+        let key = (group_id.to_string(), tp.clone());
+        self.pending_txn_offsets.values().any(|p| p.contains_key(&key))
+    }
+
+    /// `validateTransactionalOffsetCommit` with `ClassicGroup.validateOffsetCommit(isTransactional=true)`:
+    /// an unknown group is created as a simple group for a commit without generation (-1), else
+    /// ILLEGAL_GENERATION; a commit that names a member or a generation must match them; the group's
+    /// state is not enforced.
+    pub fn validate_txn_offset_commit(
+        &mut self,
+        group_id: &str,
+        generation_id: i32,
+        member_id: &str,
+    ) -> Result<(), KafkaError> {
+        if group_id.is_empty() {
+            return Err(KafkaError::InvalidGroupId);
+        }
+        let Some(group) = self.groups.get(group_id) else {
+            if generation_id < 0 {
+                self.groups.insert(group_id.to_string(), Group::new());
+                return Ok(());
+            }
+            return Err(KafkaError::IllegalGeneration);
+        };
+        if generation_id < 0 && group.state == GroupState::Empty {
+            return Ok(());
+        }
+        if generation_id >= 0 || !member_id.is_empty() {
+            if !group.members.contains_key(member_id) {
+                return Err(KafkaError::UnknownMemberId);
+            }
+            if generation_id != group.generation_id {
+                return Err(KafkaError::IllegalGeneration);
+            }
+        }
+        Ok(())
+    }
+
+    /// A TxnOffsetCommit's batch is in the log at `log_offset` of the group's `__consumer_offsets` partition:
+    /// its offsets wait for the transaction's marker (`replay` of a transactional offset commit record).
+    pub fn stage_txn_offsets(
+        &mut self,
+        group_id: &str,
+        producer_id: ProducerId,
+        log_offset: Offset,
+        offsets: &[(TopicPartition, CommittedOffset)],
+        mutations: &crate::mutation::Mutations,
+    ) {
+        for (tp, o) in offsets {
+            let record = self.next_record(Some((producer_id, log_offset)));
+            if mutations.has(Mutation::TxnOffsetsVisibleBeforeCommit) {
+                // The bug: the offsets are committed at once, before the transaction is decided.
+                self.materialize(group_id, tp, o.clone(), record);
+                continue;
+            }
+            let pending = PendingOffset { offset: o.clone(), record };
+            self.pending_txn_offsets
+                .entry(producer_id)
+                .or_default()
+                .insert((group_id.to_string(), tp.clone()), pending);
+        }
+    }
+
+    /// `replayEndTransactionMarker`: the marker of `producer_id` was written to `offsets_partition`; the
+    /// pending offsets of the groups that partition holds are committed or dropped.
+    pub fn complete_transaction(
+        &mut self,
+        producer_id: ProducerId,
+        result: TransactionResult,
+        offsets_partition: &TopicPartition,
+    ) {
+        let Some(pending) = self.pending_txn_offsets.get_mut(&producer_id) else { return };
+        let (done, rest): (BTreeMap<_, _>, BTreeMap<_, _>) = std::mem::take(pending)
+            .into_iter()
+            .partition(|((group, _), _)| offsets_partition_for(group) == *offsets_partition);
+        if rest.is_empty() {
+            self.pending_txn_offsets.remove(&producer_id);
+        } else {
+            self.pending_txn_offsets.insert(producer_id, rest);
+        }
+        if result == TransactionResult::Commit {
+            for ((group, tp), p) in done {
+                self.materialize(&group, &tp, p.offset, p.record);
+            }
+        }
     }
 
     /// The member of a group at this generation, or Kafka's error for why not.

@@ -47,10 +47,11 @@ pub enum Mutation {
     VerificationEntryNeverExpires,
     RetriesIgnored,
     HwFromLeaderLeo,
+    TxnOffsetsVisibleBeforeCommit,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 39] = [
+    pub const ALL: [Mutation; 40] = [
         Mutation::ReadCommittedBoundedByHw,
         Mutation::LsoInclusive,
         Mutation::LsoIgnoresOngoingTxns,
@@ -90,6 +91,7 @@ impl Mutation {
         Mutation::VerificationEntryNeverExpires,
         Mutation::RetriesIgnored,
         Mutation::HwFromLeaderLeo,
+        Mutation::TxnOffsetsVisibleBeforeCommit,
     ];
 
     /// The kebab-case name used on the command line and in seed files.
@@ -134,6 +136,7 @@ impl Mutation {
             Mutation::VerificationEntryNeverExpires => "verification-entry-never-expires",
             Mutation::RetriesIgnored => "retries-ignored",
             Mutation::HwFromLeaderLeo => "hw-from-leader-leo",
+            Mutation::TxnOffsetsVisibleBeforeCommit => "txn-offsets-visible-before-commit",
         }
     }
 
@@ -226,6 +229,7 @@ impl Mutation {
             Mutation::VerificationIgnoresLowestSequence => "KIP-890's `VerificationStateEntry` without its sequence: a later batch of a producer being verified may be appended before an earlier one (the earlier then fails OUT_OF_ORDER_SEQUENCE).",
             Mutation::VerificationEntryNeverExpires => "A `VerificationStateEntry` whose answer never came stays forever (no `producer.id.expiration.ms`).",
             Mutation::RetriesIgnored => "The producer's `retries` is ignored: a plain producer with `retries=0` resends a batch after a disconnect, and a batch the broker had written is written twice.",
+            Mutation::TxnOffsetsVisibleBeforeCommit => "A TxnOffsetCommit's offsets are committed when the request is written, not when the transaction's COMMIT marker reaches `__consumer_offsets`: OffsetFetch shows them while the transaction is open and keeps them after it aborts.",
             Mutation::HwFromLeaderLeo => "The leader's high watermark is its own log end offset, whatever its in-sync followers hold: an acks=all write is acknowledged and made visible before any follower has it.",
         }
     }
@@ -284,6 +288,7 @@ impl Mutation {
             Mutation::VerificationIgnoresLowestSequence => "KIP-890 part 1: VerificationStateEntry.lowestSequence (ProducerStateManagerTest#testThrowOutOfOrderSequenceWithVerificationSequenceCheck)",
             Mutation::VerificationEntryNeverExpires => "KIP-890 part 1: VerificationStateEntry expiry by producer.id.expiration.ms",
             Mutation::RetriesIgnored => "Sender.canRetry (batch.attempts() < retries; SenderTest#testRetries)",
+            Mutation::TxnOffsetsVisibleBeforeCommit => "KIP-98 (OffsetMetadataManager.replayEndTransactionMarker: pending transactional offsets)",
             Mutation::HwFromLeaderLeo => "Partition.maybeIncrementLeaderHW (the HW is the minimum LEO over the maximal ISR; KIP-497, KIP-101)",
         }
     }

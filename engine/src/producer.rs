@@ -4,6 +4,8 @@
 
 use crate::config::EngineConfig;
 use crate::error::KafkaError;
+use crate::group_coordinator::{CommittedOffset, GroupMessage};
+use crate::metadata::{CoordinatorType, MetadataMessage};
 use crate::protocol::{Effects, Envelope, Message, NodeId, ProduceAck, Timer};
 use crate::record::{increment_sequence, BatchProducer, ProduceBatch};
 use crate::rename::{Names, Rename};
@@ -90,9 +92,31 @@ pub type OpId = u64;
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum OpOutput {
     Initialized(ProducerIdAndEpoch),
-    Sent { partition: TopicPartition, ack: ProduceAck },
+    Sent {
+        partition: TopicPartition,
+        ack: ProduceAck,
+    },
+    /// `sendOffsetsToTransaction` is done: the group coordinator holds the offsets for the transaction.
+    OffsetsSent,
     Committed,
     Aborted,
+}
+
+/// `ConsumerGroupMetadata`: the group and, for KIP-447's fencing, the member and generation the offsets
+/// come from (-1 and empty when the application gives only the group id).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ConsumerGroupMetadata {
+    pub group_id: String,
+    pub generation_id: i32,
+    pub member_id: String,
+}
+
+/// One `sendOffsetsToTransaction` call: its group and the offsets still to be committed.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct OffsetsCall {
+    op: OpId,
+    group: ConsumerGroupMetadata,
+    offsets: Vec<(TopicPartition, CommittedOffset)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -121,6 +145,11 @@ enum InFlight {
         op: OpId,
         result: TransactionResult,
     },
+    /// `AddOffsetsToTxnHandler`, then FindCoordinator(GROUP) unless the group's coordinator is known,
+    /// then `TxnOffsetCommitHandler`.
+    AddOffsets(OffsetsCall),
+    FindGroupCoordinator(OffsetsCall),
+    TxnOffsetCommit(OffsetsCall),
 }
 
 /// A batch in the `RecordAccumulator`, not yet drained: waiting for its partition to join the transaction
@@ -172,13 +201,20 @@ pub struct Producer {
     /// The highest `transaction.version` this client speaks; the cluster's finalized feature caps it
     /// (`TransactionManager.isTransactionV2Enabled`).
     pub client_transaction_version: TransactionVersion,
+    /// Group coordinators found so far, by group id (FindCoordinator's answers).
+    group_coordinators: BTreeMap<String, NodeId>,
 }
 
 impl Rename for InFlight {
     fn rename(&mut self, names: Names<'_>) {
         match self {
             InFlight::Produce { batch, .. } => batch.rename(names),
-            InFlight::InitProducerId { .. } | InFlight::AddPartitions { .. } | InFlight::EndTxn { .. } => {}
+            InFlight::InitProducerId { .. }
+            | InFlight::AddPartitions { .. }
+            | InFlight::EndTxn { .. }
+            | InFlight::AddOffsets(_)
+            | InFlight::FindGroupCoordinator(_)
+            | InFlight::TxnOffsetCommit(_) => {}
         }
     }
 }
@@ -233,6 +269,7 @@ impl Producer {
             now_ms: 0,
             epoch_bump_required: false,
             client_transaction_version: TransactionVersion::V2,
+            group_coordinators: BTreeMap::new(),
         }
     }
 
@@ -299,15 +336,8 @@ impl Producer {
     pub fn on_disconnect(&mut self, now_ms: TimeMs, broker: &NodeId) -> Effects {
         self.now_ms = now_ms;
         let mut effects = Effects::default();
-        let lost: Vec<u64> = self
-            .in_flight
-            .iter()
-            .filter(|(_, f)| match f {
-                InFlight::Produce { .. } => &self.leader == broker,
-                _ => &self.coordinator == broker,
-            })
-            .map(|(corr, _)| *corr)
-            .collect();
+        let lost: Vec<u64> =
+            self.in_flight.iter().filter(|(_, f)| &self.destination(f) == broker).map(|(corr, _)| *corr).collect();
         for corr in lost {
             let in_flight = self.in_flight.remove(&corr).expect("listed above");
             self.back_off(now_ms, in_flight, KafkaError::NetworkException, &mut effects);
@@ -422,10 +452,40 @@ impl Producer {
         effects.timers.push((due, Timer::RequestTimeout { correlation_id: corr }));
     }
 
+    /// Where a request goes: a batch to the partition leader, a TxnOffsetCommit to the group's
+    /// coordinator, the rest to the transaction coordinator.
+    fn destination(&self, in_flight: &InFlight) -> NodeId {
+        match in_flight {
+            InFlight::Produce { .. } => self.leader.clone(),
+            InFlight::TxnOffsetCommit(c) => {
+                self.group_coordinators.get(&c.group.group_id).unwrap_or(&self.coordinator).clone()
+            }
+            _ => self.coordinator.clone(),
+        }
+    }
+
     /// Sends the request behind `in_flight` again (after a backoff or a timeout).
     fn resend(&mut self, in_flight: InFlight, effects: &mut Effects) {
         let transactional_id = || self.transactional_id().expect("transactional").to_string();
+        let producer = || self.producer_id_and_epoch.expect("initialized");
         let message = match &in_flight {
+            InFlight::AddOffsets(c) => Message::AddOffsetsToTxnRequest {
+                transactional_id: transactional_id(),
+                producer: producer(),
+                group_id: c.group.group_id.clone(),
+            },
+            InFlight::FindGroupCoordinator(c) => Message::Metadata(MetadataMessage::FindCoordinatorRequest {
+                key_type: CoordinatorType::Group,
+                keys: vec![c.group.group_id.clone()],
+            }),
+            InFlight::TxnOffsetCommit(c) => Message::Group(GroupMessage::TxnOffsetCommitRequest {
+                transactional_id: transactional_id(),
+                group_id: c.group.group_id.clone(),
+                producer: producer(),
+                generation_id: c.group.generation_id,
+                member_id: c.group.member_id.clone(),
+                offsets: c.offsets.clone(),
+            }),
             InFlight::InitProducerId { op, after_abort } => {
                 let (op, after_abort) = (*op, *after_abort);
                 self.send_init(op, after_abort, effects);
@@ -452,11 +512,92 @@ impl Producer {
                 transaction_version: self.transaction_version(),
             },
         };
-        let to = match in_flight {
-            InFlight::Produce { .. } => self.leader.clone(),
-            _ => self.coordinator.clone(),
-        };
+        let to = self.destination(&in_flight);
         self.request(to, message, in_flight, effects);
+    }
+
+    /// `sendOffsetsToTransaction(offsets, groupMetadata)`: the offsets commit with the transaction. First
+    /// AddOffsetsToTxn puts the group's offsets partition in the transaction, then the group's coordinator
+    /// is looked up and sent TxnOffsetCommit; the call completes when that is answered.
+    pub fn send_offsets_to_transaction(
+        &mut self,
+        now_ms: TimeMs,
+        offsets: Vec<(TopicPartition, CommittedOffset)>,
+        group: ConsumerGroupMetadata,
+    ) -> Result<(OpId, Effects), KafkaError> {
+        self.now_ms = now_ms;
+        self.check_not_failed()?;
+        if self.transactional_id().is_none() || self.state != TxnManagerState::InTransaction {
+            return Err(KafkaError::InvalidTxnState);
+        }
+        let op = self.new_op();
+        let mut effects = Effects::default();
+        self.resend(InFlight::AddOffsets(OffsetsCall { op, group, offsets }), &mut effects);
+        Ok((op, effects))
+    }
+
+    /// The TxnOffsetCommit of a call, through FindCoordinator first if its group's coordinator is unknown.
+    fn offsets_commit_step(&self, call: OffsetsCall) -> InFlight {
+        if self.group_coordinators.contains_key(&call.group.group_id) {
+            InFlight::TxnOffsetCommit(call)
+        } else {
+            InFlight::FindGroupCoordinator(call)
+        }
+    }
+
+    /// An offsets call failed for good: the producer enters the error state the error calls for.
+    fn fail_offsets(&mut self, op: OpId, error: KafkaError, fatal: bool) {
+        if fatal {
+            // Batches never drained fail with the fatal error too (as after a fenced AddPartitions).
+            self.fail_fatal(error);
+            self.abort_undrained_batches(error);
+        } else {
+            self.fail_abortable(error);
+        }
+        self.completions.push(Completion { op, result: Err(error) });
+    }
+
+    /// `TxnOffsetCommitHandler.handleResponse`: committed partitions are done; a coordinator error forgets
+    /// the coordinator and retries, another retriable error retries the failed partitions; a group
+    /// mismatch (KIP-447) is abortable, a fenced producer fatal.
+    fn on_txn_offset_commit(
+        &mut self,
+        now_ms: TimeMs,
+        mut call: OffsetsCall,
+        results: Vec<(TopicPartition, Result<(), KafkaError>)>,
+        effects: &mut Effects,
+    ) {
+        let mut retry = None;
+        for (tp, result) in results {
+            match result {
+                Ok(()) => call.offsets.retain(|(t, _)| *t != tp),
+                Err(
+                    e
+                    @ (KafkaError::CoordinatorNotAvailable | KafkaError::NotCoordinator | KafkaError::RequestTimedOut),
+                ) => {
+                    self.group_coordinators.remove(&call.group.group_id);
+                    retry = Some(e);
+                }
+                Err(e) if e.is_retriable() => retry = Some(e),
+                Err(e @ (KafkaError::UnknownMemberId | KafkaError::IllegalGeneration)) => {
+                    return self.fail_offsets(call.op, e, false);
+                }
+                Err(KafkaError::InvalidProducerEpoch | KafkaError::ProducerFenced) => {
+                    return self.fail_offsets(call.op, KafkaError::ProducerFenced, true);
+                }
+                Err(e) => return self.fail_offsets(call.op, e, true),
+            }
+        }
+        match retry {
+            _ if call.offsets.is_empty() => {
+                self.completions.push(Completion { op: call.op, result: Ok(OpOutput::OffsetsSent) })
+            }
+            Some(e) => {
+                let step = self.offsets_commit_step(call);
+                self.back_off(now_ms, step, e, effects)
+            }
+            None => unreachable!("offsets left uncommitted without an error"),
+        }
     }
 
     /// `initTransactions()` (or the idempotent producer's InitProducerId).
@@ -907,6 +1048,42 @@ impl Producer {
                     self.completions.push(Completion { op, result: Err(e) });
                 }
             },
+            (InFlight::AddOffsets(call), Message::AddOffsetsToTxnResponse { result }) => match result {
+                Ok(()) => {
+                    self.transaction_started = true;
+                    let step = self.offsets_commit_step(call);
+                    self.resend(step, &mut effects);
+                }
+                Err(e) if e.is_retriable() || e == KafkaError::CoordinatorNotAvailable => {
+                    self.back_off(now_ms, InFlight::AddOffsets(call), e, &mut effects)
+                }
+                Err(e @ (KafkaError::UnknownProducerId | KafkaError::InvalidProducerIdMapping)) => {
+                    self.fail_offsets(call.op, e, false)
+                }
+                Err(KafkaError::InvalidProducerEpoch | KafkaError::ProducerFenced) => {
+                    self.fail_offsets(call.op, KafkaError::ProducerFenced, true)
+                }
+                Err(e) => self.fail_offsets(call.op, e, true),
+            },
+            (
+                InFlight::FindGroupCoordinator(call),
+                Message::Metadata(MetadataMessage::FindCoordinatorResponse { coordinators }),
+            ) => {
+                let found = coordinators.into_iter().find(|(k, _)| *k == call.group.group_id).map(|(_, r)| r);
+                match found.unwrap_or(Err(KafkaError::CoordinatorNotAvailable)) {
+                    Ok(id) => {
+                        self.group_coordinators.insert(call.group.group_id.clone(), NodeId::Broker(id));
+                        self.resend(InFlight::TxnOffsetCommit(call), &mut effects);
+                    }
+                    Err(e) if e.is_retriable() || e == KafkaError::CoordinatorNotAvailable => {
+                        self.back_off(now_ms, InFlight::FindGroupCoordinator(call), e, &mut effects)
+                    }
+                    Err(e) => self.fail_offsets(call.op, e, true),
+                }
+            }
+            (InFlight::TxnOffsetCommit(call), Message::Group(GroupMessage::TxnOffsetCommitResponse { results })) => {
+                self.on_txn_offset_commit(now_ms, call, results, &mut effects)
+            }
             (in_flight, message) => {
                 unreachable!("{}: response {} does not answer {in_flight:?}", self.id, message.api_name())
             }

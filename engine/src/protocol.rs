@@ -73,6 +73,16 @@ pub enum Message {
     AddPartitionsToTxnResponse {
         result: Result<(), KafkaError>,
     },
+    /// AddOffsetsToTxn (KIP-98): the group's `__consumer_offsets` partition joins the transaction, so its
+    /// marker reaches the TxnOffsetCommit written there.
+    AddOffsetsToTxnRequest {
+        transactional_id: String,
+        producer: ProducerIdAndEpoch,
+        group_id: String,
+    },
+    AddOffsetsToTxnResponse {
+        result: Result<(), KafkaError>,
+    },
     ProduceRequest {
         transactional_id: Option<String>,
         partition: TopicPartition,
@@ -139,13 +149,15 @@ impl Message {
             self,
             Message::InitProducerIdRequest { .. }
                 | Message::AddPartitionsToTxnRequest { .. }
+                | Message::AddOffsetsToTxnRequest { .. }
                 | Message::ProduceRequest { .. }
                 | Message::EndTxnRequest { .. }
                 | Message::WriteTxnMarkersRequest { .. }
                 | Message::TxnLogAppendRequest { .. }
                 | Message::FetchRequest { .. }
                 | Message::ListOffsetsRequest { .. }
-        )
+        ) || matches!(self, Message::Group(g) if g.is_request())
+            || matches!(self, Message::Metadata(m) if m.is_request())
     }
 
     /// The API name, as Kafka's request logs print it.
@@ -155,6 +167,7 @@ impl Message {
             Message::AddPartitionsToTxnRequest { .. } | Message::AddPartitionsToTxnResponse { .. } => {
                 "AddPartitionsToTxn"
             }
+            Message::AddOffsetsToTxnRequest { .. } | Message::AddOffsetsToTxnResponse { .. } => "AddOffsetsToTxn",
             Message::ProduceRequest { .. } | Message::ProduceResponse { .. } => "Produce",
             Message::EndTxnRequest { .. } | Message::EndTxnResponse { .. } => "EndTxn",
             Message::WriteTxnMarkersRequest { .. } | Message::WriteTxnMarkersResponse { .. } => "WriteTxnMarkers",

@@ -79,6 +79,7 @@ impl Rename for Message {
         match self {
             Message::InitProducerIdRequest { transactional_id, .. } => transactional_id.rename(names),
             Message::AddPartitionsToTxnRequest { transactional_id, .. }
+            | Message::AddOffsetsToTxnRequest { transactional_id, .. }
             | Message::EndTxnRequest { transactional_id, .. }
             | Message::TxnLogAppendRequest { transactional_id } => names(transactional_id),
             Message::ProduceRequest { transactional_id, batch, .. } => {
@@ -88,6 +89,7 @@ impl Rename for Message {
             Message::FetchResponse { result: Ok(data), .. } => data.batches.rename(names),
             Message::InitProducerIdResponse { .. }
             | Message::AddPartitionsToTxnResponse { .. }
+            | Message::AddOffsetsToTxnResponse { .. }
             | Message::ProduceResponse { .. }
             | Message::EndTxnResponse { .. }
             | Message::WriteTxnMarkersRequest { .. }

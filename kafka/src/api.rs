@@ -25,7 +25,7 @@ pub const TRANSACTION_VERSION: i16 = 1;
 /// implemented: AddPartitionsToTxn v4+ is the broker-to-broker verification batch (KIP-890), and
 /// InitProducerId v6 is KIP-939's two-phase commit, OffsetCommit v10 and OffsetFetch v8+ name topics by id
 /// and batch groups (KIP-848's era), which the group protocol here does not need.
-pub const SUPPORTED: [(ApiKey, i16, i16); 16] = [
+pub const SUPPORTED: [(ApiKey, i16, i16); 18] = [
     (ApiKey::Produce, 3, 13),
     (ApiKey::Fetch, 4, 18),
     (ApiKey::ListOffsets, 1, 10),
@@ -36,6 +36,8 @@ pub const SUPPORTED: [(ApiKey, i16, i16); 16] = [
     (ApiKey::InitProducerId, 0, 5),
     (ApiKey::AddPartitionsToTxn, 0, 3),
     (ApiKey::EndTxn, 0, 5),
+    (ApiKey::AddOffsetsToTxn, 0, 4),
+    (ApiKey::TxnOffsetCommit, 0, 4),
     (ApiKey::JoinGroup, 0, 9),
     (ApiKey::SyncGroup, 0, 5),
     (ApiKey::Heartbeat, 0, 4),

@@ -24,16 +24,20 @@ use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use std::collections::{BTreeMap, VecDeque};
+use txnsim_engine::group_coordinator::{GroupMessage, GROUP_METADATA_TOPIC};
 use txnsim_engine::metadata::{CoordinatorType, MetadataMessage, NewTopic};
 use txnsim_engine::protocol::{Effects, Envelope, Message, NodeId, Timer};
 use txnsim_engine::{
     Broker, EngineConfig, IsolationLevel, KafkaError, Offset, ProducerIdAndEpoch, TimeMs, TopicPartition,
     TransactionResult, TransactionVersion,
 };
-use txnsim_properties::{check_state, ClusterView, MonotonicityChecker, Violation};
+use txnsim_properties::{check_group_offsets, check_state, ClusterView, MonotonicityChecker, Violation};
 use uuid::Uuid;
 
 mod groups;
@@ -357,6 +361,12 @@ impl Driver {
                 ResponseKind::AddPartitionsToTxn(self.add_partitions_to_txn(now_ms, node, r))
             }
             RequestKind::EndTxn(r) => ResponseKind::EndTxn(self.end_txn(now_ms, node, version, r)),
+            RequestKind::AddOffsetsToTxn(r) => {
+                ResponseKind::AddOffsetsToTxn(self.add_offsets_to_txn(now_ms, node, version, r))
+            }
+            RequestKind::TxnOffsetCommit(r) => {
+                ResponseKind::TxnOffsetCommit(self.txn_offset_commit(now_ms, node, version, r))
+            }
             RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(self.list_offsets(now_ms, node, version, r)),
             RequestKind::Produce(r) => match self.produce(now_ms, node, version, r) {
                 Some(r) => ResponseKind::Produce(r),
@@ -430,10 +440,11 @@ impl Driver {
                 NodeId::Broker(_) => {
                     let line = format!("recv {} from {}", txnsim_sim::world::describe(&env), env.from);
                     // Reads change no log and no coordinator state: the invariants need not look again.
-                    let reads = matches!(
-                        env.message,
-                        Message::FetchRequest { .. } | Message::ListOffsetsRequest { .. } | Message::Group(_)
-                    );
+                    let reads =
+                        matches!(
+                            env.message,
+                            Message::FetchRequest { .. } | Message::ListOffsetsRequest { .. } | Message::Group(_)
+                        ) && !matches!(env.message, Message::Group(GroupMessage::TxnOffsetCommitRequest { .. }));
                     let effects = self.broker.on_message(now_ms, env);
                     if reads {
                         self.timeline.broker_step(now_ms, &self.broker, line);
@@ -467,6 +478,7 @@ impl Driver {
         let view = ClusterView::of_broker(&self.broker);
         let mut found = check_state(&view);
         found.extend(self.monotonicity.observe(&view));
+        found.extend(check_group_offsets(&self.broker));
         for v in found {
             if self.violations.iter().any(|seen| seen.invariant == v.invariant) {
                 continue;
@@ -537,6 +549,8 @@ impl Driver {
             if version >= 10 && result.is_ok() {
                 t.topic_id = topic_id(&name);
             }
+            // `__consumer_offsets` exists once a transaction committed offsets, and is listed as Kafka lists it.
+            t.is_internal = name == GROUP_METADATA_TOPIC;
             t.name = Some(str_bytes(&name).into());
             for p in 0..result.unwrap_or(0) {
                 let mut mp = MetadataResponsePartition::default();
@@ -755,6 +769,88 @@ impl Driver {
             tr.name = str_bytes(&topic).into();
             tr.results_by_partition = results;
             response.results_by_topic_v3_and_below.push(tr);
+        }
+        response
+    }
+
+    fn add_offsets_to_txn(
+        &mut self,
+        now_ms: TimeMs,
+        node: &NodeId,
+        version: i16,
+        r: AddOffsetsToTxnRequest,
+    ) -> AddOffsetsToTxnResponse {
+        let request = Message::AddOffsetsToTxnRequest {
+            transactional_id: r.transactional_id.0.to_string(),
+            producer: ProducerIdAndEpoch { producer_id: r.producer_id.0, epoch: r.producer_epoch },
+            group_id: r.group_id.0.to_string(),
+        };
+        let result = match self.call(now_ms, node, vec![request]).pop().flatten() {
+            Some(Message::AddOffsetsToTxnResponse { result }) => result,
+            _ => Err(KafkaError::RequestTimedOut),
+        };
+        let mut response = AddOffsetsToTxnResponse::default();
+        // `handleAddOffsetsToTxnRequest`: clients before v2 know INVALID_PRODUCER_EPOCH, not PRODUCER_FENCED.
+        response.error_code = match result {
+            Err(KafkaError::ProducerFenced) if version < 2 => KafkaError::InvalidProducerEpoch.code(),
+            r => error_code(&r),
+        };
+        response
+    }
+
+    /// TxnOffsetCommit: v0-v2 carry no group metadata (generation -1, no member); the group instance id
+    /// (static membership, KIP-345) is not modelled and is ignored.
+    fn txn_offset_commit(
+        &mut self,
+        now_ms: TimeMs,
+        node: &NodeId,
+        version: i16,
+        r: TxnOffsetCommitRequest,
+    ) -> TxnOffsetCommitResponse {
+        let mut offsets = Vec::new();
+        let mut refused = Vec::new();
+        for t in &r.topics {
+            for p in &t.partitions {
+                if p.partition_index < 0 || p.committed_offset < 0 {
+                    refused.push((TopicPartition::new(&t.name.0, p.partition_index.max(0) as u32), p.partition_index));
+                    continue;
+                }
+                let tp = TopicPartition::new(&t.name.0, p.partition_index as u32);
+                offsets.push((tp, (p.committed_offset, p.committed_metadata.as_ref().map(|m| m.to_string()))));
+            }
+        }
+        let mut results: Vec<(String, i32, i16)> =
+            refused.into_iter().map(|(tp, index)| (tp.topic, index, code::INVALID_REQUEST)).collect();
+        if !offsets.is_empty() {
+            let (generation_id, member_id) =
+                if version >= 3 { (r.generation_id, r.member_id.to_string()) } else { (-1, String::new()) };
+            let request = Message::Group(GroupMessage::TxnOffsetCommitRequest {
+                transactional_id: r.transactional_id.0.to_string(),
+                group_id: r.group_id.0.to_string(),
+                producer: ProducerIdAndEpoch { producer_id: r.producer_id.0, epoch: r.producer_epoch },
+                generation_id,
+                member_id,
+                offsets: offsets.clone(),
+            });
+            let answered = match self.call(now_ms, node, vec![request]).pop().flatten() {
+                Some(Message::Group(GroupMessage::TxnOffsetCommitResponse { results })) => results,
+                _ => offsets.into_iter().map(|(tp, _)| (tp, Err(KafkaError::RequestTimedOut))).collect(),
+            };
+            results.extend(answered.into_iter().map(|(tp, r)| (tp.topic, tp.partition as i32, error_code(&r))));
+        }
+        let mut by_topic: BTreeMap<String, Vec<TxnOffsetCommitResponsePartition>> = BTreeMap::new();
+        for (topic, index, code) in results {
+            let mut p = TxnOffsetCommitResponsePartition::default();
+            p.partition_index = index;
+            p.error_code = code;
+            by_topic.entry(topic).or_default().push(p);
+        }
+        let mut response = TxnOffsetCommitResponse::default();
+        for (name, partitions) in by_topic {
+            let mut t = TxnOffsetCommitResponseTopic::default();
+            t.name = str_bytes(&name).into();
+            t.partitions = partitions;
+            response.topics.push(t);
         }
         response
     }

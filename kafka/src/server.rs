@@ -35,6 +35,10 @@ pub struct ServeArgs {
     /// its first generation (Kafka's default 3000).
     #[arg(long, default_value_t = 3_000)]
     pub group_initial_rebalance_delay_ms: u64,
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`: how often the coordinator looks for
+    /// transactions open past their `transaction.timeout.ms` and aborts them (Kafka's default 10000).
+    #[arg(long, default_value_t = 10_000)]
+    pub transaction_abort_timed_out_transaction_cleanup_interval_ms: u64,
     /// Run with one injected historical bug (see `txnsim mutations`).
     #[arg(long, value_parser = txnsim_sim::cli::parse_mutation)]
     pub mutation: Option<Mutation>,
@@ -66,6 +70,10 @@ pub fn run_serve(args: &ServeArgs) -> ExitCode {
         eprintln!("error: --partitions must be 1..={}", txnsim_engine::metadata::MAX_PARTITIONS_PER_TOPIC);
         return ExitCode::from(2);
     }
+    if args.transaction_abort_timed_out_transaction_cleanup_interval_ms == 0 {
+        eprintln!("error: --transaction-abort-timed-out-transaction-cleanup-interval-ms must be at least 1");
+        return ExitCode::from(2);
+    }
     let mut timeline = match args.timeline.as_ref().map(File::create).transpose() {
         Ok(f) => f.map(BufWriter::new),
         Err(e) => {
@@ -89,6 +97,7 @@ pub fn run_serve(args: &ServeArgs) -> ExitCode {
     let config = EngineConfig {
         num_partitions: args.partitions,
         group_initial_rebalance_delay_ms: args.group_initial_rebalance_delay_ms,
+        abort_timed_out_cleanup_interval_ms: args.transaction_abort_timed_out_transaction_cleanup_interval_ms,
         mutations: args.mutation.map(Mutations::one).unwrap_or_default(),
         ..EngineConfig::default()
     };

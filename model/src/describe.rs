@@ -162,6 +162,13 @@ pub fn message(m: &Message) -> String {
             Ok(()) => "AddPartitionsToTxn ok".into(),
             Err(e) => format!("AddPartitionsToTxn {}", err(e)),
         },
+        Message::AddOffsetsToTxnRequest { producer, group_id, .. } => {
+            format!("AddOffsetsToTxn({group_id}, {})", pie(producer))
+        }
+        Message::AddOffsetsToTxnResponse { result } => match result {
+            Ok(()) => "AddOffsetsToTxn ok".into(),
+            Err(e) => format!("AddOffsetsToTxn {}", err(e)),
+        },
         Message::ProduceRequest { partition, batch, .. } => {
             let who = batch
                 .producer

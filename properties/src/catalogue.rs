@@ -52,6 +52,7 @@ pub enum Invariant {
     CommittedWritesCommitted,
     ReplicaLogMatchesLeader,
     HwWithinIsrLogEnds,
+    TxnOffsetsVisibleIffCommitted,
 }
 
 impl Invariant {
@@ -95,9 +96,13 @@ impl Invariant {
     /// runner, the replicated proptest). The model and the sim run one broker, where they cannot fail.
     pub const REPLICA: [Invariant; 2] = [Invariant::ReplicaLogMatchesLeader, Invariant::HwWithinIsrLogEnds];
 
-    /// The whole catalogue: `ALL`, then `REPLICA`.
+    /// The consumer group invariants (`group_offsets.rs`): checked wherever transactions commit offsets
+    /// (the scenario runner, `serve`). The model and the sim commit none, so they cannot fail there.
+    pub const GROUP: [Invariant; 1] = [Invariant::TxnOffsetsVisibleIffCommitted];
+
+    /// The whole catalogue: `ALL`, then `REPLICA`, then `GROUP`.
     pub fn catalogue() -> impl Iterator<Item = Invariant> {
-        Invariant::ALL.into_iter().chain(Invariant::REPLICA)
+        Invariant::ALL.into_iter().chain(Invariant::REPLICA).chain(Invariant::GROUP)
     }
 
     /// The stable name: Jepsen's where one exists.
@@ -137,6 +142,7 @@ impl Invariant {
             ReaderCatchesUp => "reader-catches-up",
             ReplicaLogMatchesLeader => "replica-log-matches-leader",
             HwWithinIsrLogEnds => "hw-within-isr-log-ends",
+            TxnOffsetsVisibleIffCommitted => "txn-offsets-visible-iff-committed",
         }
     }
 
@@ -162,7 +168,8 @@ impl Invariant {
             | PartitionCoverage
             | EpochBumpOnFenceAndTimeout
             | ReplicaLogMatchesLeader
-            | HwWithinIsrLogEnds => Kind::State,
+            | HwWithinIsrLogEnds
+            | TxnOffsetsVisibleIffCommitted => Kind::State,
             AbortedRead
             | PrecommittedRead
             | PartialRead
@@ -220,6 +227,7 @@ impl Invariant {
             ReaderCatchesUp => "after healing, a read_committed consumer that keeps polling reaches position = LSO = HW (L6)",
             ReplicaLogMatchesLeader => "every replica's own batches below the leader's HW are the leader's batches at those offsets, and an ISR member holds them all",
             HwWithinIsrLogEnds => "the leader's HW is at most the log end offset of every ISR member's own log",
+            TxnOffsetsVisibleIffCommitted => "an offset committed in a transaction (TxnOffsetCommit) is what OffsetFetch answers iff that transaction's COMMIT marker is in __consumer_offsets after it: never while the transaction is open, never after it aborted, and no longer pending once its marker is written",
         }
     }
 
@@ -260,6 +268,9 @@ impl Invariant {
                 "ReplicaFetcherThread.processPartitionData, UnifiedLog.appendAsFollower; KIP-101"
             }
             HwWithinIsrLogEnds => "Partition.maybeIncrementLeaderHW (the least LEO of the maximal ISR; KIP-497)",
+            TxnOffsetsVisibleIffCommitted => {
+                "OffsetMetadataManager.replayEndTransactionMarker, hasPendingTransactionalOffsets; KIP-98, KIP-447"
+            }
         }
     }
 
@@ -299,6 +310,7 @@ impl Invariant {
             OpenTransactionsTimeOut => Mutation::NoTimeoutAbort,
             ReaderCatchesUp => Mutation::NoPositionAdvanceOverControl,
             ReplicaLogMatchesLeader | HwWithinIsrLogEnds => Mutation::HwFromLeaderLeo,
+            TxnOffsetsVisibleIffCommitted => Mutation::TxnOffsetsVisibleBeforeCommit,
         }
     }
 }

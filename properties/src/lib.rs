@@ -1,9 +1,10 @@
 //! txnsim's oracle: the one catalogue of invariants (`catalogue`), their checks over cluster snapshots
 //! (`state`), over client histories (`history`, `intent`) and after healing (`liveness`), and a deliberately tiny
 //! reference model of what each reader must deliver (`reference`), and the replicas held against their
-//! leader (`replicas`).
+//! leader (`replicas`), and transactional offsets against the offsets log (`group_offsets`).
 
 pub mod catalogue;
+pub mod group_offsets;
 pub mod history;
 pub mod intent;
 pub mod liveness;
@@ -13,6 +14,7 @@ pub mod replicas;
 pub mod state;
 
 pub use catalogue::{Invariant, Kind, Violation};
+pub use group_offsets::check_group_offsets;
 pub use history::{check_history, check_read_superset, CallOutcome, Event, History, ProducerCall};
 pub use intent::{check_committed_sends, check_failed_sends};
 pub use liveness::check_liveness;

@@ -1036,7 +1036,12 @@ pub fn describe_with(env: &Envelope, marker: &dyn Fn(&TopicPartition, Offset) ->
             partitions.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(","),
             if *verify_only { " verify-only" } else { "" }
         ),
-        Message::AddPartitionsToTxnResponse { result } => format!("{api} resp {}", unit_result(result)),
+        Message::AddPartitionsToTxnResponse { result } | Message::AddOffsetsToTxnResponse { result } => {
+            format!("{api} resp {}", unit_result(result))
+        }
+        Message::AddOffsetsToTxnRequest { transactional_id, producer, group_id } => {
+            format!("{api} req {transactional_id} pid {} e{} group {group_id}", producer.producer_id, producer.epoch)
+        }
         Message::ProduceRequest { partition, batch, .. } => {
             let who = batch
                 .producer

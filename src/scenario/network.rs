@@ -10,7 +10,10 @@ use serde::Deserialize;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use txnsim_engine::coordinator::TransactionMetadata;
+use txnsim_engine::group_coordinator::GroupMessage;
+use txnsim_engine::producer::ConsumerGroupMetadata;
 use txnsim_engine::producer::{OpId, OpOutput, Producer};
+use txnsim_engine::protocol::Message;
 use txnsim_engine::protocol::{Envelope, NodeId};
 use txnsim_engine::record::BatchBody;
 use txnsim_engine::{
@@ -145,6 +148,42 @@ pub struct Send {
     pub expect_error: Option<String>,
 }
 
+/// `sendOffsetsToTransaction`: `offsets` as `{"topic/partition": offset}`; `generation_id` and
+/// `member_id` are the consumer's group metadata (KIP-447), absent for a producer that names only the group.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SendOffsets {
+    pub producer: String,
+    pub group: String,
+    pub offsets: BTreeMap<String, i64>,
+    pub generation_id: Option<i32>,
+    pub member_id: Option<String>,
+    #[serde(rename = "as")]
+    pub name: Option<String>,
+    pub expect_error: Option<String>,
+}
+
+/// A plain OffsetCommit from outside the group protocol (an `assign()` consumer or an admin client:
+/// generation -1, no member), sent from client `client` (default `admin`), answered to nobody.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommitOffsets {
+    pub client: Option<String>,
+    pub group: String,
+    pub offsets: BTreeMap<String, i64>,
+}
+
+/// What OffsetFetch answers for a group: per `"topic/partition"`, the committed offset, `null` for none,
+/// or the error (`UNSTABLE_OFFSET_COMMIT` under `require_stable` while a transaction's offset is pending).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupOffsetsExpect {
+    pub group: String,
+    #[serde(default)]
+    pub require_stable: bool,
+    pub offsets: BTreeMap<String, Value>,
+}
+
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Disconnect {
@@ -252,6 +291,8 @@ pub struct Expect {
     pub intent_violations: Option<Vec<String>>,
     /// Every leader's verification entries, by partition then producer id.
     pub verification_entries: Option<Vec<VerificationExpect>>,
+    /// What OffsetFetch answers for these groups and partitions.
+    pub group_offsets: Option<Vec<GroupOffsetsExpect>>,
 }
 
 /// A field that may be given as `null`: absent is `None`, `null` is `Some(None)`.
@@ -266,6 +307,8 @@ pub enum NetOp {
     Send(Send),
     Commit(ClientCall),
     Abort(ClientCall),
+    SendOffsets(SendOffsets),
+    CommitOffsets(CommitOffsets),
     Net(NetAction, Pick),
     Disconnect(Disconnect),
     AdvanceTime(AdvanceTime),
@@ -285,6 +328,8 @@ impl NetOp {
             NetOp::Send(_) => "send",
             NetOp::Commit(_) => "commit",
             NetOp::Abort(_) => "abort",
+            NetOp::SendOffsets(_) => "send_offsets",
+            NetOp::CommitOffsets(_) => "commit_offsets",
             NetOp::Net(NetAction::Deliver, _) => "deliver",
             NetOp::Net(NetAction::Drop, _) => "drop",
             NetOp::Net(NetAction::Duplicate, _) => "duplicate",
@@ -321,6 +366,8 @@ pub fn parse_op(value: Value) -> Result<NetOp, (Option<String>, String)> {
         "send" => from_value(rest).map(NetOp::Send),
         "commit" => from_value(rest).map(NetOp::Commit),
         "abort" => from_value(rest).map(NetOp::Abort),
+        "send_offsets" => from_value(rest).map(NetOp::SendOffsets),
+        "commit_offsets" => from_value(rest).map(NetOp::CommitOffsets),
         "deliver" => net(NetAction::Deliver),
         "drop" => net(NetAction::Drop),
         "duplicate" => net(NetAction::Duplicate),
@@ -337,8 +384,9 @@ pub fn parse_op(value: Value) -> Result<NetOp, (Option<String>, String)> {
         other => Err((
             Some("op".into()),
             format!(
-                "unknown op '{other}' for the network layer (init_producer, begin, send, commit, abort, deliver, \
-                 drop, duplicate, hold, release, disconnect, advance_time, run, restart_broker, expect)"
+                "unknown op '{other}' for the network layer (init_producer, begin, send, commit, abort, \
+                 send_offsets, commit_offsets, deliver, drop, duplicate, hold, release, disconnect, advance_time, \
+                 run, restart_broker, expect)"
             ),
         )),
     }
@@ -394,6 +442,18 @@ pub fn validate(
             }
             NetOp::Begin(o) | NetOp::Commit(o) | NetOp::Abort(o) => (&o.producer, &o.name, &o.expect_error),
             NetOp::Send(o) => (&o.producer, &o.name, &o.expect_error),
+            NetOp::SendOffsets(o) => {
+                for k in o.offsets.keys() {
+                    partition_key(k).map_err(|e| err(at, "offsets", e))?;
+                }
+                (&o.producer, &o.name, &o.expect_error)
+            }
+            NetOp::CommitOffsets(o) => {
+                for k in o.offsets.keys() {
+                    partition_key(k).map_err(|e| err(at, "offsets", e))?;
+                }
+                continue;
+            }
             NetOp::Disconnect(d) => {
                 if !producers.contains(d.client.as_str()) {
                     return Err(err(at, "client", format!("no producer '{}' yet", d.client)));
@@ -444,6 +504,17 @@ fn validate_expect(
             }
         }
     }
+    for (k, g) in e.group_offsets.iter().flatten().enumerate() {
+        for (key, v) in &g.offsets {
+            let field = format!("group_offsets[{k}].offsets");
+            partition_key(key).map_err(|e| err(at, &field, e))?;
+            let ok =
+                v.is_null() || v.as_i64().is_some() || v.as_str().is_some_and(|n| KafkaError::from_name(n).is_some());
+            if !ok {
+                return Err(err(at, &field, format!("'{key}': {v} is neither an offset, null nor a Kafka error")));
+            }
+        }
+    }
     for (name, outcome) in e.outcomes.iter().flatten() {
         if !matches!(outcome.as_str(), "ok" | "pending") && KafkaError::from_name(outcome).is_none() {
             return Err(err(
@@ -454,6 +525,22 @@ fn validate_expect(
         }
     }
     Ok(())
+}
+
+/// `"topic/partition"` as the partition it names.
+fn partition_key(key: &str) -> Result<TopicPartition, String> {
+    let bad = || format!("'{key}' is not \"topic/partition\"");
+    let (topic, n) = key.rsplit_once('/').ok_or_else(bad)?;
+    let n: u32 = n.parse().map_err(|_| bad())?;
+    if topic.is_empty() {
+        return Err(bad());
+    }
+    Ok(TopicPartition::new(topic, n))
+}
+
+/// Offsets keyed by `"topic/partition"` (checked by `validate`).
+fn offsets_of(offsets: &BTreeMap<String, i64>) -> Vec<(TopicPartition, (i64, Option<String>))> {
+    offsets.iter().map(|(k, o)| (partition_key(k).expect("validated"), (*o, None))).collect()
 }
 
 fn client_state(name: &str) -> Option<TxnManagerState> {
@@ -710,6 +797,27 @@ impl<'a> NetworkRunner<'a> {
             NetOp::Abort(o) => {
                 let result = self.producer(&o.producer).abort_transaction(now);
                 self.started(i, op.name(), &o.producer, &o.name, &o.expect_error, result)?;
+            }
+            NetOp::SendOffsets(o) => {
+                let group = ConsumerGroupMetadata {
+                    group_id: o.group.clone(),
+                    generation_id: o.generation_id.unwrap_or(-1),
+                    member_id: o.member_id.clone().unwrap_or_default(),
+                };
+                let result = self.producer(&o.producer).send_offsets_to_transaction(now, offsets_of(&o.offsets), group);
+                self.started(i, op.name(), &o.producer, &o.name, &o.expect_error, result)?;
+            }
+            NetOp::CommitOffsets(o) => {
+                let client = NodeId::Client(o.client.clone().unwrap_or_else(|| "admin".into()));
+                let request = GroupMessage::OffsetCommitRequest {
+                    group_id: o.group.clone(),
+                    generation_id: -1,
+                    member_id: String::new(),
+                    offsets: offsets_of(&o.offsets),
+                };
+                let mut effects = txnsim_engine::protocol::Effects::default();
+                effects.send(&client, &self.cluster.broker_id(), 0, Message::Group(request));
+                self.cluster.apply(&client, effects);
             }
             NetOp::Net(NetAction::Hold, p) if p.every => self.clogs.push(p.clone()),
             NetOp::Net(NetAction::Release, p) if p.every => {
@@ -971,6 +1079,24 @@ impl<'a> NetworkRunner<'a> {
                 .collect();
             cmp("verification_entries".into(), json(&want), json(&got))?;
         }
+        for (k, g) in e.group_offsets.iter().flatten().enumerate() {
+            let partitions: Vec<TopicPartition> =
+                g.offsets.keys().map(|key| partition_key(key).expect("validated")).collect();
+            let groups = &self.cluster.broker.groups;
+            let got: BTreeMap<String, Value> = groups
+                .fetch_offsets(&g.group, Some(partitions), g.require_stable)
+                .into_iter()
+                .map(|(tp, r)| {
+                    let v = match r {
+                        Ok(Some((o, _))) => Value::from(o),
+                        Ok(None) => Value::Null,
+                        Err(e) => Value::from(e.name()),
+                    };
+                    (format!("{}/{}", tp.topic, tp.partition), v)
+                })
+                .collect();
+            cmp(format!("group_offsets[{k}].offsets"), json(&g.offsets), json(got))?;
+        }
         for (k, r) in e.reads.iter().flatten().enumerate() {
             let f = |name: &str| format!("reads[{k}].{name}");
             let Some(log) = self.cluster.broker.partition(&tp(&r.topic, r.partition)) else {
@@ -999,7 +1125,8 @@ impl<'a> NetworkRunner<'a> {
             mutations: &broker.config.mutations,
         };
         let replicas = txnsim_properties::check_replicas(self.cluster.brokers());
-        txnsim_properties::check_state(&view).into_iter().chain(replicas).next()
+        let groups = txnsim_properties::check_group_offsets(broker);
+        txnsim_properties::check_state(&view).into_iter().chain(replicas).chain(groups).next()
     }
 
     pub fn topics(&self) -> &BTreeMap<String, u32> {

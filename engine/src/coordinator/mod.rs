@@ -93,6 +93,8 @@ enum AppendCallback {
     InitProducerId(ReplyTo),
     /// `handleAddPartitionsToTransaction`'s callback: a client's AddPartitions or a TV2 leader's add.
     AddPartitions(ReplyTo),
+    /// The same for AddOffsetsToTxn, whose answer is its own API's.
+    AddOffsets(ReplyTo),
     /// `sendTxnMarkersCallback`: the decision is durable; the caller is answered and markers go out.
     Decide {
         result: TransactionResult,
@@ -126,7 +128,9 @@ impl Rename for PendingAppend {
         names(&mut self.target.transactional_id);
         names(&mut self.durable.transactional_id);
         match &mut self.then {
-            AppendCallback::InitProducerId(r) | AppendCallback::AddPartitions(r) => r.rename(names),
+            AppendCallback::InitProducerId(r) | AppendCallback::AddPartitions(r) | AppendCallback::AddOffsets(r) => {
+                r.rename(names)
+            }
             AppendCallback::Decide { reply, .. } => {
                 if let Some((r, _)) = reply {
                     r.rename(names)
@@ -279,6 +283,7 @@ impl TransactionCoordinator {
         match p.then {
             AppendCallback::InitProducerId(r) => reply(ctx, &r, Message::InitProducerIdResponse { result: Ok(pie) }),
             AppendCallback::AddPartitions(r) => reply(ctx, &r, Message::AddPartitionsToTxnResponse { result: Ok(()) }),
+            AppendCallback::AddOffsets(r) => reply(ctx, &r, Message::AddOffsetsToTxnResponse { result: Ok(()) }),
             AppendCallback::Decide { result, cause, data_epoch, reply: answer } => {
                 match answer {
                     Some((r, DecisionReply::EndTxn { tv2 })) => {
@@ -667,6 +672,40 @@ impl TransactionCoordinator {
         reply: ReplyTo,
         ctx: &mut Ctx<'_>,
     ) -> Option<Result<(), KafkaError>> {
+        let then = AppendCallback::AddPartitions(reply);
+        self.add_partitions(tid, producer, partitions, verify_only, Some(version), then, ctx)
+    }
+
+    /// AddOffsetsToTxn (`KafkaApis.handleAddOffsetsToTxnRequest`): the group's `__consumer_offsets`
+    /// partition is added as `handleAddPartitionsToTransaction` adds any partition (same errors, same
+    /// pending-state rules), leaving the transaction's client version as it is.
+    /// `None`: the answer goes to `reply` once the Ongoing record is written.
+    pub fn handle_add_offsets(
+        &mut self,
+        tid: &str,
+        producer: ProducerIdAndEpoch,
+        offsets_partition: &TopicPartition,
+        reply: ReplyTo,
+        ctx: &mut Ctx<'_>,
+    ) -> Option<Result<(), KafkaError>> {
+        let then = AppendCallback::AddOffsets(reply);
+        self.add_partitions(tid, producer, std::slice::from_ref(offsets_partition), false, None, then, ctx)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn add_partitions(
+        &mut self,
+        tid: &str,
+        producer: ProducerIdAndEpoch,
+        partitions: &[TopicPartition],
+        verify_only: bool,
+        version: Option<TransactionVersion>,
+        then: AppendCallback,
+        ctx: &mut Ctx<'_>,
+    ) -> Option<Result<(), KafkaError>> {
+        if tid.is_empty() {
+            return Some(Err(KafkaError::InvalidRequest));
+        }
         let Some(meta) = self.txns.get(tid) else {
             return Some(Err(KafkaError::InvalidProducerIdMapping));
         };
@@ -700,10 +739,12 @@ impl TransactionCoordinator {
                 t.txn_start_timestamp_ms = now_ms;
             }
             t.topic_partitions.extend(partitions.iter().cloned());
-            t.client_transaction_version = version;
+            if let Some(v) = version {
+                t.client_transaction_version = v;
+            }
         });
         let durable = self.durable(tid);
-        self.append(target, durable, AppendCallback::AddPartitions(reply), ctx);
+        self.append(target, durable, then, ctx);
         None
     }
 

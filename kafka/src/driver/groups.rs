@@ -111,6 +111,8 @@ pub(super) fn request(version: i16, request: RequestKind) -> Result<GroupMessage
                     })
                     .collect()
             }),
+            // v7+ (KIP-447): a consumer with read_committed isolation asks for stable offsets only.
+            require_stable: version >= 7 && r.require_stable,
         },
         other => unreachable!("not a group request: {other:?}"),
     })
@@ -214,8 +216,9 @@ pub(super) fn response(version: i16, answer: GroupMessage) -> ResponseKind {
             for (tp, committed) in offsets {
                 let mut p = OffsetFetchResponsePartition::default();
                 p.partition_index = tp.partition as i32;
-                // No committed offset: -1 and empty metadata (`OffsetFetchResponse.INVALID_OFFSET`, `NO_METADATA`).
-                let (offset, metadata) = committed.unwrap_or((-1, None));
+                p.error_code = code_of(&committed);
+                // No committed offset (or an unstable one): -1 and empty metadata (`INVALID_OFFSET`, `NO_METADATA`).
+                let (offset, metadata) = committed.ok().flatten().unwrap_or((-1, None));
                 p.committed_offset = offset;
                 p.metadata = Some(str_bytes(metadata.as_deref().unwrap_or("")));
                 by_topic.entry(tp.topic).or_default().push(p);

@@ -32,6 +32,9 @@ enum Suite {
     /// the late copy delivered into a third transaction); the model does, in the named test of
     /// `model/tests/model.rs`, which also shows the space holds without the bug.
     Model(&'static str),
+    /// No generator here commits consumer offsets; the named ported scenario does, and `CATCHERS` in
+    /// `tests/scenarios.rs` proves the mutation makes it fail on this invariant (and pass without it).
+    Scenario(&'static str),
 }
 
 /// Bounded cases per bite run (fixed: a bite proof is a claim about this seed and this budget).
@@ -71,6 +74,7 @@ fn suite(inv: Invariant) -> Suite {
         NonmonotonicSend => Producer(Profile::Clean),
         PartialRead => Producer(Profile::Clean),
         ReplicaLogMatchesLeader | HwWithinIsrLogEnds => Replicas,
+        TxnOffsetsVisibleIffCommitted => Scenario("omm-end-marker-commit-materializes-abort-drops"),
     }
 }
 
@@ -87,7 +91,7 @@ fn search(inv: Invariant, m: Mutation, suite: Suite, cases: u32) -> Option<Strin
             |report| report.has(inv),
             |report, case| report.render(case),
         ),
-        Suite::Model(_) => unreachable!("a model bite has no generator search"),
+        Suite::Model(_) | Suite::Scenario(_) => unreachable!("a model or scenario bite has no generator search"),
         Suite::Replicas => shrink_to_violation(
             inv,
             m,
@@ -164,6 +168,17 @@ fn prove(inv: Invariant) {
         );
         return;
     }
+    if let Suite::Scenario(name) = suite {
+        // The producer generators commit no offsets, so they cannot reach it...
+        let found = search(inv, m, Suite::Producer(Profile::Faults), BITE_CASES);
+        assert!(found.is_none(), "{} now bites in the producer layer: make it a Producer bite", inv.name());
+        // ...and the ported scenario that catches it is listed with this invariant as its catcher.
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/scenarios.rs");
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let entry = format!("Mutation::{m:?},\n        \"{name}\",\n        \"invariant {}\"", inv.name());
+        assert!(text.contains(&entry), "tests/scenarios.rs CATCHERS has no entry {entry}");
+        return;
+    }
     let found = search(inv, m, suite, BITE_CASES).unwrap_or_else(|| {
         panic!(
             "{} did not bite: with mutation {} on, {BITE_CASES} fixed-seed cases of {suite:?} found no violation of it",
@@ -228,6 +243,7 @@ bite_tests! {
     committed_writes_committed => CommittedWritesCommitted,
     replica_log_matches_leader => ReplicaLogMatchesLeader,
     hw_within_isr_log_ends => HwWithinIsrLogEnds,
+    txn_offsets_visible_iff_committed => TxnOffsetsVisibleIffCommitted,
 }
 
 /// The same generators and seed with no mutation: no invariant fires, the engine matches the reference

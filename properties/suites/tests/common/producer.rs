@@ -547,6 +547,7 @@ fn show(r: &Option<Result<OpOutput, KafkaError>>) -> String {
         }
         Some(Ok(OpOutput::Committed)) => "committed".to_string(),
         Some(Ok(OpOutput::Aborted)) => "aborted".to_string(),
+        Some(Ok(OpOutput::OffsetsSent)) => "offsets sent".to_string(),
     }
 }
 
