@@ -144,7 +144,7 @@ const NEEDS_FAULTS: [Mutation; 1] = [Mutation::DoubleComplete];
 
 /// The departures from Kafka 4.x fixed on the coordinator and leader side, each with the ported Kafka
 /// test whose exact expectation catches it: the scenario must fail with a difference (not an input error).
-const CATCHERS: [(Mutation, &str, &str); 10] = [
+const CATCHERS: [(Mutation, &str, &str); 12] = [
     (Mutation::TxnLogAppendSynchronous, "coordinator-init-producer-id-waits-for-a-pending-commit-tv1", "in_flight"),
     (
         Mutation::EndTxnEpochBeforePending,
@@ -175,6 +175,12 @@ const CATCHERS: [(Mutation, &str, &str); 10] = [
     (Mutation::Kip360RetryFenced, "coordinator-kip360-retry-gets-the-current-epoch-tv1", "producers[0].state"),
     (Mutation::RetriesIgnored, "snd-retries-bounded-by-retries", "outcomes"),
     (Mutation::HwFromLeaderLeo, "partition-maybe-shrink-isr", "invariant hw-within-isr-log-ends"),
+    (Mutation::TruncateToOwnLeo, "follower-truncates-to-the-diverging-epoch-after-leader-failover", "logs[0].records"),
+    (
+        Mutation::NoRebuildAfterTruncation,
+        "follower-truncates-to-the-diverging-epoch-after-leader-failover",
+        "invariant lso-is-first-unstable-offset",
+    ),
 ];
 
 #[test]

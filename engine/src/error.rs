@@ -41,13 +41,14 @@ pub enum KafkaError {
     NotEnoughReplicas,
     NotEnoughReplicasAfterAppend,
     FencedLeaderEpoch,
+    UnknownLeaderEpoch,
     InvalidUpdateVersion,
     /// Client-side only (`TransactionAbortedException`): a batch never sent, failed by an abort. No wire code.
     TransactionAborted,
 }
 
 impl KafkaError {
-    pub const ALL: [KafkaError; 36] = [
+    pub const ALL: [KafkaError; 37] = [
         KafkaError::OffsetOutOfRange,
         KafkaError::UnknownTopicOrPartition,
         KafkaError::NotCoordinator,
@@ -83,6 +84,7 @@ impl KafkaError {
         KafkaError::NotEnoughReplicas,
         KafkaError::NotEnoughReplicasAfterAppend,
         KafkaError::FencedLeaderEpoch,
+        KafkaError::UnknownLeaderEpoch,
         KafkaError::InvalidUpdateVersion,
     ];
 
@@ -125,6 +127,7 @@ impl KafkaError {
             KafkaError::NotEnoughReplicas => 19,
             KafkaError::NotEnoughReplicasAfterAppend => 20,
             KafkaError::FencedLeaderEpoch => 74,
+            KafkaError::UnknownLeaderEpoch => 76,
             KafkaError::InvalidUpdateVersion => 95,
         }
     }
@@ -167,6 +170,7 @@ impl KafkaError {
             KafkaError::NotEnoughReplicas => "NOT_ENOUGH_REPLICAS",
             KafkaError::NotEnoughReplicasAfterAppend => "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
             KafkaError::FencedLeaderEpoch => "FENCED_LEADER_EPOCH",
+            KafkaError::UnknownLeaderEpoch => "UNKNOWN_LEADER_EPOCH",
             KafkaError::InvalidUpdateVersion => "INVALID_UPDATE_VERSION",
         }
     }

@@ -47,10 +47,12 @@ pub enum Mutation {
     VerificationEntryNeverExpires,
     RetriesIgnored,
     HwFromLeaderLeo,
+    TruncateToOwnLeo,
+    NoRebuildAfterTruncation,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 39] = [
+    pub const ALL: [Mutation; 41] = [
         Mutation::ReadCommittedBoundedByHw,
         Mutation::LsoInclusive,
         Mutation::LsoIgnoresOngoingTxns,
@@ -90,6 +92,8 @@ impl Mutation {
         Mutation::VerificationEntryNeverExpires,
         Mutation::RetriesIgnored,
         Mutation::HwFromLeaderLeo,
+        Mutation::TruncateToOwnLeo,
+        Mutation::NoRebuildAfterTruncation,
     ];
 
     /// The kebab-case name used on the command line and in seed files.
@@ -134,6 +138,8 @@ impl Mutation {
             Mutation::VerificationEntryNeverExpires => "verification-entry-never-expires",
             Mutation::RetriesIgnored => "retries-ignored",
             Mutation::HwFromLeaderLeo => "hw-from-leader-leo",
+            Mutation::TruncateToOwnLeo => "truncate-to-own-leo",
+            Mutation::NoRebuildAfterTruncation => "no-rebuild-after-truncation",
         }
     }
 
@@ -227,6 +233,8 @@ impl Mutation {
             Mutation::VerificationEntryNeverExpires => "A `VerificationStateEntry` whose answer never came stays forever (no `producer.id.expiration.ms`).",
             Mutation::RetriesIgnored => "The producer's `retries` is ignored: a plain producer with `retries=0` resends a batch after a disconnect, and a batch the broker had written is written twice.",
             Mutation::HwFromLeaderLeo => "The leader's high watermark is its own log end offset, whatever its in-sync followers hold: an acks=all write is acknowledged and made visible before any follower has it.",
+            Mutation::TruncateToOwnLeo => "A follower told its last fetched epoch diverges from the new leader's log truncates to its own log end instead of the diverging epoch's end offset, and fetches on from there as if reconciled: its unreplicated suffix stays under the leader's later batches.",
+            Mutation::NoRebuildAfterTruncation => "A follower that truncates its log keeps its producer state, open transactions and aborted index as they were: transactions and index entries of the dropped batches outlive them.",
         }
     }
 
@@ -285,6 +293,8 @@ impl Mutation {
             Mutation::VerificationEntryNeverExpires => "KIP-890 part 1: VerificationStateEntry expiry by producer.id.expiration.ms",
             Mutation::RetriesIgnored => "Sender.canRetry (batch.attempts() < retries; SenderTest#testRetries)",
             Mutation::HwFromLeaderLeo => "Partition.maybeIncrementLeaderHW (the HW is the minimum LEO over the maximal ISR; KIP-497, KIP-101)",
+            Mutation::TruncateToOwnLeo => "KIP-101 / KIP-279: AbstractFetcherThread.getOffsetTruncationState (min of the epoch end offsets and the LEO)",
+            Mutation::NoRebuildAfterTruncation => "KAFKA-12153, KAFKA-13727: UnifiedLog.truncateTo rebuilds producer state and truncates the transaction index",
         }
     }
 }

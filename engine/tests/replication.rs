@@ -38,7 +38,7 @@ fn run_isolating(c: &mut Cluster, lost: u32) {
         let cut = match c.peek_message() {
             None => break,
             Some(e) => {
-                matches!(e.message, Message::FetchRequest { .. } | Message::FetchResponse { .. })
+                matches!(e.message, Message::ReplicaFetchRequest { .. } | Message::ReplicaFetchResponse { .. })
                     && (e.from == NodeId::Broker(lost) || e.to == NodeId::Broker(lost))
             }
         };

@@ -23,8 +23,8 @@ pub fn check_replicas<'a>(brokers: impl IntoIterator<Item = &'a Broker>) -> Vec<
         for (tp, p) in leader.replica_manager.partitions.iter().filter(|(_, p)| p.leader == me) {
             let Some(log) = leader.partition(tp) else { continue };
             let hw = log.high_watermark();
-            let committed: BTreeMap<Offset, &RecordBatch> =
-                log.batches().filter(|b| b.last_offset < hw).map(|b| (b.base_offset, b)).collect();
+            let batches: BTreeMap<Offset, &RecordBatch> = log.batches().map(|b| (b.base_offset, b)).collect();
+            let committed = batches.values().filter(|b| b.last_offset < hw).count();
             for r in p.replicas.iter().filter(|r| **r != me) {
                 let Some(rlog) = brokers.get(r).and_then(|b| b.partition(tp)) else { continue };
                 let in_isr = p.isr.contains(r);
@@ -37,13 +37,17 @@ pub fn check_replicas<'a>(brokers: impl IntoIterator<Item = &'a Broker>) -> Vec<
                         ),
                     ));
                 }
+                // An ISR member's log agrees below the leader's HW; one outside the ISR (a follower yet
+                // to truncate a suffix it alone holds, a crashed broker) only below its own HW, which
+                // marks what was committed when it last heard from a leader.
+                let bound = if in_isr { hw } else { rlog.high_watermark() };
                 let mut held = 0;
-                for b in rlog.batches().filter(|b| b.base_offset < hw) {
-                    if committed.get(&b.base_offset) != Some(&b) {
+                for b in rlog.batches().filter(|b| b.base_offset < bound) {
+                    if batches.get(&b.base_offset) != Some(&b) {
                         out.push(Violation::new(
                             Invariant::ReplicaLogMatchesLeader,
                             format!(
-                                "{tp}: replica {r}'s batch {}..{} below the HW {hw} is not leader {me}'s batch there",
+                                "{tp}: replica {r}'s batch {}..{} below the HW {bound} is not leader {me}'s batch there",
                                 b.base_offset, b.last_offset
                             ),
                         ));
@@ -51,13 +55,10 @@ pub fn check_replicas<'a>(brokers: impl IntoIterator<Item = &'a Broker>) -> Vec<
                     }
                     held += 1;
                 }
-                if in_isr && held < committed.len() {
+                if in_isr && held < committed {
                     out.push(Violation::new(
                         Invariant::ReplicaLogMatchesLeader,
-                        format!(
-                            "{tp}: ISR member {r} holds {held} of the {} batches below leader {me}'s HW {hw}",
-                            committed.len()
-                        ),
+                        format!("{tp}: ISR member {r} holds {held} of the {committed} batches below leader {me}'s HW {hw}"),
                     ));
                 }
             }

@@ -155,6 +155,13 @@ pub struct Disconnect {
     pub processed: bool,
 }
 
+/// `crash_broker` / `start_broker` of a replicated cluster.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrokerFault {
+    pub broker: u32,
+}
+
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdvanceTime {
@@ -274,6 +281,11 @@ pub enum NetOp {
     /// The broker crashes and restarts (`Broker::restart`): what was in flight is lost, every client's
     /// connection to it breaks, the coordinator reloads `__transaction_state` under a new epoch.
     RestartBroker,
+    /// A replicated cluster's broker dies, its log kept (`Cluster::crash_broker`): the controller elects
+    /// new leaders for what it led.
+    CrashBroker(BrokerFault),
+    /// A crashed broker starts again from its log (`Cluster::start_broker`).
+    StartBroker(BrokerFault),
     Expect(Box<Expect>),
 }
 
@@ -294,6 +306,8 @@ impl NetOp {
             NetOp::AdvanceTime(_) => "advance_time",
             NetOp::Run => "run",
             NetOp::RestartBroker => "restart_broker",
+            NetOp::CrashBroker(_) => "crash_broker",
+            NetOp::StartBroker(_) => "start_broker",
             NetOp::Expect(_) => "expect",
         }
     }
@@ -328,6 +342,8 @@ pub fn parse_op(value: Value) -> Result<NetOp, (Option<String>, String)> {
         "release" => net(NetAction::Release),
         "disconnect" => from_value(rest).map(NetOp::Disconnect),
         "advance_time" => from_value(rest).map(NetOp::AdvanceTime),
+        "crash_broker" => from_value(rest).map(NetOp::CrashBroker),
+        "start_broker" => from_value(rest).map(NetOp::StartBroker),
         "expect" => from_value(rest).map(|e| NetOp::Expect(Box::new(e))),
         "run" | "restart_broker" => match rest.as_object().and_then(|m| m.keys().next()) {
             Some(k) => Err((Some(k.clone()), "unknown field".into())),
@@ -338,7 +354,8 @@ pub fn parse_op(value: Value) -> Result<NetOp, (Option<String>, String)> {
             Some("op".into()),
             format!(
                 "unknown op '{other}' for the network layer (init_producer, begin, send, commit, abort, deliver, \
-                 drop, duplicate, hold, release, disconnect, advance_time, run, restart_broker, expect)"
+                 drop, duplicate, hold, release, disconnect, advance_time, run, restart_broker, crash_broker, \
+                 start_broker, expect)"
             ),
         )),
     }
@@ -410,7 +427,9 @@ pub fn validate(
                 }
                 continue;
             }
-            NetOp::Net(..) | NetOp::Run | NetOp::RestartBroker => continue,
+            NetOp::Net(..) | NetOp::Run | NetOp::RestartBroker | NetOp::CrashBroker(_) | NetOp::StartBroker(_) => {
+                continue
+            }
         };
         if !producers.contains(producer.as_str()) {
             return Err(err(at, "producer", format!("no producer '{producer}': it needs an init_producer first")));
@@ -686,6 +705,7 @@ impl<'a> NetworkRunner<'a> {
                     config.transaction_timeout_ms = ms;
                 }
                 let mut producer = Producer::new(&o.producer, kind.clone(), self.cluster.broker_id(), config);
+                self.cluster.bootstrap(&mut producer);
                 if let Some(v) = o.client_transaction_version.and_then(TransactionVersion::from_number) {
                     producer.client_transaction_version = v;
                 }
@@ -792,6 +812,14 @@ impl<'a> NetworkRunner<'a> {
                     let node = self.producer(&name).id.clone();
                     self.cluster.apply(&node, effects);
                 }
+            }
+            NetOp::CrashBroker(b) => {
+                self.cluster.crash_broker(b.broker);
+                let node = NodeId::Broker(b.broker);
+                self.held.retain(|e| e.from != node && e.to != node);
+            }
+            NetOp::StartBroker(b) => {
+                self.cluster.start_broker(b.broker);
             }
             NetOp::Expect(e) => {
                 self.settle();
