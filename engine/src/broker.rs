@@ -368,7 +368,8 @@ impl Broker {
                 Some(Message::FetchResponse { partition, fetch_offset, result })
             }
             Message::ListOffsetsRequest { partition, isolation } => {
-                let result = self.leader_log(&partition).map(|log| log.latest_offset(isolation, &self.config.mutations));
+                let result =
+                    self.leader_log(&partition).map(|log| log.latest_offset(isolation, &self.config.mutations));
                 Some(Message::ListOffsetsResponse { partition, result })
             }
             Message::Metadata(request) => {

@@ -2,8 +2,8 @@
 //! (KAFKA_SEMANTICS 1.9).
 
 use crate::config::EngineConfig;
-use crate::error::KafkaError;
 use crate::controller::NO_LEADER;
+use crate::error::KafkaError;
 use crate::log::{FetchPartitionData, PartitionLog};
 use crate::metadata::MetadataMessage;
 use crate::mutation::{Mutation, Mutations};

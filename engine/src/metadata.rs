@@ -258,7 +258,8 @@ pub fn handle(
                 };
                 for p in 0..*result.as_ref().unwrap_or(&0) {
                     let tp = TopicPartition::new(&name, p);
-                    let (leader, epoch) = image.get(&tp).map_or((broker_id, 0), |r| (r.state.leader, r.state.leader_epoch));
+                    let (leader, epoch) =
+                        image.get(&tp).map_or((broker_id, 0), |r| (r.state.leader, r.state.leader_epoch));
                     leaders.push((tp, leader, epoch));
                 }
                 out.push((name, result));

@@ -3,8 +3,8 @@
 //! `Completion` once the cluster has answered.
 
 use crate::config::EngineConfig;
-use crate::error::KafkaError;
 use crate::controller::NO_LEADER;
+use crate::error::KafkaError;
 use crate::metadata::MetadataMessage;
 use crate::protocol::{Effects, Envelope, Message, NodeId, ProduceAck, Timer};
 use crate::record::{increment_sequence, BatchProducer, ProduceBatch};

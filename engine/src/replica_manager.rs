@@ -684,11 +684,8 @@ impl ReplicaManager {
             };
             log.truncate_to(offset, ctx.now_ms, mutations);
             // The bug takes its own log end for the reconciled point and fetches on without the check.
-            p.last_fetched_epoch = if mutations.has(Mutation::TruncateToOwnLeo) {
-                None
-            } else {
-                log.leader_epoch_cache.latest_epoch()
-            };
+            p.last_fetched_epoch =
+                if mutations.has(Mutation::TruncateToOwnLeo) { None } else { log.leader_epoch_cache.latest_epoch() };
         } else {
             for batch in &data.batches {
                 if batch.base_offset >= log.log_end_offset() {

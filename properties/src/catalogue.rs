@@ -52,6 +52,8 @@ pub enum Invariant {
     CommittedWritesCommitted,
     ReplicaLogMatchesLeader,
     HwWithinIsrLogEnds,
+    ReplicaTxnStateFromOwnLog,
+    AckedWriteSurvivesElection,
 }
 
 impl Invariant {
@@ -93,7 +95,13 @@ impl Invariant {
 
     /// The replica invariants (`replicas.rs`): checked wherever a cluster has followers (the scenario
     /// runner, the replicated proptest). The model and the sim run one broker, where they cannot fail.
-    pub const REPLICA: [Invariant; 2] = [Invariant::ReplicaLogMatchesLeader, Invariant::HwWithinIsrLogEnds];
+    /// Unclean leader election may break `replica-log-matches-leader` and `acked-write-survives-election`.
+    pub const REPLICA: [Invariant; 4] = [
+        Invariant::ReplicaLogMatchesLeader,
+        Invariant::HwWithinIsrLogEnds,
+        Invariant::ReplicaTxnStateFromOwnLog,
+        Invariant::AckedWriteSurvivesElection,
+    ];
 
     /// The whole catalogue: `ALL`, then `REPLICA`.
     pub fn catalogue() -> impl Iterator<Item = Invariant> {
@@ -137,6 +145,8 @@ impl Invariant {
             ReaderCatchesUp => "reader-catches-up",
             ReplicaLogMatchesLeader => "replica-log-matches-leader",
             HwWithinIsrLogEnds => "hw-within-isr-log-ends",
+            ReplicaTxnStateFromOwnLog => "replica-txn-state-from-own-log",
+            AckedWriteSurvivesElection => "acked-write-survives-election",
         }
     }
 
@@ -162,7 +172,8 @@ impl Invariant {
             | PartitionCoverage
             | EpochBumpOnFenceAndTimeout
             | ReplicaLogMatchesLeader
-            | HwWithinIsrLogEnds => Kind::State,
+            | HwWithinIsrLogEnds
+            | ReplicaTxnStateFromOwnLog => Kind::State,
             AbortedRead
             | PrecommittedRead
             | PartialRead
@@ -174,7 +185,8 @@ impl Invariant {
             | NonmonotonicSend
             | PositionReachesLso
             | UncommittedSupersetOfCommitted
-            | FailedSendCommitted => Kind::History,
+            | FailedSendCommitted
+            | AckedWriteSurvivesElection => Kind::History,
             DecidedTransactionsComplete
             | LsoReachesHighWatermark
             | OpenTransactionsTimeOut
@@ -220,6 +232,8 @@ impl Invariant {
             ReaderCatchesUp => "after healing, a read_committed consumer that keeps polling reaches position = LSO = HW (L6)",
             ReplicaLogMatchesLeader => "every replica's own batches below the leader's HW are the leader's batches at those offsets, and an ISR member holds them all",
             HwWithinIsrLogEnds => "the leader's HW is at most the log end offset of every ISR member's own log",
+            ReplicaTxnStateFromOwnLog => "every replica's LSO and aborted index are those its own log and HW imply, so replicas holding the same log agree on both (after truncation too)",
+            AckedWriteSurvivesElection => "every acknowledged acks=all send is in the current leader's own log at the offsets it was acknowledged at: a clean election loses nothing",
         }
     }
 
@@ -260,6 +274,8 @@ impl Invariant {
                 "ReplicaFetcherThread.processPartitionData, UnifiedLog.appendAsFollower; KIP-101"
             }
             HwWithinIsrLogEnds => "Partition.maybeIncrementLeaderHW (the least LEO of the maximal ISR; KIP-497)",
+            ReplicaTxnStateFromOwnLog => "UnifiedLog.truncateTo, rebuildProducerState; KAFKA-12153",
+            AckedWriteSurvivesElection => "KIP-101, PartitionChangeBuilder.electLeader (clean election from the ISR)",
         }
     }
 
@@ -298,7 +314,8 @@ impl Invariant {
             LsoReachesHighWatermark => Mutation::MarkersToSubsetOfPartitions,
             OpenTransactionsTimeOut => Mutation::NoTimeoutAbort,
             ReaderCatchesUp => Mutation::NoPositionAdvanceOverControl,
-            ReplicaLogMatchesLeader | HwWithinIsrLogEnds => Mutation::HwFromLeaderLeo,
+            ReplicaLogMatchesLeader | HwWithinIsrLogEnds | AckedWriteSurvivesElection => Mutation::HwFromLeaderLeo,
+            ReplicaTxnStateFromOwnLog => Mutation::NoRebuildAfterTruncation,
         }
     }
 }

@@ -398,10 +398,18 @@ fn check_broker_fault(
 ) -> Result<(), ScenarioError> {
     let name = if crash { "crash_broker" } else { "start_broker" };
     if sc.topology.brokers < 2 || sc.topology.replication_factor < 2 {
-        return Err(sc.error(Some(i), "op", format!("{name} needs a replicated cluster (brokers and replication_factor above 1)")));
+        return Err(sc.error(
+            Some(i),
+            "op",
+            format!("{name} needs a replicated cluster (brokers and replication_factor above 1)"),
+        ));
     }
     if broker >= sc.topology.brokers {
-        return Err(sc.error(Some(i), "broker", format!("no broker {broker}: the cluster has {}", sc.topology.brokers)));
+        return Err(sc.error(
+            Some(i),
+            "broker",
+            format!("no broker {broker}: the cluster has {}", sc.topology.brokers),
+        ));
     }
     let ok = if crash { down.insert(broker) } else { down.remove(&broker) };
     if !ok {

@@ -516,6 +516,9 @@ pub struct NetworkRunner<'a> {
     call_ids: BTreeMap<(String, OpId), u64>,
     /// The call the op being run invoked, until it starts an op (or completes at once).
     pending_call: Option<(String, u64)>,
+    /// Each send's values, by (producer, op), until it completes; then, if acknowledged, in `acked`.
+    send_values: BTreeMap<(String, OpId), (TopicPartition, Vec<String>)>,
+    acked: Vec<txnsim_properties::AckedWrite>,
     topics: &'a BTreeMap<String, u32>,
 }
 
@@ -546,6 +549,8 @@ impl<'a> NetworkRunner<'a> {
             history: History::default(),
             call_ids: BTreeMap::new(),
             pending_call: None,
+            send_values: BTreeMap::new(),
+            acked: Vec::new(),
             topics,
         }
     }
@@ -559,6 +564,15 @@ impl<'a> NetworkRunner<'a> {
         let now = self.cluster.now_ms;
         for (name, p) in self.cluster.producers.iter_mut() {
             for c in p.take_completions() {
+                if let (Ok(OpOutput::Sent { ack, .. }), Some((partition, values))) =
+                    (&c.result, self.send_values.remove(&(name.clone(), c.op)))
+                {
+                    self.acked.push(txnsim_properties::AckedWrite {
+                        partition,
+                        first_offset: ack.first_offset,
+                        values,
+                    });
+                }
                 if let Some(&call_id) = self.call_ids.get(&(name.clone(), c.op)) {
                     let outcome = CallOutcome::of(&c.result);
                     self.history.push(Event::Complete { time_ms: now, process: name.clone(), call_id, outcome });
@@ -721,6 +735,10 @@ impl<'a> NetworkRunner<'a> {
             }
             NetOp::Send(o) => {
                 let result = self.producer(&o.producer).send(now, tp(&o.topic, o.partition), o.values.clone());
+                if let Ok((id, _)) = &result {
+                    let sent = (tp(&o.topic, o.partition), o.values.clone());
+                    self.send_values.insert((o.producer.clone(), *id), sent);
+                }
                 self.started(i, op.name(), &o.producer, &o.name, &o.expect_error, result)?;
             }
             NetOp::Commit(o) => {
@@ -1027,7 +1045,8 @@ impl<'a> NetworkRunner<'a> {
             mutations: &broker.config.mutations,
         };
         let replicas = txnsim_properties::check_replicas(self.cluster.brokers());
-        txnsim_properties::check_state(&view).into_iter().chain(replicas).next()
+        let acked = txnsim_properties::check_acked_writes(&self.acked, self.cluster.brokers());
+        txnsim_properties::check_state(&view).into_iter().chain(replicas).chain(acked).next()
     }
 
     pub fn topics(&self) -> &BTreeMap<String, u32> {

@@ -73,6 +73,8 @@ struct Runner<'a> {
     steps: Vec<crate::html::Step>,
     /// Checks every state invariant after each op, reading only what the op changed.
     state: txnsim_properties::StateChecker,
+    /// Every acknowledged send, for `acked-write-survives-election`.
+    acked: Vec<txnsim_properties::AckedWrite>,
 }
 
 const PLAIN_PRODUCER: &str = "__plain";
@@ -96,6 +98,7 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> RunReport {
         table: opts.show.then(Vec::new),
         steps: Vec::new(),
         state: txnsim_properties::StateChecker::default(),
+        acked: Vec::new(),
     };
     if let Some(t) = runner.table.as_mut() {
         t.extend(show::header(sc));
@@ -251,6 +254,7 @@ impl Runner<'_> {
         };
         let mut found = self.state.check(&view);
         found.extend(txnsim_properties::check_replicas(self.cluster.brokers()));
+        found.extend(txnsim_properties::check_acked_writes(&self.acked, self.cluster.brokers()));
         found
     }
 
@@ -385,8 +389,9 @@ impl Runner<'_> {
             }
             Op::Produce { producer, topic, partition, values, expect, expect_error } => {
                 let tp = self.tp(topic, *partition);
-                let result = self.cluster.call_producer(producer, |p, now| p.send(now, tp, values.clone()));
+                let result = self.cluster.call_producer(producer, |p, now| p.send(now, tp.clone(), values.clone()));
                 let result = self.fenced_view(producer, self.completed(i, op, result)?);
+                self.note_ack(&tp, &result, values);
                 self.check_write(i, op, result.map(sent_ack), expect.as_ref(), expect_error.as_deref(), true)
             }
             Op::ProduceNontxn { producer, topic, partition, values, expect, expect_error } => {
@@ -406,8 +411,9 @@ impl Runner<'_> {
                         self.idempotent.insert(name.clone());
                     }
                 }
-                let result = self.cluster.call_producer(&name, |p, now| p.send(now, tp, values.clone()));
+                let result = self.cluster.call_producer(&name, |p, now| p.send(now, tp.clone(), values.clone()));
                 let result = self.completed(i, op, result)?;
+                self.note_ack(&tp, &result, values);
                 self.check_write(i, op, result.map(sent_ack), expect.as_ref(), expect_error.as_deref(), true)
             }
             Op::AppendBatch {
@@ -788,6 +794,18 @@ impl Runner<'_> {
             self.check_aborted(None, "final", &format!("{prefix}.aborted_txns"), want, &actual)?;
         }
         Ok(())
+    }
+
+    /// Remembers an acknowledged send's offsets and values.
+    fn note_ack(&mut self, tp: &TopicPartition, result: &Result<OpOutput, KafkaError>, values: &[String]) {
+        if let Ok(OpOutput::Sent { ack, .. }) = result {
+            let w = txnsim_properties::AckedWrite {
+                partition: tp.clone(),
+                first_offset: ack.first_offset,
+                values: values.to_vec(),
+            };
+            self.acked.push(w);
+        }
     }
 
     /// The partition's replica on its current leader: where a client's read and the checks look.
