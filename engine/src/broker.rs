@@ -1,8 +1,9 @@
-//! A broker: leader of its partitions (`ReplicaManager`, `Partition`) and host of the transaction
-//! coordinator. A sans-io node: it takes a message and `now`, and returns messages and timers.
+//! A broker: leader or follower of its partitions (`ReplicaManager`, `Partition`) and, broker 0, host of
+//! the transaction coordinator. A sans-io node: it takes a message and `now`, and returns messages and
+//! timers.
 
 use crate::config::EngineConfig;
-use crate::controller::PartitionRegistration;
+use crate::controller::{PartitionRegistration, NO_LEADER};
 use crate::coordinator::{Ctx, PartitionLeaders, ReplyTo, TransactionCoordinator};
 use crate::error::KafkaError;
 use crate::group_coordinator::{
@@ -40,6 +41,9 @@ pub struct Broker {
     pub groups: GroupCoordinator,
     /// The partitions this broker hosts with followers: their ISR, follower states and purgatories.
     pub replica_manager: ReplicaManager,
+    /// Every partition's registration as the controller last told this broker (`KRaftMetadataCache`);
+    /// empty on a single broker, which leads every partition it has.
+    pub metadata_image: BTreeMap<TopicPartition, PartitionRegistration>,
     /// Requests this broker sent to a coordinator, by correlation id.
     pending_verifications: BTreeMap<u64, PendingVerification>,
     next_correlation_id: u64,
@@ -54,15 +58,24 @@ struct TxnOffsetCommit {
     member_id: String,
 }
 
-/// The single-broker cluster: this broker leads every partition it hosts.
-struct SelfLeader<'a> {
+/// The broker that hosts the transaction coordinator (coordinator failover is not modelled yet).
+pub const COORDINATOR_BROKER: u32 = 0;
+
+/// Partition leaders as this broker's metadata cache has them; on a single broker, itself for every
+/// partition it has.
+struct CachedLeaders<'a> {
     id: &'a NodeId,
     partitions: &'a BTreeMap<TopicPartition, PartitionLog>,
+    image: &'a BTreeMap<TopicPartition, PartitionRegistration>,
 }
 
-impl PartitionLeaders for SelfLeader<'_> {
+impl PartitionLeaders for CachedLeaders<'_> {
     fn leader_of(&self, tp: &TopicPartition) -> Option<NodeId> {
-        self.partitions.contains_key(tp).then(|| self.id.clone())
+        match self.image.get(tp) {
+            Some(r) if r.state.leader == NO_LEADER => None,
+            Some(r) => Some(NodeId::Broker(r.state.leader)),
+            None => self.partitions.contains_key(tp).then(|| self.id.clone()),
+        }
     }
 }
 
@@ -91,6 +104,7 @@ impl Broker {
             coordinator: TransactionCoordinator::new(),
             groups: GroupCoordinator::default(),
             replica_manager: ReplicaManager::default(),
+            metadata_image: BTreeMap::new(),
             pending_verifications: BTreeMap::new(),
             next_correlation_id: 0,
         }
@@ -110,6 +124,7 @@ impl Broker {
             .map(|(tp, _)| (tp.clone(), PartitionLog::new()))
             .collect();
         broker.replica_manager = ReplicaManager::new(id, registrations, 0);
+        broker.metadata_image = registrations.clone();
         broker
     }
 
@@ -154,7 +169,7 @@ impl Broker {
         effects: &mut Effects,
         handler: impl FnOnce(&mut TransactionCoordinator, &mut Ctx<'_>) -> R,
     ) -> R {
-        let leaders = SelfLeader { id: &self.id, partitions: &self.partitions };
+        let leaders = CachedLeaders { id: &self.id, partitions: &self.partitions, image: &self.metadata_image };
         let mut ctx = Ctx { now_ms, config: &self.config, me: &self.id, leaders: &leaders, effects };
         handler(&mut self.coordinator, &mut ctx)
     }
@@ -207,6 +222,19 @@ impl Broker {
         let mut effects = self.on_start(now_ms);
         self.coordinate(now_ms, &mut effects, |c, ctx| c.on_load(ctx));
         effects
+    }
+
+    /// The restart of a replicated broker, which loads the controller's current `image`: its replica
+    /// states and purgatories are gone, and each partition it hosts takes the role the image gives it.
+    pub fn restart_with_image(
+        &mut self,
+        now_ms: TimeMs,
+        image: &BTreeMap<TopicPartition, PartitionRegistration>,
+    ) -> Effects {
+        let NodeId::Broker(me) = self.id else { unreachable!("a broker's id is a broker id") };
+        self.replica_manager = ReplicaManager::new(me, image, now_ms);
+        self.metadata_image = image.clone();
+        self.restart(now_ms)
     }
 
     /// Times out one transactional id now, as the periodic scan would once its timeout passed.
@@ -327,16 +355,15 @@ impl Broker {
                 self.complete_verification(now_ms, corr, result, &mut effects);
                 None
             }
-            Message::FetchRequest { partition, fetch_offset, isolation: None }
-                if self.replica_manager.is_replicated(&partition) =>
-            {
+            Message::ReplicaFetchRequest { partition, fetch_offset, current_leader_epoch, last_fetched_epoch } => {
                 let NodeId::Broker(follower) = reply_to else { unreachable!("only brokers fetch as replicas") };
                 self.replicate(now_ms, &mut effects, |rm, ctx| {
-                    rm.handle_follower_fetch(follower, corr, partition, fetch_offset, ctx)
+                    let (epoch, last) = (current_leader_epoch, last_fetched_epoch);
+                    rm.handle_follower_fetch(follower, corr, partition, fetch_offset, epoch, last, ctx)
                 });
                 None
             }
-            Message::FetchResponse { partition, result, .. } => {
+            Message::ReplicaFetchResponse { partition, result, .. } => {
                 self.replicate(now_ms, &mut effects, |rm, ctx| rm.handle_fetch_response(corr, &partition, result, ctx));
                 None
             }
@@ -346,23 +373,29 @@ impl Broker {
                 });
                 None
             }
+            Message::Metadata(MetadataMessage::PartitionChangeRecord { partition, registration }) => {
+                self.replicate(now_ms, &mut effects, |rm, ctx| {
+                    rm.apply_partition_change(&partition, &registration, ctx)
+                });
+                self.metadata_image.insert(partition, registration);
+                None
+            }
             Message::FetchRequest { partition, fetch_offset, isolation } => {
-                let result = match self.partitions.get(&partition) {
-                    None => Err(KafkaError::UnknownTopicOrPartition),
-                    Some(log) => log.read(fetch_offset, isolation, &self.config.mutations),
+                let result = match self.leader_log(&partition) {
+                    Err(e) => Err(e),
+                    Ok(log) => log.read(fetch_offset, isolation, &self.config.mutations),
                 };
                 Some(Message::FetchResponse { partition, fetch_offset, result })
             }
             Message::ListOffsetsRequest { partition, isolation } => {
-                let result = match self.partitions.get(&partition) {
-                    None => Err(KafkaError::UnknownTopicOrPartition),
-                    Some(log) => Ok(log.latest_offset(isolation, &self.config.mutations)),
-                };
+                let result =
+                    self.leader_log(&partition).map(|log| log.latest_offset(isolation, &self.config.mutations));
                 Some(Message::ListOffsetsResponse { partition, result })
             }
             Message::Metadata(request) => {
                 let NodeId::Broker(id) = self.id else { unreachable!("a broker's id is a broker id") };
-                crate::metadata::handle(id, self.config.num_partitions, &mut self.partitions, request)
+                let image = &self.metadata_image;
+                crate::metadata::handle(id, self.config.num_partitions, &mut self.partitions, image, request)
                     .map(Message::Metadata)
             }
             Message::Group(GroupMessage::TxnOffsetCommitRequest {
@@ -385,6 +418,7 @@ impl Broker {
             | Message::AddOffsetsToTxnResponse { .. }
             | Message::ProduceResponse { .. }
             | Message::EndTxnResponse { .. }
+            | Message::FetchResponse { .. }
             | Message::ListOffsetsResponse { .. } => {
                 unreachable!("a broker never sent the request behind {:?}", env.message.api_name())
             }
@@ -447,9 +481,19 @@ impl Broker {
             corr_to_coordinator,
             PendingVerification { client, client_correlation_id: corr, partition, batch, guard },
         );
-        // The coordinator is on this broker in a single-broker cluster.
-        effects.send(&self.id, &self.id, corr_to_coordinator, request);
+        effects.send(&self.id, &NodeId::Broker(COORDINATOR_BROKER), corr_to_coordinator, request);
         None
+    }
+
+    /// The log of a partition this broker leads, for a client's read: a follower's copy is not served
+    /// (`Partition.localLogWithEpochOrThrow` with `fetchOnlyLeader`).
+    fn leader_log(&self, tp: &TopicPartition) -> Result<&PartitionLog, KafkaError> {
+        let log = self.partitions.get(tp).ok_or(KafkaError::UnknownTopicOrPartition)?;
+        let NodeId::Broker(me) = self.id else { unreachable!("a broker's id is a broker id") };
+        match self.replica_manager.partitions.get(tp) {
+            Some(p) if p.leader != me => Err(KafkaError::NotLeaderOrFollower),
+            _ => Ok(log),
+        }
     }
 
     fn complete_verification(

@@ -1,18 +1,18 @@
 //! A deterministic in-process cluster: brokers (by default one, leader of every partition and host of the
-//! coordinator; with a `Topology`, 1 to 5 brokers whose followers replicate broker 0's partitions), the
-//! controller stand-in, and any number of clients. It delivers messages in FIFO order and fires client
+//! coordinator; with a `Topology`, 1 to 5 brokers whose followers replicate broker 0's partitions and
+//! take over their leadership when broker 0 crashes), the controller stand-in, and any number of clients. It delivers messages in FIFO order and fires client
 //! retry timers until the cluster is quiet. It is the engine's own test harness and the scenario layer's
 //! backend; the model and the sim deliver the same messages in other orders.
 
 use crate::broker::Broker;
 use crate::config::EngineConfig;
 use crate::consumer::{Consumer, ConsumerRecord};
-use crate::controller::{Controller, Topology, CONTROLLER_ID};
+use crate::controller::{Controller, Topology, CONTROLLER_ID, NO_LEADER};
 use crate::error::KafkaError;
 use crate::producer::{OpId, OpOutput, Producer, ProducerKind};
 use crate::protocol::{Effects, Envelope, NodeId, Timer};
 use crate::types::{IsolationLevel, Offset, TimeMs, TopicPartition};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Deliveries plus timer firings one `run_until_quiet` may take before the cluster is declared stuck.
 pub const MAX_STEPS_PER_RUN: usize = 100_000;
@@ -40,6 +40,8 @@ pub struct Cluster {
     /// Brokers 1 and up, followers of broker 0's partitions.
     pub peers: Vec<Broker>,
     pub controller: Controller,
+    /// Crashed brokers, not yet restarted: what is sent to them is lost, and they do nothing.
+    pub down: BTreeSet<u32>,
     pub producers: BTreeMap<String, Producer>,
     pub consumers: BTreeMap<String, Consumer>,
     network: VecDeque<Envelope>,
@@ -61,7 +63,7 @@ impl Cluster {
     /// A cluster of `topology.brokers` brokers hosting `topics` at each topic's replication factor;
     /// `Topology::validate` must have accepted it.
     pub fn with_topology(topics: &BTreeMap<String, u32>, config: EngineConfig, topology: &Topology) -> Self {
-        let controller = Controller::new(topics, topology);
+        let controller = Controller::new(topics, topology, config.unclean_leader_election_enable);
         let mut brokers: Vec<Broker> = (0..topology.brokers)
             .map(|id| Broker::with_registrations(id, &controller.partitions, config.clone()))
             .collect();
@@ -72,6 +74,7 @@ impl Cluster {
             broker,
             peers: brokers,
             controller,
+            down: BTreeSet::new(),
             producers: BTreeMap::new(),
             consumers: BTreeMap::new(),
             network: VecDeque::new(),
@@ -103,10 +106,82 @@ impl Cluster {
         NodeId::Broker(BROKER_ID)
     }
 
-    /// Adds (or replaces, as a process restart does) a producer client.
+    /// Every broker id, broker 0 first.
+    pub fn broker_ids(&self) -> Vec<u32> {
+        (0..1 + self.peers.len() as u32).collect()
+    }
+
+    /// Adds (or replaces, as a process restart does) a producer client, bootstrapped to every broker.
     pub fn add_producer(&mut self, name: &str, kind: ProducerKind) {
-        let p = Producer::new(name, kind, self.broker_id(), self.config.clone());
+        let mut p = Producer::new(name, kind, self.broker_id(), self.config.clone());
+        self.bootstrap(&mut p);
         self.producers.insert(name.to_string(), p);
+    }
+
+    /// A new producer of this cluster knows every broker and the current leaders.
+    pub fn bootstrap(&self, producer: &mut Producer) {
+        producer.set_bootstrap(self.broker_ids());
+        let leaders = self.controller.partitions.iter().filter(|(_, r)| r.state.leader != NO_LEADER);
+        producer.learn_leaders(leaders.map(|(tp, r)| (tp.clone(), r.state.leader)));
+    }
+
+    /// The leader of `tp` as the controller has it (`None` while it has none).
+    pub fn leader_of(&self, tp: &TopicPartition) -> Option<u32> {
+        match self.controller.partitions.get(tp) {
+            Some(r) if r.state.leader == NO_LEADER => None,
+            Some(r) => Some(r.state.leader),
+            None => Some(BROKER_ID),
+        }
+    }
+
+    /// The replica of `tp` on its current leader (broker 0's while no broker leads it).
+    pub fn leader_log(&self, tp: &TopicPartition) -> Option<&crate::log::PartitionLog> {
+        let id = self.leader_of(tp).unwrap_or(BROKER_ID);
+        self.brokers().nth(id as usize).and_then(|b| b.partition(tp))
+    }
+
+    /// The broker process dies (its log survives on disk): every message to or from it is lost, its
+    /// clients' connections break, and the controller fences it (the session timeout, taken as instant),
+    /// electing new leaders for what it led. Returns false if it is unknown or already down.
+    pub fn crash_broker(&mut self, id: u32) -> bool {
+        if self.broker_mut(id).is_none() || !self.down.insert(id) {
+            return false;
+        }
+        let node = NodeId::Broker(id);
+        self.network.retain(|e| e.from != node && e.to != node);
+        self.timers.retain(|_, (n, _)| n != &node);
+        self.disconnect_clients(&node);
+        let effects = self.controller.broker_fenced(id);
+        self.apply(&NodeId::Broker(CONTROLLER_ID), effects);
+        true
+    }
+
+    /// A crashed broker starts again: the controller unfences it (it may lead a partition left without a
+    /// leader), and it loads its logs and the controller's current image (`Broker::restart_with_image`).
+    /// Returns false if it was not down.
+    pub fn start_broker(&mut self, id: u32) -> bool {
+        if !self.down.remove(&id) {
+            return false;
+        }
+        let effects = self.controller.broker_unfenced(id);
+        self.apply(&NodeId::Broker(CONTROLLER_ID), effects);
+        let now = self.now_ms;
+        let image = self.controller.partitions.clone();
+        let effects = self.broker_mut(id).expect("a known broker").restart_with_image(now, &image);
+        self.apply(&NodeId::Broker(id), effects);
+        true
+    }
+
+    /// Every producer's connection to `broker` breaks (`Producer::on_disconnect`).
+    pub fn disconnect_clients(&mut self, broker: &NodeId) {
+        let now = self.now_ms;
+        let names: Vec<String> = self.producers.keys().cloned().collect();
+        for name in names {
+            let p = self.producers.get_mut(&name).expect("listed above");
+            let effects = p.on_disconnect(now, broker);
+            let node = p.id.clone();
+            self.apply(&node, effects);
+        }
     }
 
     /// The process dies: its state is gone, answers to it are dropped, its transaction stays open.
@@ -130,6 +205,7 @@ impl Cluster {
         let now = self.now_ms;
         let effects = match &to {
             NodeId::Broker(CONTROLLER_ID) => self.controller.on_message(env),
+            NodeId::Broker(id) if self.down.contains(id) => Effects::default(), // Lost: the broker is down.
             NodeId::Broker(id) => match self.broker_mut(*id) {
                 Some(b) => b.on_message(now, env),
                 None => Effects::default(), // No such broker: the message is lost.
@@ -204,7 +280,8 @@ impl Cluster {
             .brokers()
             .filter_map(|b| {
                 let NodeId::Broker(id) = b.id else { unreachable!("a broker's id is a broker id") };
-                b.next_replication_deadline_ms().map(|t| (t, id))
+                let up = !self.down.contains(&id);
+                b.next_replication_deadline_ms().filter(|_| up).map(|t| (t, id))
             })
             .min()
             .map(|(t, id)| (t, Due::Replication(id)));
@@ -350,11 +427,13 @@ impl Cluster {
         from: Offset,
     ) -> Result<(Vec<ConsumerRecord>, Offset), KafkaError> {
         const READER: &str = "__reader";
-        let mut consumer = Consumer::new(READER, isolation, self.broker_id(), self.config.clone());
+        // A new consumer's first metadata lookup finds the partition's current leader.
+        let leader = NodeId::Broker(self.leader_of(partition).unwrap_or(BROKER_ID));
+        let mut consumer = Consumer::new(READER, isolation, leader, self.config.clone());
         consumer.seek(partition.clone(), from);
         self.consumers.insert(READER.to_string(), consumer);
         let mut delivered = Vec::new();
-        let max_polls = self.broker.partition(partition).map(|l| l.log_end_offset()).unwrap_or(0) + 2;
+        let max_polls = self.leader_log(partition).map(|l| l.log_end_offset()).unwrap_or(0) + 2;
         let mut result = None;
         let mut position = from;
         for _ in 0..max_polls {

@@ -46,6 +46,9 @@ pub struct EngineConfig {
     pub replica_socket_timeout_ms: TimeMs,
     /// `replica.fetch.backoff.ms` (default 1000): a follower's pause after a failed fetch.
     pub replica_fetch_backoff_ms: TimeMs,
+    /// `unclean.leader.election.enable` (default false): the controller may elect a replica outside the
+    /// ISR when no ISR member is alive, and what only the ISR held is lost.
+    pub unclean_leader_election_enable: bool,
     /// Historical bugs switched on; empty in every normal run.
     pub mutations: Mutations,
 }
@@ -71,6 +74,7 @@ impl Default for EngineConfig {
             replica_fetch_wait_max_ms: 500,
             replica_socket_timeout_ms: 30_000,
             replica_fetch_backoff_ms: 1_000,
+            unclean_leader_election_enable: false,
             mutations: Mutations::none(),
         }
     }

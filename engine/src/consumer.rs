@@ -2,8 +2,10 @@
 //! (KAFKA_SEMANTICS 1.9).
 
 use crate::config::EngineConfig;
+use crate::controller::NO_LEADER;
 use crate::error::KafkaError;
 use crate::log::{FetchPartitionData, PartitionLog};
+use crate::metadata::MetadataMessage;
 use crate::mutation::{Mutation, Mutations};
 use crate::protocol::{Effects, Envelope, Message, NodeId, Timer};
 use crate::rename::{Names, Rename};
@@ -136,7 +138,10 @@ pub fn filter_fetch(
 pub struct Consumer {
     pub id: NodeId,
     pub isolation: IsolationLevel,
+    /// The bootstrap broker, taken for every partition's leader until metadata says otherwise.
     broker: NodeId,
+    /// Partition leaders learned after a NOT_LEADER_OR_FOLLOWER (`Fetcher`'s metadata update).
+    leaders: BTreeMap<TopicPartition, NodeId>,
     config: EngineConfig,
     /// `position()` per assigned partition.
     positions: BTreeMap<TopicPartition, Offset>,
@@ -161,6 +166,7 @@ impl Consumer {
             id: NodeId::Client(name.to_string()),
             isolation,
             broker,
+            leaders: BTreeMap::new(),
             config,
             positions: BTreeMap::new(),
             in_flight: BTreeMap::new(),
@@ -213,7 +219,8 @@ impl Consumer {
             fetch_offset: offset,
             isolation: Some(self.isolation),
         };
-        effects.send(&self.id, &self.broker, corr, message);
+        let leader = self.leaders.get(partition).unwrap_or(&self.broker).clone();
+        effects.send(&self.id, &leader, corr, message);
         effects.timers.push((now_ms + self.config.request_timeout_ms, Timer::RequestTimeout { correlation_id: corr }));
         effects
     }
@@ -227,16 +234,35 @@ impl Consumer {
     }
 
     pub fn on_message(&mut self, env: Envelope) -> Effects {
+        let mut effects = Effects::default();
         let Some(partition) = self.in_flight.remove(&env.correlation_id) else {
-            return Effects::default();
+            return effects;
         };
-        let Message::FetchResponse { fetch_offset, result, .. } = env.message else {
-            unreachable!("{}: consumers send only Fetch", self.id)
+        let (fetch_offset, result) = match env.message {
+            Message::FetchResponse { fetch_offset, result, .. } => (fetch_offset, result),
+            Message::Metadata(MetadataMessage::MetadataResponse { leaders, .. }) => {
+                for (tp, leader, _) in leaders.into_iter().filter(|(_, l, _)| *l != NO_LEADER) {
+                    self.leaders.insert(tp, NodeId::Broker(leader));
+                }
+                return effects;
+            }
+            _ => unreachable!("{}: consumers send only Fetch and Metadata", self.id),
         };
         if self.positions.get(&partition) != Some(&fetch_offset) {
-            return Effects::default(); // The position moved (seek) since the fetch: drop the stale answer.
+            return effects; // The position moved (seek) since the fetch: drop the stale answer.
         }
         match result {
+            // `FetchCollector.handleInitializeErrors`: a stale leader asks for fresh metadata; the next
+            // poll fetches from the leader it names.
+            Err(KafkaError::NotLeaderOrFollower) => {
+                self.next_correlation_id += 1;
+                self.in_flight.insert(self.next_correlation_id, partition.clone());
+                let request = MetadataMessage::MetadataRequest {
+                    topics: Some(vec![partition.topic.clone()]),
+                    allow_auto_topic_creation: false,
+                };
+                effects.send(&self.id, &env.from, self.next_correlation_id, Message::Metadata(request));
+            }
             Err(e) => self.errors.push((partition, e)),
             Ok(data) => {
                 if data.batches.is_empty() {
@@ -250,6 +276,6 @@ impl Consumer {
                 self.positions.insert(partition, fetched.next_fetch_offset);
             }
         }
-        Effects::default()
+        effects
     }
 }

@@ -1,21 +1,35 @@
 //! The controller stand-in: KRaft's `QuorumController` reduced to what partition replication needs in
 //! this phase. It places replicas when the cluster starts, holds each partition's registration (replicas,
-//! leader, leader epoch, ISR, partition epoch) and commits the ISR changes leaders ask for with
-//! AlterPartition (KIP-497; `ReplicationControlManager.alterPartition`). It is one node with its own id,
-//! not a quorum, and it never fails; leader election is not modelled yet.
+//! leader, leader epoch, ISR, partition epoch), commits the ISR changes leaders ask for with
+//! AlterPartition (KIP-497; `ReplicationControlManager.alterPartition`), and elects a new leader when a
+//! broker is fenced (`handleBrokerFenced`) or comes back to a partition left without one
+//! (`handleBrokerUnfenced`), telling every live broker with a `PartitionChangeRecord`. It is one node with
+//! its own id, not a quorum, and it never fails.
 
 use crate::error::KafkaError;
 use crate::metadata::MetadataMessage;
 use crate::protocol::{Effects, Envelope, Message, NodeId};
 use crate::types::TopicPartition;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The controller's node id: KRaft controllers share the broker id space, and no broker uses this one.
 pub const CONTROLLER_ID: u32 = 3000;
 
 /// The most brokers a cluster here may have.
 pub const MAX_BROKERS: u32 = 5;
+
+/// `LeaderConstants.NO_LEADER` (-1 on the wire): no replica may lead the partition now.
+pub const NO_LEADER: u32 = u32::MAX;
+
+/// A leader id for people: the broker, or `none`.
+pub fn leader_name(leader: u32) -> String {
+    if leader == NO_LEADER {
+        "none".into()
+    } else {
+        leader.to_string()
+    }
+}
 
 /// A partition's leadership and ISR as the controller committed it (`LeaderAndIsr`).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -93,12 +107,19 @@ impl Topology {
 pub struct Controller {
     pub id: NodeId,
     pub partitions: BTreeMap<TopicPartition, PartitionRegistration>,
+    /// Brokers whose session ended (crashed, not yet back): no leadership and no ISR membership.
+    pub fenced: BTreeSet<u32>,
+    /// `unclean.leader.election.enable` (default false): with no live ISR member, a live replica outside
+    /// the ISR may lead, losing what only the ISR held.
+    pub unclean_leader_election: bool,
+    /// How many brokers there are, to tell each of them about a change.
+    brokers: u32,
 }
 
 impl Controller {
     /// Registers every partition with its whole assignment in the ISR (a new topic's replicas are in
     /// sync: they are all empty), the first replica leading at epoch 0.
-    pub fn new(topics: &BTreeMap<String, u32>, topology: &Topology) -> Self {
+    pub fn new(topics: &BTreeMap<String, u32>, topology: &Topology, unclean_leader_election: bool) -> Self {
         let partitions = topology
             .assignment(topics)
             .into_iter()
@@ -108,7 +129,91 @@ impl Controller {
                 (tp, PartitionRegistration { replicas, state })
             })
             .collect();
-        Controller { id: NodeId::Broker(CONTROLLER_ID), partitions }
+        Controller {
+            id: NodeId::Broker(CONTROLLER_ID),
+            partitions,
+            fenced: BTreeSet::new(),
+            unclean_leader_election,
+            brokers: topology.brokers,
+        }
+    }
+
+    /// `ReplicationControlManager.handleBrokerFenced`: the broker leaves every ISR (unless it is the last
+    /// member, which stays so that it may lead again cleanly) and every partition it led gets a new leader
+    /// from the live ISR (`PartitionChangeBuilder`, `electLeader`), or none. Each change bumps the
+    /// partition epoch, a new leader also the leader epoch.
+    pub fn broker_fenced(&mut self, broker: u32) -> Effects {
+        self.fenced.insert(broker);
+        let tps: Vec<TopicPartition> =
+            self.partitions.iter().filter(|(_, r)| r.replicas.contains(&broker)).map(|(tp, _)| tp.clone()).collect();
+        let mut effects = Effects::default();
+        for tp in tps {
+            let reg = self.partitions.get_mut(&tp).expect("listed above");
+            let mut isr = reg.state.isr.clone();
+            if isr.len() > 1 {
+                isr.retain(|r| *r != broker);
+            }
+            let leader = if reg.state.leader == broker { None } else { Some(reg.state.leader) };
+            self.change(&tp, leader, isr, &mut effects);
+        }
+        effects
+    }
+
+    /// `handleBrokerUnfenced`: a returning broker may lead a partition left without a leader if it is
+    /// in that partition's ISR (or, with unclean election, a replica of it). It rejoins the other ISRs
+    /// only by catching up, through its leaders' AlterPartition.
+    pub fn broker_unfenced(&mut self, broker: u32) -> Effects {
+        self.fenced.remove(&broker);
+        let tps: Vec<TopicPartition> = self
+            .partitions
+            .iter()
+            .filter(|(_, r)| r.state.leader == NO_LEADER && r.replicas.contains(&broker))
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        let mut effects = Effects::default();
+        for tp in tps {
+            let isr = self.partitions[&tp].state.isr.clone();
+            self.change(&tp, None, isr, &mut effects);
+        }
+        effects
+    }
+
+    /// Commits `isr` and a leader (`Some` keeps that one; `None` elects one) if anything changed, and
+    /// tells every live broker. Returns whether it changed.
+    fn change(&mut self, tp: &TopicPartition, keep: Option<u32>, isr: Vec<u32>, effects: &mut Effects) -> bool {
+        let reg = &self.partitions[tp];
+        let (leader, isr) = match keep {
+            Some(l) => (l, isr),
+            None => self.elect(reg, isr),
+        };
+        let reg = self.partitions.get_mut(tp).expect("a registered partition");
+        if leader == reg.state.leader && isr == reg.state.isr {
+            return false;
+        }
+        if leader != reg.state.leader {
+            reg.state.leader_epoch += 1;
+        }
+        reg.state.leader = leader;
+        reg.state.isr = isr;
+        reg.state.partition_epoch += 1;
+        let record = MetadataMessage::PartitionChangeRecord { partition: tp.clone(), registration: reg.clone() };
+        for b in (0..self.brokers).filter(|b| !self.fenced.contains(b)) {
+            effects.send(&self.id, &NodeId::Broker(b), 0, Message::Metadata(record.clone()));
+        }
+        true
+    }
+
+    /// `PartitionChangeBuilder.electLeader`: the first live ISR member in replica order; with unclean
+    /// election and no such member, the first live replica, alone in the ISR; else no leader.
+    fn elect(&self, reg: &PartitionRegistration, isr: Vec<u32>) -> (u32, Vec<u32>) {
+        let live = |r: &&u32| !self.fenced.contains(r);
+        if let Some(l) = reg.replicas.iter().filter(live).find(|r| isr.contains(r)) {
+            return (*l, isr);
+        }
+        match reg.replicas.iter().find(live) {
+            Some(l) if self.unclean_leader_election => (*l, vec![*l]),
+            _ => (NO_LEADER, isr),
+        }
     }
 
     pub fn on_message(&mut self, env: Envelope) -> Effects {

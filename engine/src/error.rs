@@ -41,6 +41,7 @@ pub enum KafkaError {
     NotEnoughReplicas,
     NotEnoughReplicasAfterAppend,
     FencedLeaderEpoch,
+    UnknownLeaderEpoch,
     InvalidUpdateVersion,
     /// OffsetFetch with `require_stable` (KIP-447) while a transaction's offsets for the partition are pending.
     UnstableOffsetCommit,
@@ -85,6 +86,7 @@ impl KafkaError {
         KafkaError::NotEnoughReplicas,
         KafkaError::NotEnoughReplicasAfterAppend,
         KafkaError::FencedLeaderEpoch,
+        KafkaError::UnknownLeaderEpoch,
         KafkaError::InvalidUpdateVersion,
         KafkaError::UnstableOffsetCommit,
     ];
@@ -128,6 +130,7 @@ impl KafkaError {
             KafkaError::NotEnoughReplicas => 19,
             KafkaError::NotEnoughReplicasAfterAppend => 20,
             KafkaError::FencedLeaderEpoch => 74,
+            KafkaError::UnknownLeaderEpoch => 76,
             KafkaError::InvalidUpdateVersion => 95,
             KafkaError::UnstableOffsetCommit => 88,
         }
@@ -171,6 +174,7 @@ impl KafkaError {
             KafkaError::NotEnoughReplicas => "NOT_ENOUGH_REPLICAS",
             KafkaError::NotEnoughReplicasAfterAppend => "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
             KafkaError::FencedLeaderEpoch => "FENCED_LEADER_EPOCH",
+            KafkaError::UnknownLeaderEpoch => "UNKNOWN_LEADER_EPOCH",
             KafkaError::InvalidUpdateVersion => "INVALID_UPDATE_VERSION",
             KafkaError::UnstableOffsetCommit => "UNSTABLE_OFFSET_COMMIT",
         }

@@ -13,6 +13,7 @@ pub mod controller;
 pub mod coordinator;
 pub mod error;
 pub mod group_coordinator;
+pub mod leader_epoch_cache;
 pub mod log;
 pub mod metadata;
 pub mod mutation;

@@ -2,6 +2,7 @@
 //! aborted-transaction index (Kafka's `UnifiedLog`, `LocalLog`, `LogSegment`, `TransactionIndex`).
 
 use crate::error::KafkaError;
+use crate::leader_epoch_cache::{EpochEndOffset, LeaderEpochFileCache};
 use crate::mutation::{Mutation, Mutations};
 use crate::producer_state::{AppendCheck, AppendOrigin, CompletedTxn, ProducerStateManager};
 use crate::record::{BatchBody, BatchProducer, EndTxnMarker, ProduceBatch, Record, RecordBatch};
@@ -64,6 +65,8 @@ pub struct PartitionLog {
     log_end_offset: Offset,
     high_watermark: Offset,
     pub producer_state: ProducerStateManager,
+    /// Which leader epoch began where (`UnifiedLog.leaderEpochCache`).
+    pub leader_epoch_cache: LeaderEpochFileCache,
 }
 
 impl Rename for PartitionLog {
@@ -88,7 +91,39 @@ impl PartitionLog {
             log_end_offset: 0,
             high_watermark: 0,
             producer_state: ProducerStateManager::default(),
+            leader_epoch_cache: LeaderEpochFileCache::default(),
         }
+    }
+
+    /// The epoch this log's own appends are written under: the latest its leader recorded (0 before any).
+    fn current_leader_epoch(&self) -> i32 {
+        self.leader_epoch_cache.latest_epoch().unwrap_or(0)
+    }
+
+    /// `UnifiedLog.maybeAssignEpochStartOffset`: this replica leads from `epoch` on, starting at its log end.
+    pub fn assign_leader_epoch(&mut self, epoch: i32) {
+        self.leader_epoch_cache.assign(epoch, self.log_end_offset);
+    }
+
+    /// `UnifiedLog.endOffsetForEpoch`: where `epoch` (or the largest epoch below it) ends in this log.
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> Option<EpochEndOffset> {
+        self.leader_epoch_cache.end_offset_for(epoch, self.log_end_offset)
+    }
+
+    /// `Partition.readRecords`' check of a follower's fetch on this leader's log (Fetch v12+): where the
+    /// follower's last fetched epoch ends here (`lastOffsetForLeaderEpoch`), if that is before its fetch
+    /// offset or only an older epoch is known here; `None` when the follower's log is a prefix of this one.
+    pub fn diverging_epoch(
+        &self,
+        fetch_offset: Offset,
+        last_fetched_epoch: Option<i32>,
+    ) -> Result<Option<EpochEndOffset>, KafkaError> {
+        let Some(fetched) = last_fetched_epoch else { return Ok(None) };
+        let end = self.end_offset_for_epoch(fetched).ok_or(KafkaError::OffsetOutOfRange)?;
+        if fetch_offset < self.log_start_offset {
+            return Err(KafkaError::OffsetOutOfRange);
+        }
+        Ok((end.epoch < fetched || end.end_offset < fetch_offset).then_some(end))
     }
 
     pub fn log_start_offset(&self) -> Offset {
@@ -171,6 +206,7 @@ impl PartitionLog {
             producer: batch.producer,
             is_transactional: batch.is_transactional,
             body: BatchBody::Data(records),
+            partition_leader_epoch: self.current_leader_epoch(),
         };
         if rb.producer.is_some() {
             self.producer_state.update_data(&rb, now_ms);
@@ -211,11 +247,12 @@ impl PartitionLog {
             producer: Some(BatchProducer { producer_id, epoch, base_sequence: -1 }),
             is_transactional: true,
             body: BatchBody::Control(Some(marker)),
+            partition_leader_epoch: self.current_leader_epoch(),
         };
         let completed = self.producer_state.update_marker(&rb, now_ms);
         self.push_batch(rb);
         if let Some(completed) = completed {
-            self.complete_txn(&completed, mutations);
+            self.complete_txn(&completed, self.segments.len() - 1, mutations);
         }
         Ok(offset)
     }
@@ -224,6 +261,12 @@ impl PartitionLog {
     /// state, the ongoing transactions and the aborted index are rebuilt from it as the leader built them,
     /// so a follower's LSO and index follow from its own log.
     pub fn append_as_follower(&mut self, batch: &RecordBatch, now_ms: TimeMs, mutations: &Mutations) {
+        self.push_batch(batch.clone());
+        self.update_producer_state(batch, self.segments.len() - 1, now_ms, mutations);
+    }
+
+    /// `ProducerStateManager.update` for a batch already in segment `segment`, as an append or a reload does.
+    fn update_producer_state(&mut self, batch: &RecordBatch, segment: usize, now_ms: TimeMs, mutations: &Mutations) {
         let completed = match &batch.body {
             BatchBody::Control(Some(_)) => self.producer_state.update_marker(batch, now_ms),
             BatchBody::Data(_) if batch.producer.is_some() => {
@@ -232,13 +275,54 @@ impl PartitionLog {
             }
             _ => None,
         };
-        self.push_batch(batch.clone());
         if let Some(completed) = completed {
-            self.complete_txn(&completed, mutations);
+            self.complete_txn(&completed, segment, mutations);
         }
     }
 
-    fn complete_txn(&mut self, completed: &CompletedTxn, mutations: &Mutations) {
+    /// `UnifiedLog.truncateTo`: drops every batch holding `offset` or later (whole batches, so the log may
+    /// end below `offset`), the index entries of markers dropped, and the epochs that began there; then
+    /// rebuilds producer state, the open and unreplicated transactions and the aborted index from what is
+    /// left (`rebuildProducerState`), so the LSO follows from this log alone (KAFKA-12153). Returns whether
+    /// anything was dropped.
+    pub fn truncate_to(&mut self, offset: Offset, now_ms: TimeMs, mutations: &Mutations) -> bool {
+        if offset >= self.log_end_offset {
+            return false;
+        }
+        for segment in &mut self.segments {
+            segment.batches.retain(|b| b.last_offset < offset);
+        }
+        while self.segments.len() > 1 && self.segments.last().is_some_and(|s| s.batches.is_empty()) {
+            self.segments.pop();
+        }
+        let active = self.segments.last().expect("a log keeps one segment");
+        self.log_end_offset = active.batches.last().map_or(active.base_offset, RecordBatch::next_offset);
+        self.high_watermark = self.high_watermark.min(self.log_end_offset);
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset);
+        if !mutations.has(Mutation::NoRebuildAfterTruncation) {
+            self.rebuild_producer_state(now_ms, mutations);
+        }
+        self.assert_offsets(mutations);
+        true
+    }
+
+    /// `UnifiedLog.rebuildProducerState` from the log start (this engine keeps no snapshots): producer
+    /// entries, open and unreplicated transactions, and every segment's aborted index, replayed batch by
+    /// batch. Verification entries are the leader's in-memory state and stay.
+    fn rebuild_producer_state(&mut self, now_ms: TimeMs, mutations: &Mutations) {
+        let verification = std::mem::take(&mut self.producer_state.verification_entries);
+        self.producer_state = ProducerStateManager { verification_entries: verification, ..Default::default() };
+        for s in 0..self.segments.len() {
+            self.segments[s].txn_index.clear();
+            for k in 0..self.segments[s].batches.len() {
+                let batch = self.segments[s].batches[k].clone();
+                self.update_producer_state(&batch, s, now_ms, mutations);
+            }
+        }
+        self.producer_state.remove_unreplicated_transactions(self.high_watermark);
+    }
+
+    fn complete_txn(&mut self, completed: &CompletedTxn, segment: usize, mutations: &Mutations) {
         if completed.is_aborted && !mutations.has(Mutation::NoAbortedIndexEntry) {
             let entry = AbortedTxn {
                 producer_id: completed.producer_id,
@@ -246,7 +330,7 @@ impl PartitionLog {
                 last_offset: completed.last_offset,
                 last_stable_offset: self.producer_state.last_stable_offset_for(completed),
             };
-            let segment = self.segments.last_mut().expect("a log has an active segment");
+            let segment = &mut self.segments[segment];
             if let Some(prev) = segment.txn_index.last() {
                 // `TransactionIndex.append`: last offsets strictly increase.
                 assert!(prev.last_offset < entry.last_offset, "aborted index out of order: {prev:?} then {entry:?}");
@@ -259,6 +343,8 @@ impl PartitionLog {
 
     fn push_batch(&mut self, rb: RecordBatch) {
         assert_eq!(rb.base_offset, self.log_end_offset, "batches are appended at the log end");
+        // `UnifiedLog.append`: each batch's epoch starts at its base offset unless the cache has it already.
+        self.leader_epoch_cache.assign(rb.partition_leader_epoch, rb.base_offset);
         self.log_end_offset = rb.next_offset();
         self.segments.last_mut().expect("a log has an active segment").batches.push(rb);
     }

@@ -6,7 +6,7 @@
 //! coordinator. Only the wire driver sends these; the sim, the model and the scenarios never do. Also
 //! AlterPartition, which a partition leader sends the controller (`controller.rs`) to change its ISR.
 
-use crate::controller::LeaderAndIsr;
+use crate::controller::{LeaderAndIsr, PartitionRegistration};
 use crate::error::KafkaError;
 use crate::log::PartitionLog;
 use crate::types::{Offset, TopicPartition};
@@ -50,9 +50,11 @@ pub enum MetadataMessage {
         topics: Option<Vec<String>>,
         allow_auto_topic_creation: bool,
     },
-    /// Per topic: its partition count (this broker leads each), or why it has none.
+    /// Per topic: its partition count, or why it has none; and each partition's leader and leader epoch
+    /// as this broker's metadata cache holds them (`MetadataResponsePartition.leaderId/leaderEpoch`).
     MetadataResponse {
         topics: Vec<(String, Result<u32, KafkaError>)>,
+        leaders: Vec<(TopicPartition, u32, i32)>,
     },
     FindCoordinatorRequest {
         key_type: CoordinatorType,
@@ -83,6 +85,12 @@ pub enum MetadataMessage {
         partition: TopicPartition,
         result: Result<LeaderAndIsr, KafkaError>,
     },
+    /// A leader or ISR change the controller committed, as every broker learns it from the metadata log
+    /// (`PartitionChangeRecord`, applied by `ReplicaManager.applyDelta`).
+    PartitionChangeRecord {
+        partition: TopicPartition,
+        registration: PartitionRegistration,
+    },
 }
 
 impl MetadataMessage {
@@ -101,6 +109,7 @@ impl MetadataMessage {
             MetadataMessage::AlterPartitionRequest { .. } | MetadataMessage::AlterPartitionResponse { .. } => {
                 "AlterPartition"
             }
+            MetadataMessage::PartitionChangeRecord { .. } => "PartitionChange",
         }
     }
 
@@ -112,6 +121,8 @@ impl MetadataMessage {
                 | MetadataMessage::FindCoordinatorRequest { .. }
                 | MetadataMessage::EarliestOffsetRequest { .. }
                 | MetadataMessage::AlterPartitionRequest { .. }
+                // Pushed by the controller, answered by nothing.
+                | MetadataMessage::PartitionChangeRecord { .. }
         )
     }
 }
@@ -150,7 +161,7 @@ impl fmt::Display for MetadataMessage {
             }
             MetadataMessage::EarliestOffsetRequest { partition } => write!(f, "{api} req {partition} earliest"),
             MetadataMessage::CreateTopicsResponse { results: rs }
-            | MetadataMessage::MetadataResponse { topics: rs } => {
+            | MetadataMessage::MetadataResponse { topics: rs, .. } => {
                 write!(f, "{api} resp ")?;
                 results(f, rs)
             }
@@ -169,6 +180,13 @@ impl fmt::Display for MetadataMessage {
                 Ok(s) => write!(f, "{api} resp {partition} isr {:?} partition epoch {}", s.isr, s.partition_epoch),
                 Err(e) => write!(f, "{api} resp {partition} {e}"),
             },
+            MetadataMessage::PartitionChangeRecord { partition, registration: r } => write!(
+                f,
+                "{api} {partition} leader {} epoch {} isr {:?}",
+                crate::controller::leader_name(r.state.leader),
+                r.state.leader_epoch,
+                r.state.isr
+            ),
         }
     }
 }
@@ -192,10 +210,13 @@ pub fn topic_partition_counts(partitions: &BTreeMap<TopicPartition, PartitionLog
 }
 
 /// The broker's answer to one metadata request; `None` for a response (the broker sends none of these).
+/// `image` is the broker's metadata cache of a replicated cluster (empty on a single broker, which leads
+/// every partition it has).
 pub fn handle(
     broker_id: u32,
     num_partitions: u32,
     partitions: &mut BTreeMap<TopicPartition, PartitionLog>,
+    image: &BTreeMap<TopicPartition, PartitionRegistration>,
     request: MetadataMessage,
 ) -> Option<MetadataMessage> {
     let reply = match request {
@@ -216,8 +237,13 @@ pub fn handle(
                 None => topic_partition_counts(partitions).keys().map(|t| t.to_string()).collect(),
             };
             let mut out = Vec::new();
+            let mut leaders = Vec::new();
             for name in names {
-                let known = topic_partition_counts(partitions).get(name.as_str()).copied();
+                let known = if image.is_empty() {
+                    topic_partition_counts(partitions).get(name.as_str()).copied()
+                } else {
+                    Some(image.keys().filter(|tp| tp.topic == name).count() as u32).filter(|n| *n > 0)
+                };
                 let result = match known {
                     Some(n) => Ok(n),
                     None => match validate_topic_name(&name) {
@@ -230,9 +256,15 @@ pub fn handle(
                         Ok(()) => Err(KafkaError::UnknownTopicOrPartition),
                     },
                 };
+                for p in 0..*result.as_ref().unwrap_or(&0) {
+                    let tp = TopicPartition::new(&name, p);
+                    let (leader, epoch) =
+                        image.get(&tp).map_or((broker_id, 0), |r| (r.state.leader, r.state.leader_epoch));
+                    leaders.push((tp, leader, epoch));
+                }
                 out.push((name, result));
             }
-            MetadataMessage::MetadataResponse { topics: out }
+            MetadataMessage::MetadataResponse { topics: out, leaders }
         }
         MetadataMessage::FindCoordinatorRequest { key_type: _, keys } => {
             // One broker hosts every coordinator, for groups and transactional ids alike.
@@ -252,7 +284,8 @@ pub fn handle(
         | MetadataMessage::FindCoordinatorResponse { .. }
         | MetadataMessage::EarliestOffsetResponse { .. }
         | MetadataMessage::AlterPartitionRequest { .. }
-        | MetadataMessage::AlterPartitionResponse { .. } => return None,
+        | MetadataMessage::AlterPartitionResponse { .. }
+        | MetadataMessage::PartitionChangeRecord { .. } => return None,
     };
     Some(reply)
 }

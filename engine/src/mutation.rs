@@ -48,10 +48,12 @@ pub enum Mutation {
     RetriesIgnored,
     HwFromLeaderLeo,
     TxnOffsetsVisibleBeforeCommit,
+    TruncateToOwnLeo,
+    NoRebuildAfterTruncation,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 40] = [
+    pub const ALL: [Mutation; 42] = [
         Mutation::ReadCommittedBoundedByHw,
         Mutation::LsoInclusive,
         Mutation::LsoIgnoresOngoingTxns,
@@ -92,6 +94,8 @@ impl Mutation {
         Mutation::RetriesIgnored,
         Mutation::HwFromLeaderLeo,
         Mutation::TxnOffsetsVisibleBeforeCommit,
+        Mutation::TruncateToOwnLeo,
+        Mutation::NoRebuildAfterTruncation,
     ];
 
     /// The kebab-case name used on the command line and in seed files.
@@ -137,6 +141,8 @@ impl Mutation {
             Mutation::RetriesIgnored => "retries-ignored",
             Mutation::HwFromLeaderLeo => "hw-from-leader-leo",
             Mutation::TxnOffsetsVisibleBeforeCommit => "txn-offsets-visible-before-commit",
+            Mutation::TruncateToOwnLeo => "truncate-to-own-leo",
+            Mutation::NoRebuildAfterTruncation => "no-rebuild-after-truncation",
         }
     }
 
@@ -231,6 +237,8 @@ impl Mutation {
             Mutation::RetriesIgnored => "The producer's `retries` is ignored: a plain producer with `retries=0` resends a batch after a disconnect, and a batch the broker had written is written twice.",
             Mutation::TxnOffsetsVisibleBeforeCommit => "A TxnOffsetCommit's offsets are committed when the request is written, not when the transaction's COMMIT marker reaches `__consumer_offsets`: OffsetFetch shows them while the transaction is open and keeps them after it aborts.",
             Mutation::HwFromLeaderLeo => "The leader's high watermark is its own log end offset, whatever its in-sync followers hold: an acks=all write is acknowledged and made visible before any follower has it.",
+            Mutation::TruncateToOwnLeo => "A follower told its last fetched epoch diverges from the new leader's log truncates to its own log end instead of the diverging epoch's end offset, and fetches on from there as if reconciled: its unreplicated suffix stays under the leader's later batches.",
+            Mutation::NoRebuildAfterTruncation => "A follower that truncates its log keeps its producer state, open transactions and aborted index as they were: transactions and index entries of the dropped batches outlive them.",
         }
     }
 
@@ -290,6 +298,8 @@ impl Mutation {
             Mutation::RetriesIgnored => "Sender.canRetry (batch.attempts() < retries; SenderTest#testRetries)",
             Mutation::TxnOffsetsVisibleBeforeCommit => "KIP-98 (OffsetMetadataManager.replayEndTransactionMarker: pending transactional offsets)",
             Mutation::HwFromLeaderLeo => "Partition.maybeIncrementLeaderHW (the HW is the minimum LEO over the maximal ISR; KIP-497, KIP-101)",
+            Mutation::TruncateToOwnLeo => "KIP-101 / KIP-279: AbstractFetcherThread.getOffsetTruncationState (min of the epoch end offsets and the LEO)",
+            Mutation::NoRebuildAfterTruncation => "KAFKA-12153, KAFKA-13727: UnifiedLog.truncateTo rebuilds producer state and truncates the transaction index",
         }
     }
 }

@@ -3,6 +3,7 @@
 //! `Completion` once the cluster has answered.
 
 use crate::config::EngineConfig;
+use crate::controller::NO_LEADER;
 use crate::error::KafkaError;
 use crate::group_coordinator::{CommittedOffset, GroupMessage};
 use crate::metadata::{CoordinatorType, MetadataMessage};
@@ -150,6 +151,11 @@ enum InFlight {
     AddOffsets(OffsetsCall),
     FindGroupCoordinator(OffsetsCall),
     TxnOffsetCommit(OffsetsCall),
+    /// A Metadata request for the partitions' leaders, sent to `broker`.
+    Metadata {
+        broker: u32,
+        topics: Vec<String>,
+    },
 }
 
 /// A batch in the `RecordAccumulator`, not yet drained: waiting for its partition to join the transaction
@@ -166,7 +172,15 @@ pub struct Producer {
     pub id: NodeId,
     pub kind: ProducerKind,
     coordinator: NodeId,
+    /// The bootstrap broker, taken for every partition's leader until metadata says otherwise.
     leader: NodeId,
+    /// Partition leaders learned from Metadata answers (`Metadata.cluster`).
+    leaders: BTreeMap<TopicPartition, NodeId>,
+    /// `bootstrap.servers`: the brokers a Metadata request may go to. With one there is nothing to learn
+    /// (it leads everything), and no Metadata request is ever sent.
+    bootstrap: Vec<u32>,
+    /// Brokers whose connection broke and that have not answered since: Metadata goes elsewhere.
+    unreachable: BTreeSet<u32>,
     config: EngineConfig,
     pub state: TxnManagerState,
     /// The error that put the producer in `AbortableError` or `FatalError`.
@@ -214,7 +228,8 @@ impl Rename for InFlight {
             | InFlight::EndTxn { .. }
             | InFlight::AddOffsets(_)
             | InFlight::FindGroupCoordinator(_)
-            | InFlight::TxnOffsetCommit(_) => {}
+            | InFlight::TxnOffsetCommit(_)
+            | InFlight::Metadata { .. } => {}
         }
     }
 }
@@ -248,7 +263,13 @@ impl Producer {
             id: NodeId::Client(name.to_string()),
             kind,
             coordinator: broker.clone(),
+            bootstrap: match &broker {
+                NodeId::Broker(id) => vec![*id],
+                NodeId::Client(_) => Vec::new(),
+            },
             leader: broker,
+            leaders: BTreeMap::new(),
+            unreachable: BTreeSet::new(),
             config,
             state,
             last_error: None,
@@ -271,6 +292,42 @@ impl Producer {
             client_transaction_version: TransactionVersion::V2,
             group_coordinators: BTreeMap::new(),
         }
+    }
+
+    /// `bootstrap.servers`: every broker of a replicated cluster, where leaders move.
+    pub fn set_bootstrap(&mut self, brokers: Vec<u32>) {
+        self.bootstrap = brokers;
+    }
+
+    /// The leaders a new client's first Metadata answer gives it (`KafkaProducer` waits for metadata
+    /// before its first send); drivers hand them over instead of staging that request.
+    pub fn learn_leaders(&mut self, leaders: impl IntoIterator<Item = (TopicPartition, u32)>) {
+        self.leaders.extend(leaders.into_iter().map(|(tp, l)| (tp, NodeId::Broker(l))));
+    }
+
+    /// Where a Produce for `partition` goes: its leader as last learned, else the bootstrap broker.
+    fn leader_for(&self, partition: &TopicPartition) -> NodeId {
+        self.leaders.get(partition).unwrap_or(&self.leader).clone()
+    }
+
+    /// `Metadata.requestUpdate` and the `Sender`'s metadata fetch: asks a broker that has not dropped this
+    /// client's connection (`NetworkClient.leastLoadedNode`) for the leaders of `partition`'s topic,
+    /// unless one such request is already out. Nothing to ask with a single bootstrap broker.
+    fn request_metadata(&mut self, partition: &TopicPartition, effects: &mut Effects) {
+        let pending = self.in_flight.values().chain(self.backing_off.values());
+        if self.bootstrap.len() < 2 || pending.into_iter().any(|f| matches!(f, InFlight::Metadata { .. })) {
+            return;
+        }
+        self.send_metadata(vec![partition.topic.clone()], effects);
+    }
+
+    fn send_metadata(&mut self, topics: Vec<String>, effects: &mut Effects) {
+        let broker = *self.bootstrap.iter().find(|b| !self.unreachable.contains(b)).unwrap_or(&self.bootstrap[0]);
+        let message = Message::Metadata(MetadataMessage::MetadataRequest {
+            topics: Some(topics.clone()),
+            allow_auto_topic_creation: false,
+        });
+        self.request(NodeId::Broker(broker), message, InFlight::Metadata { broker, topics }, effects);
     }
 
     /// The version this client's requests speak: its own highest, capped by the cluster's finalized one.
@@ -338,9 +395,20 @@ impl Producer {
         let mut effects = Effects::default();
         let lost: Vec<u64> =
             self.in_flight.iter().filter(|(_, f)| &self.destination(f) == broker).map(|(corr, _)| *corr).collect();
+        let mut refresh = None;
         for corr in lost {
             let in_flight = self.in_flight.remove(&corr).expect("listed above");
+            if let InFlight::Produce { partition, .. } = &in_flight {
+                refresh = Some(partition.clone());
+            }
             self.back_off(now_ms, in_flight, KafkaError::NetworkException, &mut effects);
+        }
+        // `NetworkClient.processDisconnection`: a lost leader connection asks for fresh metadata.
+        if let (Some(partition), NodeId::Broker(id)) = (refresh, broker) {
+            if self.bootstrap.len() > 1 {
+                self.unreachable.insert(*id);
+            }
+            self.request_metadata(&partition, &mut effects);
         }
         effects
     }
@@ -456,7 +524,8 @@ impl Producer {
     /// coordinator, the rest to the transaction coordinator.
     fn destination(&self, in_flight: &InFlight) -> NodeId {
         match in_flight {
-            InFlight::Produce { .. } => self.leader.clone(),
+            InFlight::Produce { partition, .. } => self.leader_for(partition),
+            InFlight::Metadata { broker, .. } => NodeId::Broker(*broker),
             InFlight::TxnOffsetCommit(c) => {
                 self.group_coordinators.get(&c.group.group_id).unwrap_or(&self.coordinator).clone()
             }
@@ -489,6 +558,11 @@ impl Producer {
             InFlight::InitProducerId { op, after_abort } => {
                 let (op, after_abort) = (*op, *after_abort);
                 self.send_init(op, after_abort, effects);
+                return;
+            }
+            InFlight::Metadata { topics, .. } => {
+                let topics = topics.clone();
+                self.send_metadata(topics, effects);
                 return;
             }
             InFlight::EndTxn { result, .. } => Message::EndTxnRequest {
@@ -741,7 +815,7 @@ impl Producer {
             batch: batch.clone(),
             transaction_version: self.transaction_version(),
         };
-        self.request(self.leader.clone(), message, InFlight::Produce { op, partition, batch }, effects);
+        self.request(self.leader_for(&partition), message, InFlight::Produce { op, partition, batch }, effects);
     }
 
     /// `commitTransaction()`.
@@ -873,6 +947,9 @@ impl Producer {
                 // `NetworkClient` closes the connection of a timed-out request: it fails unanswered and is
                 // retried after `retry.backoff.ms`, as for any disconnect.
                 if let Some(in_flight) = self.in_flight.remove(&correlation_id) {
+                    if let InFlight::Metadata { broker, .. } = &in_flight {
+                        self.unreachable.insert(*broker);
+                    }
                     self.back_off(now_ms, in_flight, KafkaError::RequestTimedOut, &mut effects);
                 }
             }
@@ -947,10 +1024,18 @@ impl Producer {
     pub fn on_message(&mut self, now_ms: TimeMs, env: Envelope) -> Effects {
         self.now_ms = now_ms;
         let mut effects = Effects::default();
+        if let NodeId::Broker(id) = env.from {
+            self.unreachable.remove(&id);
+        }
         let Some(in_flight) = self.in_flight.remove(&env.correlation_id) else {
             return effects; // A duplicate or late response: the request was already answered.
         };
         match (in_flight, env.message) {
+            (InFlight::Metadata { .. }, Message::Metadata(MetadataMessage::MetadataResponse { leaders, .. })) => {
+                for (tp, leader, _) in leaders.into_iter().filter(|(_, l, _)| *l != NO_LEADER) {
+                    self.leaders.insert(tp, NodeId::Broker(leader));
+                }
+            }
             (InFlight::InitProducerId { op, after_abort }, Message::InitProducerIdResponse { result }) => {
                 match result {
                     Ok(pie) => {
@@ -1015,6 +1100,10 @@ impl Producer {
                             && !self.config.mutations.has(crate::mutation::Mutation::OutOfOrderNeverRetried)
                             && batch.producer.is_some_and(|p| !self.is_next_sequence(&partition, p.base_sequence))) =>
                 {
+                    // `Sender.completeBatch`: a stale leader's answer asks for fresh metadata before the retry.
+                    if e == KafkaError::NotLeaderOrFollower {
+                        self.request_metadata(&partition, &mut effects);
+                    }
                     self.back_off(now_ms, InFlight::Produce { op, partition, batch }, e, &mut effects)
                 }
                 Err(e) => self.fail_batch(op, e),

@@ -3,6 +3,7 @@
 
 use crate::error::KafkaError;
 use crate::group_coordinator::GroupMessage;
+use crate::leader_epoch_cache::EpochEndOffset;
 use crate::log::FetchPartitionData;
 use crate::metadata::MetadataMessage;
 use crate::record::ProduceBatch;
@@ -117,7 +118,7 @@ pub enum Message {
     WriteTxnMarkersResponse {
         results: Vec<(ProducerId, TopicPartition, Result<Offset, KafkaError>)>,
     },
-    /// `isolation: None` is a follower's fetch (bounded by the log end); the sending broker is the replica.
+    /// A consumer's fetch (`isolation: None` reads to the log end, as a replica would).
     FetchRequest {
         partition: TopicPartition,
         fetch_offset: Offset,
@@ -127,6 +128,20 @@ pub enum Message {
         partition: TopicPartition,
         fetch_offset: Offset,
         result: Result<FetchPartitionData, KafkaError>,
+    },
+    /// A follower's fetch from its leader (Fetch v12+ with a replica id): the leader epoch it follows
+    /// (`currentLeaderEpoch`) and the epoch of the last batch it holds (`lastFetchedEpoch`), against which
+    /// the leader checks that the follower's log has not diverged from its own.
+    ReplicaFetchRequest {
+        partition: TopicPartition,
+        fetch_offset: Offset,
+        current_leader_epoch: i32,
+        last_fetched_epoch: Option<i32>,
+    },
+    ReplicaFetchResponse {
+        partition: TopicPartition,
+        fetch_offset: Offset,
+        result: Result<ReplicaFetchData, KafkaError>,
     },
     ListOffsetsRequest {
         partition: TopicPartition,
@@ -155,6 +170,7 @@ impl Message {
                 | Message::WriteTxnMarkersRequest { .. }
                 | Message::TxnLogAppendRequest { .. }
                 | Message::FetchRequest { .. }
+                | Message::ReplicaFetchRequest { .. }
                 | Message::ListOffsetsRequest { .. }
         ) || matches!(self, Message::Group(g) if g.is_request())
             || matches!(self, Message::Metadata(m) if m.is_request())
@@ -172,12 +188,23 @@ impl Message {
             Message::EndTxnRequest { .. } | Message::EndTxnResponse { .. } => "EndTxn",
             Message::WriteTxnMarkersRequest { .. } | Message::WriteTxnMarkersResponse { .. } => "WriteTxnMarkers",
             Message::TxnLogAppendRequest { .. } => "TxnLogAppend",
-            Message::FetchRequest { .. } | Message::FetchResponse { .. } => "Fetch",
+            Message::FetchRequest { .. }
+            | Message::FetchResponse { .. }
+            | Message::ReplicaFetchRequest { .. }
+            | Message::ReplicaFetchResponse { .. } => "Fetch",
             Message::ListOffsetsRequest { .. } | Message::ListOffsetsResponse { .. } => "ListOffsets",
             Message::Metadata(m) => m.api_name(),
             Message::Group(m) => m.api_name(),
         }
     }
+}
+
+/// A leader's answer to a follower's fetch: the data, or (with no data) where the follower's last fetched
+/// epoch ends in the leader's log, when the two logs diverge there (`FetchResponse.DivergingEpoch`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ReplicaFetchData {
+    pub data: FetchPartitionData,
+    pub diverging_epoch: Option<EpochEndOffset>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

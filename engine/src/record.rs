@@ -42,6 +42,14 @@ pub struct RecordBatch {
     pub producer: Option<BatchProducer>,
     pub is_transactional: bool,
     pub body: BatchBody,
+    /// The leader epoch it was written under (`partitionLeaderEpoch`); 0 wherever leadership never moved,
+    /// which is left out of serialized traces.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub partition_leader_epoch: i32,
+}
+
+fn is_zero(epoch: &i32) -> bool {
+    *epoch == 0
 }
 
 impl RecordBatch {

@@ -87,6 +87,7 @@ impl Rename for Message {
                 batch.rename(names);
             }
             Message::FetchResponse { result: Ok(data), .. } => data.batches.rename(names),
+            Message::ReplicaFetchResponse { result: Ok(r), .. } => r.data.batches.rename(names),
             Message::InitProducerIdResponse { .. }
             | Message::AddPartitionsToTxnResponse { .. }
             | Message::AddOffsetsToTxnResponse { .. }
@@ -96,6 +97,8 @@ impl Rename for Message {
             | Message::WriteTxnMarkersResponse { .. }
             | Message::FetchRequest { .. }
             | Message::FetchResponse { result: Err(_), .. }
+            | Message::ReplicaFetchRequest { .. }
+            | Message::ReplicaFetchResponse { result: Err(_), .. }
             | Message::ListOffsetsRequest { .. }
             | Message::ListOffsetsResponse { .. }
             | Message::Metadata(_)

@@ -13,12 +13,12 @@
 //! (`Partition.maybeIncrementLeaderHW`). acks=all writes wait in `DelayedProduce` until the HW passes them.
 
 use crate::config::EngineConfig;
-use crate::controller::{LeaderAndIsr, PartitionRegistration, CONTROLLER_ID};
+use crate::controller::{LeaderAndIsr, PartitionRegistration, CONTROLLER_ID, NO_LEADER};
 use crate::error::KafkaError;
 use crate::log::{FetchPartitionData, PartitionLog};
 use crate::metadata::MetadataMessage;
 use crate::mutation::Mutation;
-use crate::protocol::{Effects, Message, NodeId, ProduceAck};
+use crate::protocol::{Effects, Message, NodeId, ProduceAck, ReplicaFetchData};
 use crate::rename::{Names, Rename};
 use crate::types::{Offset, ProducerId, TimeMs, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
@@ -31,23 +31,25 @@ pub struct ReplicaState {
     /// The leader's LEO when a fetch last arrived (`lastFetchLeaderLogEndOffset`).
     last_fetch_leader_log_end_offset: Option<Offset>,
     last_fetch_time_ms: TimeMs,
-    /// The latest time at which the follower had fetched up to the leader's log end of that time.
-    pub last_caught_up_time_ms: TimeMs,
+    /// The latest time at which the follower had fetched up to the leader's log end of that time; `None`
+    /// for a replica outside the ISR that has not fetched from this leader (Kafka's 0, long ago).
+    pub last_caught_up_time_ms: Option<TimeMs>,
 }
 
 impl ReplicaState {
     /// `ReplicaState.isCaughtUp`.
     fn is_caught_up(&self, leader_end: Offset, now_ms: TimeMs, max_lag_ms: TimeMs) -> bool {
-        self.log_end_offset == Some(leader_end) || now_ms.saturating_sub(self.last_caught_up_time_ms) <= max_lag_ms
+        self.log_end_offset == Some(leader_end)
+            || self.last_caught_up_time_ms.is_some_and(|t| now_ms.saturating_sub(t) <= max_lag_ms)
     }
 
     /// `Replica.updateFetchStateOrThrow`: a fetch at the leader's log end catches the follower up now; one
     /// at the log end the previous fetch saw, as of that fetch.
     fn update_fetch_state(&mut self, fetch_offset: Offset, now_ms: TimeMs, leader_end: Offset) {
         let caught_up = if fetch_offset >= leader_end {
-            self.last_caught_up_time_ms.max(now_ms)
+            self.last_caught_up_time_ms.max(Some(now_ms))
         } else if self.last_fetch_leader_log_end_offset.is_none_or(|o| fetch_offset >= o) {
-            self.last_caught_up_time_ms.max(self.last_fetch_time_ms)
+            self.last_caught_up_time_ms.max(Some(self.last_fetch_time_ms))
         } else {
             self.last_caught_up_time_ms
         };
@@ -76,6 +78,9 @@ pub struct Partition {
     fetch_in_flight: Option<(u64, TimeMs)>,
     /// Follower only: after a failed fetch, when the next one goes.
     fetch_backoff_until_ms: Option<TimeMs>,
+    /// Follower only: the epoch of the last batch it fetched (`PartitionFetchState.lastFetchedEpoch`),
+    /// sent with each fetch so the leader can tell whether the two logs diverge.
+    last_fetched_epoch: Option<i32>,
 }
 
 impl Partition {
@@ -87,7 +92,7 @@ impl Partition {
                 .iter()
                 .filter(|r| **r != me)
                 .map(|r| {
-                    let caught_up = if isr.contains(r) { now_ms } else { 0 };
+                    let caught_up = isr.contains(r).then_some(now_ms);
                     (*r, ReplicaState { last_caught_up_time_ms: caught_up, ..ReplicaState::default() })
                 })
                 .collect()
@@ -104,6 +109,7 @@ impl Partition {
             remote_replicas,
             fetch_in_flight: None,
             fetch_backoff_until_ms: None,
+            last_fetched_epoch: None,
         }
     }
 
@@ -182,6 +188,19 @@ impl Partition {
     }
 }
 
+/// `AbstractFetcherThread.getOffsetTruncationState`: where a follower told that its last fetched epoch
+/// diverges truncates. If it knows the leader's epoch, to the lesser of the two logs' ends of that epoch;
+/// if not, to the end of its own largest epoch below it (the next fetch finds the rest); with no epoch
+/// at all, to the leader's offset. Never past its own log end.
+pub fn truncation_offset(log: &PartitionLog, diverging: crate::leader_epoch_cache::EpochEndOffset) -> Offset {
+    let offset = match log.end_offset_for_epoch(diverging.epoch) {
+        Some(own) if own.epoch == diverging.epoch => own.end_offset.min(diverging.end_offset),
+        Some(own) => own.end_offset,
+        None => diverging.end_offset,
+    };
+    offset.min(log.log_end_offset())
+}
+
 /// The answer an acks=all write waits to send.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum DelayedResponse {
@@ -224,6 +243,8 @@ struct DelayedFetch {
     correlation_id: u64,
     partition: TopicPartition,
     fetch_offset: Offset,
+    /// The leader epoch the follower fetched under: the answer is an error if this broker no longer leads it.
+    leader_epoch: i32,
     expires_ms: TimeMs,
 }
 
@@ -281,20 +302,64 @@ impl ReplicaManager {
         self.next_id
     }
 
-    fn leads_any(&self, me: u32) -> bool {
-        self.partitions.values().any(|p| p.leader == me)
+    /// Every hosted partition takes its role (`makeLeader` / `makeFollower`): followers start fetching, a
+    /// leader records its epoch at its log end and starts its ISR expiration task.
+    pub fn start(&mut self, ctx: &mut ReplicaCtx<'_>) {
+        let tps: Vec<TopicPartition> = self.partitions.keys().cloned().collect();
+        for tp in tps {
+            self.take_role(&tp, ctx);
+        }
     }
 
-    /// Followers start fetching; a leader starts its ISR expiration task.
-    pub fn start(&mut self, ctx: &mut ReplicaCtx<'_>) {
-        let followed: Vec<TopicPartition> =
-            self.partitions.iter().filter(|(_, p)| p.leader != ctx.me).map(|(tp, _)| tp.clone()).collect();
-        for tp in followed {
-            self.send_fetch(&tp, ctx);
+    fn take_role(&mut self, tp: &TopicPartition, ctx: &mut ReplicaCtx<'_>) {
+        let p = self.partitions.get_mut(tp).expect("a hosted partition");
+        let log = ctx.logs.get_mut(tp).expect("a hosted partition has a log");
+        if p.leader == ctx.me {
+            log.assign_leader_epoch(p.leader_epoch);
+            if self.next_isr_expiration_ms.is_none() {
+                self.next_isr_expiration_ms = Some(ctx.now_ms + ctx.config.replica_lag_time_max_ms / 2);
+            }
+            // An ISR of one: the HW follows this log at once.
+            let p = &self.partitions[tp];
+            if p.maybe_increment_leader_hw(log, ctx.now_ms, ctx.config) {
+                self.complete_delayed_produces(ctx, false);
+            }
+        } else if p.leader != NO_LEADER {
+            p.last_fetched_epoch = log.leader_epoch_cache.latest_epoch();
+            self.send_fetch(tp, ctx);
         }
-        if self.leads_any(ctx.me) {
-            self.next_isr_expiration_ms = Some(ctx.now_ms + ctx.config.replica_lag_time_max_ms / 2);
+    }
+
+    /// `ReplicaManager.applyDelta` for one partition: a committed ISR change under the same leader replaces
+    /// the ISR (and any pending proposal); a new leader epoch makes this broker the leader or a follower of
+    /// the new leader, with fresh replica states. Writes waiting here as the old leader fail with
+    /// NOT_LEADER_OR_FOLLOWER, and follower fetches waiting here are answered so.
+    pub fn apply_partition_change(
+        &mut self,
+        tp: &TopicPartition,
+        reg: &PartitionRegistration,
+        ctx: &mut ReplicaCtx<'_>,
+    ) {
+        let Some(p) = self.partitions.get_mut(tp) else { return };
+        if reg.state.leader_epoch < p.leader_epoch || reg.state.partition_epoch <= p.partition_epoch {
+            return; // Already applied, or older than what this broker holds.
         }
+        if reg.state.leader_epoch == p.leader_epoch {
+            p.isr = reg.state.isr.iter().copied().collect();
+            p.partition_epoch = reg.state.partition_epoch;
+            p.pending_isr = None;
+            if p.leader == ctx.me {
+                let p = &self.partitions[tp];
+                let log = ctx.logs.get_mut(tp).expect("a led partition has a log");
+                p.maybe_increment_leader_hw(log, ctx.now_ms, ctx.config);
+                self.complete_delayed_produces(ctx, false);
+            }
+            return;
+        }
+        *p = Partition::new(ctx.me, reg, ctx.now_ms);
+        self.complete_delayed_produces(ctx, false);
+        self.complete_delayed_fetches(tp, ctx, true);
+        self.take_role(tp, ctx);
     }
 
     /// `Partition.appendRecordsToLeader`'s checks before an acks=all append: this broker leads the
@@ -350,8 +415,10 @@ impl ReplicaManager {
     fn try_complete_produce(&self, d: &mut DelayedProduce, ctx: &ReplicaCtx<'_>) -> bool {
         for w in d.waits.iter_mut().filter(|w| w.outcome.is_none()) {
             w.outcome = match (self.partitions.get(&w.partition), ctx.logs.get(&w.partition)) {
-                (Some(p), Some(log)) => p.check_enough_replicas_reach_offset(log, w.required_offset, ctx.config),
-                // No longer hosted here as a replicated partition.
+                (Some(p), Some(log)) if p.leader == ctx.me => {
+                    p.check_enough_replicas_reach_offset(log, w.required_offset, ctx.config)
+                }
+                // No longer led here.
                 _ => Some(Err(KafkaError::NotLeaderOrFollower)),
             };
         }
@@ -412,53 +479,90 @@ impl ReplicaManager {
             .collect();
         for id in due {
             let f = self.delayed_fetches.remove(&id).expect("listed above");
-            let result = self.read_for_follower(&f.partition, f.fetch_offset, ctx);
-            let message = Message::FetchResponse { partition: f.partition, fetch_offset: f.fetch_offset, result };
+            let result = self
+                .check_leader_epoch(&f.partition, f.leader_epoch, ctx)
+                .and_then(|()| ctx.logs[&f.partition].read(f.fetch_offset, None, &ctx.config.mutations))
+                .map(|data| ReplicaFetchData { data, diverging_epoch: None });
+            let message =
+                Message::ReplicaFetchResponse { partition: f.partition, fetch_offset: f.fetch_offset, result };
             ctx.send(&f.follower, f.correlation_id, message);
         }
     }
 
+    /// `Partition.localLogWithEpochOrThrow`: this broker leads `tp` at exactly the epoch the fetch names.
+    fn check_leader_epoch(&self, tp: &TopicPartition, epoch: i32, ctx: &ReplicaCtx<'_>) -> Result<(), KafkaError> {
+        match self.partitions.get(tp) {
+            Some(p) if p.leader != ctx.me => Err(KafkaError::NotLeaderOrFollower),
+            Some(p) if epoch < p.leader_epoch => Err(KafkaError::FencedLeaderEpoch),
+            Some(p) if epoch > p.leader_epoch => Err(KafkaError::UnknownLeaderEpoch),
+            Some(_) => Ok(()),
+            None => Err(KafkaError::NotLeaderOrFollower),
+        }
+    }
+
+    /// A follower's read: the diverging epoch with no data if its log has left this one
+    /// (`PartitionLog::diverging_epoch`), else the batches from its fetch offset to the log end.
     fn read_for_follower(
         &self,
         tp: &TopicPartition,
         fetch_offset: Offset,
+        leader_epoch: i32,
+        last_fetched_epoch: Option<i32>,
         ctx: &ReplicaCtx<'_>,
-    ) -> Result<FetchPartitionData, KafkaError> {
-        match (self.partitions.get(tp), ctx.logs.get(tp)) {
-            (Some(p), Some(log)) if p.leader == ctx.me => log.read(fetch_offset, None, &ctx.config.mutations),
-            _ => Err(KafkaError::NotLeaderOrFollower),
+    ) -> Result<ReplicaFetchData, KafkaError> {
+        self.check_leader_epoch(tp, leader_epoch, ctx)?;
+        let log = &ctx.logs[tp];
+        if let Some(end) = log.diverging_epoch(fetch_offset, last_fetched_epoch)? {
+            let data = FetchPartitionData {
+                high_watermark: log.high_watermark(),
+                last_stable_offset: log.last_stable_offset(&ctx.config.mutations),
+                log_start_offset: log.log_start_offset(),
+                batches: Vec::new(),
+                aborted_transactions: None,
+            };
+            return Ok(ReplicaFetchData { data, diverging_epoch: Some(end) });
         }
+        let data = log.read(fetch_offset, None, &ctx.config.mutations)?;
+        Ok(ReplicaFetchData { data, diverging_epoch: None })
     }
 
     /// A follower's fetch at the leader (`ReplicaManager.fetchMessages` from a replica): read first (the
     /// answer carries the HW from before this fetch), then record the fetch offset as the follower's LEO,
     /// which may add it to the ISR and move the HW. With nothing to return, the fetch waits in purgatory.
+    #[allow(clippy::too_many_arguments)]
     pub fn handle_follower_fetch(
         &mut self,
         follower: u32,
         correlation_id: u64,
         tp: TopicPartition,
         fetch_offset: Offset,
+        leader_epoch: i32,
+        last_fetched_epoch: Option<i32>,
         ctx: &mut ReplicaCtx<'_>,
     ) {
         let from = NodeId::Broker(follower);
         let known = self.partitions.get(&tp).is_some_and(|p| p.remote_replicas.contains_key(&follower));
-        let result =
-            if known { self.read_for_follower(&tp, fetch_offset, ctx) } else { Err(KafkaError::NotLeaderOrFollower) };
+        let result = if known {
+            self.read_for_follower(&tp, fetch_offset, leader_epoch, last_fetched_epoch, ctx)
+        } else {
+            Err(KafkaError::NotLeaderOrFollower)
+        };
         let data_now = match &result {
-            Ok(data) => !data.batches.is_empty(),
+            Ok(r) => !r.data.batches.is_empty() || r.diverging_epoch.is_some(),
             Err(_) => true,
         };
-        if result.is_ok() {
+        // A diverging follower's fetch offset is not its LEO on this log: its state is not updated.
+        if result.as_ref().is_ok_and(|r| r.diverging_epoch.is_none()) {
             self.update_follower_fetch_state(&tp, follower, fetch_offset, ctx);
         }
         if data_now {
-            let message = Message::FetchResponse { partition: tp, fetch_offset, result };
+            let message = Message::ReplicaFetchResponse { partition: tp, fetch_offset, result };
             ctx.send(&from, correlation_id, message);
         } else {
             let id = self.next_id();
             let expires_ms = ctx.now_ms + ctx.config.replica_fetch_wait_max_ms;
-            let delayed = DelayedFetch { follower: from, correlation_id, partition: tp, fetch_offset, expires_ms };
+            let delayed =
+                DelayedFetch { follower: from, correlation_id, partition: tp, fetch_offset, leader_epoch, expires_ms };
             self.delayed_fetches.insert(id, delayed);
         }
     }
@@ -542,7 +646,13 @@ impl ReplicaManager {
         p.fetch_backoff_until_ms = None;
         let leader = NodeId::Broker(p.leader);
         let fetch_offset = ctx.logs.get(tp).expect("a hosted partition has a log").log_end_offset();
-        ctx.send(&leader, id, Message::FetchRequest { partition: tp.clone(), fetch_offset, isolation: None });
+        let message = Message::ReplicaFetchRequest {
+            partition: tp.clone(),
+            fetch_offset,
+            current_leader_epoch: p.leader_epoch,
+            last_fetched_epoch: p.last_fetched_epoch,
+        };
+        ctx.send(&leader, id, message);
     }
 
     /// The leader's answer to this follower's fetch (`ReplicaFetcherThread.processPartitionData`): append
@@ -552,7 +662,7 @@ impl ReplicaManager {
         &mut self,
         correlation_id: u64,
         tp: &TopicPartition,
-        result: Result<FetchPartitionData, KafkaError>,
+        result: Result<ReplicaFetchData, KafkaError>,
         ctx: &mut ReplicaCtx<'_>,
     ) {
         let Some(p) = self.partitions.get_mut(tp) else { return };
@@ -560,17 +670,31 @@ impl ReplicaManager {
             return; // Not the fetch this follower waits for (a duplicate, or one it gave up).
         }
         p.fetch_in_flight = None;
-        let Ok(data) = result else {
+        let Ok(ReplicaFetchData { data, diverging_epoch }) = result else {
             p.fetch_backoff_until_ms = Some(ctx.now_ms + ctx.config.replica_fetch_backoff_ms);
             return;
         };
         let log = ctx.logs.get_mut(tp).expect("a hosted partition has a log");
-        for batch in &data.batches {
-            if batch.base_offset >= log.log_end_offset() {
-                log.append_as_follower(batch, ctx.now_ms, &ctx.config.mutations);
+        let mutations = &ctx.config.mutations;
+        if let Some(diverging) = diverging_epoch {
+            let offset = if mutations.has(Mutation::TruncateToOwnLeo) {
+                log.log_end_offset()
+            } else {
+                truncation_offset(log, diverging)
+            };
+            log.truncate_to(offset, ctx.now_ms, mutations);
+            // The bug takes its own log end for the reconciled point and fetches on without the check.
+            p.last_fetched_epoch =
+                if mutations.has(Mutation::TruncateToOwnLeo) { None } else { log.leader_epoch_cache.latest_epoch() };
+        } else {
+            for batch in &data.batches {
+                if batch.base_offset >= log.log_end_offset() {
+                    log.append_as_follower(batch, ctx.now_ms, mutations);
+                    p.last_fetched_epoch = Some(batch.partition_leader_epoch);
+                }
             }
+            log.update_high_watermark(data.high_watermark, mutations);
         }
-        log.update_high_watermark(data.high_watermark, &ctx.config.mutations);
         self.send_fetch(tp, ctx);
     }
 

@@ -38,7 +38,7 @@ fn run_isolating(c: &mut Cluster, lost: u32) {
         let cut = match c.peek_message() {
             None => break,
             Some(e) => {
-                matches!(e.message, Message::FetchRequest { .. } | Message::FetchResponse { .. })
+                matches!(e.message, Message::ReplicaFetchRequest { .. } | Message::ReplicaFetchResponse { .. })
                     && (e.from == NodeId::Broker(lost) || e.to == NodeId::Broker(lost))
             }
         };
@@ -116,17 +116,7 @@ fn a_cut_off_follower_holds_the_hw_until_it_leaves_the_isr() {
 #[test]
 fn min_insync_replicas_refuses_writes_once_the_isr_is_too_small() {
     let config = EngineConfig { min_insync_replicas: 3, ..EngineConfig::default() };
-    let mut c = cluster(3, 3, config);
-    c.run_until_quiet();
-    // A record lands on the leader while broker 2 is cut off: broker 2 is no longer caught up.
-    let batch = ProduceBatch { producer: None, is_transactional: false, values: vec!["a".into()] };
-    let log = c.broker.partition_mut(&tp()).unwrap();
-    log.append_data(&batch, AppendOrigin::Client, 0, &Mutations::none()).expect("a plain append");
-    while c.now_ms < 45_000 {
-        assert!(c.fire_next_timer());
-        run_isolating(&mut c, 2);
-    }
-    assert_eq!(c.controller.partitions[&tp()].state.isr, vec![0, 1], "broker 2 left the ISR");
+    let mut c = cluster_with_broker_2_out_of_the_isr(config);
     assert_eq!(offsets(&c, 0), (1, 0), "under min.insync.replicas the HW stands still (KAFKA-15583)");
     c.add_producer("plain", ProducerKind::Plain);
     let (_, effects) = c.producers.get_mut("plain").unwrap().send(c.now_ms, tp(), vec!["b".into()]).unwrap();
@@ -167,4 +157,59 @@ fn a_follower_back_from_a_cut_catches_up_and_rejoins_the_isr() {
     assert_eq!(c.controller.partitions[&tp()].state.isr, vec![0, 1, 2], "broker 2 rejoined the ISR");
     let isr: Vec<u32> = c.broker.replica_manager.partitions[&tp()].isr.iter().copied().collect();
     assert_eq!(isr, vec![0, 1, 2], "the leader took the controller's answer");
+}
+
+/// Broker 2 cut off until it leaves the ISR: a record lands on the leader while broker 2's fetches are
+/// lost, so it is no longer caught up, and the ISR check drops it at 45 s; brokers 0 and 1 hold the record.
+fn cluster_with_broker_2_out_of_the_isr(config: EngineConfig) -> Cluster {
+    let mut c = cluster(3, 3, config);
+    c.run_until_quiet();
+    let batch = ProduceBatch { producer: None, is_transactional: false, values: vec!["a".into()] };
+    let log = c.broker.partition_mut(&tp()).unwrap();
+    log.append_data(&batch, AppendOrigin::Client, 0, &Mutations::none()).expect("a plain append");
+    while c.now_ms < 45_000 {
+        assert!(c.fire_next_timer());
+        run_isolating(&mut c, 2);
+    }
+    assert_eq!(c.controller.partitions[&tp()].state.isr, vec![0, 1], "broker 2 left the ISR");
+    c
+}
+
+/// `PartitionChangeBuilder.electLeader`: a dead leader is replaced by the first live ISR member at the
+/// next leader epoch; with no live ISR member the partition has no leader (the last member stays in the
+/// ISR), and a returning replica outside the ISR does not lead it: only the last ISR member does.
+#[test]
+fn a_clean_election_takes_only_isr_members() {
+    let mut c = cluster_with_broker_2_out_of_the_isr(EngineConfig::default());
+    c.crash_broker(0);
+    let state = &c.controller.partitions[&tp()].state;
+    assert_eq!((state.leader, state.leader_epoch, state.isr.clone()), (1, 1, vec![1]), "broker 1 leads at epoch 1");
+    // Before broker 2 can catch up with broker 1 and rejoin the ISR, broker 1 dies too.
+    c.crash_broker(1);
+    c.run_until_quiet();
+    assert_eq!(c.leader_of(&tp()), None, "no live ISR member: no leader");
+    assert_eq!(c.controller.partitions[&tp()].state.isr, vec![1], "the last ISR member stays in the ISR");
+    c.start_broker(2);
+    c.run_until_quiet();
+    assert_eq!(c.leader_of(&tp()), None, "broker 2, outside the ISR, is not elected");
+    c.start_broker(1);
+    c.run_until_quiet();
+    let state = &c.controller.partitions[&tp()].state;
+    assert_eq!((state.leader, state.leader_epoch), (1, 3), "the returning ISR member leads again, at epoch 3");
+    assert_eq!(offsets(&c, 1).0, 1, "with the record it held");
+    assert_eq!(offsets(&c, 2).0, 1, "which broker 2 now fetches from it");
+}
+
+/// `unclean.leader.election.enable`: with no live ISR member, a live replica outside the ISR leads alone,
+/// and the record only the ISR held is lost to it.
+#[test]
+fn an_unclean_election_takes_a_replica_outside_the_isr() {
+    let config = EngineConfig { unclean_leader_election_enable: true, ..EngineConfig::default() };
+    let mut c = cluster_with_broker_2_out_of_the_isr(config);
+    c.crash_broker(0);
+    c.crash_broker(1);
+    c.run_until_quiet();
+    let state = &c.controller.partitions[&tp()].state;
+    assert_eq!((state.leader, state.isr.clone()), (2, vec![2]), "broker 2 leads, alone in the ISR");
+    assert_eq!(offsets(&c, 2), (0, 0), "and lacks the record brokers 0 and 1 held");
 }

@@ -528,7 +528,7 @@ impl Driver {
         };
         let request =
             MetadataMessage::MetadataRequest { topics, allow_auto_topic_creation: r.allow_auto_topic_creation };
-        let MetadataMessage::MetadataResponse { topics } = self.metadata_call(now_ms, node, request) else {
+        let MetadataMessage::MetadataResponse { topics, .. } = self.metadata_call(now_ms, node, request) else {
             unreachable!("Metadata answers Metadata")
         };
         let mut response = MetadataResponse::default();

@@ -219,6 +219,12 @@ pub fn message(m: &Message) -> String {
         Message::FetchResponse { partition, fetch_offset, .. } => {
             format!("Fetch {partition} from {fetch_offset} answered")
         }
+        Message::ReplicaFetchRequest { partition, fetch_offset, .. } => {
+            format!("ReplicaFetch({partition} from {fetch_offset})")
+        }
+        Message::ReplicaFetchResponse { partition, fetch_offset, .. } => {
+            format!("ReplicaFetch {partition} from {fetch_offset} answered")
+        }
         Message::ListOffsetsRequest { partition, .. } => format!("ListOffsets({partition})"),
         Message::ListOffsetsResponse { partition, .. } => format!("ListOffsets {partition} answered"),
         Message::Metadata(m) => m.to_string(),

@@ -53,6 +53,8 @@ pub enum Invariant {
     ReplicaLogMatchesLeader,
     HwWithinIsrLogEnds,
     TxnOffsetsVisibleIffCommitted,
+    ReplicaTxnStateFromOwnLog,
+    AckedWriteSurvivesElection,
 }
 
 impl Invariant {
@@ -94,7 +96,13 @@ impl Invariant {
 
     /// The replica invariants (`replicas.rs`): checked wherever a cluster has followers (the scenario
     /// runner, the replicated proptest). The model and the sim run one broker, where they cannot fail.
-    pub const REPLICA: [Invariant; 2] = [Invariant::ReplicaLogMatchesLeader, Invariant::HwWithinIsrLogEnds];
+    /// Unclean leader election may break `replica-log-matches-leader` and `acked-write-survives-election`.
+    pub const REPLICA: [Invariant; 4] = [
+        Invariant::ReplicaLogMatchesLeader,
+        Invariant::HwWithinIsrLogEnds,
+        Invariant::ReplicaTxnStateFromOwnLog,
+        Invariant::AckedWriteSurvivesElection,
+    ];
 
     /// The consumer group invariants (`group_offsets.rs`): checked wherever transactions commit offsets
     /// (the scenario runner, `serve`). The model and the sim commit none, so they cannot fail there.
@@ -143,6 +151,8 @@ impl Invariant {
             ReplicaLogMatchesLeader => "replica-log-matches-leader",
             HwWithinIsrLogEnds => "hw-within-isr-log-ends",
             TxnOffsetsVisibleIffCommitted => "txn-offsets-visible-iff-committed",
+            ReplicaTxnStateFromOwnLog => "replica-txn-state-from-own-log",
+            AckedWriteSurvivesElection => "acked-write-survives-election",
         }
     }
 
@@ -169,7 +179,8 @@ impl Invariant {
             | EpochBumpOnFenceAndTimeout
             | ReplicaLogMatchesLeader
             | HwWithinIsrLogEnds
-            | TxnOffsetsVisibleIffCommitted => Kind::State,
+            | TxnOffsetsVisibleIffCommitted
+            | ReplicaTxnStateFromOwnLog => Kind::State,
             AbortedRead
             | PrecommittedRead
             | PartialRead
@@ -181,7 +192,8 @@ impl Invariant {
             | NonmonotonicSend
             | PositionReachesLso
             | UncommittedSupersetOfCommitted
-            | FailedSendCommitted => Kind::History,
+            | FailedSendCommitted
+            | AckedWriteSurvivesElection => Kind::History,
             DecidedTransactionsComplete
             | LsoReachesHighWatermark
             | OpenTransactionsTimeOut
@@ -228,6 +240,8 @@ impl Invariant {
             ReplicaLogMatchesLeader => "every replica's own batches below the leader's HW are the leader's batches at those offsets, and an ISR member holds them all",
             HwWithinIsrLogEnds => "the leader's HW is at most the log end offset of every ISR member's own log",
             TxnOffsetsVisibleIffCommitted => "an offset committed in a transaction (TxnOffsetCommit) is what OffsetFetch answers iff that transaction's COMMIT marker is in __consumer_offsets after it: never while the transaction is open, never after it aborted, and no longer pending once its marker is written",
+            ReplicaTxnStateFromOwnLog => "every replica's LSO and aborted index are those its own log and HW imply, so replicas holding the same log agree on both (after truncation too)",
+            AckedWriteSurvivesElection => "every acknowledged acks=all send is in the current leader's own log at the offsets it was acknowledged at: a clean election loses nothing",
         }
     }
 
@@ -271,6 +285,8 @@ impl Invariant {
             TxnOffsetsVisibleIffCommitted => {
                 "OffsetMetadataManager.replayEndTransactionMarker, hasPendingTransactionalOffsets; KIP-98, KIP-447"
             }
+            ReplicaTxnStateFromOwnLog => "UnifiedLog.truncateTo, rebuildProducerState; KAFKA-12153",
+            AckedWriteSurvivesElection => "KIP-101, PartitionChangeBuilder.electLeader (clean election from the ISR)",
         }
     }
 
@@ -309,7 +325,8 @@ impl Invariant {
             LsoReachesHighWatermark => Mutation::MarkersToSubsetOfPartitions,
             OpenTransactionsTimeOut => Mutation::NoTimeoutAbort,
             ReaderCatchesUp => Mutation::NoPositionAdvanceOverControl,
-            ReplicaLogMatchesLeader | HwWithinIsrLogEnds => Mutation::HwFromLeaderLeo,
+            ReplicaLogMatchesLeader | HwWithinIsrLogEnds | AckedWriteSurvivesElection => Mutation::HwFromLeaderLeo,
+            ReplicaTxnStateFromOwnLog => Mutation::NoRebuildAfterTruncation,
             TxnOffsetsVisibleIffCommitted => Mutation::TxnOffsetsVisibleBeforeCommit,
         }
     }

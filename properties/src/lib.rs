@@ -20,5 +20,5 @@ pub use intent::{check_committed_sends, check_failed_sends};
 pub use liveness::check_liveness;
 pub use log_facts::LogFacts;
 pub use reference::ReferenceModel;
-pub use replicas::check_replicas;
+pub use replicas::{check_acked_writes, check_replicas, AckedWrite};
 pub use state::{check_state, ClusterView, MonotonicityChecker, StateChecker};

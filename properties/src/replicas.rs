@@ -3,10 +3,88 @@
 //! replicas are in the ISR comes from the leader's partition state.
 
 use crate::catalogue::{Invariant, Violation};
+use crate::log_facts::LogFacts;
 use std::collections::BTreeMap;
 use txnsim_engine::protocol::NodeId;
 use txnsim_engine::record::RecordBatch;
-use txnsim_engine::{Broker, Offset};
+use txnsim_engine::{AbortedTxn, Broker, Offset, PartitionLog, TopicPartition, TransactionResult};
+
+/// An acknowledged send: where its records went, as the producer was told.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AckedWrite {
+    pub partition: TopicPartition,
+    pub first_offset: Offset,
+    pub values: Vec<String>,
+}
+
+/// `replica-txn-state-from-own-log`: each replica of a replicated partition holds the LSO and aborted
+/// index its own batches and HW give (`LogFacts`, recomputed from nothing else).
+fn check_txn_state(b: &Broker, tp: &TopicPartition, log: &PartitionLog, out: &mut Vec<Violation>) {
+    let facts = LogFacts::of(log);
+    let mutations = &b.config.mutations;
+    let lso = log.last_stable_offset(mutations);
+    let expected = facts.expected_lso(log.log_start_offset(), log.high_watermark());
+    let NodeId::Broker(id) = b.id else { unreachable!("a broker's id is a broker id") };
+    if lso != expected {
+        let why = format!(
+            "{tp}: replica {id}'s LSO is {lso}, but its own log and HW {} give {expected}",
+            log.high_watermark()
+        );
+        out.push(Violation::new(Invariant::ReplicaTxnStateFromOwnLog, why));
+        return;
+    }
+    let want: Vec<AbortedTxn> = facts
+        .txns
+        .iter()
+        .filter_map(|t| match (t.marker, t.index_lso) {
+            (Some(m), Some(lso)) if m.result == TransactionResult::Abort => Some(AbortedTxn {
+                producer_id: t.producer_id,
+                first_offset: t.first_offset,
+                last_offset: m.offset,
+                last_stable_offset: lso,
+            }),
+            _ => None,
+        })
+        .collect();
+    let got: Vec<AbortedTxn> = log.aborted_index().copied().collect();
+    if got != want && !mutations.has(txnsim_engine::Mutation::NoAbortedIndexEntry) {
+        let why = format!("{tp}: replica {id}'s aborted index is {got:?}, but its own log gives {want:?}");
+        out.push(Violation::new(Invariant::ReplicaTxnStateFromOwnLog, why));
+    }
+}
+
+/// `acked-write-survives-election`: every acknowledged send's records are in the current leader's own
+/// log at their acknowledged offsets. The leader is the broker leading the partition at the highest
+/// leader epoch; while none does (every ISR member down), nothing is checked.
+pub fn check_acked_writes<'a>(acked: &[AckedWrite], brokers: impl IntoIterator<Item = &'a Broker>) -> Vec<Violation> {
+    let mut leaders: BTreeMap<&TopicPartition, (i32, &PartitionLog)> = BTreeMap::new();
+    for b in brokers {
+        let NodeId::Broker(id) = b.id else { unreachable!("a broker's id is a broker id") };
+        for (tp, p) in b.replica_manager.partitions.iter().filter(|(_, p)| p.leader == id) {
+            let Some(log) = b.partition(tp) else { continue };
+            if leaders.get(tp).is_none_or(|(e, _)| *e < p.leader_epoch) {
+                leaders.insert(tp, (p.leader_epoch, log));
+            }
+        }
+    }
+    for w in acked {
+        let Some((epoch, log)) = leaders.get(&w.partition) else { continue };
+        let held: BTreeMap<Offset, &str> =
+            log.batches().flat_map(|b| b.records().iter().map(|r| (r.offset, r.value.as_str()))).collect();
+        for (k, v) in w.values.iter().enumerate() {
+            let at = w.first_offset + k as Offset;
+            if held.get(&at) != Some(&v.as_str()) {
+                let why = format!(
+                    "{}: {v:?} was acknowledged at offset {at}, but the leader at epoch {epoch} holds {:?} there",
+                    w.partition,
+                    held.get(&at)
+                );
+                return vec![Violation::new(Invariant::AckedWriteSurvivesElection, why)];
+            }
+        }
+    }
+    Vec::new()
+}
 
 /// Checks every replicated partition's followers against its leader. Partitions hosted alone have no
 /// followers, so a single-broker cluster has nothing to check.
@@ -19,12 +97,19 @@ pub fn check_replicas<'a>(brokers: impl IntoIterator<Item = &'a Broker>) -> Vec<
         })
         .collect();
     let mut out = Vec::new();
+    for b in brokers.values() {
+        for tp in b.replica_manager.partitions.keys() {
+            if let Some(log) = b.partition(tp) {
+                check_txn_state(b, tp, log, &mut out);
+            }
+        }
+    }
     for (&me, leader) in &brokers {
         for (tp, p) in leader.replica_manager.partitions.iter().filter(|(_, p)| p.leader == me) {
             let Some(log) = leader.partition(tp) else { continue };
             let hw = log.high_watermark();
-            let committed: BTreeMap<Offset, &RecordBatch> =
-                log.batches().filter(|b| b.last_offset < hw).map(|b| (b.base_offset, b)).collect();
+            let batches: BTreeMap<Offset, &RecordBatch> = log.batches().map(|b| (b.base_offset, b)).collect();
+            let committed = batches.values().filter(|b| b.last_offset < hw).count();
             for r in p.replicas.iter().filter(|r| **r != me) {
                 let Some(rlog) = brokers.get(r).and_then(|b| b.partition(tp)) else { continue };
                 let in_isr = p.isr.contains(r);
@@ -37,13 +122,17 @@ pub fn check_replicas<'a>(brokers: impl IntoIterator<Item = &'a Broker>) -> Vec<
                         ),
                     ));
                 }
+                // An ISR member's log agrees below the leader's HW; one outside the ISR (a follower yet
+                // to truncate a suffix it alone holds, a crashed broker) only below its own HW, which
+                // marks what was committed when it last heard from a leader.
+                let bound = if in_isr { hw } else { rlog.high_watermark() };
                 let mut held = 0;
-                for b in rlog.batches().filter(|b| b.base_offset < hw) {
-                    if committed.get(&b.base_offset) != Some(&b) {
+                for b in rlog.batches().filter(|b| b.base_offset < bound) {
+                    if batches.get(&b.base_offset) != Some(&b) {
                         out.push(Violation::new(
                             Invariant::ReplicaLogMatchesLeader,
                             format!(
-                                "{tp}: replica {r}'s batch {}..{} below the HW {hw} is not leader {me}'s batch there",
+                                "{tp}: replica {r}'s batch {}..{} below the HW {bound} is not leader {me}'s batch there",
                                 b.base_offset, b.last_offset
                             ),
                         ));
@@ -51,12 +140,11 @@ pub fn check_replicas<'a>(brokers: impl IntoIterator<Item = &'a Broker>) -> Vec<
                     }
                     held += 1;
                 }
-                if in_isr && held < committed.len() {
+                if in_isr && held < committed {
                     out.push(Violation::new(
                         Invariant::ReplicaLogMatchesLeader,
                         format!(
-                            "{tp}: ISR member {r} holds {held} of the {} batches below leader {me}'s HW {hw}",
-                            committed.len()
+                            "{tp}: ISR member {r} holds {held} of the {committed} batches below leader {me}'s HW {hw}"
                         ),
                     ));
                 }

@@ -1108,6 +1108,13 @@ pub fn describe_with(env: &Envelope, marker: &dyn Fn(&TopicPartition, Offset) ->
             Ok(d) => format!("{api} resp {partition} from offset {fetch_offset}: {} batches", d.batches.len()),
             Err(e) => format!("{api} resp {partition} from offset {fetch_offset}: {e}"),
         },
+        Message::ReplicaFetchRequest { partition, fetch_offset, .. } => {
+            format!("{api} req {partition} from offset {fetch_offset} replica")
+        }
+        Message::ReplicaFetchResponse { partition, fetch_offset, result } => match result {
+            Ok(r) => format!("{api} resp {partition} from offset {fetch_offset}: {} batches", r.data.batches.len()),
+            Err(e) => format!("{api} resp {partition} from offset {fetch_offset}: {e}"),
+        },
         Message::ListOffsetsRequest { partition, isolation } => format!("{api} req {partition} {}", isolation.name()),
         Message::ListOffsetsResponse { partition, result } => match result {
             Ok(o) => format!("{api} resp {partition} offset {o}"),

@@ -206,6 +206,14 @@ pub enum Op {
     CrashProducer {
         producer: String,
     },
+    /// The broker process dies; its log survives (`Cluster::crash_broker`).
+    CrashBroker {
+        broker: u32,
+    },
+    /// A crashed broker starts again from its log (`Cluster::start_broker`).
+    StartBroker {
+        broker: u32,
+    },
     ExpireTxn {
         producer: String,
         expect: Option<MarkersExpect>,
@@ -291,6 +299,8 @@ impl Op {
             Op::Produce { .. } => "produce",
             Op::ProduceNontxn { .. } => "produce_nontxn",
             Op::CrashProducer { .. } => "crash_producer",
+            Op::CrashBroker { .. } => "crash_broker",
+            Op::StartBroker { .. } => "start_broker",
             Op::ExpireTxn { .. } => "expire_txn",
             Op::AppendBatch { .. } => "append_batch",
             Op::AppendMarker { .. } => "append_marker",
@@ -315,6 +325,8 @@ impl Op {
             | Op::Produce { .. }
             | Op::ProduceNontxn { .. }
             | Op::CrashProducer { .. }
+            | Op::CrashBroker { .. }
+            | Op::StartBroker { .. }
             | Op::ExpireTxn { .. } => layer == Layer::Producer,
             Op::AppendBatch { .. } | Op::AppendMarker { .. } => layer == Layer::Log,
             Op::RollSegment { .. } | Op::SetHighWatermark { .. } | Op::DeleteRecords { .. } => {

@@ -354,6 +354,7 @@ fn build(file: &str, h: ScenarioHeader) -> Result<Scenario, ScenarioError> {
 
 fn build_network(mut sc: Scenario, ops: Vec<Value>, expect: Option<Value>) -> Result<Scenario, ScenarioError> {
     let mut script = NetworkScript { ops: Vec::new(), expect: None };
+    let mut down = BTreeSet::new();
     for (i, value) in ops.into_iter().enumerate() {
         let op = network::parse_op(value).map_err(|(field, message)| ScenarioError {
             file: sc.file.clone(),
@@ -362,13 +363,18 @@ fn build_network(mut sc: Scenario, ops: Vec<Value>, expect: Option<Value>) -> Re
             field,
             message,
         })?;
-        // A replicated cluster's broker 0 leads every partition; restarting it needs leader election.
+        // A replicated cluster's brokers crash and start one at a time (`crash_broker`, `start_broker`).
         if matches!(op, network::NetOp::RestartBroker) && sc.topology.brokers > 1 {
             return Err(sc.error(
                 Some(i),
                 "op",
-                "restart_broker needs one broker: leader election is not modelled yet",
+                "restart_broker needs one broker: a replicated cluster's brokers crash_broker and start_broker",
             ));
+        }
+        match &op {
+            network::NetOp::CrashBroker(b) => check_broker_fault(&sc, i, b.broker, true, &mut down)?,
+            network::NetOp::StartBroker(b) => check_broker_fault(&sc, i, b.broker, false, &mut down)?,
+            _ => {}
         }
         script.ops.push(op);
     }
@@ -380,6 +386,37 @@ fn build_network(mut sc: Scenario, ops: Vec<Value>, expect: Option<Value>) -> Re
     network::validate(&script.ops, script.expect.as_ref(), &|at, field, message| sc.error(at, field, message))?;
     sc.network = Some(script);
     Ok(sc)
+}
+
+/// `crash_broker` names a live broker of a replicated cluster, `start_broker` a crashed one.
+fn check_broker_fault(
+    sc: &Scenario,
+    i: usize,
+    broker: u32,
+    crash: bool,
+    down: &mut BTreeSet<u32>,
+) -> Result<(), ScenarioError> {
+    let name = if crash { "crash_broker" } else { "start_broker" };
+    if sc.topology.brokers < 2 || sc.topology.replication_factor < 2 {
+        return Err(sc.error(
+            Some(i),
+            "op",
+            format!("{name} needs a replicated cluster (brokers and replication_factor above 1)"),
+        ));
+    }
+    if broker >= sc.topology.brokers {
+        return Err(sc.error(
+            Some(i),
+            "broker",
+            format!("no broker {broker}: the cluster has {}", sc.topology.brokers),
+        ));
+    }
+    let ok = if crash { down.insert(broker) } else { down.remove(&broker) };
+    if !ok {
+        let why = if crash { "is already down" } else { "is not down" };
+        return Err(sc.error(Some(i), "broker", format!("broker {broker} {why}")));
+    }
+    Ok(())
 }
 
 fn check_error_name(sc: &Scenario, i: Option<usize>, field: &str, name: Option<&str>) -> Result<(), ScenarioError> {
@@ -438,6 +475,7 @@ fn validate(sc: &Scenario) -> Result<(), ScenarioError> {
     }
     let mut transactional: BTreeMap<&str, Life> = BTreeMap::new();
     let mut idempotent: BTreeSet<&str> = BTreeSet::new();
+    let mut down = BTreeSet::new();
     for (i, op) in sc.ops.iter().enumerate() {
         let at = Some(i);
         if !op.allowed_in(sc.layer) {
@@ -479,6 +517,8 @@ fn validate(sc: &Scenario) -> Result<(), ScenarioError> {
                     }
                 }
             },
+            Op::CrashBroker { broker } => check_broker_fault(sc, i, *broker, true, &mut down)?,
+            Op::StartBroker { broker } => check_broker_fault(sc, i, *broker, false, &mut down)?,
             Op::ExpireTxn { producer, .. } if !transactional.contains_key(producer.as_str()) => {
                 return Err(sc.error(
                     at,

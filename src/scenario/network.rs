@@ -194,6 +194,13 @@ pub struct Disconnect {
     pub processed: bool,
 }
 
+/// `crash_broker` / `start_broker` of a replicated cluster.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrokerFault {
+    pub broker: u32,
+}
+
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdvanceTime {
@@ -317,6 +324,11 @@ pub enum NetOp {
     /// The broker crashes and restarts (`Broker::restart`): what was in flight is lost, every client's
     /// connection to it breaks, the coordinator reloads `__transaction_state` under a new epoch.
     RestartBroker,
+    /// A replicated cluster's broker dies, its log kept (`Cluster::crash_broker`): the controller elects
+    /// new leaders for what it led.
+    CrashBroker(BrokerFault),
+    /// A crashed broker starts again from its log (`Cluster::start_broker`).
+    StartBroker(BrokerFault),
     Expect(Box<Expect>),
 }
 
@@ -339,6 +351,8 @@ impl NetOp {
             NetOp::AdvanceTime(_) => "advance_time",
             NetOp::Run => "run",
             NetOp::RestartBroker => "restart_broker",
+            NetOp::CrashBroker(_) => "crash_broker",
+            NetOp::StartBroker(_) => "start_broker",
             NetOp::Expect(_) => "expect",
         }
     }
@@ -375,6 +389,8 @@ pub fn parse_op(value: Value) -> Result<NetOp, (Option<String>, String)> {
         "release" => net(NetAction::Release),
         "disconnect" => from_value(rest).map(NetOp::Disconnect),
         "advance_time" => from_value(rest).map(NetOp::AdvanceTime),
+        "crash_broker" => from_value(rest).map(NetOp::CrashBroker),
+        "start_broker" => from_value(rest).map(NetOp::StartBroker),
         "expect" => from_value(rest).map(|e| NetOp::Expect(Box::new(e))),
         "run" | "restart_broker" => match rest.as_object().and_then(|m| m.keys().next()) {
             Some(k) => Err((Some(k.clone()), "unknown field".into())),
@@ -386,7 +402,7 @@ pub fn parse_op(value: Value) -> Result<NetOp, (Option<String>, String)> {
             format!(
                 "unknown op '{other}' for the network layer (init_producer, begin, send, commit, abort, \
                  send_offsets, commit_offsets, deliver, drop, duplicate, hold, release, disconnect, advance_time, \
-                 run, restart_broker, expect)"
+                 run, restart_broker, crash_broker, start_broker, expect)"
             ),
         )),
     }
@@ -470,7 +486,9 @@ pub fn validate(
                 }
                 continue;
             }
-            NetOp::Net(..) | NetOp::Run | NetOp::RestartBroker => continue,
+            NetOp::Net(..) | NetOp::Run | NetOp::RestartBroker | NetOp::CrashBroker(_) | NetOp::StartBroker(_) => {
+                continue
+            }
         };
         if !producers.contains(producer.as_str()) {
             return Err(err(at, "producer", format!("no producer '{producer}': it needs an init_producer first")));
@@ -584,6 +602,9 @@ pub struct NetworkRunner<'a> {
     call_ids: BTreeMap<(String, OpId), u64>,
     /// The call the op being run invoked, until it starts an op (or completes at once).
     pending_call: Option<(String, u64)>,
+    /// Each send's values, by (producer, op), until it completes; then, if acknowledged, in `acked`.
+    send_values: BTreeMap<(String, OpId), (TopicPartition, Vec<String>)>,
+    acked: Vec<txnsim_properties::AckedWrite>,
     topics: &'a BTreeMap<String, u32>,
 }
 
@@ -614,6 +635,8 @@ impl<'a> NetworkRunner<'a> {
             history: History::default(),
             call_ids: BTreeMap::new(),
             pending_call: None,
+            send_values: BTreeMap::new(),
+            acked: Vec::new(),
             topics,
         }
     }
@@ -627,6 +650,15 @@ impl<'a> NetworkRunner<'a> {
         let now = self.cluster.now_ms;
         for (name, p) in self.cluster.producers.iter_mut() {
             for c in p.take_completions() {
+                if let (Ok(OpOutput::Sent { ack, .. }), Some((partition, values))) =
+                    (&c.result, self.send_values.remove(&(name.clone(), c.op)))
+                {
+                    self.acked.push(txnsim_properties::AckedWrite {
+                        partition,
+                        first_offset: ack.first_offset,
+                        values,
+                    });
+                }
                 if let Some(&call_id) = self.call_ids.get(&(name.clone(), c.op)) {
                     let outcome = CallOutcome::of(&c.result);
                     self.history.push(Event::Complete { time_ms: now, process: name.clone(), call_id, outcome });
@@ -773,6 +805,7 @@ impl<'a> NetworkRunner<'a> {
                     config.transaction_timeout_ms = ms;
                 }
                 let mut producer = Producer::new(&o.producer, kind.clone(), self.cluster.broker_id(), config);
+                self.cluster.bootstrap(&mut producer);
                 if let Some(v) = o.client_transaction_version.and_then(TransactionVersion::from_number) {
                     producer.client_transaction_version = v;
                 }
@@ -788,6 +821,10 @@ impl<'a> NetworkRunner<'a> {
             }
             NetOp::Send(o) => {
                 let result = self.producer(&o.producer).send(now, tp(&o.topic, o.partition), o.values.clone());
+                if let Ok((id, _)) = &result {
+                    let sent = (tp(&o.topic, o.partition), o.values.clone());
+                    self.send_values.insert((o.producer.clone(), *id), sent);
+                }
                 self.started(i, op.name(), &o.producer, &o.name, &o.expect_error, result)?;
             }
             NetOp::Commit(o) => {
@@ -900,6 +937,14 @@ impl<'a> NetworkRunner<'a> {
                     let node = self.producer(&name).id.clone();
                     self.cluster.apply(&node, effects);
                 }
+            }
+            NetOp::CrashBroker(b) => {
+                self.cluster.crash_broker(b.broker);
+                let node = NodeId::Broker(b.broker);
+                self.held.retain(|e| e.from != node && e.to != node);
+            }
+            NetOp::StartBroker(b) => {
+                self.cluster.start_broker(b.broker);
             }
             NetOp::Expect(e) => {
                 self.settle();
@@ -1126,7 +1171,8 @@ impl<'a> NetworkRunner<'a> {
         };
         let replicas = txnsim_properties::check_replicas(self.cluster.brokers());
         let groups = txnsim_properties::check_group_offsets(broker);
-        txnsim_properties::check_state(&view).into_iter().chain(replicas).chain(groups).next()
+        let acked = txnsim_properties::check_acked_writes(&self.acked, self.cluster.brokers());
+        txnsim_properties::check_state(&view).into_iter().chain(replicas).chain(groups).chain(acked).next()
     }
 
     pub fn topics(&self) -> &BTreeMap<String, u32> {

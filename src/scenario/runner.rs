@@ -7,6 +7,7 @@ use super::show;
 use super::{Layer, Scenario};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
+use txnsim_engine::controller::leader_name;
 use txnsim_engine::log::LogAppendInfo;
 use txnsim_engine::producer::OpOutput;
 use txnsim_engine::producer_state::AppendOrigin;
@@ -14,7 +15,7 @@ use txnsim_engine::protocol::ProduceAck;
 use txnsim_engine::record::{BatchBody, BatchProducer, EndTxnMarker, ProduceBatch, Record, RecordBatch};
 use txnsim_engine::{
     filter_fetch, AbortedTransaction, AbortedTxn, Cluster, EngineConfig, FetchPartitionData, IsolationLevel,
-    KafkaError, Mutations, Offset, ProducerKind, TopicPartition, TransactionResult,
+    KafkaError, Mutations, Offset, PartitionLog, ProducerKind, TopicPartition, TransactionResult,
 };
 
 #[derive(Clone, Debug, Default)]
@@ -72,6 +73,8 @@ struct Runner<'a> {
     steps: Vec<crate::html::Step>,
     /// Checks every state invariant after each op, reading only what the op changed.
     state: txnsim_properties::StateChecker,
+    /// Every acknowledged send, for `acked-write-survives-election`.
+    acked: Vec<txnsim_properties::AckedWrite>,
 }
 
 const PLAIN_PRODUCER: &str = "__plain";
@@ -95,6 +98,7 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> RunReport {
         table: opts.show.then(Vec::new),
         steps: Vec::new(),
         state: txnsim_properties::StateChecker::default(),
+        acked: Vec::new(),
     };
     if let Some(t) = runner.table.as_mut() {
         t.extend(show::header(sc));
@@ -250,6 +254,7 @@ impl Runner<'_> {
         };
         let mut found = self.state.check(&view);
         found.extend(txnsim_properties::check_replicas(self.cluster.brokers()));
+        found.extend(txnsim_properties::check_acked_writes(&self.acked, self.cluster.brokers()));
         found
     }
 
@@ -372,10 +377,21 @@ impl Runner<'_> {
                 self.cluster.crash_producer(producer);
                 Ok("crashed".into())
             }
+            Op::CrashBroker { broker } => {
+                self.cluster.crash_broker(*broker);
+                self.cluster.run_until_quiet();
+                Ok(format!("broker {broker} down{}", self.leaders_note()))
+            }
+            Op::StartBroker { broker } => {
+                self.cluster.start_broker(*broker);
+                self.cluster.run_until_quiet();
+                Ok(format!("broker {broker} up{}", self.leaders_note()))
+            }
             Op::Produce { producer, topic, partition, values, expect, expect_error } => {
                 let tp = self.tp(topic, *partition);
-                let result = self.cluster.call_producer(producer, |p, now| p.send(now, tp, values.clone()));
+                let result = self.cluster.call_producer(producer, |p, now| p.send(now, tp.clone(), values.clone()));
                 let result = self.fenced_view(producer, self.completed(i, op, result)?);
+                self.note_ack(&tp, &result, values);
                 self.check_write(i, op, result.map(sent_ack), expect.as_ref(), expect_error.as_deref(), true)
             }
             Op::ProduceNontxn { producer, topic, partition, values, expect, expect_error } => {
@@ -395,8 +411,9 @@ impl Runner<'_> {
                         self.idempotent.insert(name.clone());
                     }
                 }
-                let result = self.cluster.call_producer(&name, |p, now| p.send(now, tp, values.clone()));
+                let result = self.cluster.call_producer(&name, |p, now| p.send(now, tp.clone(), values.clone()));
                 let result = self.completed(i, op, result)?;
+                self.note_ack(&tp, &result, values);
                 self.check_write(i, op, result.map(sent_ack), expect.as_ref(), expect_error.as_deref(), true)
             }
             Op::AppendBatch {
@@ -557,8 +574,7 @@ impl Runner<'_> {
             }
             Op::AbortedTxns { topic, partition, from_offset, upper_bound, expect } => {
                 let tp = self.tp(topic, *partition);
-                let log = self.cluster.broker.partition(&tp).expect("validated partition");
-                let actual = log.collect_aborted_txns(*from_offset, *upper_bound);
+                let actual = self.leader_log(&tp).collect_aborted_txns(*from_offset, *upper_bound);
                 self.check_aborted(Some(i), op.name(), "expect", expect, &actual)?;
                 Ok(format!("{} entr{}", actual.len(), if actual.len() == 1 { "y" } else { "ies" }))
             }
@@ -673,7 +689,7 @@ impl Runner<'_> {
         tp: &TopicPartition,
         e: &PartitionExpect,
     ) -> Result<(), Difference> {
-        let log = self.cluster.broker.partition(tp).expect("validated partition");
+        let log = self.leader_log(tp);
         let fields = [
             ("lso", e.lso, log.last_stable_offset(self.mutations())),
             ("high_watermark", e.high_watermark, log.high_watermark()),
@@ -691,7 +707,7 @@ impl Runner<'_> {
     }
 
     fn offsets_summary(&self, tp: &TopicPartition) -> String {
-        let log = self.cluster.broker.partition(tp).expect("validated partition");
+        let log = self.leader_log(tp);
         format!(
             "log start {} LSO {} HW {} LEO {}",
             log.log_start_offset(),
@@ -774,15 +790,43 @@ impl Runner<'_> {
         }
         self.check_offsets(None, "final", &prefix, &tp, e)?;
         if let Some(want) = &e.aborted_txns {
-            let log = self.cluster.broker.partition(&tp).expect("validated partition");
-            let actual: Vec<AbortedTxn> = log.aborted_index().copied().collect();
+            let actual: Vec<AbortedTxn> = self.leader_log(&tp).aborted_index().copied().collect();
             self.check_aborted(None, "final", &format!("{prefix}.aborted_txns"), want, &actual)?;
         }
         Ok(())
     }
 
+    /// Remembers an acknowledged send's offsets and values.
+    fn note_ack(&mut self, tp: &TopicPartition, result: &Result<OpOutput, KafkaError>, values: &[String]) {
+        if let Ok(OpOutput::Sent { ack, .. }) = result {
+            let w = txnsim_properties::AckedWrite {
+                partition: tp.clone(),
+                first_offset: ack.first_offset,
+                values: values.to_vec(),
+            };
+            self.acked.push(w);
+        }
+    }
+
+    /// The partition's replica on its current leader: where a client's read and the checks look.
+    fn leader_log(&self, tp: &TopicPartition) -> &PartitionLog {
+        self.cluster.leader_log(tp).expect("validated partition")
+    }
+
+    /// Where leadership stands after a broker fault, partition by partition.
+    fn leaders_note(&self) -> String {
+        let leaders: Vec<String> = self
+            .cluster
+            .controller
+            .partitions
+            .iter()
+            .map(|(tp, r)| format!("{tp} leader {} epoch {}", leader_name(r.state.leader), r.state.leader_epoch))
+            .collect();
+        format!("; {}", leaders.join(", "))
+    }
+
     fn log_ends(&self) -> BTreeMap<TopicPartition, Offset> {
-        self.cluster.broker.partitions.iter().map(|(tp, l)| (tp.clone(), l.log_end_offset())).collect()
+        self.cluster.broker.partitions.keys().map(|tp| (tp.clone(), self.leader_log(tp).log_end_offset())).collect()
     }
 
     /// Markers appended since `before` for producer ids of `transactional_id`, as `{"topic/partition": offset}`.
@@ -792,7 +836,8 @@ impl Runner<'_> {
         transactional_id: &str,
     ) -> BTreeMap<String, u64> {
         let mut out = BTreeMap::new();
-        for (tp, log) in &self.cluster.broker.partitions {
+        for tp in self.cluster.broker.partitions.keys() {
+            let log = self.leader_log(tp);
             let from = before.get(tp).copied().unwrap_or(0);
             // From the log's end back to `from` only: the op's appends, not the whole log. The last
             // marker is the one reported.
@@ -859,5 +904,6 @@ fn fetch_batch(b: &super::format::FetchBatch) -> RecordBatch {
         producer,
         is_transactional: b.transactional || b.control.is_some(),
         body,
+        partition_leader_epoch: 0,
     }
 }

@@ -43,6 +43,8 @@ fn describe(op: &Op) -> String {
             tp(topic, partition)
         ),
         Op::CrashProducer { producer } => format!("crash_producer {producer}"),
+        Op::CrashBroker { broker } => format!("crash_broker {broker}"),
+        Op::StartBroker { broker } => format!("start_broker {broker}"),
         Op::ExpireTxn { producer, .. } => format!("expire_txn {producer}"),
         Op::AppendBatch { topic, partition, producer_id, epoch, base_sequence, transactional, values, .. } => {
             let who = match producer_id {
@@ -131,7 +133,7 @@ fn producer_label(cluster: &Cluster, pid: i64) -> String {
 /// readers' deliveries from the log start.
 fn partition(cluster: &mut Cluster, tp: &TopicPartition) -> PartitionView {
     let mutations = cluster.config.mutations.clone();
-    let log = cluster.broker.partition(tp).expect("scenario partition").clone();
+    let log = cluster.leader_log(tp).expect("scenario partition").clone();
     let start = log.log_start_offset();
     let batches: Vec<_> = log.segments().iter().flat_map(|s| s.batches.iter()).collect();
     let mut cells = Vec::new();

@@ -337,12 +337,14 @@ fn decode_batches(tp: &TopicPartition, mut records: Bytes) -> Result<Vec<RecordB
             )
         };
         let last = set.records.last().map_or(last, |r| (r.offset as Offset).max(last));
+        let partition_leader_epoch = set.records.first().map_or(0, |r| r.partition_leader_epoch);
         out.push(RecordBatch {
             base_offset: base,
             last_offset: last,
             producer,
             is_transactional: info.transactional,
             body,
+            partition_leader_epoch,
         });
     }
     Ok(out)

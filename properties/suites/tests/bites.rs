@@ -13,7 +13,7 @@ mod common;
 
 use common::log::{log_case_strategy, run_log_case};
 use common::producer::{case_strategy, run_case, Profile};
-use common::replication::{replica_case_strategy, run_replica_case};
+use common::replication::{failover_case_strategy, replica_case_strategy, run_failover_case, run_replica_case};
 use proptest::strategy::Strategy;
 use proptest::test_runner::{TestCaseError, TestError};
 use txnsim_engine::{Mutation, Mutations};
@@ -28,6 +28,8 @@ enum Suite {
     Log,
     /// A replicated cluster (the other generators run one broker, where no replica invariant can fail).
     Replicas,
+    /// A replicated cluster's leader failover with a suffix only the old leader held: truncation's ground.
+    Failover,
     /// No generator here reaches it (it needs a send delayed past its delivery timeout, the abort, and
     /// the late copy delivered into a third transaction); the model does, in the named test of
     /// `model/tests/model.rs`, which also shows the space holds without the bug.
@@ -73,7 +75,8 @@ fn suite(inv: Invariant) -> Suite {
         DecisionIrrevocable => Producer(Profile::Faults),
         NonmonotonicSend => Producer(Profile::Clean),
         PartialRead => Producer(Profile::Clean),
-        ReplicaLogMatchesLeader | HwWithinIsrLogEnds => Replicas,
+        ReplicaLogMatchesLeader | HwWithinIsrLogEnds | AckedWriteSurvivesElection => Replicas,
+        ReplicaTxnStateFromOwnLog => Failover,
         TxnOffsetsVisibleIffCommitted => Scenario("omm-end-marker-commit-materializes-abort-drops"),
     }
 }
@@ -96,10 +99,19 @@ fn search(inv: Invariant, m: Mutation, suite: Suite, cases: u32) -> Option<Strin
             inv,
             m,
             cases,
-            replica_case_strategy(30),
+            replica_case_strategy(40),
             |case| run_replica_case(case, mutations.clone()),
             |report| report.has(inv),
             |report, case| report.render(case),
+        ),
+        Suite::Failover => shrink_to_violation(
+            inv,
+            m,
+            cases,
+            failover_case_strategy(),
+            |case| run_failover_case(case, mutations.clone()),
+            |report| report.has(inv),
+            |report, case| format!("{}{}", case.render(), report.render(&[])),
         ),
         Suite::Log => shrink_to_violation(
             inv,
@@ -243,6 +255,8 @@ bite_tests! {
     committed_writes_committed => CommittedWritesCommitted,
     replica_log_matches_leader => ReplicaLogMatchesLeader,
     hw_within_isr_log_ends => HwWithinIsrLogEnds,
+    replica_txn_state_from_own_log => ReplicaTxnStateFromOwnLog,
+    acked_write_survives_election => AckedWriteSurvivesElection,
     txn_offsets_visible_iff_committed => TxnOffsetsVisibleIffCommitted,
 }
 
@@ -277,7 +291,7 @@ fn no_mutation_no_violation() {
         panic!("with no mutation the log-layer generators found a violation or a difference:\n{e}");
     }
     let mut runner = common::fixed_runner(QUIET_CASES);
-    let result = runner.run(&replica_case_strategy(30), |case| {
+    let result = runner.run(&replica_case_strategy(40), |case| {
         let report = run_replica_case(&case, Mutations::none());
         if report.violations.is_empty() {
             Ok(())
@@ -287,5 +301,17 @@ fn no_mutation_no_violation() {
     });
     if let Err(e) = result {
         panic!("with no mutation the replicated cluster broke a replica invariant:\n{e}");
+    }
+    let mut runner = common::fixed_runner(QUIET_CASES);
+    let result = runner.run(&failover_case_strategy(), |case| {
+        let report = run_failover_case(&case, Mutations::none());
+        if report.violations.is_empty() {
+            Ok(())
+        } else {
+            Err(TestCaseError::fail(format!("{}{}", case.render(), report.render(&[]))))
+        }
+    });
+    if let Err(e) = result {
+        panic!("with no mutation a leader failover broke a replica invariant:\n{e}");
     }
 }

@@ -158,6 +158,7 @@ fn lay_out(start: Offset, specs: &[BatchSpec]) -> Vec<RecordBatch> {
                     producer: pid.map(|p| BatchProducer { producer_id: p as ProducerId, epoch: 0, base_sequence: 0 }),
                     is_transactional: txn,
                     body: BatchBody::Data(records),
+                    partition_leader_epoch: 0,
                 });
                 next = last + 1;
             }
@@ -173,6 +174,7 @@ fn lay_out(start: Offset, specs: &[BatchSpec]) -> Vec<RecordBatch> {
                     producer: Some(BatchProducer { producer_id: pid as ProducerId, epoch: 0, base_sequence: -1 }),
                     is_transactional: true,
                     body: BatchBody::Control(marker),
+                    partition_leader_epoch: 0,
                 });
                 next = base + 1;
             }
