@@ -50,7 +50,7 @@ pub enum KafkaError {
 }
 
 impl KafkaError {
-    pub const ALL: [KafkaError; 37] = [
+    pub const ALL: [KafkaError; 38] = [
         KafkaError::OffsetOutOfRange,
         KafkaError::UnknownTopicOrPartition,
         KafkaError::NotCoordinator,
