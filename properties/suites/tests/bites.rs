@@ -185,7 +185,7 @@ fn prove(inv: Invariant) {
         let found = search(inv, m, Suite::Producer(Profile::Faults), BITE_CASES);
         assert!(found.is_none(), "{} now bites in the producer layer: make it a Producer bite", inv.name());
         // ...and the ported scenario that catches it is listed with this invariant as its catcher.
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/scenarios.rs");
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/scenarios.rs");
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let entry = format!("Mutation::{m:?},\n        \"{name}\",\n        \"invariant {}\"", inv.name());
         assert!(text.contains(&entry), "tests/scenarios.rs CATCHERS has no entry {entry}");
