@@ -23,27 +23,27 @@ fn sweep_profile(profile: Profile, default_seeds: u64) {
 
 #[test]
 fn sweep_standard() {
-    sweep_profile(Profile::Standard, 1000);
+    sweep_profile(Profile::Standard, 700);
 }
 
 #[test]
 fn sweep_contention() {
-    sweep_profile(Profile::Contention, 600);
+    sweep_profile(Profile::Contention, 400);
 }
 
 #[test]
 fn sweep_long_txns() {
-    sweep_profile(Profile::LongTxns, 400);
+    sweep_profile(Profile::LongTxns, 300);
 }
 
 #[test]
 fn sweep_timeouts() {
-    sweep_profile(Profile::Timeouts, 600);
+    sweep_profile(Profile::Timeouts, 400);
 }
 
 #[test]
 fn sweep_atomicity() {
-    sweep_profile(Profile::Atomicity, 600);
+    sweep_profile(Profile::Atomicity, 400);
 }
 
 #[test]
