@@ -45,8 +45,7 @@ pub struct Cluster {
     pub producers: BTreeMap<String, Producer>,
     pub consumers: BTreeMap<String, Consumer>,
     network: VecDeque<Envelope>,
-    timers: BTreeMap<(TimeMs, u64), (NodeId, Timer)>,
-    next_timer_seq: u64,
+    timers: TimerQueue,
     /// Every step taken, when `record_steps` is on.
     pub steps: Vec<Step>,
     pub record_steps: bool,
@@ -78,8 +77,7 @@ impl Cluster {
             producers: BTreeMap::new(),
             consumers: BTreeMap::new(),
             network: VecDeque::new(),
-            timers: BTreeMap::new(),
-            next_timer_seq: 0,
+            timers: TimerQueue::default(),
             steps: Vec::new(),
             record_steps: false,
         };
@@ -149,7 +147,7 @@ impl Cluster {
         }
         let node = NodeId::Broker(id);
         self.network.retain(|e| e.from != node && e.to != node);
-        self.timers.retain(|_, (n, _)| n != &node);
+        self.timers.cancel_node(&node);
         self.disconnect_clients(&node);
         let effects = self.controller.broker_fenced(id);
         self.apply(&NodeId::Broker(CONTROLLER_ID), effects);
@@ -192,8 +190,7 @@ impl Cluster {
     pub fn apply(&mut self, node: &NodeId, effects: Effects) {
         self.network.extend(effects.sends);
         for (due, timer) in effects.timers {
-            self.next_timer_seq += 1;
-            self.timers.insert((due, self.next_timer_seq), (node.clone(), timer));
+            self.timers.insert(due, node.clone(), timer);
         }
     }
 
@@ -263,7 +260,7 @@ impl Cluster {
             self.deliver(env);
             return true;
         }
-        if !self.timers.values().any(|(_, t)| !t.is_background()) {
+        if !self.has_client_timer() {
             return false;
         }
         // Time moves to the next client retry: every timer due by then (background ones too, such as a
@@ -275,7 +272,7 @@ impl Cluster {
 
     /// The earliest of the timers and the brokers' replication deadlines (a timer first on a tie).
     fn next_due(&self) -> Option<(TimeMs, Due)> {
-        let timer = self.timers.keys().next().map(|k| (k.0, Due::Timer(*k)));
+        let timer = self.timers.first_key().map(|k| (k.0, Due::Timer(k)));
         let replication = self
             .brokers()
             .filter_map(|b| {
@@ -296,7 +293,7 @@ impl Cluster {
     fn fire_due(&mut self, due: Due) {
         match due {
             Due::Timer(key) => {
-                let (node, timer) = self.timers.remove(&key).expect("found by next_due");
+                let (node, timer) = self.timers.remove(key).expect("found by next_due");
                 self.now_ms = self.now_ms.max(key.0);
                 self.fire(node, timer);
             }
@@ -360,7 +357,7 @@ impl Cluster {
 
     /// Whether a client retry timer is set (the cluster is not quiet even with an empty network).
     pub fn has_client_timer(&self) -> bool {
-        self.timers.values().any(|(_, t)| !t.is_background())
+        self.timers.client > 0
     }
 
     /// When the earliest timer of any kind (background ones too) falls due.
@@ -455,5 +452,70 @@ impl Cluster {
         self.consumers.remove(READER);
         // A reader that never caught up (its position stuck) reports what it delivered so far.
         result.unwrap_or(Ok((delivered, position)))
+    }
+}
+
+/// The cluster's timers in due order (ties in the order set), with a count of the client retry timers
+/// among them: a long scenario leaves one background request or delivery timeout per request and batch
+/// set, as its time never reaches them, so looking for a client timer must not scan them all.
+#[derive(Clone, Debug, Default)]
+struct TimerQueue {
+    by_due: BTreeMap<(TimeMs, u64), (NodeId, Timer)>,
+    next_seq: u64,
+    /// Timers in `by_due` that are not `Timer::is_background`.
+    client: usize,
+}
+
+impl TimerQueue {
+    fn insert(&mut self, due: TimeMs, node: NodeId, timer: Timer) {
+        self.next_seq += 1;
+        self.client += usize::from(!timer.is_background());
+        self.by_due.insert((due, self.next_seq), (node, timer));
+    }
+
+    fn first_key(&self) -> Option<(TimeMs, u64)> {
+        self.by_due.keys().next().copied()
+    }
+
+    fn remove(&mut self, key: (TimeMs, u64)) -> Option<(NodeId, Timer)> {
+        let removed = self.by_due.remove(&key)?;
+        self.client -= usize::from(!removed.1.is_background());
+        Some(removed)
+    }
+
+    /// A crashed node's timers go with it.
+    fn cancel_node(&mut self, node: &NodeId) {
+        let client = &mut self.client;
+        self.by_due.retain(|_, (n, t)| {
+            let keep = n != node;
+            *client -= usize::from(!keep && !t.is_background());
+            keep
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scanned(q: &TimerQueue) -> usize {
+        q.by_due.values().filter(|(_, t)| !t.is_background()).count()
+    }
+
+    /// The count stands in for a scan of every timer; it must match the scan after each kind of change.
+    #[test]
+    fn timer_queue_counts_client_timers_through_insert_remove_and_cancel() {
+        let mut q = TimerQueue::default();
+        let (a, b) = (NodeId::Client("a".into()), NodeId::Client("b".into()));
+        q.insert(5, a.clone(), Timer::RetryBackoff { correlation_id: 1 });
+        q.insert(5, a.clone(), Timer::RequestTimeout { correlation_id: 2 });
+        q.insert(3, b.clone(), Timer::RetryBackoff { correlation_id: 3 });
+        assert_eq!((q.client, scanned(&q)), (2, 2), "two retry backoffs were set, one request timeout");
+        assert_eq!(q.first_key(), Some((3, 3)), "the earliest due comes first, whatever order it was set in");
+        let (node, _) = q.remove((3, 3)).expect("set above");
+        assert_eq!((node, q.client, scanned(&q)), (b, 1, 1), "firing b's backoff leaves a's");
+        q.cancel_node(&a);
+        assert_eq!((q.client, scanned(&q), q.by_due.len()), (0, 0, 0), "a crash cancels all of a's timers");
+        assert_eq!(q.remove((5, 1)), None, "a cancelled timer cannot fire");
     }
 }
