@@ -333,6 +333,11 @@ impl Group {
         }
     }
 
+    /// `ClassicGroup.hasMember`.
+    pub fn has_member(&self, member_id: &str) -> bool {
+        self.members.contains_key(member_id)
+    }
+
     pub fn member_ids(&self) -> impl Iterator<Item = &String> {
         self.members.keys()
     }
@@ -486,9 +491,26 @@ impl GroupCoordinator {
                         Err(KafkaError::UnknownMemberId)
                     }
                 } else {
-                    self.group_member(&group_id, generation_id, &member_id).and_then(|(state, _)| match state {
-                        GroupState::PreparingRebalance => Err(KafkaError::RebalanceInProgress),
-                        _ => Ok(()),
+                    self.group_member(&group_id, generation_id, &member_id).and_then(|(state, member)| {
+                        if config.mutations.has(Mutation::OffsetCommitRefusedWhilePreparingRebalance) {
+                            // The old engine: refused while preparing, accepted while completing, no session.
+                            return match state {
+                                GroupState::PreparingRebalance => Err(KafkaError::RebalanceInProgress),
+                                _ => Ok(()),
+                            };
+                        }
+                        // `ClassicGroup.validateOffsetCommit`: a member that has its generation's JoinGroup
+                        // answer but not its assignment is told to finish the rebalance first; in Stable and
+                        // PreparingRebalance the commit keeps its session alive (`OffsetMetadataManager
+                        // .commitOffset`).
+                        match state {
+                            GroupState::CompletingRebalance => Err(KafkaError::RebalanceInProgress),
+                            GroupState::Stable | GroupState::PreparingRebalance => {
+                                member.expires_ms = now_ms + member.session_timeout_ms;
+                                Ok(())
+                            }
+                            GroupState::Empty => Ok(()),
+                        }
                     })
                 };
                 if check.is_ok() {

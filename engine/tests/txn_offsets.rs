@@ -1,23 +1,30 @@
-//! The group coordinator's side of TxnOffsetCommit for classic groups (KIP-447), ported from
-//! `OffsetMetadataManagerTest @ 1eb7644349cb`, and the offsets partition a group id maps to.
+//! The group coordinator's side of OffsetCommit and TxnOffsetCommit for classic groups (KIP-447), ported
+//! from `OffsetMetadataManagerTest @ 1eb7644349cb`, and the offsets partition a group id maps to.
 
 use txnsim_engine::group_coordinator::{offsets_partition_for, GroupCoordinator, GroupMessage, JoinRequest};
 use txnsim_engine::protocol::{Effects, Message, NodeId};
-use txnsim_engine::{EngineConfig, KafkaError, TopicPartition};
+use txnsim_engine::{EngineConfig, KafkaError, Mutation, Mutations, TopicPartition};
+
+/// The source's 5000 is below the broker's `group.min.session.timeout.ms` (6000); the halves are what count.
+const SESSION_TIMEOUT_MS: u64 = 10_000;
+
+fn join_request(member_id: &str) -> JoinRequest {
+    JoinRequest {
+        member_id: member_id.into(),
+        require_known_member_id: false,
+        protocol_type: "consumer".into(),
+        protocols: vec![("range".into(), Vec::new())],
+        session_timeout_ms: SESSION_TIMEOUT_MS,
+        rebalance_timeout_ms: 10_000,
+    }
+}
 
 /// A classic group "foo" with one member at generation 1 (`group.initNextGeneration()` in the source),
 /// joined through JoinGroup and the initial rebalance delay; returns the member id.
 fn group_at_generation_one(groups: &mut GroupCoordinator) -> String {
     let config = EngineConfig::default();
     let me = NodeId::Broker(0);
-    let join = JoinRequest {
-        member_id: String::new(),
-        require_known_member_id: false,
-        protocol_type: "consumer".into(),
-        protocols: vec![("range".into(), Vec::new())],
-        session_timeout_ms: 10_000,
-        rebalance_timeout_ms: 10_000,
-    };
+    let join = join_request("");
     let mut effects = Effects::default();
     let asker = (NodeId::Client("c".into()), 1);
     groups.handle(
@@ -81,4 +88,95 @@ fn group_ids_map_to_offsets_partitions_as_in_kafka() {
     assert_eq!(offsets_partition_for(""), TopicPartition::new("__consumer_offsets", 0));
     // A hash whose absolute value overflows (Integer.MIN_VALUE) maps to 0, as `Utils.abs` does.
     assert_eq!(offsets_partition_for("polygenelubricants"), TopicPartition::new("__consumer_offsets", 0));
+}
+
+/// A plain OffsetCommit of offset 100 for bar-0 by `member` at `generation`, at `now_ms`.
+fn commit(
+    groups: &mut GroupCoordinator,
+    config: &EngineConfig,
+    now_ms: u64,
+    generation: i32,
+    member: &str,
+) -> Result<(), KafkaError> {
+    let mut effects = Effects::default();
+    let offsets = vec![(TopicPartition::new("bar", 0), (100, None))];
+    let request = GroupMessage::OffsetCommitRequest {
+        group_id: "foo".into(),
+        generation_id: generation,
+        member_id: member.into(),
+        offsets,
+    };
+    groups.handle(now_ms, config, &NodeId::Broker(0), (NodeId::Client("c".into()), 2), request, &mut effects);
+    let answer = effects.sends.iter().find_map(|e| match &e.message {
+        Message::Group(GroupMessage::OffsetCommitResponse { results }) => Some(results[0].1.clone()),
+        _ => None,
+    });
+    answer.expect("OffsetCommit is answered at once")
+}
+
+/// What the two ports below observe, under `mutations`: the commit right after the first generation's
+/// JoinGroup answer, then (the generation synced) whether the member outlives one session timeout that a
+/// commit in its middle restarted, and the commit of the first member while a second joins.
+fn offset_commit_outcomes(mutations: Mutations) -> (Result<(), KafkaError>, bool, Result<(), KafkaError>) {
+    let config = EngineConfig { mutations, ..EngineConfig::default() };
+    let me = NodeId::Broker(0);
+    let mut groups = GroupCoordinator::default();
+    let member = group_at_generation_one(&mut groups);
+    let t0 = config.group_initial_rebalance_delay_ms;
+    // testGenericGroupOffsetCommitWhileInCompletingRebalanceState: generation 1, not yet synced.
+    let completing = commit(&mut groups, &config, t0, 1, &member);
+    let mut effects = Effects::default();
+    let sync = GroupMessage::SyncGroupRequest {
+        group_id: "foo".into(),
+        generation_id: 1,
+        member_id: member.clone(),
+        assignments: vec![(member.clone(), vec![1])],
+    };
+    groups.handle(t0, &config, &me, (NodeId::Client("c".into()), 3), sync, &mut effects);
+    // testGenericGroupOffsetCommitMaintainsSession: commit half way through the session, sleep the other half.
+    let _ = commit(&mut groups, &config, t0 + SESSION_TIMEOUT_MS / 2, 1, &member);
+    groups.tick(t0 + SESSION_TIMEOUT_MS, &me, &mut effects);
+    let kept = groups.groups["foo"].has_member(&member);
+    // A second member's JoinGroup sends the group to PreparingRebalance; the first member's generation 1
+    // is still current, and `OffsetMetadataManager.commitOffset` accepts (and keeps its session) there.
+    let join = GroupMessage::JoinGroupRequest { group_id: "foo".into(), join: join_request("") };
+    groups.handle(t0 + SESSION_TIMEOUT_MS, &config, &me, (NodeId::Client("d".into()), 4), join, &mut effects);
+    let preparing = commit(&mut groups, &config, t0 + SESSION_TIMEOUT_MS, 1, &member);
+    (completing, kept, preparing)
+}
+
+/// `testGenericGroupOffsetCommitWhileInCompletingRebalanceState` ("assertThrows(RebalanceInProgressException
+/// ...)" at generation 1 right after `initNextGeneration`), `testGenericGroupOffsetCommitMaintainsSession`
+/// ("assertEquals(Collections.emptyList(), context.sleep(5000 / 2))" after the commit), and the
+/// PreparingRebalance branch of `OffsetMetadataManager.commitOffset` (derived from the source: no test of
+/// Kafka's commits in that state).
+#[test]
+fn plain_offset_commit_follows_the_classic_group_state_as_kafka() {
+    let (completing, kept, preparing) = offset_commit_outcomes(Mutations::default());
+    assert_eq!(completing, Err(KafkaError::RebalanceInProgress), "a commit before the generation is synced");
+    assert!(
+        kept,
+        "the commit half way through the session restarts it: the member is still there a session after the sync"
+    );
+    assert_eq!(preparing, Ok(()), "a member at the current generation commits while the group prepares a rebalance");
+}
+
+/// The mutation restoring the engine's old rules is caught by the ported expectations above, each of them.
+#[test]
+fn offset_commit_refused_while_preparing_rebalance_is_caught_by_the_ports() {
+    let m = Mutation::OffsetCommitRefusedWhilePreparingRebalance;
+    let (completing, kept, preparing) = offset_commit_outcomes(Mutations::one(m));
+    assert_eq!(
+        completing,
+        Ok(()),
+        "under {}: accepted before the sync, where Kafka says REBALANCE_IN_PROGRESS",
+        m.name()
+    );
+    assert!(
+        !kept,
+        "under {}: the commit does not extend the session, so the member expires a session after the sync",
+        m.name()
+    );
+    // The member expired above, so this commit names no member.
+    assert_eq!(preparing, Err(KafkaError::UnknownMemberId), "under {}: the expired member's commit", m.name());
 }
