@@ -108,7 +108,7 @@ fn commit(
     };
     groups.handle(now_ms, config, &NodeId::Broker(0), (NodeId::Client("c".into()), 2), request, &mut effects);
     let answer = effects.sends.iter().find_map(|e| match &e.message {
-        Message::Group(GroupMessage::OffsetCommitResponse { results }) => Some(results[0].1.clone()),
+        Message::Group(GroupMessage::OffsetCommitResponse { results }) => Some(results[0].1),
         _ => None,
     });
     answer.expect("OffsetCommit is answered at once")
