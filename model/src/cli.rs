@@ -18,8 +18,8 @@ use txnsim_properties::Invariant;
 /// The model's bounds, as flags over a named config.
 #[derive(Args, Debug, Clone)]
 pub struct BoundsArgs {
-    /// Start from this config: small (the gate's), medium (2 producers x 1 txn x 2 records with the
-    /// standard's loss, crash and recovery timers, 1 poll per reader: finishes in minutes) or standard (2
+    /// Start from this config: small (the gate's), medium (2 producers x 1 txn x 1 record on 1 partition
+    /// with the standard's loss, crash and recovery timers, 1 poll per reader: finishes in minutes) or standard (2
     /// producers x 2 txns x 2 records, lossy FIFO connections, 1 crash, reduced: about 3 x 10^11 states, it
     /// does not finish on 2 cores, so give it --time-limit; BENCHMARKS.md has the estimate).
     #[arg(long, default_value = "small", value_parser = ["small", "medium", "standard"])]

@@ -213,6 +213,39 @@ fn late_marker_resend_two_records_tv2_holds() {
     assert_eq!(tv2.unique, 927_067, "the TV2 space, explored to the end");
 }
 
+/// The medium config, the config of record, explored to the end as the README runs it (`check --config
+/// medium --dfs --threads 2`): every property holds, every fact but timeout-abort (off in this config) is
+/// reached, the two lost-answer retries among them, and the number of symmetry classes is pinned.
+fn medium_is_exhaustive_and_pinned(tv: &str, classes: u64) {
+    let cli = Cli::parse_from(["check", "--config", "medium", "--dfs", "--threads", "2", "--tv", tv]);
+    let bounds = cli.args.bounds.bounds().expect("valid flags");
+    let report = run(&bounds, &cli.args, &mut std::io::sink());
+    let text = report.lines.join("\n");
+    assert!(report.complete && !report.violated, "medium TV{tv} did not finish clean:\n{text}");
+    for p in report.json["properties"].as_array().expect("the report lists its properties") {
+        let (name, status) = (p["name"].as_str().unwrap_or_default(), p["status"].as_str().unwrap_or_default());
+        let want = match p["expectation"].as_str() {
+            Some("sometimes") if name == Fact::TimeoutAbort.name() => "unreached",
+            Some("sometimes") => "example_found",
+            _ => "holds",
+        };
+        assert_eq!(status, want, "medium TV{tv}: {name}\n{text}");
+    }
+    assert_eq!(report.json["unique_states"], classes, "medium TV{tv}'s symmetry classes, explored to the end");
+}
+
+#[test]
+#[ignore = "deep: the medium config under TV1 (5,533,940 classes, minutes in release); run with --ignored"]
+fn medium_tv1_is_exhaustive_and_pinned() {
+    medium_is_exhaustive_and_pinned("1", 5_533_940);
+}
+
+#[test]
+#[ignore = "deep: the medium config under TV2 (1,866,021 classes, minutes in release); run with --ignored"]
+fn medium_tv2_is_exhaustive_and_pinned() {
+    medium_is_exhaustive_and_pinned("2", 1_866_021);
+}
+
 /// `txnsim check`'s flags, parsed as the binary parses them.
 #[derive(clap::Parser)]
 struct Cli {
@@ -338,11 +371,11 @@ fn duplicate_returning_wrong_offsets_acks_an_offset_another_record_takes() {
 #[test]
 fn medium_config_catches_a_read_committed_read_of_an_open_transaction() {
     let bounds = Bounds::by_name("medium").expect("a named config");
-    assert_counterexample(bounds.with_mutation(Mutation::ReadCommittedBoundedByHw), "precommitted-read", 11, &[]);
+    assert_counterexample(bounds.with_mutation(Mutation::ReadCommittedBoundedByHw), "precommitted-read", 10, &[]);
 }
 
 /// Symmetry end to end, as a user runs it: the medium config has it on, and breadth-first
-/// `check --config medium --mutation read-committed-bounded-by-hw` finds the shortest read past the LSO (11
+/// `check --config medium --mutation read-committed-bounded-by-hw` finds the shortest read past the LSO (10
 /// steps, as without it), and so does `--dfs`. The printed steps are the plain model's, so each producer
 /// keeps its name.
 #[test]
@@ -354,7 +387,7 @@ fn symmetric_check_prints_a_counterexample_with_stable_names() {
     let text = report.lines.join("\n");
     assert!(report.violated, "no violation found with symmetry:\n{text}");
     assert!(text.contains("(classes under --symmetry)"), "the report does not say its states are classes:\n{text}");
-    assert!(text.contains("counterexample for precommitted-read (11 steps):"), "{text}");
+    assert!(text.contains("counterexample for precommitted-read (10 steps):"), "{text}");
     assert!(text.contains("  violation: precommitted-read: rc (read_committed) on t/"), "{text}");
     // Depth-first, stateright applies the representative; the report is as readable, the path longer.
     let cli = Cli::parse_from(["check", "--config", "medium", "--mutation", "read-committed-bounded-by-hw", "--dfs"]);
