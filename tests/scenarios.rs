@@ -145,7 +145,7 @@ const NEEDS_FAULTS: [Mutation; 1] = [Mutation::DoubleComplete];
 
 /// The departures from Kafka 4.x fixed on the coordinator and leader side, each with the ported Kafka
 /// test whose exact expectation catches it: the scenario must fail with a difference (not an input error).
-const CATCHERS: [(Mutation, &str, &str); 13] = [
+const CATCHERS: [(Mutation, &str, &str); 14] = [
     (Mutation::TxnLogAppendSynchronous, "coordinator-init-producer-id-waits-for-a-pending-commit-tv1", "in_flight"),
     (
         Mutation::EndTxnEpochBeforePending,
@@ -180,6 +180,11 @@ const CATCHERS: [(Mutation, &str, &str); 13] = [
         Mutation::TxnOffsetsVisibleBeforeCommit,
         "omm-end-marker-commit-materializes-abort-drops",
         "invariant txn-offsets-visible-iff-committed",
+    ),
+    (
+        Mutation::TxnStartTimestampNotReset,
+        "txn-state-manager-timeout-counts-from-the-transaction-start-tv1",
+        "invariant timeout-abort-not-early",
     ),
     (Mutation::TruncateToOwnLeo, "follower-truncates-to-the-diverging-epoch-after-leader-failover", "logs[0].records"),
     (

@@ -55,6 +55,7 @@ pub enum Invariant {
     TxnOffsetsVisibleIffCommitted,
     ReplicaTxnStateFromOwnLog,
     AckedWriteSurvivesElection,
+    TimeoutAbortNotEarly,
 }
 
 impl Invariant {
@@ -108,9 +109,13 @@ impl Invariant {
     /// (the scenario runner, `serve`). The model and the sim commit none, so they cannot fail there.
     pub const GROUP: [Invariant; 1] = [Invariant::TxnOffsetsVisibleIffCommitted];
 
-    /// The whole catalogue: `ALL`, then `REPLICA`, then `GROUP`.
+    /// The timer invariants (`timers.rs`): checked where time moves (the scenario runner, the sim,
+    /// `serve`). The model's time stands still, so it cannot check them.
+    pub const TIMED: [Invariant; 1] = [Invariant::TimeoutAbortNotEarly];
+
+    /// The whole catalogue: `ALL`, then `REPLICA`, `GROUP` and `TIMED`.
     pub fn catalogue() -> impl Iterator<Item = Invariant> {
-        Invariant::ALL.into_iter().chain(Invariant::REPLICA).chain(Invariant::GROUP)
+        Invariant::ALL.into_iter().chain(Invariant::REPLICA).chain(Invariant::GROUP).chain(Invariant::TIMED)
     }
 
     /// The stable name: Jepsen's where one exists.
@@ -151,6 +156,7 @@ impl Invariant {
             ReplicaLogMatchesLeader => "replica-log-matches-leader",
             HwWithinIsrLogEnds => "hw-within-isr-log-ends",
             TxnOffsetsVisibleIffCommitted => "txn-offsets-visible-iff-committed",
+            TimeoutAbortNotEarly => "timeout-abort-not-early",
             ReplicaTxnStateFromOwnLog => "replica-txn-state-from-own-log",
             AckedWriteSurvivesElection => "acked-write-survives-election",
         }
@@ -180,6 +186,7 @@ impl Invariant {
             | ReplicaLogMatchesLeader
             | HwWithinIsrLogEnds
             | TxnOffsetsVisibleIffCommitted
+            | TimeoutAbortNotEarly
             | ReplicaTxnStateFromOwnLog => Kind::State,
             AbortedRead
             | PrecommittedRead
@@ -239,6 +246,7 @@ impl Invariant {
             ReaderCatchesUp => "after healing, a read_committed consumer that keeps polling reaches position = LSO = HW (L6)",
             ReplicaLogMatchesLeader => "every replica's own batches below the leader's HW are the leader's batches at those offsets, and an ISR member holds them all",
             HwWithinIsrLogEnds => "the leader's HW is at most the log end offset of every ISR member's own log",
+            TimeoutAbortNotEarly => "the coordinator aborts a transaction for its timeout only once it has been open longer than its transaction.timeout.ms, counted in the id's __transaction_state records from the one that opened it",
             TxnOffsetsVisibleIffCommitted => "an offset committed in a transaction (TxnOffsetCommit) is what OffsetFetch answers iff that transaction's COMMIT marker is in __consumer_offsets after it: never while the transaction is open, never after it aborted, and no longer pending once its marker is written",
             ReplicaTxnStateFromOwnLog => "every replica's LSO and aborted index are those its own log and HW imply, so replicas holding the same log agree on both (after truncation too)",
             AckedWriteSurvivesElection => "every acknowledged acks=all send is in the current leader's own log at the offsets it was acknowledged at: a clean election loses nothing",
@@ -286,6 +294,9 @@ impl Invariant {
                 "OffsetMetadataManager.replayEndTransactionMarker, hasPendingTransactionalOffsets; KIP-98, KIP-447"
             }
             ReplicaTxnStateFromOwnLog => "UnifiedLog.truncateTo, rebuildProducerState; KAFKA-12153",
+            TimeoutAbortNotEarly => {
+                "TransactionStateManager.timedOutTransactions (txnStartTimestamp + txnTimeoutMs < now)"
+            }
             AckedWriteSurvivesElection => "KIP-101, PartitionChangeBuilder.electLeader (clean election from the ISR)",
         }
     }
@@ -328,6 +339,7 @@ impl Invariant {
             ReplicaLogMatchesLeader | HwWithinIsrLogEnds | AckedWriteSurvivesElection => Mutation::HwFromLeaderLeo,
             ReplicaTxnStateFromOwnLog => Mutation::NoRebuildAfterTruncation,
             TxnOffsetsVisibleIffCommitted => Mutation::TxnOffsetsVisibleBeforeCommit,
+            TimeoutAbortNotEarly => Mutation::TxnStartTimestampNotReset,
         }
     }
 }

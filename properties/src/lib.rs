@@ -1,7 +1,8 @@
 //! txnsim's oracle: the one catalogue of invariants (`catalogue`), their checks over cluster snapshots
 //! (`state`), over client histories (`history`, `intent`) and after healing (`liveness`), and a deliberately tiny
 //! reference model of what each reader must deliver (`reference`), and the replicas held against their
-//! leader (`replicas`), and transactional offsets against the offsets log (`group_offsets`).
+//! leader (`replicas`), transactional offsets against the offsets log (`group_offsets`), and timer-driven
+//! actions against their Kafka timers (`timers`).
 
 pub mod catalogue;
 pub mod group_offsets;
@@ -12,6 +13,7 @@ pub mod log_facts;
 pub mod reference;
 pub mod replicas;
 pub mod state;
+pub mod timers;
 
 pub use catalogue::{Invariant, Kind, Violation};
 pub use group_offsets::check_group_offsets;
@@ -22,3 +24,4 @@ pub use log_facts::LogFacts;
 pub use reference::ReferenceModel;
 pub use replicas::{check_acked_writes, check_replicas, AckedWrite};
 pub use state::{check_state, ClusterView, MonotonicityChecker, StateChecker};
+pub use timers::check_timers;

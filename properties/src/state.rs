@@ -251,8 +251,8 @@ impl StateChecker {
                 let from = valid.saturating_sub(1);
                 *invalid = t[from..]
                     .windows(2)
-                    .find(|w| !TransactionState::is_valid_transition(w[0], w[1]))
-                    .map(|w| (w[0], w[1]));
+                    .find(|w| !TransactionState::is_valid_transition(w[0].state, w[1].state))
+                    .map(|w| (w[0].state, w[1].state));
                 *valid = t.len();
             }
             if let Some((from, to)) = *invalid {

@@ -1172,7 +1172,9 @@ impl<'a> NetworkRunner<'a> {
         let replicas = txnsim_properties::check_replicas(self.cluster.brokers());
         let groups = txnsim_properties::check_group_offsets(broker);
         let acked = txnsim_properties::check_acked_writes(&self.acked, self.cluster.brokers());
-        txnsim_properties::check_state(&view).into_iter().chain(replicas).chain(groups).chain(acked).next()
+        let timers = txnsim_properties::check_timers(&broker.coordinator);
+        let found = txnsim_properties::check_state(&view).into_iter().chain(replicas).chain(groups).chain(acked);
+        found.chain(timers).next()
     }
 
     pub fn topics(&self) -> &BTreeMap<String, u32> {

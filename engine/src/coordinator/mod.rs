@@ -3,7 +3,7 @@
 
 mod transaction_metadata;
 
-pub use transaction_metadata::{TransactionMetadata, TransactionState};
+pub use transaction_metadata::{TransactionMetadata, TransactionState, TxnTransition};
 
 use crate::config::EngineConfig;
 use crate::error::KafkaError;
@@ -596,7 +596,7 @@ impl TransactionCoordinator {
         let meta = self.txns.get_mut(&d.transactional_id).expect("decided ids have metadata");
         meta.state = to;
         meta.txn_last_update_timestamp_ms = now_ms;
-        meta.transitions.push(to);
+        meta.transitions.push(TxnTransition { state: to, timestamp_ms: now_ms, txn_timeout_ms: meta.txn_timeout_ms });
         meta.topic_partitions.clear();
     }
 
@@ -733,10 +733,14 @@ impl TransactionCoordinator {
             return Some(Ok(()));
         }
         let now_ms = ctx.now_ms;
+        let restart_clock = !ctx.config.mutations.has(Mutation::TxnStartTimestampNotReset);
         let target = Self::transit(meta, TransactionState::Ongoing, now_ms, |t| {
             if t.state != TransactionState::Ongoing {
                 assert!(t.is_complete_or_empty(), "{tid}: AddPartitions from {:?}", t.state);
-                t.txn_start_timestamp_ms = now_ms;
+                // `prepareAddPartitions`: a new transaction's timeout counts from now.
+                if restart_clock {
+                    t.txn_start_timestamp_ms = now_ms;
+                }
             }
             t.topic_partitions.extend(partitions.iter().cloned());
             if let Some(v) = version {

@@ -53,6 +53,17 @@ impl TransactionState {
     }
 }
 
+/// One record of an id's `__transaction_state` history: the state completed into, with the record's
+/// `txnLastUpdateTimestamp` (the time the transition was prepared) and `txnTimeoutMs`. The timed
+/// invariants read when a transaction started and was aborted from these, not from the fields the
+/// coordinator's timeout scan compares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TxnTransition {
+    pub state: TransactionState,
+    pub timestamp_ms: TimeMs,
+    pub txn_timeout_ms: TimeMs,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TransactionMetadata {
     pub transactional_id: String,
@@ -68,7 +79,7 @@ pub struct TransactionMetadata {
     pub txn_start_timestamp_ms: TimeMs,
     pub txn_last_update_timestamp_ms: TimeMs,
     /// Every state this transactional id has completed into, in order (`__transaction_state` as a history).
-    pub transitions: Vec<TransactionState>,
+    pub transitions: Vec<TxnTransition>,
     /// `clientTransactionVersion`: the version of the request that last added partitions or ended the
     /// transaction; it decides whether the decision bumps the epoch and which marker rule leaders apply.
     pub client_transaction_version: TransactionVersion,
@@ -87,7 +98,7 @@ impl TransactionMetadata {
             topic_partitions: BTreeSet::new(),
             txn_start_timestamp_ms: now_ms,
             txn_last_update_timestamp_ms: now_ms,
-            transitions: vec![TransactionState::Empty],
+            transitions: vec![TxnTransition { state: TransactionState::Empty, timestamp_ms: now_ms, txn_timeout_ms }],
             client_transaction_version: TransactionVersion::V1,
         }
     }
@@ -109,7 +120,7 @@ impl TransactionMetadata {
         assert_ne!(to, TransactionState::PrepareEpochFence, "PrepareEpochFence is never completed into");
         self.state = to;
         self.txn_last_update_timestamp_ms = now_ms;
-        self.transitions.push(to);
+        self.transitions.push(TxnTransition { state: to, timestamp_ms: now_ms, txn_timeout_ms: self.txn_timeout_ms });
     }
 
     pub fn pending_transition_in_progress(&self) -> bool {

@@ -34,8 +34,9 @@ enum Suite {
     /// the late copy delivered into a third transaction); the model does, in the named test of
     /// `model/tests/model.rs`, which also shows the space holds without the bug.
     Model(&'static str),
-    /// No generator here commits consumer offsets; the named ported scenario does, and `CATCHERS` in
-    /// `tests/scenarios.rs` proves the mutation makes it fail on this invariant (and pass without it).
+    /// No generator here commits consumer offsets or begins a transaction long after its InitProducerId
+    /// (their time barely moves); the named ported scenario does, and `CATCHERS` in `tests/scenarios.rs`
+    /// proves the mutation makes it fail on this invariant (and pass without it).
     Scenario(&'static str),
 }
 
@@ -78,6 +79,7 @@ fn suite(inv: Invariant) -> Suite {
         ReplicaLogMatchesLeader | HwWithinIsrLogEnds | AckedWriteSurvivesElection => Replicas,
         ReplicaTxnStateFromOwnLog => Failover,
         TxnOffsetsVisibleIffCommitted => Scenario("omm-end-marker-commit-materializes-abort-drops"),
+        TimeoutAbortNotEarly => Scenario("txn-state-manager-timeout-counts-from-the-transaction-start-tv1"),
     }
 }
 
@@ -181,7 +183,7 @@ fn prove(inv: Invariant) {
         return;
     }
     if let Suite::Scenario(name) = suite {
-        // The producer generators commit no offsets, so they cannot reach it...
+        // The producer generators commit no offsets and keep no transaction waiting, so they cannot reach it...
         let found = search(inv, m, Suite::Producer(Profile::Faults), BITE_CASES);
         assert!(found.is_none(), "{} now bites in the producer layer: make it a Producer bite", inv.name());
         // ...and the ported scenario that catches it is listed with this invariant as its catcher.
@@ -258,6 +260,7 @@ bite_tests! {
     replica_txn_state_from_own_log => ReplicaTxnStateFromOwnLog,
     acked_write_survives_election => AckedWriteSurvivesElection,
     txn_offsets_visible_iff_committed => TxnOffsetsVisibleIffCommitted,
+    timeout_abort_not_early => TimeoutAbortNotEarly,
 }
 
 /// The same generators and seed with no mutation: no invariant fires, the engine matches the reference
