@@ -117,3 +117,28 @@ fn serve_refuses_a_zero_timeout_scan_interval() {
     assert_eq!(err.lines().count(), 1, "one line: {err}");
     assert!(err.contains("must be at least 1"), "{err}");
 }
+
+/// `--brokers` is 1..=5, the default replication factor 1..=brokers, `min.insync.replicas` at least 1,
+/// and every broker needs a port: each refused in one line (exit 2) before anything listens.
+#[test]
+fn serve_refuses_bad_broker_counts_replication_factors_and_ports() {
+    for (flags, want) in [
+        (&["--brokers", "0"][..], "--brokers must be 1..=5"),
+        (&["--brokers", "6"][..], "--brokers must be 1..=5"),
+        (&["--brokers", "3", "--default-replication-factor", "4"][..], "--default-replication-factor must be 1..=3"),
+        (&["--default-replication-factor", "0"][..], "--default-replication-factor must be 1..=1"),
+        (&["--min-insync-replicas", "0"][..], "--min-insync-replicas must be at least 1"),
+        (&["--addr", "127.0.0.1:65535", "--brokers", "2"][..], "leaves no port for broker 1"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_txnsim"))
+            // Checked before binding: the default address is never listened on.
+            .arg("serve")
+            .args(flags)
+            .output()
+            .expect("run txnsim serve");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: bad arguments exit 2: {err}");
+        assert_eq!(err.lines().count(), 1, "{flags:?}: one line: {err}");
+        assert!(err.contains(want), "{flags:?}: want {want:?} in {err}");
+    }
+}

@@ -113,7 +113,7 @@ pub fn run_serve(args: &ServeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let mut listeners = Vec::new();
+    let mut addrs = Vec::new();
     for i in 0..args.brokers {
         let port = match args.addr.port() {
             0 => Some(0),
@@ -123,7 +123,10 @@ pub fn run_serve(args: &ServeArgs) -> ExitCode {
             eprintln!("error: --addr {} leaves no port for broker {i} (port + {i} > 65535)", args.addr);
             return ExitCode::from(2);
         };
-        let addr = SocketAddr::new(args.addr.ip(), port);
+        addrs.push(SocketAddr::new(args.addr.ip(), port));
+    }
+    let mut listeners = Vec::new();
+    for (i, addr) in addrs.into_iter().enumerate() {
         match TcpListener::bind(addr) {
             Ok(l) => listeners.push(l),
             Err(e) => {
