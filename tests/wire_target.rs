@@ -186,6 +186,19 @@ fn skip_aborted_index_on_fetch_is_reported_as_aborted_read_with_a_saved_history(
     server.stop_clean();
 }
 
+/// The same workload against `serve --brokers 3` at replication factor 3 (the sweep's topics take the
+/// cluster's default), every broker named in `--target`: four seeds pass, and serve's replica checks too.
+#[test]
+fn four_seeds_pass_against_three_brokers() {
+    let server = Server::start("target-3-brokers", &["--brokers", "3", "--default-replication-factor", "3"]);
+    assert_eq!(server.addresses.len(), 3, "serve prints the three brokers' addresses");
+    let url = format!("kafka://{}", server.addresses.join(","));
+    let (code, out, err) = txnsim(&["sweep", "--target", &url, "--seeds", "4", "--jobs", "4"], SWEEP_TIMEOUT);
+    assert_eq!(code, 0, "the sweep against three unmutated brokers passes:\n{out}\n{err}");
+    assert_eq!(out.lines().last(), Some("PASS: 4 seeds, no violation"), "{out}");
+    server.stop_clean();
+}
+
 #[test]
 fn a_bad_target_or_history_file_is_one_line_and_exit_2() {
     for (args, want) in [
