@@ -104,16 +104,22 @@ fn fetch(isolation: i8, offset: i64) -> FetchRequest {
     r
 }
 
+/// CreateTopics for one topic (`-1`: the broker's default).
+fn create_topic(name: &'static str, partitions: i32, replication_factor: i16) -> CreateTopicsRequest {
+    let mut topic = create_topics_request::CreatableTopic::default();
+    topic.name = StrBytes::from_static_str(name).into();
+    topic.num_partitions = partitions;
+    topic.replication_factor = replication_factor;
+    let mut create = CreateTopicsRequest::default();
+    create.topics = vec![topic];
+    create
+}
+
 /// A driver with topic `t` (2 partitions) holding, on partition 0: two plain records (0, 1), a
 /// committed transaction (2, 3; marker 4) and an aborted one (5; marker 6).
 fn fixture() -> (Driver, i64) {
     let mut d = Driver::new(EngineConfig::default(), "127.0.0.1", 9092, 0);
-    let mut topic = create_topics_request::CreatableTopic::default();
-    topic.name = StrBytes::from_static_str(TOPIC).into();
-    topic.num_partitions = 2;
-    topic.replication_factor = 1;
-    let mut create = CreateTopicsRequest::default();
-    create.topics = vec![topic];
+    let create = create_topic(TOPIC, 2, 1);
     let r: CreateTopicsResponse = answer(d.on_frame(1, 1, request(ApiKey::CreateTopics, 7, 1, &create)), 1, 7);
     assert_eq!(r.topics[0].error_code, 0, "topic created");
     assert_eq!(r.topics[0].num_partitions, 2);
@@ -538,12 +544,7 @@ fn metadata_of(d: &mut Driver, now: u64, conn: ConnId, topic: &str) -> MetadataR
 #[test]
 fn three_brokers_list_every_replica_and_refuse_a_produce_to_a_follower() {
     let mut d = three_brokers();
-    let mut topic = create_topics_request::CreatableTopic::default();
-    topic.name = StrBytes::from_static_str(TOPIC).into();
-    topic.num_partitions = 1;
-    topic.replication_factor = -1;
-    let mut create = CreateTopicsRequest::default();
-    create.topics = vec![topic];
+    let create = create_topic(TOPIC, 1, -1);
     let r: CreateTopicsResponse = answer(d.on_frame(1, 2, request(ApiKey::CreateTopics, 7, 1, &create)), 2, 7);
     let t = &r.topics[0];
     assert_eq!(
@@ -614,12 +615,7 @@ fn three_brokers_auto_create_through_the_controller() {
     assert_eq!((t.error_code, t.partitions.len()), (0, 1), "then the topic, one partition (num.partitions 1)");
     assert_eq!(t.partitions[0].replica_nodes.len(), 3, "at default.replication.factor 3");
     // A replication factor above the broker count is refused.
-    let mut topic = create_topics_request::CreatableTopic::default();
-    topic.name = StrBytes::from_static_str("wide").into();
-    topic.num_partitions = 1;
-    topic.replication_factor = 4;
-    let mut create = CreateTopicsRequest::default();
-    create.topics = vec![topic];
+    let create = create_topic("wide", 1, 4);
     let r: CreateTopicsResponse = answer(d.on_frame(3, 1, request(ApiKey::CreateTopics, 7, 3, &create)), 1, 7);
     assert_eq!(r.topics[0].error_code, 38, "INVALID_REPLICATION_FACTOR for 4 replicas on 3 brokers");
 }
