@@ -98,7 +98,7 @@ fn run_script_with(script: &str, server: &Server, args: &[&str]) -> String {
     let python = venv().join("bin/python");
     let mut child = Command::new(python)
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts").join(script))
-        .arg(format!("127.0.0.1:{}", server.port))
+        .arg(&server.addresses[0])
         .args(args)
         // The scripts import scripts/clients.py: no bytecode cache is left in the source tree.
         .env("PYTHONDONTWRITEBYTECODE", "1")

@@ -105,7 +105,7 @@ fn assert_valid(schema: &str, path: &Path) -> Value {
 #[test]
 fn twenty_seeds_pass_against_serve_and_recheck_offline() {
     let server = Server::start("target-pass", &[]);
-    let url = format!("kafka://127.0.0.1:{}", server.port);
+    let url = format!("kafka://{}", server.addresses[0]);
     let history = tmp("target-pass.history.json");
     let json = tmp("target-pass.report.json");
     let args =
@@ -146,7 +146,7 @@ fn twenty_seeds_pass_against_serve_and_recheck_offline() {
 #[test]
 fn skip_aborted_index_on_fetch_is_reported_as_aborted_read_with_a_saved_history() {
     let server = Server::start("target-mutation", &["--mutation", "skip-aborted-index-on-fetch"]);
-    let url = format!("kafka://127.0.0.1:{}", server.port);
+    let url = format!("kafka://{}", server.addresses[0]);
     let json = tmp("target-mutation.report.json");
     let args = ["sweep", "--target", &url, "--seeds", "20", "--jobs", "4", "--json", json.to_str().expect("utf-8")];
     let (code, out, err) = txnsim(&args, SWEEP_TIMEOUT);

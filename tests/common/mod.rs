@@ -25,8 +25,6 @@ pub fn wait_bounded(child: &mut Child, limit: Duration, what: &str) -> std::proc
 
 pub struct Server {
     child: Child,
-    /// Broker 0's port.
-    pub port: u16,
     /// Every broker's `127.0.0.1:PORT`, broker 0 first (more than one with `--brokers`).
     pub addresses: Vec<String>,
     timeline: PathBuf,
@@ -57,9 +55,9 @@ impl Server {
             .filter_map(|w| w.strip_prefix("127.0.0.1:"))
             .filter_map(|p| p.parse().ok())
             .collect();
-        let port = *ports.first().unwrap_or_else(|| panic!("no 127.0.0.1:PORT in serve's first line {line:?}"));
+        assert!(!ports.is_empty(), "no 127.0.0.1:PORT in serve's first line {line:?}");
         let addresses = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-        Server { child, port, addresses, timeline }
+        Server { child, addresses, timeline }
     }
 
     /// Stops the server with SIGINT; returns its exit status (1 = a state invariant was violated while
