@@ -1,5 +1,7 @@
 """The seed document's experiment (bigywater.tech, "Kafka internals 37: Read Committed and Read
-Uncommitted"), rewritten from its description and code fragments, against one broker.
+Uncommitted"), rewritten from its description and code fragments. The article ran it on three brokers
+with a topic of replication factor 3; the optional second argument is the topic's replication factor
+(default 1, for one broker).
 
 A transactional producer writes three records to `tx-demo` and flushes without committing; a
 read_uncommitted and a read_committed consumer read what they can; the producer commits and the
@@ -9,7 +11,7 @@ It prints exactly the lines the article shows.
 
 Each consumer subscribes in a fresh group, so it starts at offset 0 (`auto.offset.reset=earliest`).
 
-usage: python3 seed_experiment.py HOST:PORT
+usage: python3 seed_experiment.py HOST:PORT [REPLICATION_FACTOR]
 """
 
 import sys
@@ -25,8 +27,10 @@ TOPIC = "tx-demo"
 
 def main():
     bootstrap = sys.argv[1]
+    replication_factor = int(sys.argv[2]) if len(sys.argv) > 2 else 1
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(TOPIC, num_partitions=1, replication_factor=1)])[TOPIC].result(CALL_TIMEOUT_S)
+    topic = NewTopic(TOPIC, num_partitions=1, replication_factor=replication_factor)
+    admin.create_topics([topic])[TOPIC].result(CALL_TIMEOUT_S)
 
     p = Producer({"bootstrap.servers": bootstrap, "transactional.id": "tx-demo-producer"})
     p.init_transactions(CALL_TIMEOUT_S)

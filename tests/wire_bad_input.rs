@@ -13,8 +13,8 @@ use std::time::Duration;
 const PER_KIND: usize = 16;
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
-fn connect(port: u16) -> TcpStream {
-    let s = TcpStream::connect(("127.0.0.1", port)).expect("connect to serve");
+fn connect(addr: &str) -> TcpStream {
+    let s = TcpStream::connect(addr).expect("connect to serve");
     s.set_read_timeout(Some(IO_TIMEOUT)).expect("read timeout");
     s
 }
@@ -44,8 +44,8 @@ fn closed_by_server(s: &mut TcpStream) -> bool {
 }
 
 /// An ApiVersions v0 round trip: (correlation id, error code) of the answer.
-fn api_versions(port: u16, version: i16) -> (i32, i16) {
-    let mut s = connect(port);
+fn api_versions(addr: &str, version: i16) -> (i32, i16) {
+    let mut s = connect(addr);
     s.write_all(&frame(18, version, 77, &[])).expect("send ApiVersions");
     let mut head = [0u8; 10];
     s.read_exact(&mut head).expect("an ApiVersions answer");
@@ -56,35 +56,35 @@ fn api_versions(port: u16, version: i16) -> (i32, i16) {
 #[test]
 fn bad_clients_are_closed_and_the_rest_are_served() {
     let server = Server::start("bad-input", &[]);
-    let port = server.port;
+    let addr = &server.addresses[0];
     let mut bad: Vec<(&str, TcpStream)> = Vec::new();
     for _ in 0..PER_KIND {
-        let mut s = connect(port);
+        let mut s = connect(addr);
         // 0x7fffffff: above socket.request.max.bytes, refused before any body is read.
         s.write_all(&i32::MAX.to_be_bytes()).unwrap();
         bad.push(("oversized", s));
-        let mut s = connect(port);
+        let mut s = connect(addr);
         s.write_all(&[0, 0, 0, 4, 0xde, 0xad, 0xbe, 0xef]).unwrap();
         bad.push(("garbage", s));
-        let mut s = connect(port);
+        let mut s = connect(addr);
         s.write_all(&frame(0x7f00, 0, 1, &[0xff, 0xff])).unwrap();
         bad.push(("unknown api key", s));
-        let mut s = connect(port);
+        let mut s = connect(addr);
         // Metadata v1 whose topic array claims 0x7fffffff entries.
         s.write_all(&frame(3, 1, 1, &[0x7f, 0xff, 0xff, 0xff])).unwrap();
         bad.push(("huge array count", s));
         // Says 100 bytes, sends 10, hangs up.
-        let mut s = connect(port);
+        let mut s = connect(addr);
         s.write_all(&[&100i32.to_be_bytes()[..], &[0u8; 10]].concat()).unwrap();
         drop(s);
     }
     // While the bad connections are open, good clients are answered.
-    assert_eq!(api_versions(port, 0), (77, 0), "ApiVersions v0 is answered with no error");
-    assert_eq!(api_versions(port, 99), (77, 35), "an unknown ApiVersions version gets UNSUPPORTED_VERSION at v0");
+    assert_eq!(api_versions(addr, 0), (77, 0), "ApiVersions v0 is answered with no error");
+    assert_eq!(api_versions(addr, 99), (77, 35), "an unknown ApiVersions version gets UNSUPPORTED_VERSION at v0");
     for (what, s) in &mut bad {
         assert!(closed_by_server(s), "the server closes a connection that sent {what}");
     }
-    assert_eq!(api_versions(port, 2), (77, 0), "still serving after closing them");
+    assert_eq!(api_versions(addr, 2), (77, 0), "still serving after closing them");
     let timeline = server.stop_clean();
     assert!(
         !timeline.contains(" appends ") && !timeline.contains(" marker for "),
@@ -116,4 +116,29 @@ fn serve_refuses_a_zero_timeout_scan_interval() {
     assert_eq!(out.status.code(), Some(2), "bad arguments exit 2: {err}");
     assert_eq!(err.lines().count(), 1, "one line: {err}");
     assert!(err.contains("must be at least 1"), "{err}");
+}
+
+/// `--brokers` is 1..=5, the default replication factor 1..=brokers, `min.insync.replicas` at least 1,
+/// and every broker needs a port: each refused in one line (exit 2) before anything listens.
+#[test]
+fn serve_refuses_bad_broker_counts_replication_factors_and_ports() {
+    for (flags, want) in [
+        (&["--brokers", "0"][..], "--brokers must be 1..=5"),
+        (&["--brokers", "6"][..], "--brokers must be 1..=5"),
+        (&["--brokers", "3", "--default-replication-factor", "4"][..], "--default-replication-factor must be 1..=3"),
+        (&["--default-replication-factor", "0"][..], "--default-replication-factor must be 1..=1"),
+        (&["--min-insync-replicas", "0"][..], "--min-insync-replicas must be at least 1"),
+        (&["--addr", "127.0.0.1:65535", "--brokers", "2"][..], "leaves no port for broker 1"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_txnsim"))
+            // Checked before binding: the default address is never listened on.
+            .arg("serve")
+            .args(flags)
+            .output()
+            .expect("run txnsim serve");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: bad arguments exit 2: {err}");
+        assert_eq!(err.lines().count(), 1, "{flags:?}: one line: {err}");
+        assert!(err.contains(want), "{flags:?}: want {want:?} in {err}");
+    }
 }

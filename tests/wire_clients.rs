@@ -90,10 +90,16 @@ fn venv() -> PathBuf {
 
 /// Runs a script from scripts/ against the server; returns its stdout.
 fn run_script(script: &str, server: &Server) -> String {
+    run_script_with(script, server, &[])
+}
+
+/// `run_script` with more arguments after the bootstrap address.
+fn run_script_with(script: &str, server: &Server, args: &[&str]) -> String {
     let python = venv().join("bin/python");
     let mut child = Command::new(python)
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts").join(script))
-        .arg(format!("127.0.0.1:{}", server.port))
+        .arg(&server.addresses[0])
+        .args(args)
         // The scripts import scripts/clients.py: no bytecode cache is left in the source tree.
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .stdout(Stdio::piped())
@@ -146,6 +152,34 @@ fn confluent_kafka_prints_the_seed_documents_lines() {
         let joined = timeline.contains(&format!("JoinGroup req {group} member ''"))
             && timeline.contains(&format!("OffsetFetch req {group} tx-demo/0"));
         assert!(joined, "group {group} joined through the classic protocol:\n{timeline}");
+    }
+}
+
+/// The seed document's own setup: three brokers and `tx-demo` at replication factor 3. The client
+/// bootstraps to broker 0 and learns the other two from Metadata; the same lines come out, and every
+/// replica's log holds the markers and the index entry at the leader's offsets (followers rebuild the
+/// index from the batches they fetch).
+#[test]
+fn confluent_kafka_prints_the_seed_documents_lines_on_three_brokers() {
+    let flags = ["--brokers", "3", "--default-replication-factor", "3", "--group-initial-rebalance-delay-ms", "0"];
+    let server = Server::start("seed-3-brokers", &flags);
+    let out = run_script_with("seed_experiment.py", &server, &["3"]);
+    let timeline = server.stop_clean();
+    assert_eq!(out, SEED_LINES, "confluent-kafka against serve --brokers 3 must print the seed document's lines");
+    assert!(
+        timeline.contains("PartitionChange tx-demo/0 leader 0 epoch 0 isr [0, 1, 2] from controller"),
+        "the controller registered tx-demo/0 on the three brokers:\n{timeline}"
+    );
+    let pid = producer_id(&timeline);
+    for broker in 0..3 {
+        for want in [
+            format!("writes COMMIT marker for pid {pid} at tx-demo/0@3"),
+            format!("writes ABORT marker for pid {pid} at tx-demo/0@7"),
+            format!("aborted index tx-demo/0: pid {pid} first 4 last 7 LSO 8"),
+        ] {
+            let line = format!("{:<9} {want}", format!("broker-{broker}"));
+            assert!(timeline.contains(&line), "the timeline lacks {line:?} on broker {broker}:\n{timeline}");
+        }
     }
 }
 

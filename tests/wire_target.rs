@@ -105,7 +105,7 @@ fn assert_valid(schema: &str, path: &Path) -> Value {
 #[test]
 fn twenty_seeds_pass_against_serve_and_recheck_offline() {
     let server = Server::start("target-pass", &[]);
-    let url = format!("kafka://127.0.0.1:{}", server.port);
+    let url = format!("kafka://{}", server.addresses[0]);
     let history = tmp("target-pass.history.json");
     let json = tmp("target-pass.report.json");
     let args =
@@ -146,7 +146,7 @@ fn twenty_seeds_pass_against_serve_and_recheck_offline() {
 #[test]
 fn skip_aborted_index_on_fetch_is_reported_as_aborted_read_with_a_saved_history() {
     let server = Server::start("target-mutation", &["--mutation", "skip-aborted-index-on-fetch"]);
-    let url = format!("kafka://127.0.0.1:{}", server.port);
+    let url = format!("kafka://{}", server.addresses[0]);
     let json = tmp("target-mutation.report.json");
     let args = ["sweep", "--target", &url, "--seeds", "20", "--jobs", "4", "--json", json.to_str().expect("utf-8")];
     let (code, out, err) = txnsim(&args, SWEEP_TIMEOUT);
@@ -183,6 +183,19 @@ fn skip_aborted_index_on_fetch_is_reported_as_aborted_read_with_a_saved_history(
     assert!(recheck.lines().any(|l| aborted_read.contains(&&l)), "the same first witness offline:\n{recheck}");
     std::fs::remove_file(path).ok();
     // The mutation is on the fetch path only: the broker's own state stays consistent.
+    server.stop_clean();
+}
+
+/// The same workload against `serve --brokers 3` at replication factor 3 (the sweep's topics take the
+/// cluster's default), every broker named in `--target`: four seeds pass, and serve's replica checks too.
+#[test]
+fn four_seeds_pass_against_three_brokers() {
+    let server = Server::start("target-3-brokers", &["--brokers", "3", "--default-replication-factor", "3"]);
+    assert_eq!(server.addresses.len(), 3, "serve prints the three brokers' addresses");
+    let url = format!("kafka://{}", server.addresses.join(","));
+    let (code, out, err) = txnsim(&["sweep", "--target", &url, "--seeds", "4", "--jobs", "4"], SWEEP_TIMEOUT);
+    assert_eq!(code, 0, "the sweep against three unmutated brokers passes:\n{out}\n{err}");
+    assert_eq!(out.lines().last(), Some("PASS: 4 seeds, no violation"), "{out}");
     server.stop_clean();
 }
 

@@ -3,7 +3,7 @@
 //! timers.
 
 use crate::config::EngineConfig;
-use crate::controller::{PartitionRegistration, NO_LEADER};
+use crate::controller::{PartitionRegistration, CONTROLLER_ID, NO_LEADER};
 use crate::coordinator::{Ctx, PartitionLeaders, ReplyTo, TransactionCoordinator};
 use crate::error::KafkaError;
 use crate::group_coordinator::{
@@ -11,7 +11,7 @@ use crate::group_coordinator::{
     OFFSETS_TOPIC_NUM_PARTITIONS,
 };
 use crate::log::PartitionLog;
-use crate::metadata::MetadataMessage;
+use crate::metadata::{MetadataMessage, NewTopic};
 use crate::producer_state::AppendOrigin;
 use crate::protocol::{Effects, Envelope, Message, NodeId, ProduceAck, Timer, TxnMarkerEntry};
 use crate::record::{BatchProducer, EndTxnMarker, ProduceBatch};
@@ -44,6 +44,11 @@ pub struct Broker {
     /// Every partition's registration as the controller last told this broker (`KRaftMetadataCache`);
     /// empty on a single broker, which leads every partition it has.
     pub metadata_image: BTreeMap<TopicPartition, PartitionRegistration>,
+    /// Where this broker forwards topic creation (KRaft's controller, KIP-590); `None` on a single broker
+    /// that keeps its own metadata and creates topics itself.
+    pub controller: Option<NodeId>,
+    /// CreateTopics requests forwarded to the controller, by correlation id: who asked, under which id.
+    forwarded: BTreeMap<u64, (NodeId, u64)>,
     /// Requests this broker sent to a coordinator, by correlation id.
     pending_verifications: BTreeMap<u64, PendingVerification>,
     next_correlation_id: u64,
@@ -84,6 +89,9 @@ impl Rename for Broker {
         self.partitions.rename(names);
         self.coordinator.rename(names);
         self.replica_manager.rename(names);
+        for (client, _) in self.forwarded.values_mut() {
+            client.rename(names);
+        }
         for pending in self.pending_verifications.values_mut() {
             pending.client.rename(names);
             pending.batch.rename(names);
@@ -105,6 +113,8 @@ impl Broker {
             groups: GroupCoordinator::default(),
             replica_manager: ReplicaManager::default(),
             metadata_image: BTreeMap::new(),
+            controller: None,
+            forwarded: BTreeMap::new(),
             pending_verifications: BTreeMap::new(),
             next_correlation_id: 0,
         }
@@ -125,6 +135,7 @@ impl Broker {
             .collect();
         broker.replica_manager = ReplicaManager::new(id, registrations, 0);
         broker.metadata_image = registrations.clone();
+        broker.controller = Some(NodeId::Broker(CONTROLLER_ID));
         broker
     }
 
@@ -374,6 +385,12 @@ impl Broker {
                 None
             }
             Message::Metadata(MetadataMessage::PartitionChangeRecord { partition, registration }) => {
+                let NodeId::Broker(me) = self.id else { unreachable!("a broker's id is a broker id") };
+                if registration.replicas.contains(&me) && !self.partitions.contains_key(&partition) {
+                    // A partition created at run time: this broker hosts one of its replicas from now on.
+                    self.partitions.insert(partition.clone(), PartitionLog::new());
+                    self.replicate(now_ms, &mut effects, |rm, ctx| rm.add_partition(&partition, &registration, ctx));
+                }
                 self.replicate(now_ms, &mut effects, |rm, ctx| {
                     rm.apply_partition_change(&partition, &registration, ctx)
                 });
@@ -392,11 +409,47 @@ impl Broker {
                     self.leader_log(&partition).map(|log| log.latest_offset(isolation, &self.config.mutations));
                 Some(Message::ListOffsetsResponse { partition, result })
             }
+            Message::Metadata(MetadataMessage::CreateTopicsRequest { topics, validate_only })
+                if self.controller.is_some() =>
+            {
+                self.forward_create_topics(Some((reply_to.clone(), corr)), topics, validate_only, &mut effects);
+                None
+            }
+            Message::Metadata(MetadataMessage::CreateTopicsResponse { results }) => {
+                // The controller's answer to a forwarded CreateTopics; an auto-creation's has nobody waiting.
+                let answer = Message::Metadata(MetadataMessage::CreateTopicsResponse { results });
+                if let Some((client, client_corr)) = self.forwarded.remove(&corr) {
+                    effects.send(&self.id, &client, client_corr, answer);
+                }
+                None
+            }
             Message::Metadata(request) => {
                 let NodeId::Broker(id) = self.id else { unreachable!("a broker's id is a broker id") };
-                let image = &self.metadata_image;
-                crate::metadata::handle(id, self.config.num_partitions, &mut self.partitions, image, request)
-                    .map(Message::Metadata)
+                let (image, managed) = (&self.metadata_image, self.controller.is_some());
+                let reply = crate::metadata::handle(
+                    id,
+                    self.config.num_partitions,
+                    &mut self.partitions,
+                    image,
+                    managed,
+                    request,
+                );
+                // `AutoTopicCreationManager`: the topics answered LEADER_NOT_AVAILABLE are created by the controller.
+                if let Some(MetadataMessage::MetadataResponse { topics, .. }) = &reply {
+                    let created: Vec<NewTopic> = topics
+                        .iter()
+                        .filter(|(_, r)| *r == Err(KafkaError::LeaderNotAvailable))
+                        .map(|(name, _)| NewTopic {
+                            name: name.clone(),
+                            num_partitions: None,
+                            replication_factor: None,
+                        })
+                        .collect();
+                    if !created.is_empty() {
+                        self.forward_create_topics(None, created, false, &mut effects);
+                    }
+                }
+                reply.map(Message::Metadata)
             }
             Message::Group(GroupMessage::TxnOffsetCommitRequest {
                 transactional_id,
@@ -427,6 +480,28 @@ impl Broker {
             effects.send(&self.id, &reply_to, corr, message);
         }
         effects
+    }
+
+    /// Sends CreateTopics to the controller, `num.partitions` filled in where the request left it to the
+    /// broker; the answer goes back to `asker` (`ForwardingManager`), or nowhere for an auto-creation.
+    fn forward_create_topics(
+        &mut self,
+        asker: Option<(NodeId, u64)>,
+        mut topics: Vec<NewTopic>,
+        validate_only: bool,
+        effects: &mut Effects,
+    ) {
+        let controller = self.controller.clone().expect("only a controller-managed broker forwards");
+        for t in &mut topics {
+            t.num_partitions = t.num_partitions.or(Some(self.config.num_partitions as i32));
+        }
+        self.next_correlation_id += 1;
+        let corr = self.next_correlation_id;
+        if let Some(asker) = asker {
+            self.forwarded.insert(corr, asker);
+        }
+        let request = MetadataMessage::CreateTopicsRequest { topics, validate_only };
+        effects.send(&self.id, &controller, corr, Message::Metadata(request));
     }
 
     /// Produce: transactional batches that would begin a transaction on the partition are first verified

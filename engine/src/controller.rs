@@ -1,5 +1,6 @@
 //! The controller stand-in: KRaft's `QuorumController` reduced to what partition replication needs in
-//! this phase. It places replicas when the cluster starts, holds each partition's registration (replicas,
+//! this phase. It places replicas when the cluster starts and when a topic is created at run time (a
+//! broker forwards CreateTopics to it, as KRaft brokers do), holds each partition's registration (replicas,
 //! leader, leader epoch, ISR, partition epoch), commits the ISR changes leaders ask for with
 //! AlterPartition (KIP-497; `ReplicationControlManager.alterPartition`), and elects a new leader when a
 //! broker is fenced (`handleBrokerFenced`) or comes back to a partition left without one
@@ -7,7 +8,7 @@
 //! its own id, not a quorum, and it never fails.
 
 use crate::error::KafkaError;
-use crate::metadata::MetadataMessage;
+use crate::metadata::{MetadataMessage, NewTopic};
 use crate::protocol::{Effects, Envelope, Message, NodeId};
 use crate::types::TopicPartition;
 use serde::{Deserialize, Serialize};
@@ -46,6 +47,15 @@ pub struct LeaderAndIsr {
 pub struct PartitionRegistration {
     pub replicas: Vec<u32>,
     pub state: LeaderAndIsr,
+}
+
+impl PartitionRegistration {
+    /// A new partition: its whole assignment in the ISR (the replicas are all empty), the first leading
+    /// at epoch 0.
+    fn new(replicas: Vec<u32>) -> Self {
+        let state = LeaderAndIsr { leader: replicas[0], leader_epoch: 0, isr: replicas.clone(), partition_epoch: 0 };
+        PartitionRegistration { replicas, state }
+    }
 }
 
 /// How many brokers the cluster has and each topic's replication factor (capped by the broker count).
@@ -114,6 +124,8 @@ pub struct Controller {
     pub unclean_leader_election: bool,
     /// How many brokers there are, to tell each of them about a change.
     brokers: u32,
+    /// `default.replication.factor`: of a topic created without one.
+    default_replication_factor: u32,
 }
 
 impl Controller {
@@ -123,11 +135,7 @@ impl Controller {
         let partitions = topology
             .assignment(topics)
             .into_iter()
-            .map(|(tp, replicas)| {
-                let state =
-                    LeaderAndIsr { leader: replicas[0], leader_epoch: 0, isr: replicas.clone(), partition_epoch: 0 };
-                (tp, PartitionRegistration { replicas, state })
-            })
+            .map(|(tp, replicas)| (tp, PartitionRegistration::new(replicas)))
             .collect();
         Controller {
             id: NodeId::Broker(CONTROLLER_ID),
@@ -135,7 +143,40 @@ impl Controller {
             fenced: BTreeSet::new(),
             unclean_leader_election,
             brokers: topology.brokers,
+            default_replication_factor: topology.replication_factor,
         }
+    }
+
+    /// `ReplicationControlManager.createTopics`: each topic is checked (`metadata::check_new_topic`, against
+    /// the live brokers), placed as `Topology::assignment` places the cluster's first topics, registered,
+    /// and told to every live broker, which creates the replicas it hosts. The forwarding broker has
+    /// resolved `num.partitions` already. Per topic, in request order: its partition count or why not.
+    fn create_topics(
+        &mut self,
+        topics: Vec<NewTopic>,
+        validate_only: bool,
+        effects: &mut Effects,
+    ) -> Vec<(String, Result<u32, KafkaError>)> {
+        let live = self.brokers - self.fenced.len() as u32;
+        let mut results = Vec::new();
+        for t in topics {
+            let exists = self.partitions.keys().any(|tp| tp.topic == t.name);
+            let checked = crate::metadata::check_new_topic(exists, &t, 1, self.default_replication_factor, live);
+            if let (Ok((n, rf)), false) = (checked, validate_only) {
+                let topology = Topology::new(self.brokers, rf);
+                for (tp, replicas) in topology.assignment(&BTreeMap::from([(t.name.clone(), n)])) {
+                    let registration = PartitionRegistration::new(replicas);
+                    self.partitions.insert(tp.clone(), registration.clone());
+                    // Kafka's `PartitionRecord`; brokers apply it as the first change of a partition they lack.
+                    let record = MetadataMessage::PartitionChangeRecord { partition: tp, registration };
+                    for b in (0..self.brokers).filter(|b| !self.fenced.contains(b)) {
+                        effects.send(&self.id, &NodeId::Broker(b), 0, Message::Metadata(record.clone()));
+                    }
+                }
+            }
+            results.push((t.name, checked.map(|(n, _)| n)));
+        }
+        results
     }
 
     /// `ReplicationControlManager.handleBrokerFenced`: the broker leaves every ISR (unless it is the last
@@ -218,19 +259,24 @@ impl Controller {
 
     pub fn on_message(&mut self, env: Envelope) -> Effects {
         let mut effects = Effects::default();
-        let Message::Metadata(MetadataMessage::AlterPartitionRequest {
-            broker,
-            partition,
-            leader_epoch,
-            partition_epoch,
-            new_isr,
-        }) = env.message
-        else {
-            return effects; // The controller serves AlterPartition only.
+        let reply = match env.message {
+            Message::Metadata(MetadataMessage::AlterPartitionRequest {
+                broker,
+                partition,
+                leader_epoch,
+                partition_epoch,
+                new_isr,
+            }) => {
+                let result = self.alter_partition(broker, &partition, leader_epoch, partition_epoch, new_isr);
+                MetadataMessage::AlterPartitionResponse { partition, result }
+            }
+            Message::Metadata(MetadataMessage::CreateTopicsRequest { topics, validate_only }) => {
+                let results = self.create_topics(topics, validate_only, &mut effects);
+                MetadataMessage::CreateTopicsResponse { results }
+            }
+            _ => return effects, // The controller serves AlterPartition and CreateTopics only.
         };
-        let result = self.alter_partition(broker, &partition, leader_epoch, partition_epoch, new_isr);
-        let reply = Message::Metadata(MetadataMessage::AlterPartitionResponse { partition, result });
-        effects.send(&self.id, &env.from, env.correlation_id, reply);
+        effects.send(&self.id, &env.from, env.correlation_id, Message::Metadata(reply));
         effects
     }
 

@@ -43,6 +43,9 @@ pub enum KafkaError {
     FencedLeaderEpoch,
     UnknownLeaderEpoch,
     InvalidUpdateVersion,
+    /// A topic being created has no leader yet (`AutoTopicCreationManager`'s answer to an auto-creating
+    /// Metadata request on a controller-managed broker; the client asks again).
+    LeaderNotAvailable,
     /// OffsetFetch with `require_stable` (KIP-447) while a transaction's offsets for the partition are pending.
     UnstableOffsetCommit,
     /// Client-side only (`TransactionAbortedException`): a batch never sent, failed by an abort. No wire code.
@@ -50,7 +53,7 @@ pub enum KafkaError {
 }
 
 impl KafkaError {
-    pub const ALL: [KafkaError; 38] = [
+    pub const ALL: [KafkaError; 39] = [
         KafkaError::OffsetOutOfRange,
         KafkaError::UnknownTopicOrPartition,
         KafkaError::NotCoordinator,
@@ -88,6 +91,7 @@ impl KafkaError {
         KafkaError::FencedLeaderEpoch,
         KafkaError::UnknownLeaderEpoch,
         KafkaError::InvalidUpdateVersion,
+        KafkaError::LeaderNotAvailable,
         KafkaError::UnstableOffsetCommit,
     ];
 
@@ -132,6 +136,7 @@ impl KafkaError {
             KafkaError::FencedLeaderEpoch => 74,
             KafkaError::UnknownLeaderEpoch => 76,
             KafkaError::InvalidUpdateVersion => 95,
+            KafkaError::LeaderNotAvailable => 5,
             KafkaError::UnstableOffsetCommit => 88,
         }
     }
@@ -176,6 +181,7 @@ impl KafkaError {
             KafkaError::FencedLeaderEpoch => "FENCED_LEADER_EPOCH",
             KafkaError::UnknownLeaderEpoch => "UNKNOWN_LEADER_EPOCH",
             KafkaError::InvalidUpdateVersion => "INVALID_UPDATE_VERSION",
+            KafkaError::LeaderNotAvailable => "LEADER_NOT_AVAILABLE",
             KafkaError::UnstableOffsetCommit => "UNSTABLE_OFFSET_COMMIT",
         }
     }
@@ -201,6 +207,7 @@ impl KafkaError {
                 | KafkaError::NetworkException
                 | KafkaError::UnknownTopicOrPartition
                 | KafkaError::NotLeaderOrFollower
+                | KafkaError::LeaderNotAvailable
                 | KafkaError::NotEnoughReplicas
                 | KafkaError::NotEnoughReplicasAfterAppend
                 | KafkaError::UnstableOffsetCommit

@@ -211,19 +211,23 @@ pub fn topic_partition_counts(partitions: &BTreeMap<TopicPartition, PartitionLog
 
 /// The broker's answer to one metadata request; `None` for a response (the broker sends none of these).
 /// `image` is the broker's metadata cache of a replicated cluster (empty on a single broker, which leads
-/// every partition it has).
+/// every partition it has). A `controller_managed` broker creates no topic itself: the controller does
+/// (`Broker` forwards CreateTopics), and a topic auto-created by Metadata is LEADER_NOT_AVAILABLE until
+/// its records arrive (`AutoTopicCreationManager`).
 pub fn handle(
     broker_id: u32,
     num_partitions: u32,
     partitions: &mut BTreeMap<TopicPartition, PartitionLog>,
     image: &BTreeMap<TopicPartition, PartitionRegistration>,
+    controller_managed: bool,
     request: MetadataMessage,
 ) -> Option<MetadataMessage> {
     let reply = match request {
         MetadataMessage::CreateTopicsRequest { topics, validate_only } => {
             let mut results = Vec::new();
             for t in &topics {
-                let result = check_new_topic(partitions, t, num_partitions);
+                let exists = topic_partition_counts(partitions).contains_key(t.name.as_str());
+                let result = check_new_topic(exists, t, num_partitions, 1, 1).map(|(n, _)| n);
                 if let (Ok(n), false) = (result, validate_only) {
                     create_topic(partitions, &t.name, n);
                 }
@@ -232,22 +236,28 @@ pub fn handle(
             MetadataMessage::CreateTopicsResponse { results }
         }
         MetadataMessage::MetadataRequest { topics, allow_auto_topic_creation } => {
+            // The topics of the metadata cache, and those this broker keeps alone (`__consumer_offsets`).
+            let mut cached: BTreeMap<&str, u32> = BTreeMap::new();
+            for tp in image.keys() {
+                *cached.entry(tp.topic.as_str()).or_insert(0) += 1;
+            }
+            let mut counts = topic_partition_counts(partitions);
+            counts.extend(cached);
             let names: Vec<String> = match topics {
                 Some(names) => names,
-                None => topic_partition_counts(partitions).keys().map(|t| t.to_string()).collect(),
+                None => counts.keys().map(|t| t.to_string()).collect(),
             };
+            let counts: BTreeMap<String, u32> = counts.into_iter().map(|(t, n)| (t.to_string(), n)).collect();
             let mut out = Vec::new();
             let mut leaders = Vec::new();
             for name in names {
-                let known = if image.is_empty() {
-                    topic_partition_counts(partitions).get(name.as_str()).copied()
-                } else {
-                    Some(image.keys().filter(|tp| tp.topic == name).count() as u32).filter(|n| *n > 0)
-                };
-                let result = match known {
+                let result = match counts.get(&name).copied() {
                     Some(n) => Ok(n),
                     None => match validate_topic_name(&name) {
                         Err(e) => Err(e),
+                        Ok(()) if allow_auto_topic_creation && controller_managed => {
+                            Err(KafkaError::LeaderNotAvailable)
+                        }
                         // Auto-creation, as `auto.create.topics.enable=true` does on a Metadata request.
                         Ok(()) if allow_auto_topic_creation => {
                             create_topic(partitions, &name, num_partitions);
@@ -268,7 +278,7 @@ pub fn handle(
         }
         MetadataMessage::FindCoordinatorRequest { key_type: _, keys } => {
             // One broker hosts every coordinator, for groups and transactional ids alike.
-            let result: Result<u32, KafkaError> = Ok(broker_id);
+            let result: Result<u32, KafkaError> = Ok(crate::broker::COORDINATOR_BROKER);
             MetadataMessage::FindCoordinatorResponse { coordinators: keys.into_iter().map(|k| (k, result)).collect() }
         }
         MetadataMessage::EarliestOffsetRequest { partition } => {
@@ -290,15 +300,18 @@ pub fn handle(
     Some(reply)
 }
 
-/// `ControllerApis.createTopics`' checks on one broker: a legal new name, a partition count in bounds, and
-/// a replication factor this single broker can host.
-fn check_new_topic(
-    partitions: &BTreeMap<TopicPartition, PartitionLog>,
+/// `ControllerApis.createTopics`' checks: a legal new name, a partition count in bounds, and a
+/// replication factor (`default.replication.factor` if none is asked) the live brokers can host.
+/// Returns the partition count and the replication factor.
+pub fn check_new_topic(
+    exists: bool,
     t: &NewTopic,
     num_partitions: u32,
-) -> Result<u32, KafkaError> {
+    default_replication_factor: u32,
+    live_brokers: u32,
+) -> Result<(u32, u32), KafkaError> {
     validate_topic_name(&t.name)?;
-    if topic_partition_counts(partitions).contains_key(t.name.as_str()) {
+    if exists {
         return Err(KafkaError::TopicAlreadyExists);
     }
     let n = match t.num_partitions {
@@ -306,9 +319,9 @@ fn check_new_topic(
         Some(n) if n >= 1 && n as u32 <= MAX_PARTITIONS_PER_TOPIC => n as u32,
         Some(_) => return Err(KafkaError::InvalidPartitions),
     };
-    match t.replication_factor {
-        None | Some(1) => Ok(n),
-        Some(_) => Err(KafkaError::InvalidReplicationFactor),
+    match t.replication_factor.map_or(default_replication_factor as i32, i32::from) {
+        rf if rf >= 1 && rf as u32 <= live_brokers => Ok((n, rf as u32)),
+        _ => Err(KafkaError::InvalidReplicationFactor),
     }
 }
 

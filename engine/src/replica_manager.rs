@@ -362,6 +362,16 @@ impl ReplicaManager {
         self.take_role(tp, ctx);
     }
 
+    /// A partition created at run time that this broker hosts with others (`applyDelta` of a new
+    /// partition): it takes its role at once, as `start` gives every partition of a new cluster its own.
+    pub fn add_partition(&mut self, tp: &TopicPartition, reg: &PartitionRegistration, ctx: &mut ReplicaCtx<'_>) {
+        if reg.replicas.len() < 2 || self.partitions.contains_key(tp) {
+            return;
+        }
+        self.partitions.insert(tp.clone(), Partition::new(ctx.me, reg, ctx.now_ms));
+        self.take_role(tp, ctx);
+    }
+
     /// `Partition.appendRecordsToLeader`'s checks before an acks=all append: this broker leads the
     /// partition and its ISR is at least `min.insync.replicas`.
     pub fn check_append(&self, tp: &TopicPartition, ctx: &ReplicaCtx<'_>) -> Result<(), KafkaError> {

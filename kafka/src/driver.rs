@@ -1,8 +1,10 @@
 //! The fourth driver of the sans-io engine: Kafka requests in, Kafka responses out, with no sockets and
 //! no clock of its own. The server hands it frames per connection and the wall-clock time; it turns each
-//! request into engine `Message`s from that connection's client `NodeId`, runs the broker until quiet
-//! (its self-sends: KIP-890 verification, WriteTxnMarkers), fires the broker's timers when they fall due,
-//! checks every state invariant after every step, and encodes the engine's answers.
+//! request into engine `Message`s from that connection's client `NodeId` to the broker whose listener
+//! accepted the connection, runs the cluster until quiet (KIP-890 verification, WriteTxnMarkers, replica
+//! fetches, AlterPartition, the controller's records: all the engine's own messages), fires the brokers'
+//! timers and replication deadlines when they fall due, checks every state invariant after every step,
+//! and encodes the engine's answers. One broker keeps its own metadata; more get the engine's controller.
 //!
 //! A connection is served one request at a time, as Kafka's `SocketServer` mutes a channel until its
 //! response is sent: a Fetch with nothing to return waits (up to `max_wait_ms`, Kafka's fetch purgatory)
@@ -30,6 +32,7 @@ use kafka_protocol::messages::txn_offset_commit_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use std::collections::{BTreeMap, VecDeque};
+use txnsim_engine::controller::{Controller, Topology, CONTROLLER_ID, NO_LEADER};
 use txnsim_engine::group_coordinator::{GroupMessage, GROUP_METADATA_TOPIC};
 use txnsim_engine::metadata::{CoordinatorType, MetadataMessage, NewTopic};
 use txnsim_engine::protocol::{Effects, Envelope, Message, NodeId, Timer};
@@ -37,14 +40,17 @@ use txnsim_engine::{
     Broker, EngineConfig, IsolationLevel, KafkaError, Offset, ProducerIdAndEpoch, TimeMs, TopicPartition,
     TransactionResult, TransactionVersion,
 };
-use txnsim_properties::{check_group_offsets, check_state, ClusterView, MonotonicityChecker, Violation};
+use txnsim_properties::{
+    check_group_offsets, check_replicas, check_state, ClusterView, MonotonicityChecker, Violation,
+};
 use uuid::Uuid;
 
 mod groups;
 
 pub type ConnId = u64;
 
-/// The broker's id: one broker leads every partition.
+/// The broker of a one-broker cluster, and in a larger one the leader of every partition as placed
+/// (`Topology::assignment`) and the coordinators' host (`COORDINATOR_BROKER`).
 pub const BROKER_ID: u32 = 0;
 /// Deliveries one request may cause before the broker is declared stuck (`Cluster::MAX_STEPS_PER_RUN`).
 const MAX_STEPS_PER_REQUEST: usize = txnsim_engine::cluster::MAX_STEPS_PER_RUN;
@@ -82,6 +88,8 @@ enum Waiting {
 
 #[derive(Default)]
 struct Connection {
+    /// The broker whose listener accepted it: every request on it goes to that broker.
+    broker: u32,
     queue: VecDeque<Bytes>,
     waiting: Option<Waiting>,
 }
@@ -98,10 +106,16 @@ enum Reply {
 }
 
 pub struct Driver {
-    broker: Broker,
-    host: StrBytes,
-    port: i32,
-    timers: BTreeMap<(TimeMs, u64), Timer>,
+    /// Broker `i` is `brokers[i]`.
+    brokers: Vec<Broker>,
+    /// The controller of a cluster of more than one broker; a single broker keeps its own metadata.
+    controller: Option<Controller>,
+    /// Where clients reach each broker, as Metadata and FindCoordinator advertise it.
+    addresses: Vec<(StrBytes, i32)>,
+    /// The broker the request being served was sent to.
+    serving: u32,
+    /// Broker timers, with the broker that set each.
+    timers: BTreeMap<(TimeMs, u64), (u32, Timer)>,
     next_timer_seq: u64,
     next_correlation_id: u64,
     stored: BTreeMap<(TopicPartition, Offset), StoredRecord>,
@@ -111,6 +125,8 @@ pub struct Driver {
     unreported: Vec<Violation>,
     /// Engine answers to clients not yet collected, by correlation id.
     answers: BTreeMap<u64, Message>,
+    /// `replica_fingerprint` when the replica invariants last ran.
+    replicas_checked: Vec<(Offset, Offset, u32, i32, Vec<u32>)>,
     pub timeline: Timeline,
 }
 
@@ -131,14 +147,33 @@ fn error_code(result: &Result<impl Sized, KafkaError>) -> i16 {
 }
 
 impl Driver {
-    /// `host:port` is what Metadata and FindCoordinator advertise: where clients reach this broker.
+    /// One broker; `host:port` is what Metadata and FindCoordinator advertise: where clients reach it.
     pub fn new(config: EngineConfig, host: &str, port: u16, now_ms: TimeMs) -> Self {
-        let mut broker = Broker::new(BROKER_ID, &BTreeMap::new(), config);
-        let start = broker.on_start(now_ms);
+        Driver::cluster(config, &[(host.to_string(), port)], 1, now_ms)
+    }
+
+    /// Broker `i` reachable at `addresses[i]` (1 to `MAX_BROKERS` of them); topics created without a
+    /// replication factor get `default_replication_factor`. `Topology::validate` must accept the two.
+    pub fn cluster(
+        config: EngineConfig,
+        addresses: &[(String, u16)],
+        default_replication_factor: u32,
+        now_ms: TimeMs,
+    ) -> Self {
+        let n = addresses.len() as u32;
+        let (brokers, controller) = if n == 1 {
+            (vec![Broker::new(BROKER_ID, &BTreeMap::new(), config)], None)
+        } else {
+            let topology = Topology::new(n, default_replication_factor);
+            let controller = Controller::new(&BTreeMap::new(), &topology, config.unclean_leader_election_enable);
+            let brokers = (0..n).map(|id| Broker::with_registrations(id, &controller.partitions, config.clone()));
+            (brokers.collect(), Some(controller))
+        };
         let mut driver = Driver {
-            broker,
-            host: str_bytes(host),
-            port: port as i32,
+            brokers,
+            controller,
+            addresses: addresses.iter().map(|(h, p)| (str_bytes(h), *p as i32)).collect(),
+            serving: BROKER_ID,
             timers: BTreeMap::new(),
             next_timer_seq: 0,
             next_correlation_id: 0,
@@ -148,14 +183,28 @@ impl Driver {
             violations: Vec::new(),
             unreported: Vec::new(),
             answers: BTreeMap::new(),
+            replicas_checked: Vec::new(),
             timeline: Timeline::default(),
         };
-        driver.run(now_ms, start);
+        for id in 0..n {
+            let start = driver.brokers[id as usize].on_start(now_ms);
+            driver.run(now_ms, id, start);
+        }
         driver
     }
 
+    /// Broker 0: the only one, or the leader of every partition.
     pub fn broker(&self) -> &Broker {
-        &self.broker
+        &self.brokers[BROKER_ID as usize]
+    }
+
+    pub fn brokers(&self) -> &[Broker] {
+        &self.brokers
+    }
+
+    /// A connection accepted by broker `broker`'s listener (a connection never announced is broker 0's).
+    pub fn on_connect(&mut self, conn: ConnId, broker: u32) {
+        self.connections.insert(conn, Connection { broker, ..Connection::default() });
     }
 
     /// Every violation seen so far, first occurrence of each.
@@ -168,9 +217,14 @@ impl Driver {
         std::mem::take(&mut self.unreported)
     }
 
-    /// When the driver next needs `on_tick`: a broker timer, a group deadline or a waiting Fetch's.
+    /// When the driver next needs `on_tick`: a broker timer or replication deadline, a group deadline
+    /// or a waiting Fetch's.
     pub fn next_deadline_ms(&self) -> Option<TimeMs> {
         let timer = self.timers.keys().next().map(|k| k.0);
+        let brokers = self.brokers.iter().filter_map(|b| {
+            let replication = b.next_replication_deadline_ms();
+            replication.into_iter().chain(b.groups.next_deadline_ms()).min()
+        });
         let fetch = self
             .connections
             .values()
@@ -179,7 +233,7 @@ impl Driver {
                 _ => None,
             })
             .min();
-        timer.into_iter().chain(fetch).chain(self.broker.groups.next_deadline_ms()).min()
+        timer.into_iter().chain(fetch).chain(brokers).min()
     }
 
     pub fn on_disconnect(&mut self, conn: ConnId) {
@@ -203,23 +257,34 @@ impl Driver {
         out
     }
 
-    /// Fires the broker timers that are due and answers the fetches whose wait is over.
+    /// Fires the broker timers that are due, then each broker's replication work and group deadlines
+    /// that are due (once each: what they set for now is the next tick's), and answers the fetches whose
+    /// wait is over.
     pub fn on_tick(&mut self, now_ms: TimeMs) -> Vec<Output> {
         let mut out = Vec::new();
         while let Some((&key, _)) = self.timers.iter().next() {
             if key.0 > now_ms {
                 break;
             }
-            let timer = self.timers.remove(&key).expect("found above");
+            let (id, timer) = self.timers.remove(&key).expect("found above");
             let line = format!("timer {timer:?}");
-            let effects = self.broker.on_timer(now_ms, timer);
-            self.after_broker_step(now_ms, line);
-            self.run(now_ms, effects);
+            let effects = self.brokers[id as usize].on_timer(now_ms, timer);
+            self.after_broker_step(now_ms, id, line);
+            self.run(now_ms, id, effects);
         }
-        if self.broker.groups.next_deadline_ms().is_some_and(|due| due <= now_ms) {
-            let effects = self.broker.tick_groups(now_ms);
-            self.after_broker_step(now_ms, "group deadlines".to_string());
-            self.run(now_ms, effects);
+        for id in 0..self.brokers.len() as u32 {
+            let b = &mut self.brokers[id as usize];
+            if b.next_replication_deadline_ms().is_some_and(|due| due <= now_ms) {
+                let effects = b.tick_replication(now_ms);
+                self.after_broker_step(now_ms, id, "replication deadlines".to_string());
+                self.run(now_ms, id, effects);
+            }
+            let b = &mut self.brokers[id as usize];
+            if b.groups.next_deadline_ms().is_some_and(|due| due <= now_ms) {
+                let effects = b.tick_groups(now_ms);
+                self.after_broker_step(now_ms, id, "group deadlines".to_string());
+                self.run(now_ms, id, effects);
+            }
         }
         self.wake(now_ms, true, &mut out);
         out
@@ -227,6 +292,7 @@ impl Driver {
 
     /// Serves one frame, or closes the connection if it cannot be parsed.
     fn serve(&mut self, now_ms: TimeMs, conn: ConnId, body: Bytes, out: &mut Vec<Output>) {
+        self.serving = self.connections.get(&conn).map_or(BROKER_ID, |c| c.broker);
         match self.handle(now_ms, conn, body) {
             Ok(Some((header, Reply::Response(response)))) => match encode_response(&header, &response) {
                 Ok(bytes) => out.push(Output::Send(conn, bytes)),
@@ -260,6 +326,7 @@ impl Driver {
             let Some(waiting) = self.connections.get_mut(&conn).and_then(|c| c.waiting.take()) else { continue };
             let (header, response) = match waiting {
                 Waiting::Fetch { header, request, deadline_ms } => {
+                    self.serving = self.connections.get(&conn).map_or(BROKER_ID, |c| c.broker);
                     let (response, has_data) = self.fetch(now_ms, conn, header.request_api_version, &request);
                     if !(has_data || expire && now_ms >= deadline_ms) {
                         let waiting = Waiting::Fetch { header, request, deadline_ms };
@@ -406,16 +473,17 @@ impl Driver {
 
     // ------------------------------------------------------------ the engine
 
-    /// Sends `messages` from `node` to the broker, runs until quiet, and returns each one's answer.
+    /// Sends `messages` from `node` to the broker serving the request, runs until quiet, and returns
+    /// each one's answer.
     fn call(&mut self, now_ms: TimeMs, node: &NodeId, messages: Vec<Message>) -> Vec<Option<Message>> {
         let mut effects = Effects::default();
         let mut ids = Vec::new();
         for message in messages {
             self.next_correlation_id += 1;
             ids.push(self.next_correlation_id);
-            effects.send(node, &NodeId::Broker(BROKER_ID), self.next_correlation_id, message);
+            effects.send(node, &NodeId::Broker(self.serving), self.next_correlation_id, message);
         }
-        self.run(now_ms, effects);
+        self.run(now_ms, self.serving, effects);
         ids.into_iter().map(|id| self.answers.remove(&id)).collect()
     }
 
@@ -424,20 +492,29 @@ impl Driver {
         self.next_correlation_id += 1;
         let id = self.next_correlation_id;
         let mut effects = Effects::default();
-        effects.send(node, &NodeId::Broker(BROKER_ID), id, message);
-        self.run(now_ms, effects);
+        effects.send(node, &NodeId::Broker(self.serving), id, message);
+        self.run(now_ms, self.serving, effects);
         id
     }
 
-    /// Delivers messages (the broker's sends to itself too) until none is left; answers to clients land
-    /// in `answers` by correlation id. Timers are kept for `on_tick`.
-    fn run(&mut self, now_ms: TimeMs, effects: Effects) {
+    /// Delivers messages (between brokers, to and from the controller) until none is left; answers to
+    /// clients land in `answers` by correlation id. Timers set by broker `from`'s `effects` and by the
+    /// steps after are kept for `on_tick`.
+    fn run(&mut self, now_ms: TimeMs, from: u32, effects: Effects) {
         let mut network: VecDeque<Envelope> = VecDeque::new();
-        self.absorb(effects, &mut network);
+        self.absorb(from, effects, &mut network);
         for _ in 0..MAX_STEPS_PER_REQUEST {
             let Some(env) = network.pop_front() else { return };
             match env.to {
-                NodeId::Broker(_) => {
+                NodeId::Broker(CONTROLLER_ID) => {
+                    let line = format!("recv {} from {}", txnsim_sim::world::describe(&env), env.from);
+                    self.timeline.event(now_ms, "controller", || line);
+                    // Only a cluster of several brokers has a controller, and only its brokers write to it.
+                    let controller = self.controller.as_mut().expect("a broker wrote to a cluster's controller");
+                    let effects = controller.on_message(env);
+                    self.absorb(CONTROLLER_ID, effects, &mut network);
+                }
+                NodeId::Broker(id) => {
                     let line = format!("recv {} from {}", txnsim_sim::world::describe(&env), env.from);
                     // Reads change no log and no coordinator state: the invariants need not look again.
                     let reads =
@@ -445,13 +522,13 @@ impl Driver {
                             env.message,
                             Message::FetchRequest { .. } | Message::ListOffsetsRequest { .. } | Message::Group(_)
                         ) && !matches!(env.message, Message::Group(GroupMessage::TxnOffsetCommitRequest { .. }));
-                    let effects = self.broker.on_message(now_ms, env);
+                    let effects = self.brokers[id as usize].on_message(now_ms, env);
                     if reads {
-                        self.timeline.broker_step(now_ms, &self.broker, line);
+                        self.timeline.broker_step(now_ms, &self.brokers[id as usize], line);
                     } else {
-                        self.after_broker_step(now_ms, line);
+                        self.after_broker_step(now_ms, id, line);
                     }
-                    self.absorb(effects, &mut network);
+                    self.absorb(id, effects, &mut network);
                 }
                 NodeId::Client(ref name) => {
                     let line = format!("recv {}", txnsim_sim::world::describe(&env));
@@ -463,22 +540,35 @@ impl Driver {
         panic!("the broker kept itself busy past {MAX_STEPS_PER_REQUEST} deliveries for one request");
     }
 
-    fn absorb(&mut self, effects: Effects, network: &mut VecDeque<Envelope>) {
+    fn absorb(&mut self, from: u32, effects: Effects, network: &mut VecDeque<Envelope>) {
         network.extend(effects.sends);
         for (due, timer) in effects.timers {
             self.next_timer_seq += 1;
-            self.timers.insert((due, self.next_timer_seq), timer);
+            self.timers.insert((due, self.next_timer_seq), (from, timer));
         }
     }
 
-    /// After every broker step: the timeline line with what changed in the logs, then every state
-    /// invariant of the catalogue on the live broker.
-    fn after_broker_step(&mut self, now_ms: TimeMs, line: String) {
-        self.timeline.broker_step(now_ms, &self.broker, line);
-        let view = ClusterView::of_broker(&self.broker);
-        let mut found = check_state(&view);
-        found.extend(self.monotonicity.observe(&view));
-        found.extend(check_group_offsets(&self.broker));
+    /// After every step of broker `id`: the timeline line with what changed in its logs, then every state
+    /// invariant of the catalogue on the live cluster: broker 0's logs (every partition's leader, as no
+    /// leader changes over the wire) and coordinators, and each follower's replicas against its leader's.
+    fn after_broker_step(&mut self, now_ms: TimeMs, id: u32, line: String) {
+        self.timeline.broker_step(now_ms, &self.brokers[id as usize], line);
+        let mut found = Vec::new();
+        // A follower's step changes only its own replicas: broker 0's state needs no second look.
+        if id == BROKER_ID {
+            let leader = &self.brokers[BROKER_ID as usize];
+            let view = ClusterView::of_broker(leader);
+            found.extend(check_state(&view));
+            found.extend(self.monotonicity.observe(&view));
+            found.extend(check_group_offsets(leader));
+        }
+        // The replica invariants read every replica's batches: only when a log end, HW, leader or ISR
+        // moved (the followers' long-poll fetches come and go without moving any, twice a second each).
+        let replicas = self.replica_fingerprint();
+        if replicas != self.replicas_checked {
+            found.extend(check_replicas(&self.brokers));
+            self.replicas_checked = replicas;
+        }
         for v in found {
             if self.violations.iter().any(|seen| seen.invariant == v.invariant) {
                 continue;
@@ -487,6 +577,18 @@ impl Driver {
             self.violations.push(v.clone());
             self.unreported.push(v);
         }
+    }
+
+    /// Per replicated partition on each broker: its log end, HW, leader, leader epoch and ISR.
+    fn replica_fingerprint(&self) -> Vec<(Offset, Offset, u32, i32, Vec<u32>)> {
+        let hosted =
+            self.brokers.iter().flat_map(|b| b.replica_manager.partitions.iter().map(move |(tp, p)| (b, tp, p)));
+        hosted
+            .map(|(b, tp, p)| {
+                let (leo, hw) = b.partition(tp).map_or((0, 0), |l| (l.log_end_offset(), l.high_watermark()));
+                (leo, hw, p.leader, p.leader_epoch, p.isr.iter().copied().collect())
+            })
+            .collect()
     }
 
     fn metadata_call(&mut self, now_ms: TimeMs, node: &NodeId, request: MetadataMessage) -> MetadataMessage {
@@ -498,11 +600,16 @@ impl Driver {
 
     // ------------------------------------------------------------ cluster metadata
 
+    /// The broker serving the request.
+    fn serving_broker(&self) -> &Broker {
+        &self.brokers[self.serving as usize]
+    }
+
+    /// The topic named by `id` among those the serving broker hosts or has in its metadata cache.
     fn topic_name_of(&self, id: Uuid) -> Option<String> {
-        txnsim_engine::metadata::topic_partition_counts(&self.broker.partitions)
-            .keys()
-            .find(|t| topic_id(t) == id)
-            .map(|t| t.to_string())
+        let b = self.serving_broker();
+        let names = b.partitions.keys().chain(b.metadata_image.keys()).map(|tp| &tp.topic);
+        names.clone().find(|t| topic_id(t) == id).cloned()
     }
 
     fn metadata(&mut self, now_ms: TimeMs, node: &NodeId, version: i16, r: MetadataRequest) -> MetadataResponse {
@@ -528,15 +635,24 @@ impl Driver {
         };
         let request =
             MetadataMessage::MetadataRequest { topics, allow_auto_topic_creation: r.allow_auto_topic_creation };
-        let MetadataMessage::MetadataResponse { topics, .. } = self.metadata_call(now_ms, node, request) else {
+        let MetadataMessage::MetadataResponse { topics, leaders } = self.metadata_call(now_ms, node, request) else {
             unreachable!("Metadata answers Metadata")
         };
         let mut response = MetadataResponse::default();
-        let mut broker = MetadataResponseBroker::default();
-        broker.node_id = (BROKER_ID as i32).into();
-        broker.host = self.host.clone();
-        broker.port = self.port;
-        response.brokers = vec![broker];
+        response.brokers = (0..)
+            .zip(&self.addresses)
+            .map(|(id, (host, port))| {
+                let mut broker = MetadataResponseBroker::default();
+                broker.node_id = id.into();
+                broker.host = host.clone();
+                broker.port = *port;
+                broker
+            })
+            .collect();
+        // Leader and leader epoch as the engine answered; replicas and ISR from the same metadata cache.
+        let leaders: BTreeMap<TopicPartition, (u32, i32)> =
+            leaders.into_iter().map(|(tp, leader, epoch)| (tp, (leader, epoch))).collect();
+        let wire_id = |b: u32| if b == NO_LEADER { -1 } else { b as i32 };
         if version >= 2 {
             response.cluster_id = Some(StrBytes::from_static_str("txnsim"));
         }
@@ -553,12 +669,21 @@ impl Driver {
             t.is_internal = name == GROUP_METADATA_TOPIC;
             t.name = Some(str_bytes(&name).into());
             for p in 0..result.unwrap_or(0) {
+                let tp = TopicPartition::new(&name, p);
+                let (leader, epoch) = leaders.get(&tp).copied().unwrap_or((self.serving, 0));
+                let (replicas, isr) = match self.serving_broker().metadata_image.get(&tp) {
+                    Some(reg) => (reg.replicas.clone(), reg.state.isr.clone()),
+                    None => (vec![self.serving], vec![self.serving]),
+                };
                 let mut mp = MetadataResponsePartition::default();
                 mp.partition_index = p as i32;
-                mp.leader_id = (BROKER_ID as i32).into();
-                mp.leader_epoch = 0;
-                mp.replica_nodes = vec![(BROKER_ID as i32).into()];
-                mp.isr_nodes = vec![(BROKER_ID as i32).into()];
+                mp.leader_id = wire_id(leader).into();
+                mp.leader_epoch = epoch;
+                if leader == NO_LEADER {
+                    mp.error_code = KafkaError::LeaderNotAvailable.code();
+                }
+                mp.replica_nodes = replicas.into_iter().map(|r| wire_id(r).into()).collect();
+                mp.isr_nodes = isr.into_iter().map(|r| wire_id(r).into()).collect();
                 t.partitions.push(mp);
             }
             response.topics.push(t);
@@ -581,6 +706,11 @@ impl Driver {
     ) -> CreateTopicsResponse {
         let mut manual = Vec::new();
         let mut topics = Vec::new();
+        let asked_rf: BTreeMap<String, Option<i16>> = r
+            .topics
+            .iter()
+            .map(|t| (t.name.0.to_string(), (t.replication_factor != -1).then_some(t.replication_factor)))
+            .collect();
         for t in r.topics {
             let name = t.name.0.to_string();
             if !t.assignments.is_empty() {
@@ -607,7 +737,11 @@ impl Driver {
             }
             if version >= 5 {
                 t.num_partitions = result.map_or(-1, |n| n as i32);
-                t.replication_factor = if result.is_ok() { 1 } else { -1 };
+                // As the metadata cache placed it (validate-only: as asked, or 1 where nothing was asked).
+                let placed = self.serving_broker().metadata_image.get(&TopicPartition::new(&name, 0));
+                let asked = asked_rf.get(&name).copied().flatten().unwrap_or(1);
+                let rf = placed.map_or(asked, |r| r.replicas.len() as i16);
+                t.replication_factor = if result.is_ok() { rf } else { -1 };
             }
             if let Err(e) = result {
                 t.error_message = Some(str_bytes(e.name()));
@@ -663,9 +797,10 @@ impl Driver {
                 c.error_code = error_code(&result);
                 match result {
                     Ok(id) => {
+                        let (host, port) = self.addresses[id as usize].clone();
                         c.node_id = (id as i32).into();
-                        c.host = self.host.clone();
-                        c.port = self.port;
+                        c.host = host;
+                        c.port = port;
                     }
                     Err(e) => {
                         c.node_id = (-1).into();
@@ -752,7 +887,7 @@ impl Driver {
         let mut response = AddPartitionsToTxnResponse::default();
         let mut by_topic: BTreeMap<String, Vec<AddPartitionsToTxnPartitionResult>> = BTreeMap::new();
         for (topic, p) in asked {
-            let exists = p >= 0 && self.broker.partition(&TopicPartition::new(&topic, p as u32)).is_some();
+            let exists = p >= 0 && self.serving_broker().partition(&TopicPartition::new(&topic, p as u32)).is_some();
             let code = match result {
                 Ok(()) => 0,
                 // `AddPartitionsToTxnRequest`: the known partitions of a refused request were not attempted.
@@ -983,7 +1118,7 @@ impl Driver {
             }
             if version >= 5 {
                 pr.log_start_offset =
-                    tp.and_then(|tp| self.broker.partition(&tp)).map_or(-1, |l| l.log_start_offset() as i64);
+                    tp.and_then(|tp| self.serving_broker().partition(&tp)).map_or(-1, |l| l.log_start_offset() as i64);
             }
             response.responses[ti].partition_responses.push(pr);
         }

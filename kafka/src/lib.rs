@@ -1,5 +1,5 @@
-//! The engine behind Kafka's wire protocol: `txnsim serve`, a single broker that real Kafka clients
-//! talk to over loopback. Codecs are the `kafka-protocol` crate's (Kafka 4.1 schemas); `driver` is the
+//! The engine behind Kafka's wire protocol: `txnsim serve`, a cluster of 1 to 5 brokers (each on its
+//! own port) that real Kafka clients talk to over loopback. Codecs are the `kafka-protocol` crate's (Kafka 4.1 schemas); `driver` is the
 //! sans-io translation between requests and engine messages, `server` owns the sockets and the clock.
 
 pub mod api;

@@ -1,6 +1,7 @@
-//! `txnsim serve`: sockets and the wall clock around the sans-io `Driver`. One thread accepts, one thread
-//! per connection reads frames, and the main thread owns the driver: it applies each frame, fires timers
-//! when they fall due and writes the answers, so the engine is only ever touched by one thread.
+//! `txnsim serve`: sockets and the wall clock around the sans-io `Driver`. One thread per broker accepts
+//! on that broker's port, one thread per connection reads frames, and the main thread owns the driver: it
+//! applies each frame, fires timers when they fall due and writes the answers, so the engine is only ever
+//! touched by one thread.
 
 use crate::driver::{ConnId, Driver, Output};
 use crate::frame::{self, FrameError};
@@ -11,9 +12,11 @@ use std::io::{BufWriter, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+use txnsim_engine::controller::MAX_BROKERS;
 use txnsim_engine::{EngineConfig, Mutation, Mutations};
 
 /// Connections served at once; more are closed on accept (Kafka's `max.connections`, unbounded there).
@@ -25,9 +28,22 @@ const MAX_IDLE: Duration = Duration::from_millis(100);
 
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
-    /// Where to listen: a loopback address (port 0 picks a free port; the chosen one is printed).
+    /// Where to listen: a loopback address (port 0 picks a free port; the chosen one is printed). Broker
+    /// `i` listens on this port + `i` (with port 0, each on a free port of its own).
     #[arg(long, default_value = "127.0.0.1:9092")]
     pub addr: SocketAddr,
+    /// Brokers in the cluster (1 to 5): one keeps its own metadata; more replicate through the engine's
+    /// controller, broker 0 leading every partition and hosting the coordinators.
+    #[arg(long, default_value_t = 1)]
+    pub brokers: u32,
+    /// `default.replication.factor`: replicas of a topic created without a count (Kafka's default 1), at
+    /// most `--brokers`.
+    #[arg(long, default_value_t = 1)]
+    pub default_replication_factor: u32,
+    /// `min.insync.replicas` (Kafka's default 1): an acks=all write needs this many replicas in the ISR
+    /// (capped by the topic's replication factor).
+    #[arg(long, default_value_t = 1)]
+    pub min_insync_replicas: u32,
     /// `num.partitions`: partitions of a topic created without a count (auto-created or CreateTopics -1).
     #[arg(long, default_value_t = 1)]
     pub partitions: u32,
@@ -48,7 +64,8 @@ pub struct ServeArgs {
 }
 
 enum Event {
-    Open(ConnId, TcpStream),
+    /// A connection accepted by this broker's listener.
+    Open(ConnId, u32, TcpStream),
     Frame(ConnId, bytes::Bytes),
     Closed(ConnId, Option<String>),
 }
@@ -70,6 +87,21 @@ pub fn run_serve(args: &ServeArgs) -> ExitCode {
         eprintln!("error: --partitions must be 1..={}", txnsim_engine::metadata::MAX_PARTITIONS_PER_TOPIC);
         return ExitCode::from(2);
     }
+    if !(1..=MAX_BROKERS).contains(&args.brokers) {
+        eprintln!("error: --brokers must be 1..={MAX_BROKERS}, got {}", args.brokers);
+        return ExitCode::from(2);
+    }
+    if !(1..=args.brokers).contains(&args.default_replication_factor) {
+        eprintln!(
+            "error: --default-replication-factor must be 1..={} (the broker count), got {}",
+            args.brokers, args.default_replication_factor
+        );
+        return ExitCode::from(2);
+    }
+    if args.min_insync_replicas == 0 {
+        eprintln!("error: --min-insync-replicas must be at least 1");
+        return ExitCode::from(2);
+    }
     if args.transaction_abort_timed_out_transaction_cleanup_interval_ms == 0 {
         eprintln!("error: --transaction-abort-timed-out-transaction-cleanup-interval-ms must be at least 1");
         return ExitCode::from(2);
@@ -81,14 +113,30 @@ pub fn run_serve(args: &ServeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let listener = match TcpListener::bind(args.addr) {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("error: cannot listen on {}: {e}", args.addr);
+    let mut addrs = Vec::new();
+    for i in 0..args.brokers {
+        let port = match args.addr.port() {
+            0 => Some(0),
+            p => u16::try_from(p as u32 + i).ok(),
+        };
+        let Some(port) = port else {
+            eprintln!("error: --addr {} leaves no port for broker {i} (port + {i} > 65535)", args.addr);
             return ExitCode::from(2);
+        };
+        addrs.push(SocketAddr::new(args.addr.ip(), port));
+    }
+    let mut listeners = Vec::new();
+    for (i, addr) in addrs.into_iter().enumerate() {
+        match TcpListener::bind(addr) {
+            Ok(l) => listeners.push(l),
+            Err(e) => {
+                eprintln!("error: cannot listen on {addr} (broker {i}): {e}");
+                return ExitCode::from(2);
+            }
         }
-    };
-    let local = listener.local_addr().expect("a bound listener has an address");
+    }
+    let locals: Vec<SocketAddr> =
+        listeners.iter().map(|l| l.local_addr().expect("a bound listener has an address")).collect();
     // SAFETY: the handler only stores to an atomic (async-signal-safe); no other thread exists yet.
     unsafe {
         libc::signal(libc::SIGINT, on_stop as extern "C" fn(libc::c_int) as libc::sighandler_t);
@@ -99,19 +147,38 @@ pub fn run_serve(args: &ServeArgs) -> ExitCode {
         group_initial_rebalance_delay_ms: args.group_initial_rebalance_delay_ms,
         abort_timed_out_cleanup_interval_ms: args.transaction_abort_timed_out_transaction_cleanup_interval_ms,
         mutations: args.mutation.map(Mutations::one).unwrap_or_default(),
+        min_insync_replicas: args.min_insync_replicas,
         ..EngineConfig::default()
     };
     let start = Instant::now();
     let now_ms = || start.elapsed().as_millis() as u64;
-    let mut driver = Driver::new(config, &local.ip().to_string(), local.port(), now_ms());
+    let addresses: Vec<(String, u16)> = locals.iter().map(|a| (a.ip().to_string(), a.port())).collect();
+    let mut driver = Driver::cluster(config, &addresses, args.default_replication_factor, now_ms());
     if timeline.is_some() {
         driver.timeline.enable();
     }
-    println!("txnsim serve: listening on {local} (transaction.version 1, one broker, id 0)");
+    if args.brokers == 1 {
+        println!("txnsim serve: listening on {} (transaction.version 1, one broker, id 0)", locals[0]);
+    } else {
+        let each: Vec<String> = locals.iter().enumerate().map(|(i, a)| format!("broker {i} on {a}")).collect();
+        println!(
+            "txnsim serve: listening as {} brokers: {} (transaction.version 1, default.replication.factor {}, \
+             min.insync.replicas {})",
+            args.brokers,
+            each.join(" / "),
+            args.default_replication_factor,
+            args.min_insync_replicas
+        );
+    }
     std::io::stdout().flush().ok();
 
     let (events, inbox) = mpsc::channel();
-    std::thread::spawn(move || accept_loop(listener, events));
+    let (open, next_id) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicU64::new(0)));
+    for (broker, listener) in (0..).zip(listeners) {
+        let (events, open, next_id) = (events.clone(), open.clone(), next_id.clone());
+        std::thread::spawn(move || accept_loop(listener, broker, events, open, next_id));
+    }
+    drop(events);
     let mut streams: BTreeMap<ConnId, TcpStream> = BTreeMap::new();
     while !STOP.load(Ordering::Relaxed) {
         let wait = driver
@@ -120,8 +187,9 @@ pub fn run_serve(args: &ServeArgs) -> ExitCode {
             .unwrap_or(MAX_IDLE)
             .min(MAX_IDLE);
         let mut outputs = match inbox.recv_timeout(wait) {
-            Ok(Event::Open(id, stream)) => {
+            Ok(Event::Open(id, broker, stream)) => {
                 streams.insert(id, stream);
+                driver.on_connect(id, broker);
                 Vec::new()
             }
             Ok(Event::Frame(id, body)) => driver.on_frame(now_ms(), id, body),
@@ -175,19 +243,26 @@ pub fn run_serve(args: &ServeArgs) -> ExitCode {
     }
 }
 
-fn accept_loop(listener: TcpListener, events: Sender<Event>) {
-    let open = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    for (id, stream) in listener.incoming().enumerate() {
+/// Accepts broker `broker`'s connections; ids are unique across the brokers' listeners, and
+/// `MAX_CONNECTIONS` bounds all of them together.
+fn accept_loop(
+    listener: TcpListener,
+    broker: u32,
+    events: Sender<Event>,
+    open: Arc<AtomicUsize>,
+    next_id: Arc<AtomicU64>,
+) {
+    for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
         if open.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
             stream.shutdown(Shutdown::Both).ok();
             continue;
         }
-        let id = id as ConnId;
+        let id: ConnId = next_id.fetch_add(1, Ordering::Relaxed);
         stream.set_nodelay(true).ok();
         stream.set_write_timeout(Some(WRITE_TIMEOUT)).ok();
         let Ok(writer) = stream.try_clone() else { continue };
-        if events.send(Event::Open(id, writer)).is_err() {
+        if events.send(Event::Open(id, broker, writer)).is_err() {
             return;
         }
         open.fetch_add(1, Ordering::Relaxed);

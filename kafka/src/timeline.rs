@@ -12,8 +12,8 @@ use txnsim_engine::{Broker, Offset, TimeMs, TopicPartition};
 pub struct Timeline {
     enabled: bool,
     lines: Vec<String>,
-    /// Per partition: the log end and the number of index entries already described.
-    seen: BTreeMap<TopicPartition, (Offset, usize)>,
+    /// Per broker and partition: the log end and the number of index entries already described.
+    seen: BTreeMap<(String, TopicPartition), (Offset, usize)>,
 }
 
 impl Timeline {
@@ -51,7 +51,8 @@ impl Timeline {
         self.event(now_ms, &node, || format!("{line} | LEO/HW/LSO {}", summary.join(" ")));
         let mut added = Vec::new();
         for (tp, log) in &broker.partitions {
-            let (end, entries) = self.seen.get(tp).copied().unwrap_or((0, 0));
+            let key = (node.clone(), tp.clone());
+            let (end, entries) = self.seen.get(&key).copied().unwrap_or((0, 0));
             for b in log.batches().filter(|b| b.base_offset >= end) {
                 added.push(match &b.body {
                     BatchBody::Data(records) => format!(
@@ -76,7 +77,7 @@ impl Timeline {
                     e.producer_id, e.first_offset, e.last_offset, e.last_stable_offset
                 ));
             }
-            self.seen.insert(tp.clone(), (log.log_end_offset(), index.len()));
+            self.seen.insert(key, (log.log_end_offset(), index.len()));
         }
         for text in added {
             self.event(now_ms, &node, || text);

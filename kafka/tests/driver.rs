@@ -104,16 +104,22 @@ fn fetch(isolation: i8, offset: i64) -> FetchRequest {
     r
 }
 
+/// CreateTopics for one topic (`-1`: the broker's default).
+fn create_topic(name: &'static str, partitions: i32, replication_factor: i16) -> CreateTopicsRequest {
+    let mut topic = create_topics_request::CreatableTopic::default();
+    topic.name = StrBytes::from_static_str(name).into();
+    topic.num_partitions = partitions;
+    topic.replication_factor = replication_factor;
+    let mut create = CreateTopicsRequest::default();
+    create.topics = vec![topic];
+    create
+}
+
 /// A driver with topic `t` (2 partitions) holding, on partition 0: two plain records (0, 1), a
 /// committed transaction (2, 3; marker 4) and an aborted one (5; marker 6).
 fn fixture() -> (Driver, i64) {
     let mut d = Driver::new(EngineConfig::default(), "127.0.0.1", 9092, 0);
-    let mut topic = create_topics_request::CreatableTopic::default();
-    topic.name = StrBytes::from_static_str(TOPIC).into();
-    topic.num_partitions = 2;
-    topic.replication_factor = 1;
-    let mut create = CreateTopicsRequest::default();
-    create.topics = vec![topic];
+    let create = create_topic(TOPIC, 2, 1);
     let r: CreateTopicsResponse = answer(d.on_frame(1, 1, request(ApiKey::CreateTopics, 7, 1, &create)), 1, 7);
     assert_eq!(r.topics[0].error_code, 0, "topic created");
     assert_eq!(r.topics[0].num_partitions, 2);
@@ -514,4 +520,102 @@ fn a_group_rebalances_as_members_come_and_go() {
     // A silent member is removed once its session times out (10 s after its last join).
     assert_eq!(d.on_tick(13_202), vec![]);
     assert_eq!(heartbeat(&mut d, 13_203, 1, 3, &a.member_id), 25, "UNKNOWN_MEMBER_ID: its session expired");
+}
+
+/// Three brokers, as `serve --brokers 3 --default-replication-factor 3` runs them: connection 1 on broker
+/// 0's listener, connection 2 on broker 1's.
+fn three_brokers() -> Driver {
+    let addresses: Vec<(String, u16)> = (0..3).map(|i| ("127.0.0.1".to_string(), 9092 + i)).collect();
+    let mut d = Driver::cluster(EngineConfig::default(), &addresses, 3, 0);
+    d.on_connect(1, 0);
+    d.on_connect(2, 1);
+    d
+}
+
+fn metadata_of(d: &mut Driver, now: u64, conn: ConnId, topic: &str) -> MetadataResponse {
+    let mut t = metadata_request::MetadataRequestTopic::default();
+    t.name = Some(StrBytes::from_string(topic.to_string()).into());
+    let mut r = MetadataRequest::default();
+    r.topics = Some(vec![t]);
+    r.allow_auto_topic_creation = true;
+    answer(d.on_frame(now, conn, request(ApiKey::Metadata, 12, 1, &r)), conn, 12)
+}
+
+#[test]
+fn three_brokers_list_every_replica_and_refuse_a_produce_to_a_follower() {
+    let mut d = three_brokers();
+    let create = create_topic(TOPIC, 1, -1);
+    let r: CreateTopicsResponse = answer(d.on_frame(1, 2, request(ApiKey::CreateTopics, 7, 1, &create)), 2, 7);
+    let t = &r.topics[0];
+    assert_eq!(
+        (t.error_code, t.num_partitions, t.replication_factor),
+        (0, 1, 3),
+        "broker 1 forwards to the controller, which places 3 replicas (default.replication.factor 3)"
+    );
+
+    // Asked on broker 1: every broker with its own port; the partition as the controller registered it.
+    let m = metadata_of(&mut d, 2, 2, TOPIC);
+    let brokers: Vec<(i32, String, i32)> =
+        m.brokers.iter().map(|b| (b.node_id.0, b.host.to_string(), b.port)).collect();
+    let want: Vec<(i32, String, i32)> = (0..3).map(|i| (i, "127.0.0.1".to_string(), 9092 + i)).collect();
+    assert_eq!(brokers, want, "Metadata lists the three brokers at their own ports");
+    let p = &m.topics[0].partitions[0];
+    let ids = |v: &[BrokerId]| v.iter().map(|b| b.0).collect::<Vec<i32>>();
+    assert_eq!(
+        (p.error_code, p.leader_id.0, p.leader_epoch, ids(&p.replica_nodes), ids(&p.isr_nodes)),
+        (0, 0, 0, vec![0, 1, 2], vec![0, 1, 2]),
+        "leader 0 at epoch 0, replicas and ISR 0, 1, 2"
+    );
+
+    // FindCoordinator on broker 1 names broker 0 at broker 0's port.
+    let mut find = FindCoordinatorRequest::default();
+    find.key_type = 1;
+    find.coordinator_keys = vec![StrBytes::from_static_str("tx")];
+    let r: FindCoordinatorResponse = answer(d.on_frame(3, 2, request(ApiKey::FindCoordinator, 4, 2, &find)), 2, 4);
+    let c = &r.coordinators[0];
+    assert_eq!((c.error_code, c.node_id.0, c.port), (0, 0, 9092), "the coordinator is broker 0");
+
+    // A produce to follower 1 is refused by its engine; to leader 0 it is acknowledged once both
+    // followers have fetched it (acks=all), within the same request.
+    let refused: ProduceResponse = answer(
+        d.on_frame(4, 2, request(ApiKey::Produce, 9, 3, &produce(None, records(-1, -1, -1, false, &["x"])))),
+        2,
+        9,
+    );
+    assert_eq!(refused.responses[0].partition_responses[0].error_code, 6, "NOT_LEADER_OR_FOLLOWER from broker 1");
+    let acked: ProduceResponse = answer(
+        d.on_frame(5, 1, request(ApiKey::Produce, 9, 4, &produce(None, records(-1, -1, -1, false, &["y"])))),
+        1,
+        9,
+    );
+    let pr = &acked.responses[0].partition_responses[0];
+    assert_eq!((pr.error_code, pr.base_offset), (0, 0), "broker 0 leads and acknowledges");
+    let tp = TopicPartition::new(TOPIC, 0);
+    let offsets: Vec<(u64, u64)> = d
+        .brokers()
+        .iter()
+        .map(|b| b.partition(&tp).map(|l| (l.log_end_offset(), l.high_watermark())).expect("every broker hosts it"))
+        .collect();
+    assert_eq!(offsets[0], (1, 1), "the leader's HW passed the record before the acknowledgement");
+    assert_eq!(offsets.iter().map(|o| o.0).collect::<Vec<_>>(), vec![1, 1, 1], "every replica holds the record");
+    assert_eq!(d.violations(), &[], "no state or replica invariant broke");
+
+    // A fetch from the follower is refused as well.
+    let r: FetchResponse = answer(d.on_frame(6, 2, request(ApiKey::Fetch, 12, 5, &fetch(0, 0))), 2, 12);
+    assert_eq!(r.responses[0].partitions[0].error_code, 6, "Fetch at broker 1: NOT_LEADER_OR_FOLLOWER");
+}
+
+#[test]
+fn three_brokers_auto_create_through_the_controller() {
+    let mut d = three_brokers();
+    let first = metadata_of(&mut d, 1, 2, "auto");
+    assert_eq!(first.topics[0].error_code, 5, "LEADER_NOT_AVAILABLE while the controller creates it");
+    let second = metadata_of(&mut d, 2, 2, "auto");
+    let t = &second.topics[0];
+    assert_eq!((t.error_code, t.partitions.len()), (0, 1), "then the topic, one partition (num.partitions 1)");
+    assert_eq!(t.partitions[0].replica_nodes.len(), 3, "at default.replication.factor 3");
+    // A replication factor above the broker count is refused.
+    let create = create_topic("wide", 1, 4);
+    let r: CreateTopicsResponse = answer(d.on_frame(3, 1, request(ApiKey::CreateTopics, 7, 3, &create)), 1, 7);
+    assert_eq!(r.topics[0].error_code, 38, "INVALID_REPLICATION_FACTOR for 4 replicas on 3 brokers");
 }

@@ -25,7 +25,8 @@ pub fn wait_bounded(child: &mut Child, limit: Duration, what: &str) -> std::proc
 
 pub struct Server {
     child: Child,
-    pub port: u16,
+    /// Every broker's `127.0.0.1:PORT`, broker 0 first (more than one with `--brokers`).
+    pub addresses: Vec<String>,
     timeline: PathBuf,
 }
 
@@ -49,12 +50,14 @@ impl Server {
             tx.send(line).ok();
         });
         let line = rx.recv_timeout(Duration::from_secs(30)).expect("serve prints its address within 30 s");
-        let port = line
+        let ports: Vec<u16> = line
             .split_whitespace()
-            .find_map(|w| w.strip_prefix("127.0.0.1:"))
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("no 127.0.0.1:PORT in serve's first line {line:?}"));
-        Server { child, port, timeline }
+            .filter_map(|w| w.strip_prefix("127.0.0.1:"))
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        assert!(!ports.is_empty(), "no 127.0.0.1:PORT in serve's first line {line:?}");
+        let addresses = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        Server { child, addresses, timeline }
     }
 
     /// Stops the server with SIGINT; returns its exit status (1 = a state invariant was violated while
