@@ -41,7 +41,7 @@ use txnsim_engine::{
     TransactionResult, TransactionVersion,
 };
 use txnsim_properties::{
-    check_group_offsets, check_replicas, check_state, ClusterView, MonotonicityChecker, Violation,
+    check_group_offsets, check_replicas, check_state, check_timers, ClusterView, MonotonicityChecker, Violation,
 };
 use uuid::Uuid;
 
@@ -561,6 +561,7 @@ impl Driver {
             found.extend(check_state(&view));
             found.extend(self.monotonicity.observe(&view));
             found.extend(check_group_offsets(leader));
+            found.extend(check_timers(&leader.coordinator));
         }
         // The replica invariants read every replica's batches: only when a log end, HW, leader or ISR
         // moved (the followers' long-poll fetches come and go without moving any, twice a second each).
