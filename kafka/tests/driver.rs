@@ -490,9 +490,15 @@ fn a_group_rebalances_as_members_come_and_go() {
         r.topics = vec![t];
         request(ApiKey::OffsetCommit, 7, 5, &r)
     };
-    // SyncGroup has not completed generation 2, but commits are allowed while CompletingRebalance.
+    // SyncGroup has not completed generation 2: the member is told to finish the rebalance first
+    // (`ClassicGroup.validateOffsetCommit`: REBALANCE_IN_PROGRESS while CompletingRebalance).
     let c: OffsetCommitResponse = answer(d.on_frame(3_103, 1, commit(2, 5)), 1, 7);
-    assert_eq!(c.topics[0].partitions[0].error_code, 0);
+    assert_eq!(c.topics[0].partitions[0].error_code, 27, "REBALANCE_IN_PROGRESS before the sync");
+    sync.generation_id = 2;
+    let s: SyncGroupResponse = answer(d.on_frame(3_103, 1, request(ApiKey::SyncGroup, 3, 20, &sync)), 1, 3);
+    assert_eq!(s.error_code, 0, "the leader's assignment completes generation 2");
+    let c: OffsetCommitResponse = answer(d.on_frame(3_103, 1, commit(2, 5)), 1, 7);
+    assert_eq!(c.topics[0].partitions[0].error_code, 0, "generation 2 is Stable: the commit is kept");
     let c: OffsetCommitResponse = answer(d.on_frame(3_104, 1, commit(1, 6)), 1, 7);
     assert_eq!(c.topics[0].partitions[0].error_code, 22, "ILLEGAL_GENERATION");
     let mut fetch_offsets = OffsetFetchRequest::default();
