@@ -211,7 +211,7 @@ fn each_fixed_departure_is_caught_by_its_ported_kafka_test() {
 #[test]
 fn every_scenario_reachable_mutation_fails_some_scenario() {
     let scenarios = corpus();
-    let staged = |m: &Mutation| !NEEDS_FAULTS.contains(m) && !ENGINE_TEST_CAUGHT.contains(m);
+    let staged = |m: &Mutation| !NEEDS_FAULTS.contains(m) && !ENGINE_TEST_CAUGHT.iter().any(|(c, _)| c == m);
     for m in Mutation::ALL.into_iter().filter(staged) {
         let opts = RunOptions { mutations: Mutations::one(m), ..RunOptions::default() };
         let caught = scenarios.iter().find(|sc| scenario::run(sc, &opts).difference.is_some());

@@ -287,6 +287,12 @@ impl PartitionLog {
     /// anything was dropped.
     pub fn truncate_to(&mut self, offset: Offset, now_ms: TimeMs, mutations: &Mutations) -> bool {
         if offset >= self.log_end_offset {
+            // `UnifiedLog.truncateTo`: the epoch cache is truncated even so. A broker that became leader
+            // recorded its epoch at its log end and may have been replaced before appending: as a follower
+            // it must not keep fetching with that epoch, which the new leader keeps calling diverging.
+            if !mutations.has(Mutation::EpochCacheKeptOnNoopTruncation) {
+                self.leader_epoch_cache.truncate_from_end(self.log_end_offset);
+            }
             return false;
         }
         for segment in &mut self.segments {

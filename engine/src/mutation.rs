@@ -52,10 +52,11 @@ pub enum Mutation {
     NoRebuildAfterTruncation,
     OffsetCommitRefusedWhilePreparingRebalance,
     TxnStartTimestampNotReset,
+    EpochCacheKeptOnNoopTruncation,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 44] = [
+    pub const ALL: [Mutation; 45] = [
         Mutation::ReadCommittedBoundedByHw,
         Mutation::LsoInclusive,
         Mutation::LsoIgnoresOngoingTxns,
@@ -100,6 +101,7 @@ impl Mutation {
         Mutation::NoRebuildAfterTruncation,
         Mutation::OffsetCommitRefusedWhilePreparingRebalance,
         Mutation::TxnStartTimestampNotReset,
+        Mutation::EpochCacheKeptOnNoopTruncation,
     ];
 
     /// The kebab-case name used on the command line and in seed files.
@@ -149,6 +151,7 @@ impl Mutation {
             Mutation::NoRebuildAfterTruncation => "no-rebuild-after-truncation",
             Mutation::OffsetCommitRefusedWhilePreparingRebalance => "offset-commit-refused-while-preparing-rebalance",
             Mutation::TxnStartTimestampNotReset => "txn-start-timestamp-not-reset",
+            Mutation::EpochCacheKeptOnNoopTruncation => "epoch-cache-kept-on-noop-truncation",
         }
     }
 
@@ -244,6 +247,7 @@ impl Mutation {
             Mutation::TxnOffsetsVisibleBeforeCommit => "A TxnOffsetCommit's offsets are committed when the request is written, not when the transaction's COMMIT marker reaches `__consumer_offsets`: OffsetFetch shows them while the transaction is open and keeps them after it aborts.",
             Mutation::HwFromLeaderLeo => "The leader's high watermark is its own log end offset, whatever its in-sync followers hold: an acks=all write is acknowledged and made visible before any follower has it.",
             Mutation::TruncateToOwnLeo => "A follower told its last fetched epoch diverges from the new leader's log truncates to its own log end instead of the diverging epoch's end offset, and fetches on from there as if reconciled: its unreplicated suffix stays under the leader's later batches.",
+            Mutation::EpochCacheKeptOnNoopTruncation => "A truncation at or past the log end leaves the leader-epoch cache as it was: a broker that became leader, recorded its epoch at its log end and was replaced before appending keeps fetching with that epoch, the new leader answers a diverging epoch that truncates nothing, and the follower never rejoins the ISR.",
             Mutation::TxnStartTimestampNotReset => "A new transaction keeps the txnStartTimestamp of the producer's InitProducerId (or of its previous transaction), so the coordinator's timeout scan aborts a transaction open for less than transaction.timeout.ms.",
             Mutation::OffsetCommitRefusedWhilePreparingRebalance => "A classic group's plain OffsetCommit is refused with REBALANCE_IN_PROGRESS while the group prepares a rebalance, accepted while the generation's assignment is still being synced, and does not extend the member's session.",
             Mutation::NoRebuildAfterTruncation => "A follower that truncates its log keeps its producer state, open transactions and aborted index as they were: transactions and index entries of the dropped batches outlive them.",
@@ -307,6 +311,7 @@ impl Mutation {
             Mutation::TxnOffsetsVisibleBeforeCommit => "KIP-98 (OffsetMetadataManager.replayEndTransactionMarker: pending transactional offsets)",
             Mutation::HwFromLeaderLeo => "Partition.maybeIncrementLeaderHW (the HW is the minimum LEO over the maximal ISR; KIP-497, KIP-101)",
             Mutation::TruncateToOwnLeo => "KIP-101 / KIP-279: AbstractFetcherThread.getOffsetTruncationState (min of the epoch end offsets and the LEO)",
+            Mutation::EpochCacheKeptOnNoopTruncation => "UnifiedLog.truncateTo (UnifiedLogTest#testTruncateToEndOffsetClearsEpochCache)",
             Mutation::TxnStartTimestampNotReset => "TransactionMetadata.prepareAddPartitions (txnStartTimestamp when leaving Empty or Complete*), TransactionStateManager.timedOutTransactions",
             Mutation::OffsetCommitRefusedWhilePreparingRebalance => "ClassicGroup.validateOffsetCommit, OffsetMetadataManager.commitOffset (OffsetMetadataManagerTest#testGenericGroupOffsetCommitWhileInCompletingRebalanceState)",
             Mutation::NoRebuildAfterTruncation => "KAFKA-12153, KAFKA-13727: UnifiedLog.truncateTo rebuilds producer state and truncates the transaction index",

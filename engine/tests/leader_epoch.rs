@@ -189,3 +189,41 @@ fn truncation_walks_back_epoch_by_epoch_until_the_logs_agree() {
     assert_eq!(follower.log_end_offset(), leader.log_end_offset());
     assert_eq!(follower.high_watermark(), leader.high_watermark());
 }
+
+/// The latest epoch entry of a two-record log written under epoch 19 after it leads from `epoch` at its
+/// log end and, replaced before appending, truncates to `offset` as a follower, under `mutations`.
+fn latest_entry_after_noop_truncation(
+    epoch: i32,
+    offset: Offset,
+    mutations: &Mutations,
+) -> (Option<EpochEntry>, Offset) {
+    let mut log = log_of(&[(19, "a"), (19, "b")]);
+    log.assign_leader_epoch(epoch);
+    assert_eq!(log.leader_epoch_cache.entries().last(), Some(&entry(epoch, 2)), "becoming leader records the epoch");
+    assert!(!log.truncate_to(offset, 0, mutations), "a truncation at or past the log end removes no batch");
+    (log.leader_epoch_cache.entries().last().copied(), log.log_end_offset())
+}
+
+/// UnifiedLogTest#testTruncateToEndOffsetClearsEpochCache @ 1eb7644349cb: "Truncations greater than or
+/// equal to the log end offset should clear the epoch cache" (`assertEquals(Some(new EpochEntry(19, 27)),
+/// ...latestEntry)`, here at offset 0 instead of 27).
+#[test]
+fn truncation_to_the_log_end_clears_the_leaders_trivial_epoch_entry() {
+    for (epoch, offset) in [(20, 2), (24, 3)] {
+        let (latest, end) = latest_entry_after_noop_truncation(epoch, offset, &Mutations::none());
+        assert_eq!(latest, Some(entry(19, 0)), "epoch {epoch} truncated to {offset}: the trivial entry is gone");
+        assert_eq!(end, 2, "assertEquals(29, log.logEndOffset): no batch removed");
+    }
+}
+
+/// Under `epoch-cache-kept-on-noop-truncation` the trivial entry stays, so the follower keeps fetching
+/// with an epoch its new leader never wrote: the port above catches it.
+#[test]
+fn epoch_cache_kept_on_noop_truncation_is_caught_by_the_port() {
+    let m = Mutations::one(txnsim_engine::Mutation::EpochCacheKeptOnNoopTruncation);
+    assert_eq!(
+        latest_entry_after_noop_truncation(20, 2, &m).0,
+        Some(entry(20, 2)),
+        "the entry survives the truncation"
+    );
+}

@@ -375,8 +375,8 @@ pub fn catchers(m: Mutation) -> Vec<&'static str> {
     let caught: Vec<&str> = caught_by(m).into_iter().map(Invariant::name).collect();
     if !caught.is_empty() {
         caught
-    } else if ENGINE_TEST_CAUGHT.contains(&m) {
-        vec![ENGINE_TEST_CATCHER]
+    } else if let Some((_, catcher)) = ENGINE_TEST_CAUGHT.iter().find(|(caught, _)| *caught == m) {
+        vec![catcher]
     } else {
         vec![SCENARIO_CATCHER]
     }
@@ -385,10 +385,19 @@ pub fn catchers(m: Mutation) -> Vec<&'static str> {
 /// The catcher of a mutation no invariant sees.
 pub const SCENARIO_CATCHER: &str = "a ported network scenario's exact expectation";
 
-/// Departures in the classic group protocol (JoinGroup, SyncGroup), which scenarios do not stage: ported
-/// Kafka tests in `engine/tests/` drive the group coordinator and catch them.
-pub const ENGINE_TEST_CAUGHT: [Mutation; 1] = [Mutation::OffsetCommitRefusedWhilePreparingRebalance];
-pub const ENGINE_TEST_CATCHER: &str = "a ported Kafka test's exact expectation (engine/tests/txn_offsets.rs)";
+/// Departures that scenarios do not stage, each with the ported Kafka test in `engine/tests/` that drives
+/// the engine class directly and catches it: the classic group protocol (scenarios have no JoinGroup or
+/// SyncGroup), and a log truncated at its end after a leadership that wrote nothing.
+pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 2] = [
+    (
+        Mutation::OffsetCommitRefusedWhilePreparingRebalance,
+        "a ported Kafka test's exact expectation (engine/tests/txn_offsets.rs)",
+    ),
+    (
+        Mutation::EpochCacheKeptOnNoopTruncation,
+        "a ported Kafka test's exact expectation (engine/tests/leader_epoch.rs)",
+    ),
+];
 
 /// `txnsim mutations`: every injectable bug with its mechanism, its Kafka source and what catches it.
 pub fn mutations_text() -> String {
