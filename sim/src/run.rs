@@ -14,6 +14,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, Once};
+use txnsim_engine::controller::NO_LEADER;
 use txnsim_engine::coordinator::{DecisionCause, MARKER_RETRY_MS};
 use txnsim_engine::{
     read_to_end, Broker, EngineConfig, IsolationLevel, Mutation, Mutations, Offset, PartitionLog, TopicPartition,
@@ -419,6 +420,7 @@ impl World {
                 let pairs: Vec<(u32, u32)> = c
                     .partitions
                     .values()
+                    .filter(|r| r.state.leader != NO_LEADER)
                     .flat_map(|r| {
                         r.state.isr.iter().filter(move |f| **f != r.state.leader).map(|f| (r.state.leader, *f))
                     })
