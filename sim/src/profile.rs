@@ -67,7 +67,8 @@ impl Profile {
             // Kafka's replication timeouts scaled to the sim's seconds-long runs: `replica.lag.time.max.ms`
             // (30 s) as long as a few request timeouts, so an isolated follower leaves the ISR and rejoins.
             replica_lag_time_max_ms: (300, 1_500),
-            replica_fetch_wait_max_ms: (50, 500),
+            // Kafka's 500 ms at most: an idle follower's long poll is most of an idle cluster's traffic.
+            replica_fetch_wait_max_ms: (300, 500),
             replica_fetch_backoff_ms: (20, 100),
             min_insync_replicas: (1, 2),
             producers: vec![

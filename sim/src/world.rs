@@ -177,8 +177,9 @@ pub struct World {
     pub brokers_down: BTreeSet<u32>,
     /// Replication deadlines a wake-up task is already waiting for, per broker.
     replication_wakeups: BTreeMap<u32, BTreeSet<u64>>,
-    /// Each partition's leader and leader epoch as the checkers last read them: a change starts the
-    /// state checkers afresh on the new leader's log (its HW may lag the old leader's, as in Kafka).
+    /// Each partition's leader and leader epoch as the checkers last read them (in `partitions`'
+    /// order): a change starts the state checkers afresh on the new leader's log (its HW may lag the old
+    /// leader's, as in Kafka).
     last_leaders: Vec<(u32, i32)>,
     /// Per partition, since when its leader's HW has been below its LEO.
     hw_lag_since: BTreeMap<TopicPartition, u64>,
@@ -451,7 +452,13 @@ impl World {
     /// Moves every partition's leader log out of its broker: the state checkers read one map of logs, and
     /// a move costs nothing where a copy would cost the logs' size at every step. `put_back` returns them.
     pub fn take_leader_logs(&mut self) -> LeaderLogs {
-        let owners: Vec<u32> = self.partitions.iter().map(|tp| self.view_broker(tp)).collect();
+        self.observe_replication();
+        self.take_leader_logs_as_observed()
+    }
+
+    /// `take_leader_logs` right after `observe_replication`.
+    fn take_leader_logs_as_observed(&mut self) -> LeaderLogs {
+        let owners: Vec<u32> = self.last_leaders.iter().map(|(id, _)| *id).collect();
         let mut logs = BTreeMap::new();
         for (tp, id) in self.partitions.iter().zip(&owners) {
             let log = self.brokers.get_mut(id).and_then(|b| b.partitions.remove(tp)).expect("a leader hosts its log");
@@ -675,11 +682,11 @@ impl World {
     /// A cheap summary of everything the state invariants read: unchanged means nothing to re-check.
     fn fingerprint(&self) -> Vec<u64> {
         let m = &self.config.mutations;
-        let mut fp = Vec::with_capacity(self.partitions.len() * 5 + 6);
-        for tp in &self.partitions {
-            let id = self.view_broker(tp);
-            let log = &self.brokers[&id].partitions[tp];
-            fp.push(id as u64);
+        let mut fp = Vec::with_capacity(self.partitions.len() * 4 + 6);
+        // `observe_replication` ran first: `last_leaders` is current, and a leader change cleared the
+        // last fingerprint.
+        for (tp, (id, _)) in self.partitions.iter().zip(&self.last_leaders) {
+            let log = &self.brokers[id].partitions[tp];
             fp.push(log.log_end_offset());
             fp.push(log.high_watermark());
             fp.push(log.last_stable_offset(m));
@@ -704,7 +711,7 @@ impl World {
             return;
         }
         self.last_fingerprint = fp;
-        let taken = self.take_leader_logs();
+        let taken = self.take_leader_logs_as_observed();
         let view = ClusterView {
             partitions: &taken.logs,
             coordinator: Some(&self.brokers[&BROKER].coordinator),
