@@ -33,7 +33,7 @@ fn check_txn_state(b: &Broker, tp: &TopicPartition, log: &PartitionLog, out: &mu
         out.push(Violation::new(Invariant::ReplicaTxnStateFromOwnLog, why));
         return;
     }
-    let want: Vec<AbortedTxn> = facts
+    let mut want: Vec<AbortedTxn> = facts
         .txns
         .iter()
         .filter_map(|t| match (t.marker, t.index_lso) {
@@ -46,7 +46,12 @@ fn check_txn_state(b: &Broker, tp: &TopicPartition, log: &PartitionLog, out: &mu
             _ => None,
         })
         .collect();
-    let got: Vec<AbortedTxn> = log.aborted_index().copied().collect();
+    // Compared as sets, in marker order: a leader appends an entry as each marker arrives, `LogFacts`
+    // lists transactions by first offset, and a fetch takes every entry overlapping it, so order says
+    // nothing (`AbortedIndexCache`).
+    let mut got: Vec<AbortedTxn> = log.aborted_index().copied().collect();
+    got.sort_by_key(|a| (a.last_offset, a.producer_id));
+    want.sort_by_key(|a| (a.last_offset, a.producer_id));
     if got != want && !mutations.has(txnsim_engine::Mutation::NoAbortedIndexEntry) {
         let why = format!("{tp}: replica {id}'s aborted index is {got:?}, but its own log gives {want:?}");
         out.push(Violation::new(Invariant::ReplicaTxnStateFromOwnLog, why));

@@ -23,16 +23,19 @@ pub enum Profile {
     /// Short transactions on one partition whose sends are often held in the network past their delivery
     /// timeout, so the application aborts and the late copy lands in a later transaction (KIP-890).
     LateSends,
+    /// The standard workload on one broker that leads every partition alone: the sim before replication.
+    SingleBroker,
 }
 
 impl Profile {
-    pub const ALL: [Profile; 6] = [
+    pub const ALL: [Profile; 7] = [
         Profile::Standard,
         Profile::Contention,
         Profile::LongTxns,
         Profile::Timeouts,
         Profile::Atomicity,
         Profile::LateSends,
+        Profile::SingleBroker,
     ];
 
     pub fn name(self) -> &'static str {
@@ -43,6 +46,7 @@ impl Profile {
             Profile::Timeouts => "timeouts",
             Profile::Atomicity => "atomicity",
             Profile::LateSends => "late-sends",
+            Profile::SingleBroker => "single-broker",
         }
     }
 
@@ -57,6 +61,16 @@ impl Profile {
     pub fn params(self) -> ProfileParams {
         let base = ProfileParams {
             topics: vec![("t".to_string(), 3)],
+            // The seed experiment's cluster: three brokers, every partition on all three.
+            brokers: 3,
+            replication_factor: 3,
+            // Kafka's replication timeouts scaled to the sim's seconds-long runs: `replica.lag.time.max.ms`
+            // (30 s) as long as a few request timeouts, so an isolated follower leaves the ISR and rejoins.
+            replica_lag_time_max_ms: (300, 1_500),
+            // Kafka's 500 ms at most: an idle follower's long poll is most of an idle cluster's traffic.
+            replica_fetch_wait_max_ms: (300, 500),
+            replica_fetch_backoff_ms: (20, 100),
+            min_insync_replicas: (1, 2),
             producers: vec![
                 txn("p0", "tx-a"),
                 txn("p1", "tx-b"),
@@ -92,6 +106,9 @@ impl Profile {
         };
         match self {
             Profile::Standard => base,
+            Profile::SingleBroker => {
+                ProfileParams { brokers: 1, replication_factor: 1, min_insync_replicas: (1, 1), ..base }
+            }
             Profile::Contention => ProfileParams {
                 topics: vec![("t".to_string(), 1)],
                 producers: vec![
@@ -217,6 +234,17 @@ pub struct ConsumerSpec {
 #[derive(Clone, Debug)]
 pub struct ProfileParams {
     pub topics: Vec<(String, u32)>,
+    /// Brokers in the cluster (1 or 3: the coordinator's broker must host every partition), and every
+    /// topic's replication factor (capped by the broker count).
+    pub brokers: u32,
+    pub replication_factor: u32,
+    /// Ranges each seed draws `replica.lag.time.max.ms`, `replica.fetch.wait.max.ms`,
+    /// `replica.fetch.backoff.ms` and `min.insync.replicas` from (`replica.socket.timeout.ms` is the lag
+    /// time, as Kafka's defaults have them equal).
+    pub replica_lag_time_max_ms: (TimeMs, TimeMs),
+    pub replica_fetch_wait_max_ms: (TimeMs, TimeMs),
+    pub replica_fetch_backoff_ms: (TimeMs, TimeMs),
+    pub min_insync_replicas: (u32, u32),
     pub producers: Vec<ProducerSpec>,
     pub consumers: Vec<ConsumerSpec>,
     /// Workload steps before healing.
@@ -282,10 +310,16 @@ pub enum FaultKind {
     /// Close a producer's connection to the broker (`NetworkClient` disconnect): its requests in flight
     /// fail and are retried, whether or not the broker has processed them; their answers never arrive.
     DisconnectClient,
+    /// Kill a partition leader other than the coordinator's broker (its log survives) and restart it: the
+    /// controller elects a new leader from the ISR, and the old one returns as a follower and truncates.
+    LeaderRestart,
+    /// Cut both directions between a partition's leader and one of its followers for a while: the
+    /// follower falls out of the ISR and rejoins once healed and caught up.
+    IsolateFollower,
 }
 
 impl FaultKind {
-    pub const COUNT: usize = 12;
+    pub const COUNT: usize = 14;
     pub const ALL: [FaultKind; FaultKind::COUNT] = [
         FaultKind::BrokerRestart,
         FaultKind::ClogNode,
@@ -299,6 +333,8 @@ impl FaultKind {
         FaultKind::LoseAnswer,
         FaultKind::DelayAnswer,
         FaultKind::DisconnectClient,
+        FaultKind::LeaderRestart,
+        FaultKind::IsolateFollower,
     ];
 
     pub fn name(self) -> &'static str {
@@ -315,6 +351,8 @@ impl FaultKind {
             FaultKind::LoseAnswer => "lose-answer",
             FaultKind::DelayAnswer => "delay-answer",
             FaultKind::DisconnectClient => "disconnect-client",
+            FaultKind::LeaderRestart => "leader-restart",
+            FaultKind::IsolateFollower => "isolate-follower",
         }
     }
 }
@@ -333,6 +371,10 @@ pub struct Swarm {
     pub lose_answer_prob: f64,
     pub delay_answer_prob: f64,
     pub transaction_version: TransactionVersion,
+    pub replica_lag_time_max_ms: TimeMs,
+    pub replica_fetch_wait_max_ms: TimeMs,
+    pub replica_fetch_backoff_ms: TimeMs,
+    pub min_insync_replicas: u32,
 }
 
 impl Swarm {
@@ -346,6 +388,12 @@ impl Swarm {
         let delay_answer_prob = rng.range_f64(0.01, 0.06);
         let transaction_version =
             if rng.chance(params.tv2_prob) { TransactionVersion::V2 } else { TransactionVersion::V1 };
+        let replica_lag_time_max_ms = rng.range(params.replica_lag_time_max_ms.0, params.replica_lag_time_max_ms.1);
+        let replica_fetch_wait_max_ms =
+            rng.range(params.replica_fetch_wait_max_ms.0, params.replica_fetch_wait_max_ms.1);
+        let replica_fetch_backoff_ms = rng.range(params.replica_fetch_backoff_ms.0, params.replica_fetch_backoff_ms.1);
+        let (lo, hi) = params.min_insync_replicas;
+        let min_insync_replicas = rng.range(lo as u64, hi as u64) as u32;
         Swarm {
             enabled,
             fault_rate,
@@ -354,6 +402,10 @@ impl Swarm {
             lose_answer_prob,
             delay_answer_prob,
             transaction_version,
+            replica_lag_time_max_ms,
+            replica_fetch_wait_max_ms,
+            replica_fetch_backoff_ms,
+            min_insync_replicas,
         }
     }
 
@@ -369,13 +421,17 @@ impl Swarm {
         };
         format!(
             "TV{} faults [{faults}] rate {:.3} delay-produce {:.3} delay-message {:.4} lose-answer {:.3} \
-             delay-answer {:.3}",
+             delay-answer {:.3} replica lag {} ms fetch wait {} ms backoff {} ms min.isr {}",
             self.transaction_version.number(),
             self.fault_rate,
             self.delay_produce_prob,
             self.delay_message_prob,
             self.lose_answer_prob,
-            self.delay_answer_prob
+            self.delay_answer_prob,
+            self.replica_lag_time_max_ms,
+            self.replica_fetch_wait_max_ms,
+            self.replica_fetch_backoff_ms,
+            self.min_insync_replicas
         )
     }
 }

@@ -5,17 +5,20 @@
 use crate::profile::{FaultKind, Profile, Swarm};
 use crate::rng::SimRng;
 use crate::trace::{state_name, TraceEvent};
-use crate::world::{broker_name, lock, send_all, Found, Outgoing, Shared, Stats, World, BROKER};
+use crate::world::{broker_name, is_broker, lock, send_all, Found, Outgoing, Shared, Stats, World, BROKER};
 use madsim::net::{Endpoint, NetSim};
 use madsim::runtime::{Handle, Runtime};
 use madsim::time::{sleep, Duration};
 use serde::Serialize;
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, Once};
+use txnsim_engine::controller::NO_LEADER;
 use txnsim_engine::coordinator::{DecisionCause, MARKER_RETRY_MS};
 use txnsim_engine::{
-    read_to_end, Broker, EngineConfig, IsolationLevel, Mutation, Mutations, Offset, TransactionResult,
+    read_to_end, Broker, EngineConfig, IsolationLevel, Mutation, Mutations, Offset, PartitionLog, TopicPartition,
+    TransactionResult,
 };
 use txnsim_properties::{
     check_committed_sends, check_failed_sends, check_history, check_liveness, check_read_superset, ClusterView,
@@ -64,8 +67,8 @@ pub struct RunReport {
     pub events: Vec<TraceEvent>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub history: Option<History>,
-    /// The broker as the run left it (with `RunSpec::trace`): the replay's page rebuilds each step's
-    /// logs from it (`trace::broker_steps`).
+    /// The coordinator's broker as the run left it, with the partition leaders' logs (with
+    /// `RunSpec::trace`): the replay's page rebuilds each step's logs from it (`trace::broker_steps`).
     #[serde(skip)]
     pub broker: Option<Broker>,
 }
@@ -169,6 +172,11 @@ fn engine_config(profile: Profile, swarm: &Swarm, mutation: Option<Mutation>) ->
         retry_backoff_ms: p.retry_backoff_ms,
         delivery_timeout_ms: p.delivery_timeouts * p.request_timeout_ms,
         mutations: mutation.map(Mutations::one).unwrap_or_default(),
+        replica_lag_time_max_ms: swarm.replica_lag_time_max_ms,
+        replica_socket_timeout_ms: swarm.replica_lag_time_max_ms,
+        replica_fetch_wait_max_ms: swarm.replica_fetch_wait_max_ms,
+        replica_fetch_backoff_ms: swarm.replica_fetch_backoff_ms,
+        min_insync_replicas: swarm.min_insync_replicas,
         ..EngineConfig::default()
     }
 }
@@ -204,7 +212,7 @@ fn run_on_this_thread(spec: &RunSpec) -> (RunReport, usize) {
             stats: w.stats.clone(),
             events: w.trace.take().unwrap_or_default(),
             history: spec.keep_history.then(|| w.history.clone()),
-            broker: spec.trace.then(|| w.broker.clone()),
+            broker: spec.trace.then(|| w.leader_snapshot()),
         }
     };
     if panicked {
@@ -381,21 +389,67 @@ impl World {
         let handle = Handle::current();
         let net = NetSim::current();
         match kind {
-            FaultKind::BrokerRestart => {
-                if self.broker_down {
-                    return Vec::new();
-                }
+            FaultKind::BrokerRestart | FaultKind::LeaderRestart => {
+                // BrokerRestart kills the coordinator's broker, which comes back in place and reloads
+                // its transaction log (the engine has no coordinator failover); LeaderRestart kills a
+                // partition leader on another broker, and the controller elects a new one.
+                let target = if kind == FaultKind::BrokerRestart {
+                    Some(BROKER).filter(|b| !self.brokers_down.contains(b))
+                } else {
+                    let candidates = self.leader_candidates();
+                    (!candidates.is_empty()).then(|| *self.rng.pick(&candidates))
+                };
+                let Some(b) = target else { return Vec::new() };
                 let down_ms = self.rng.range(5, 800);
-                let broker = broker_name(BROKER);
+                let broker = broker_name(b);
                 let id = self.node_id(&broker);
-                handle.kill(id);
-                self.broker_down = true;
-                self.nodes.get_mut(&broker).expect("known").endpoint = None;
                 self.trace(&broker, "fault", || format!("FAULT kill; restart in {down_ms} ms"));
+                self.count_fault(kind.name().to_string());
                 self.schedule(shared, down_ms, move |w| {
-                    if w.broker_down && !w.healing {
+                    if w.brokers_down.contains(&b) && !w.healing {
                         Handle::current().restart(id);
                     }
+                });
+                return self.crash_broker(shared, b);
+            }
+            FaultKind::IsolateFollower => {
+                // A leader and one follower in its ISR lose each other both ways (a network partition):
+                // the follower's fetches stop, so the leader's ISR shrinks once `replica.lag.time.max.ms`
+                // passes; after healing it catches up and the ISR expands.
+                let Some(c) = &self.controller else { return Vec::new() };
+                let pairs: Vec<(u32, u32)> = c
+                    .partitions
+                    .values()
+                    .filter(|r| r.state.leader != NO_LEADER)
+                    .flat_map(|r| {
+                        r.state.isr.iter().filter(move |f| **f != r.state.leader).map(|f| (r.state.leader, *f))
+                    })
+                    .filter(|(l, f)| {
+                        let link = (broker_name(*l), broker_name(*f));
+                        !self.brokers_down.contains(l) && !self.clogged_links.contains(&link)
+                    })
+                    .collect();
+                if pairs.is_empty() {
+                    return Vec::new();
+                }
+                let (leader, follower) = *self.rng.pick(&pairs);
+                let lag = self.config.replica_lag_time_max_ms;
+                let ms = self.rng.range(lag / 2, 3 * lag);
+                let (l, f) = (broker_name(leader), broker_name(follower));
+                for (src, dst) in [(l.clone(), f.clone()), (f.clone(), l.clone())] {
+                    net.clog_link(self.node_id(&src), self.node_id(&dst));
+                    self.clogged_links.insert((src, dst));
+                }
+                let text = format!("FAULT partition leader {l} from follower {f} for {ms} ms");
+                self.trace("net", "fault", || text);
+                self.schedule(shared, ms, move |w| {
+                    for (src, dst) in [(l.clone(), f.clone()), (f.clone(), l.clone())] {
+                        if w.clogged_links.remove(&(src.clone(), dst.clone())) {
+                            NetSim::current().unclog_link(w.node_id(&src), w.node_id(&dst));
+                        }
+                    }
+                    let text = format!("heal partition between {l} and {f}");
+                    w.trace("net", "recover", || text);
                 });
             }
             FaultKind::ClogNode => {
@@ -417,16 +471,19 @@ impl World {
                 });
             }
             FaultKind::ClogLink => {
-                let clients: Vec<String> = self.nodes.keys().filter(|n| **n != broker_name(BROKER)).cloned().collect();
+                let brokers: Vec<String> = self.nodes.keys().filter(|n| is_broker(n)).cloned().collect();
+                let clients: Vec<String> = self.nodes.keys().filter(|n| !is_broker(n)).cloned().collect();
                 let client = self.rng.pick(&clients).clone();
+                let broker = self.rng.pick(&brokers).clone();
                 let roll = self.rng.f64();
                 let (src, dst) = if roll < 0.2 {
-                    // The broker's link to itself: its markers and KIP-890 verifications are lost.
-                    (broker_name(BROKER), broker_name(BROKER))
+                    // The coordinator's link to a leader (itself on one broker): its markers and KIP-890
+                    // verifications are lost.
+                    (broker_name(BROKER), broker)
                 } else if roll < 0.6 {
-                    (client, broker_name(BROKER))
+                    (client, broker)
                 } else {
-                    (broker_name(BROKER), client)
+                    (broker, client)
                 };
                 if self.clogged_links.contains(&(src.clone(), dst.clone())) {
                     return Vec::new();
@@ -533,8 +590,8 @@ impl World {
         for name in std::mem::take(&mut self.paused) {
             handle.resume(self.node_id(&name));
         }
-        if self.broker_down {
-            handle.restart(self.node_id(&broker_name(BROKER)));
+        for b in self.brokers_down.clone() {
+            handle.restart(self.node_id(&broker_name(b)));
         }
     }
 
@@ -559,12 +616,10 @@ impl World {
 
     /// Where in the trace a history violation happened: after the history event whose prefix of the
     /// history first shows it (a binary search; a violation, once shown, stays in every longer prefix).
-    fn history_violation_at(&self, v: &Violation) -> Option<usize> {
+    fn history_violation_at(&self, v: &Violation, logs: &BTreeMap<TopicPartition, PartitionLog>) -> Option<usize> {
         let shows = |k: usize| {
             let prefix = History { events: self.history.events[..k].to_vec() };
-            check_history(&prefix, &self.broker.partitions)
-                .iter()
-                .any(|p| p.invariant == v.invariant && p.witness == v.witness)
+            check_history(&prefix, logs).iter().any(|p| p.invariant == v.invariant && p.witness == v.witness)
         };
         let (mut lo, mut hi) = (1, self.history.events.len());
         if !shows(hi) {
@@ -611,6 +666,15 @@ impl World {
             self.abandon_pending(name);
         }
         self.check_broker();
+        self.check_replicas();
+        self.close_hw_lag();
+        let taken = self.take_leader_logs();
+        self.final_checks_on(&taken.logs);
+        self.put_back(taken);
+    }
+
+    /// The end-of-run checks that read the partitions, on the leaders' logs.
+    fn final_checks_on(&mut self, logs: &BTreeMap<TopicPartition, PartitionLog>) {
         let readers: Vec<(String, txnsim_engine::TopicPartition, Offset)> = self
             .consumers
             .iter()
@@ -619,21 +683,26 @@ impl World {
                 self.partitions.iter().map(move |tp| (n.clone(), tp.clone(), s.consumer.position(tp).unwrap_or(0)))
             })
             .collect();
-        let mut violations = check_liveness(&ClusterView::of_broker(&self.broker), &readers);
-        let from_history = check_history(&self.history, &self.broker.partitions);
+        let view = ClusterView {
+            partitions: logs,
+            coordinator: Some(&self.brokers[&BROKER].coordinator),
+            mutations: &self.config.mutations,
+        };
+        let mut violations = check_liveness(&view, &readers);
+        let from_history = check_history(&self.history, logs);
         let mut flags = Vec::new();
         for v in from_history {
-            if let Some(at) = self.trace.is_some().then(|| self.history_violation_at(&v)).flatten() {
+            if let Some(at) = self.trace.is_some().then(|| self.history_violation_at(&v, logs)).flatten() {
                 flags.push((at, v.clone()));
             }
             violations.push(v);
         }
-        violations.extend(check_committed_sends(&self.history, &self.broker.partitions));
+        violations.extend(check_committed_sends(&self.history, logs));
         if self.config.transaction_version.supports_epoch_bump() {
             // Under TV1 KIP-890's late batch breaks it, as in Kafka: the check is TV2's promise.
-            violations.extend(check_failed_sends(&self.history, &self.broker.partitions));
+            violations.extend(check_failed_sends(&self.history, logs));
         }
-        for (tp, log) in &self.broker.partitions {
+        for (tp, log) in logs {
             let m = &self.config.mutations;
             let (ru, _) = read_to_end(log, IsolationLevel::ReadUncommitted, log.log_start_offset(), m);
             let (rc, _) = read_to_end(log, IsolationLevel::ReadCommitted, log.log_start_offset(), m);
@@ -643,7 +712,7 @@ impl World {
             self.record(v.invariant.name(), v.witness);
         }
         self.flag_history_violations(flags);
-        let c = &self.broker.coordinator;
+        let c = &self.brokers[&BROKER].coordinator;
         let count = |f: &dyn Fn(&txnsim_engine::coordinator::TxnDecision) -> bool| {
             c.decisions.iter().filter(|d| f(d)).count() as u64
         };

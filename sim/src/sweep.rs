@@ -145,6 +145,26 @@ fn add_stats(total: &mut Stats, s: &Stats) {
         *total.fault_counts.entry(kind.clone()).or_default() += n;
     }
     total.sim_ms += s.sim_ms;
+    total.isr_shrinks += s.isr_shrinks;
+    total.isr_expands += s.isr_expands;
+    total.leader_changes += s.leader_changes;
+    total.truncations += s.truncations;
+    total.hw_below_leo_ms += s.hw_below_leo_ms;
+}
+
+/// The replication activity per 1000 seeds. Coordinator moves are always 0: the coordinator stays on
+/// its broker (no coordinator failover in the engine yet).
+pub fn replication_line(t: &Stats, seeds: u64) -> String {
+    let per_k = |n: u64| n as f64 * 1000.0 / seeds.max(1) as f64;
+    format!(
+        "  replication per 1000 seeds: ISR shrinks {:.0}, ISR expands {:.0}, leader changes {:.0}, truncations \
+         {:.0}, coordinator moves 0, HW < LEO for {} (summed over partitions)",
+        per_k(t.isr_shrinks),
+        per_k(t.isr_expands),
+        per_k(t.leader_changes),
+        per_k(t.truncations),
+        human_ms(per_k(t.hw_below_leo_ms) as u64)
+    )
 }
 
 fn human_ms(ms: u64) -> String {
@@ -202,6 +222,7 @@ pub fn summary_lines(r: &SweepResult, max_failures: usize) -> Vec<String> {
             t.committed, t.aborted, t.timed_out, t.fenced
         ),
     ];
+    out.push(replication_line(t, s.seeds));
     out.extend(fault_lines(&t.fault_counts));
     if r.by_invariant.is_empty() {
         out.push("  violations: none".into());

@@ -163,8 +163,24 @@ pub const OFFSETS: &str = "offsets: a record's position in its partition's log; 
 impl Legend {
     pub fn of(params: &ProfileParams) -> Legend {
         let role = |name: &str, role: String| NodeRole { name: name.to_string(), role };
-        let mut nodes =
-            vec![role("broker-0", "the broker, also the transaction coordinator (it writes markers to itself)".into())];
+        let mut nodes = if params.brokers <= 1 {
+            vec![role("broker-0", "the broker, also the transaction coordinator (it writes markers to itself)".into())]
+        } else {
+            let mut brokers = vec![role(
+                "broker-0",
+                "broker, also the transaction coordinator; leader or follower of each partition".into(),
+            )];
+            for id in 1..params.brokers {
+                brokers.push(role(&format!("broker-{id}"), "broker: leader or follower of each partition".into()));
+            }
+            brokers.push(role(
+                "controller",
+                "elects leaders, commits ISR changes (AlterPartition); broker lines end with the leaders' \
+                 LEO/HW/LSO"
+                    .into(),
+            ));
+            brokers
+        };
         let mut by_tid: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for p in &params.producers {
             let what = match &p.kind {

@@ -13,11 +13,13 @@ use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
+use txnsim_engine::broker::COORDINATOR_BROKER;
+use txnsim_engine::controller::{Controller, PartitionRegistration, Topology, CONTROLLER_ID, NO_LEADER};
 use txnsim_engine::producer::{Completion, OpId};
 use txnsim_engine::protocol::{Effects, Envelope, Message, NodeId, Timer};
 use txnsim_engine::{
-    Broker, Consumer, EngineConfig, IsolationLevel, KafkaError, Offset, Producer, ProducerKind, TopicPartition,
-    TxnManagerState,
+    Broker, Consumer, EngineConfig, IsolationLevel, KafkaError, Offset, PartitionLog, Producer, ProducerKind,
+    TopicPartition, TxnManagerState,
 };
 use txnsim_properties::{
     CallOutcome, ClusterView, Event, History, MonotonicityChecker, ProducerCall, StateChecker, Violation,
@@ -32,8 +34,11 @@ pub fn lock(shared: &Shared) -> MutexGuard<'_, World> {
 
 pub const PORT: u16 = 9092;
 pub const TAG: u64 = 7;
-/// The single broker's id; the code keys brokers by id so three can come with replication.
-pub const BROKER: u32 = 0;
+/// The broker clients bootstrap to and the transaction coordinator's host (the engine has no coordinator
+/// failover yet, `COORDINATOR_BROKER`).
+pub const BROKER: u32 = COORDINATOR_BROKER;
+/// The controller's node name (`CONTROLLER_ID` in the engine).
+pub const CONTROLLER: &str = "controller";
 
 /// What travels over madsim's network: the engine's envelope, plus the incarnation of the receiver it was
 /// sent to. A restarted node never sees messages addressed to its previous life (a TCP connection reset).
@@ -49,6 +54,17 @@ pub struct Outgoing {
     pub env: Envelope,
     pub dst_incarnation: u32,
     pub delay: Option<Duration>,
+}
+
+/// Controller traffic's latency: it travels in order and is never lost (`send_all`).
+const CONTROLLER_LATENCY: Duration = Duration::from_millis(1);
+
+/// To or from the controller. KRaft brokers replicate the metadata log, and `AlterPartitionManager`
+/// retries an unanswered request; the engine's controller sends each record once and its brokers
+/// propose an ISR change once, so a lost or reordered message would stall a partition forever: this
+/// traffic goes in order and is never lost or held by a fault.
+fn is_controller_traffic(env: &Envelope) -> bool {
+    env.from == NodeId::Broker(CONTROLLER_ID) || env.to == NodeId::Broker(CONTROLLER_ID)
 }
 
 /// One violated invariant (or an engine panic), first occurrence, with how many times it was seen.
@@ -76,6 +92,14 @@ pub struct Stats {
     /// Faults injected, by kind; answer faults by kind and API ("lose-answer EndTxn").
     pub fault_counts: BTreeMap<String, u64>,
     pub sim_ms: u64,
+    /// Replication activity: ISR changes the controller committed, leader changes, follower
+    /// truncations (a log end that moved back), and the time partitions spent with their leader's HW
+    /// below its LEO (summed over partitions).
+    pub isr_shrinks: u64,
+    pub isr_expands: u64,
+    pub leader_changes: u64,
+    pub truncations: u64,
+    pub hw_below_leo_ms: u64,
 }
 
 pub struct NodeSlot {
@@ -131,6 +155,13 @@ pub struct ConsumerSlot {
     pub polls: BTreeMap<u64, (TopicPartition, Offset)>,
 }
 
+/// Every partition's leader log, moved out of its broker (`World::take_leader_logs`), and the brokers
+/// they came from.
+pub struct LeaderLogs {
+    pub logs: BTreeMap<TopicPartition, PartitionLog>,
+    owners: Vec<u32>,
+}
+
 pub struct World {
     pub params: ProfileParams,
     pub swarm: Swarm,
@@ -138,9 +169,20 @@ pub struct World {
     pub rng: SimRng,
     pub start: Instant,
     pub nodes: BTreeMap<String, NodeSlot>,
-    pub broker: Broker,
-    pub broker_started: bool,
-    pub broker_down: bool,
+    /// Every broker by id; broker `BROKER` hosts the coordinator.
+    pub brokers: BTreeMap<u32, Broker>,
+    /// The controller of a replicated cluster (none on a single broker, which leads all it has).
+    pub controller: Option<Controller>,
+    pub brokers_started: BTreeSet<u32>,
+    pub brokers_down: BTreeSet<u32>,
+    /// Replication deadlines a wake-up task is already waiting for, per broker.
+    replication_wakeups: BTreeMap<u32, BTreeSet<u64>>,
+    /// Each partition's leader and leader epoch as the checkers last read them (in `partitions`'
+    /// order): a change starts the state checkers afresh on the new leader's log (its HW may lag the old
+    /// leader's, as in Kafka).
+    last_leaders: Vec<(u32, i32)>,
+    /// Per partition, since when its leader's HW has been below its LEO.
+    hw_lag_since: BTreeMap<TopicPartition, u64>,
     pub producers: BTreeMap<String, ProducerSlot>,
     pub consumers: BTreeMap<String, ConsumerSlot>,
     pub partitions: Vec<TopicPartition>,
@@ -172,6 +214,27 @@ pub struct World {
     next_wire_id: u64,
 }
 
+/// Where each partition's replicas go: partition `i` (over all topics in order) starts at broker
+/// `(i + 1) % brokers`, Kafka's striped placement, so leaders spread over the brokers and a one-partition
+/// topic is led by a broker other than the coordinator's.
+fn striped_controller(topics: &BTreeMap<String, u32>, params: &ProfileParams, unclean: bool) -> Controller {
+    let topology = Topology::new(params.brokers, params.replication_factor);
+    let mut controller = Controller::new(topics, &topology, unclean);
+    let n = params.brokers;
+    for (i, (tp, reg)) in controller.partitions.iter_mut().enumerate() {
+        let rf = topology.replication_factor_of(&tp.topic);
+        let replicas: Vec<u32> = (0..rf).map(|k| (i as u32 + 1 + k) % n).collect();
+        let state = txnsim_engine::controller::LeaderAndIsr {
+            leader: replicas[0],
+            leader_epoch: 0,
+            isr: replicas.clone(),
+            partition_epoch: 0,
+        };
+        *reg = PartitionRegistration { replicas, state };
+    }
+    controller
+}
+
 fn ip_of(index: usize) -> SocketAddr {
     let ip = std::net::Ipv4Addr::new(10, 0, (index / 200) as u8, (index % 200 + 1) as u8);
     SocketAddr::new(ip.into(), PORT)
@@ -181,17 +244,28 @@ pub fn broker_name(id: u32) -> String {
     NodeId::Broker(id).to_string()
 }
 
-const BROKER_NAMES: [&str; 3] = ["broker-0", "broker-1", "broker-2"];
+const BROKER_NAMES: [&str; 5] = ["broker-0", "broker-1", "broker-2", "broker-3", "broker-4"];
 
 /// Broker nodes are named `broker-<id>` (NodeId's display), clients by their own name.
 pub fn is_broker(name: &str) -> bool {
     name.starts_with("broker-")
 }
 
+/// The id of broker node `name`.
+pub fn broker_id(name: &str) -> u32 {
+    name["broker-".len()..].parse().expect("a broker node's name")
+}
+
+/// Producers and consumers: their requests travel under run-wide correlation ids.
+fn is_client(name: &str) -> bool {
+    !is_broker(name) && name != CONTROLLER
+}
+
 /// The node name an engine id travels to, without allocating for clients.
 pub fn node_key(id: &NodeId) -> std::borrow::Cow<'_, str> {
     match id {
         NodeId::Client(name) => std::borrow::Cow::Borrowed(name.as_str()),
+        NodeId::Broker(CONTROLLER_ID) => std::borrow::Cow::Borrowed(CONTROLLER),
         NodeId::Broker(b) => match BROKER_NAMES.get(*b as usize) {
             Some(name) => std::borrow::Cow::Borrowed(name),
             None => std::borrow::Cow::Owned(id.to_string()),
@@ -202,9 +276,21 @@ pub fn node_key(id: &NodeId) -> std::borrow::Cow<'_, str> {
 impl World {
     pub fn new(params: ProfileParams, swarm: Swarm, config: EngineConfig, rng: SimRng, trace: bool) -> World {
         let topics: BTreeMap<String, u32> = params.topics.iter().cloned().collect();
-        let broker = Broker::new(BROKER, &topics, config.clone());
-        let partitions: Vec<TopicPartition> = broker.partitions.keys().cloned().collect();
-        let mut names = vec![broker_name(BROKER)];
+        let (brokers, controller) = if params.brokers <= 1 {
+            (BTreeMap::from([(BROKER, Broker::new(BROKER, &topics, config.clone()))]), None)
+        } else {
+            let controller = striped_controller(&topics, &params, config.unclean_leader_election_enable);
+            let brokers = (0..params.brokers)
+                .map(|id| (id, Broker::with_registrations(id, &controller.partitions, config.clone())))
+                .collect();
+            (brokers, Some(controller))
+        };
+        let partitions: Vec<TopicPartition> =
+            topics.iter().flat_map(|(t, n)| (0..*n).map(move |p| TopicPartition::new(t, p))).collect();
+        let mut names: Vec<String> = brokers.keys().map(|id| broker_name(*id)).collect();
+        if controller.is_some() {
+            names.push(CONTROLLER.to_string());
+        }
         names.extend(params.producers.iter().map(|p| p.name.clone()));
         names.extend(params.consumers.iter().map(|c| c.name.clone()));
         let nodes = names
@@ -245,9 +331,13 @@ impl World {
             rng,
             start: Instant::now(),
             nodes,
-            broker,
-            broker_started: false,
-            broker_down: false,
+            brokers,
+            controller,
+            brokers_started: BTreeSet::new(),
+            brokers_down: BTreeSet::new(),
+            replication_wakeups: BTreeMap::new(),
+            last_leaders: Vec::new(),
+            hw_lag_since: BTreeMap::new(),
             producers,
             consumers,
             partitions,
@@ -298,12 +388,14 @@ impl World {
         self.history.push(e);
     }
 
-    /// `t/0 LEO/HW/LSO` for every partition, as broker lines end, and the same as fields.
+    /// `t/0 LEO/HW/LSO` for every partition (its leader's log), as broker lines end, and the same as
+    /// fields.
     pub fn partitions_summary(&self) -> (String, Value) {
         let m = &self.config.mutations;
         let mut text = Vec::new();
         let mut fields = serde_json::Map::new();
-        for (tp, log) in &self.broker.partitions {
+        for tp in &self.partitions {
+            let log = self.view_log(tp);
             let (leo, hw, lso) = (log.log_end_offset(), log.high_watermark(), log.last_stable_offset(m));
             text.push(format!("{tp} {leo}/{hw}/{lso}"));
             fields.insert(tp.to_string(), json!({"leo": leo, "hw": hw, "lso": lso}));
@@ -311,7 +403,7 @@ impl World {
         (text.join(" "), Value::Object(fields))
     }
 
-    fn trace_broker(&mut self, kind: &'static str, what: impl FnOnce() -> (String, Value)) {
+    fn trace_broker(&mut self, id: u32, kind: &'static str, what: impl FnOnce() -> (String, Value)) {
         if self.trace.is_none() {
             return;
         }
@@ -321,13 +413,249 @@ impl World {
             fields = json!({});
         }
         fields["partitions"] = partitions;
-        self.trace_with(&broker_name(BROKER), kind, move || (format!("{text} | LEO/HW/LSO {summary}"), fields));
+        self.trace_with(&broker_name(id), kind, move || (format!("{text} | LEO/HW/LSO {summary}"), fields));
+    }
+
+    // ---------------------------------------------------------------- replicas
+
+    /// The broker whose replica of `tp` stands for the partition: the one leading it at the highest
+    /// leader epoch by its own replica state (a crashed leader, until the controller elected another);
+    /// on a single broker, that broker.
+    pub fn view_broker(&self, tp: &TopicPartition) -> u32 {
+        let mut best: Option<(i32, u32)> = None;
+        for (id, b) in &self.brokers {
+            let Some(p) = b.replica_manager.partitions.get(tp) else { continue };
+            if p.leader == *id && best.is_none_or(|(e, _)| e < p.leader_epoch) {
+                best = Some((p.leader_epoch, *id));
+            }
+        }
+        best.map_or(BROKER, |(_, id)| id)
+    }
+
+    /// The leader's log of `tp` (`view_broker`).
+    pub fn view_log(&self, tp: &TopicPartition) -> &PartitionLog {
+        &self.brokers[&self.view_broker(tp)].partitions[tp]
+    }
+
+    /// Each partition's view broker and its leader epoch there.
+    fn leaders(&self) -> Vec<(u32, i32)> {
+        self.partitions
+            .iter()
+            .map(|tp| {
+                let id = self.view_broker(tp);
+                let epoch = self.brokers[&id].replica_manager.partitions.get(tp).map_or(0, |p| p.leader_epoch);
+                (id, epoch)
+            })
+            .collect()
+    }
+
+    /// Moves every partition's leader log out of its broker: the state checkers read one map of logs, and
+    /// a move costs nothing where a copy would cost the logs' size at every step. `put_back` returns them.
+    pub fn take_leader_logs(&mut self) -> LeaderLogs {
+        self.observe_replication();
+        self.take_leader_logs_as_observed()
+    }
+
+    /// `take_leader_logs` right after `observe_replication`.
+    fn take_leader_logs_as_observed(&mut self) -> LeaderLogs {
+        let owners: Vec<u32> = self.last_leaders.iter().map(|(id, _)| *id).collect();
+        let mut logs = BTreeMap::new();
+        for (tp, id) in self.partitions.iter().zip(&owners) {
+            let log = self.brokers.get_mut(id).and_then(|b| b.partitions.remove(tp)).expect("a leader hosts its log");
+            logs.insert(tp.clone(), log);
+        }
+        LeaderLogs { logs, owners }
+    }
+
+    pub fn put_back(&mut self, taken: LeaderLogs) {
+        // `partitions` is in the map's order: topics by name, then partition numbers.
+        for ((tp, log), id) in taken.logs.into_iter().zip(taken.owners) {
+            self.brokers.get_mut(&id).expect("taken from it").partitions.insert(tp, log);
+        }
+    }
+
+    /// The coordinator's broker with every partition's leader log in place of its own replicas: what the
+    /// replay page rebuilds each step's logs from.
+    pub fn leader_snapshot(&self) -> Broker {
+        let mut broker = self.brokers[&BROKER].clone();
+        broker.partitions = self.partitions.iter().map(|tp| (tp.clone(), self.view_log(tp).clone())).collect();
+        broker
+    }
+
+    /// Every broker's log ends, to see a truncation.
+    fn log_ends(&self, id: u32) -> Vec<Offset> {
+        self.brokers[&id].partitions.values().map(|l| l.log_end_offset()).collect()
+    }
+
+    /// The replica invariants over the live brokers (a crashed broker's frozen state is no replica's
+    /// word): after a truncation, a leader change and at the end, not after every step (they read
+    /// every replica's whole log).
+    pub fn check_replicas(&mut self) {
+        let down = &self.brokers_down;
+        let live = self.brokers.iter().filter(|(id, _)| !down.contains(id)).map(|(_, b)| b);
+        let violations = txnsim_properties::check_replicas(live);
+        self.record_all(violations);
+    }
+
+    /// Leader changes (the state checkers start afresh on the new leader's log), and the time each
+    /// partition's leader has its HW below its LEO.
+    fn observe_replication(&mut self) {
+        let leaders = self.leaders();
+        if leaders != self.last_leaders {
+            if !self.last_leaders.is_empty() {
+                self.state = StateChecker::default();
+                self.mono = MonotonicityChecker::default();
+                self.last_fingerprint.clear();
+                self.last_leaders = leaders;
+                self.check_replicas();
+            } else {
+                self.last_leaders = leaders;
+            }
+        }
+        let now = self.now_ms();
+        for i in 0..self.partitions.len() {
+            let tp = &self.partitions[i];
+            let log = self.view_log(tp);
+            let lagging = log.high_watermark() < log.log_end_offset();
+            match (lagging, self.hw_lag_since.get(tp)) {
+                (true, None) => {
+                    self.hw_lag_since.insert(tp.clone(), now);
+                }
+                (false, Some(&since)) => {
+                    self.stats.hw_below_leo_ms += now - since;
+                    self.hw_lag_since.remove(tp);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Ends the HW-below-LEO intervals still open when the run ends.
+    pub fn close_hw_lag(&mut self) {
+        let now = self.now_ms();
+        for (_, since) in std::mem::take(&mut self.hw_lag_since) {
+            self.stats.hw_below_leo_ms += now - since;
+        }
+    }
+
+    /// After a broker step: a log end that moved back is a truncation (checked at once), then the state
+    /// checks, and a wake-up for the broker's next replication deadline.
+    fn after_broker_step(&mut self, shared: &Shared, id: u32, ends_before: &[Offset]) {
+        let ends = self.log_ends(id);
+        let truncated = ends.iter().zip(ends_before).filter(|(a, b)| a < b).count() as u64;
+        if truncated > 0 {
+            self.stats.truncations += truncated;
+            self.check_replicas();
+        }
+        self.check_broker();
+        self.schedule_replication(shared, id);
+    }
+
+    /// Counts what a controller step changed (ISR shrinks and expands, leaders) and sends its records.
+    fn controller_step(
+        &mut self,
+        shared: &Shared,
+        before: BTreeMap<TopicPartition, PartitionRegistration>,
+        effects: Effects,
+    ) -> Vec<Outgoing> {
+        let after = &self.controller.as_ref().expect("a replicated cluster").partitions;
+        for (tp, old) in &before {
+            let new = &after[tp].state;
+            if new.leader != old.state.leader {
+                self.stats.leader_changes += 1;
+            }
+            match new.isr.len().cmp(&old.state.isr.len()) {
+                std::cmp::Ordering::Less => self.stats.isr_shrinks += 1,
+                std::cmp::Ordering::Greater => self.stats.isr_expands += 1,
+                std::cmp::Ordering::Equal => {}
+            }
+        }
+        self.dispatch(shared, CONTROLLER, effects)
+    }
+
+    /// Runs the controller's `f` (fencing or unfencing a broker) and sends what it decided.
+    pub fn controller_do(&mut self, shared: &Shared, f: impl FnOnce(&mut Controller) -> Effects) -> Vec<Outgoing> {
+        let Some(c) = self.controller.as_mut() else { return Vec::new() };
+        let before = c.partitions.clone();
+        let effects = f(c);
+        self.controller_step(shared, before, effects)
+    }
+
+    /// A task on the broker's node that runs `tick_replication` when its next deadline falls due (one
+    /// task per distinct deadline; they die with the node).
+    fn schedule_replication(&mut self, shared: &Shared, id: u32) {
+        let Some(due) = self.brokers[&id].next_replication_deadline_ms() else { return };
+        if !self.replication_wakeups.entry(id).or_default().insert(due) {
+            return;
+        }
+        let slot = &self.nodes[&broker_name(id)];
+        let Some(handle) = slot.id.and_then(|n| Handle::current().get_node(n)) else { return };
+        let incarnation = slot.incarnation;
+        let at = self.start + Duration::from_millis(due);
+        let shared = shared.clone();
+        handle.spawn(async move {
+            madsim::time::sleep_until(at).await;
+            let out = {
+                let mut w = lock(&shared);
+                w.on_replication_due(&shared, id, incarnation, due)
+            };
+            send_all(&shared, out).await;
+        });
+    }
+
+    fn on_replication_due(&mut self, shared: &Shared, id: u32, incarnation: u32, due: u64) -> Vec<Outgoing> {
+        if let Some(set) = self.replication_wakeups.get_mut(&id) {
+            set.remove(&due);
+        }
+        let name = broker_name(id);
+        if self.nodes[&name].incarnation != incarnation || self.brokers_down.contains(&id) {
+            return Vec::new();
+        }
+        let now = self.now_ms();
+        if !self.brokers[&id].next_replication_deadline_ms().is_some_and(|d| d <= now) {
+            self.schedule_replication(shared, id);
+            return Vec::new();
+        }
+        let ends = self.log_ends(id);
+        let before = self.trace.is_some().then(|| self.fingerprint());
+        let effects = self.brokers.get_mut(&id).expect("a broker").tick_replication(now);
+        let idle = effects.sends.is_empty() && before.is_some_and(|fp| fp == self.fingerprint());
+        let kind = if idle { IDLE_TIMER } else { "timer" };
+        self.trace_broker(id, kind, || ("replication deadline".to_string(), Value::Null));
+        self.after_broker_step(shared, id, &ends);
+        self.dispatch(shared, &name, effects)
+    }
+
+    /// A broker dies (its log survives): the controller fences it at once (its session timeout, taken as
+    /// instant, as `Cluster::crash_broker` does) and every producer's connection to it breaks.
+    pub fn crash_broker(&mut self, shared: &Shared, id: u32) -> Vec<Outgoing> {
+        let name = broker_name(id);
+        Handle::current().kill(self.nodes[&name].id.expect("built"));
+        self.brokers_down.insert(id);
+        self.replication_wakeups.remove(&id);
+        self.nodes.get_mut(&name).expect("known").endpoint = None;
+        let mut out = self.controller_do(shared, |c| c.broker_fenced(id));
+        let now = self.now_ms();
+        let names: Vec<String> = self.producers.keys().cloned().collect();
+        for p in names {
+            let Some(producer) = self.producers.get_mut(&p).and_then(|s| s.producer.as_mut()) else { continue };
+            let effects = producer.on_disconnect(now, &NodeId::Broker(id));
+            self.collect_completions(&p);
+            out.extend(self.dispatch(shared, &p, effects));
+        }
+        out
+    }
+
+    /// The broker ids of the live partition leaders other than the coordinator's broker.
+    pub fn leader_candidates(&self) -> Vec<u32> {
+        let leaders: BTreeSet<u32> = self.partitions.iter().map(|tp| self.view_broker(tp)).collect();
+        leaders.into_iter().filter(|id| *id != BROKER && !self.brokers_down.contains(id)).collect()
     }
 
     /// COMMIT or ABORT, for the marker at `offset` of `tp` (a WriteTxnMarkers answer carries only its
     /// offset).
     fn marker_kind(&self, tp: &TopicPartition, offset: Offset) -> Option<&'static str> {
-        let log = self.broker.partitions.get(tp)?;
+        let log = self.partitions.contains(tp).then(|| self.view_log(tp))?;
         let batch = log.batches().find(|b| b.base_offset <= offset && offset <= b.last_offset)?;
         batch.marker().map(|m| m.result.name())
     }
@@ -354,14 +682,17 @@ impl World {
     /// A cheap summary of everything the state invariants read: unchanged means nothing to re-check.
     fn fingerprint(&self) -> Vec<u64> {
         let m = &self.config.mutations;
-        let mut fp = Vec::with_capacity(self.broker.partitions.len() * 4 + 6);
-        for log in self.broker.partitions.values() {
+        let mut fp = Vec::with_capacity(self.partitions.len() * 4 + 6);
+        // `observe_replication` ran first: `last_leaders` is current, and a leader change cleared the
+        // last fingerprint.
+        for (tp, (id, _)) in self.partitions.iter().zip(&self.last_leaders) {
+            let log = &self.brokers[id].partitions[tp];
             fp.push(log.log_end_offset());
             fp.push(log.high_watermark());
             fp.push(log.last_stable_offset(m));
             fp.push(log.aborted_index().count() as u64);
         }
-        let c = &self.broker.coordinator;
+        let c = &self.brokers[&BROKER].coordinator;
         fp.push(c.coordinator_epoch as u64);
         fp.push(c.decisions.len() as u64);
         fp.push(c.decisions.iter().filter(|d| d.completed).count() as u64);
@@ -371,16 +702,24 @@ impl World {
         fp
     }
 
-    /// State invariants and LSO/HW monotonicity on the broker's snapshot, after a broker step.
+    /// State invariants and LSO/HW monotonicity on the partition leaders' logs and the coordinator,
+    /// after a broker step.
     pub fn check_broker(&mut self) {
+        self.observe_replication();
         let fp = self.fingerprint();
         if fp == self.last_fingerprint {
             return;
         }
         self.last_fingerprint = fp;
-        let view = ClusterView::of_broker(&self.broker);
+        let taken = self.take_leader_logs_as_observed();
+        let view = ClusterView {
+            partitions: &taken.logs,
+            coordinator: Some(&self.brokers[&BROKER].coordinator),
+            mutations: &self.config.mutations,
+        };
         let mut violations = self.state.check(&view);
         violations.extend(self.mono.observe(&view));
+        self.put_back(taken);
         self.record_all(violations);
     }
 
@@ -393,16 +732,24 @@ impl World {
         // are for links between nodes, and a local write is never lost; its window is the `network`
         // scenarios' to explore.
         let now = self.now_ms();
-        let effects = if is_broker(from) { self.broker.write_txn_log_now(now, effects) } else { effects };
+        let effects = if is_broker(from) {
+            self.brokers.get_mut(&broker_id(from)).expect("a broker").write_txn_log_now(now, effects)
+        } else {
+            effects
+        };
         for (due_ms, timer) in effects.timers {
             self.spawn_timer(shared, from, due_ms, timer);
         }
-        let client = !is_broker(from);
+        let client = is_client(from);
         let incarnation = self.nodes[from].incarnation;
         effects
             .sends
             .into_iter()
             .filter_map(|mut env| {
+                if is_controller_traffic(&env) {
+                    let dst_incarnation = self.nodes[node_key(&env.to).as_ref()].incarnation;
+                    return Some(Outgoing { from: from.to_string(), env, dst_incarnation, delay: None });
+                }
                 if !client && self.lose_answer(&env) {
                     return None;
                 }
@@ -499,21 +846,40 @@ impl World {
         slot.endpoint = Some(endpoint);
         let incarnation = slot.incarnation;
         if is_broker(name) {
-            let effects = if self.broker_started {
-                self.broker_down = false;
-                let e = self.broker.restart(now);
-                let text = format!(
-                    "restarted (instance {incarnation}); coordinator reloaded at epoch {}",
-                    self.broker.coordinator.coordinator_epoch
-                );
-                self.trace_broker("restart", || (text, Value::Null));
+            let id = broker_id(name);
+            let ends = self.log_ends(id);
+            let mut out = Vec::new();
+            let effects = if self.brokers_started.contains(&id) {
+                self.brokers_down.remove(&id);
+                // `Cluster::start_broker`: the controller unfences it, and it loads its logs and the
+                // controller's current image.
+                out = self.controller_do(shared, |c| c.broker_unfenced(id));
+                let image = self.controller.as_ref().map(|c| c.partitions.clone());
+                let broker = self.brokers.get_mut(&id).expect("a broker");
+                let e = match image {
+                    Some(image) => broker.restart_with_image(now, &image),
+                    None => broker.restart(now),
+                };
+                let text = if id == BROKER {
+                    format!(
+                        "restarted (instance {incarnation}); coordinator reloaded at epoch {}",
+                        broker.coordinator.coordinator_epoch
+                    )
+                } else {
+                    format!("restarted (instance {incarnation})")
+                };
+                self.trace_broker(id, "restart", || (text, Value::Null));
                 e
             } else {
-                self.broker_started = true;
-                self.broker.on_start(now)
+                self.brokers_started.insert(id);
+                self.brokers.get_mut(&id).expect("a broker").on_start(now)
             };
-            self.check_broker();
-            return self.dispatch(shared, name, effects);
+            self.after_broker_step(shared, id, &ends);
+            out.extend(self.dispatch(shared, name, effects));
+            return out;
+        }
+        if name == CONTROLLER {
+            return Vec::new();
         }
         if let Some(slot) = self.producers.get_mut(name) {
             let config = if slot.spec.kind == ProducerKind::Plain {
@@ -523,7 +889,13 @@ impl World {
             } else {
                 self.config.clone()
             };
-            let p = Producer::new(name, slot.spec.kind.clone(), NodeId::Broker(BROKER), config);
+            let mut p = Producer::new(name, slot.spec.kind.clone(), NodeId::Broker(BROKER), config);
+            if let Some(c) = &self.controller {
+                // `Cluster::bootstrap`: every broker, and the leaders of the producer's first metadata.
+                p.set_bootstrap(self.brokers.keys().copied().collect());
+                let leaders = c.partitions.iter().filter(|(_, r)| r.state.leader != NO_LEADER);
+                p.learn_leaders(leaders.map(|(tp, r)| (tp.clone(), r.state.leader)));
+            }
             slot.producer = Some(p);
             slot.plan = None;
             slot.stall_until_ms = 0;
@@ -554,7 +926,15 @@ impl World {
         }
         let mut env = wire.env;
         let now = self.now_ms();
-        if !is_broker(name) {
+        if name == CONTROLLER {
+            if self.trace.is_some() {
+                let text = format!("recv {} from {}", describe(&env), env.from);
+                let fields = message_fields(&env);
+                self.trace_with(name, "recv", || (text, fields));
+            }
+            return self.controller_do(shared, |c| c.on_message(env));
+        }
+        if is_client(name) {
             // An answer to a client: back to the asking instance's own correlation id.
             match self.wire_requests.remove(&env.correlation_id) {
                 Some((client, inc, corr)) if client == name && inc == incarnation => env.correlation_id = corr,
@@ -573,9 +953,11 @@ impl World {
                 let what = describe_with(&env, &|tp, o| self.marker_kind(tp, o));
                 (format!("recv {what} from {}", env.from), message_fields(&env))
             });
-            let effects = self.broker.on_message(now, env);
-            self.trace_broker("recv", || text.unwrap_or_default());
-            self.check_broker();
+            let id = broker_id(name);
+            let ends = self.log_ends(id);
+            let effects = self.brokers.get_mut(&id).expect("a broker").on_message(now, env);
+            self.trace_broker(id, "recv", || text.unwrap_or_default());
+            self.after_broker_step(shared, id, &ends);
             return self.dispatch(shared, name, effects);
         }
         if self.producers.contains_key(name) {
@@ -589,8 +971,8 @@ impl World {
             self.collect_completions(name);
             return self.dispatch(shared, name, effects);
         }
-        self.consumer_message(name, env);
-        Vec::new()
+        let effects = self.consumer_message(name, env);
+        self.dispatch(shared, name, effects)
     }
 
     fn on_timer(&mut self, shared: &Shared, name: &str, incarnation: u32, timer: Timer) -> Vec<Outgoing> {
@@ -599,17 +981,19 @@ impl World {
         }
         let now = self.now_ms();
         if is_broker(name) {
-            if self.broker_down {
+            let id = broker_id(name);
+            if self.brokers_down.contains(&id) {
                 return Vec::new();
             }
             let text = self.trace.is_some().then(|| format!("timer: {}", timer_name(&timer)));
             let before = self.trace.is_some().then(|| self.fingerprint());
-            let effects = self.broker.on_timer(now, timer);
+            let ends = self.log_ends(id);
+            let effects = self.brokers.get_mut(&id).expect("a broker").on_timer(now, timer);
             // A scan that sent nothing and changed nothing is noise in a long replay: it folds.
             let idle = effects.sends.is_empty() && before.is_some_and(|fp| fp == self.fingerprint());
             let kind = if idle { IDLE_TIMER } else { "timer" };
-            self.trace_broker(kind, || (text.unwrap_or_default(), Value::Null));
-            self.check_broker();
+            self.trace_broker(id, kind, || (text.unwrap_or_default(), Value::Null));
+            self.after_broker_step(shared, id, &ends);
             return self.dispatch(shared, name, effects);
         }
         if let Some(slot) = self.producers.get_mut(name) {
@@ -633,21 +1017,30 @@ impl World {
         Vec::new()
     }
 
-    fn consumer_message(&mut self, name: &str, env: Envelope) {
+    /// A consumer's answer; what the consumer sends in turn (a Metadata request after
+    /// NOT_LEADER_OR_FOLLOWER), each with a request timeout as `NetworkClient` gives every request: the
+    /// consumer sets none for its metadata request, and a lost one would hold its partition forever.
+    fn consumer_message(&mut self, name: &str, env: Envelope) -> Effects {
         let now = self.now_ms();
+        let timeout = self.config.request_timeout_ms;
+        let with_timeouts = |mut e: Effects| {
+            for env in &e.sends {
+                e.timers.push((now + timeout, Timer::RequestTimeout { correlation_id: env.correlation_id }));
+            }
+            e
+        };
         let slot = self.consumers.get_mut(name).expect("a consumer");
         let corr = env.correlation_id;
         let Message::FetchResponse { partition, fetch_offset, result } = &env.message else {
-            let _ = slot.consumer.on_message(env);
-            return;
+            return with_timeouts(slot.consumer.on_message(env));
         };
         let (partition, fetch_offset) = (partition.clone(), *fetch_offset);
         let accepted = slot.polls.remove(&corr).is_some() && slot.consumer.position(&partition) == Some(fetch_offset);
         let bounds = result.as_ref().ok().map(|d| (d.high_watermark, d.last_stable_offset, d.batches.len()));
         let error = result.as_ref().err().copied();
-        let _ = slot.consumer.on_message(env);
+        let effects = with_timeouts(slot.consumer.on_message(env));
         if !accepted {
-            return;
+            return effects;
         }
         let isolation = slot.consumer.isolation;
         match bounds {
@@ -694,6 +1087,7 @@ impl World {
                 self.trace_with(name, "poll", || (text, fields));
             }
         }
+        effects
     }
 
     /// Completions of the producer's calls become history events.
@@ -975,7 +1369,7 @@ impl World {
 
     /// Where a consumer should end up after healing: the LSO (read_committed) or HW.
     pub fn consumer_bound(&self, isolation: IsolationLevel, tp: &TopicPartition) -> Offset {
-        let log = &self.broker.partitions[tp];
+        let log = self.view_log(tp);
         match isolation {
             IsolationLevel::ReadCommitted => log.last_stable_offset(&self.config.mutations),
             IsolationLevel::ReadUncommitted => log.high_watermark(),
@@ -986,6 +1380,10 @@ impl World {
 /// Sends what a step produced, through the sender's endpoint on madsim's network.
 pub async fn send_all(shared: &Shared, out: Vec<Outgoing>) {
     for o in out {
+        if is_controller_traffic(&o.env) {
+            send_reliably(shared, o);
+            continue;
+        }
         if let Some(delay) = o.delay {
             let wire_node = lock(shared).wire_node;
             let Some(handle) = wire_node.and_then(|id| Handle::current().get_node(id)) else { continue };
@@ -998,6 +1396,27 @@ pub async fn send_all(shared: &Shared, out: Vec<Outgoing>) {
         }
         send_one(shared, &o.from, o.env, o.dst_incarnation).await;
     }
+}
+
+/// Controller traffic: delivered after `CONTROLLER_LATENCY` from the network's host, in the order sent,
+/// unless its receiver died meanwhile (`is_controller_traffic`).
+fn send_reliably(shared: &Shared, o: Outgoing) {
+    let Some(handle) = lock(shared).wire_node.and_then(|id| Handle::current().get_node(id)) else { return };
+    let shared = shared.clone();
+    handle.spawn(async move {
+        madsim::time::sleep(CONTROLLER_LATENCY).await;
+        let out = {
+            let mut w = lock(&shared);
+            let to = node_key(&o.env.to).into_owned();
+            let down = is_broker(&to) && w.brokers_down.contains(&broker_id(&to));
+            if down {
+                return;
+            }
+            w.stats.messages += 1;
+            w.on_wire(&shared, &to, Wire { env: o.env, dst_incarnation: o.dst_incarnation })
+        };
+        send_all(&shared, out).await;
+    });
 }
 
 async fn send_one(shared: &Shared, from: &str, env: Envelope, dst_incarnation: u32) {

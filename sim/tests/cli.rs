@@ -205,7 +205,7 @@ fn replay_json_matches_its_schema_with_structured_events_and_a_verdict() {
     let events = value["events"].as_array().expect("events");
     let poll = events.iter().find(|e| e["kind"] == "poll" && e["fields"]["records"].is_array()).expect("a poll event");
     assert!(poll["fields"]["fetch_offset"].is_u64(), "a poll's fields carry its offsets: {poll}");
-    let broker = events.iter().find(|e| e["node"] == "broker-0").expect("a broker event");
+    let broker = events.iter().find(|e| e["node"] == "broker-0" && e["kind"] == "recv").expect("a broker event");
     assert!(broker["fields"]["partitions"]["t/0"]["lso"].is_u64(), "broker events carry LEO/HW/LSO: {broker}");
 }
 

@@ -14,41 +14,94 @@ fn seeds_per_profile(default: u64) -> u64 {
     std::env::var("TXNSIM_SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(default)
 }
 
-fn sweep_profile(profile: Profile, default_seeds: u64) {
+fn sweep_profile(profile: Profile, default_seeds: u64) -> txnsim_sim::sweep::SweepResult {
     // A fixed base well away from the seeds people replay by hand.
     let spec = SweepSpec::new(100_000, seeds_per_profile(default_seeds), profile, None, 2);
     let result = run_sweep(&spec, |_, _| {});
     assert!(result.passed(), "{}", summary_lines(&result, 5).join("\n"));
+    result
 }
+
+// Seeds per profile: a three-broker seed costs about eight times a one-broker one (the followers' long
+// polls and the replication deadlines), so the replicated profiles run a twentieth of what they ran on
+// one broker, a prefix of a range that passed (100,000 on: standard 100, late-sends and long-txns 30, the
+// others 40); `single-broker` keeps the one-broker coverage.
 
 #[test]
 fn sweep_standard() {
-    sweep_profile(Profile::Standard, 700);
+    let result = sweep_profile(Profile::Standard, 60);
+    let t = &result.totals;
+    let counts = [
+        ("ISR shrinks", t.isr_shrinks),
+        ("ISR expands", t.isr_expands),
+        ("leader changes", t.leader_changes),
+        ("truncations", t.truncations),
+        ("ms with HW < LEO", t.hw_below_leo_ms),
+    ];
+    for (what, n) in counts {
+        assert!(n > 0, "the standard profile's faults should exercise replication, but it saw no {what}");
+    }
 }
 
 #[test]
 fn sweep_contention() {
-    sweep_profile(Profile::Contention, 400);
+    sweep_profile(Profile::Contention, 20);
 }
 
 #[test]
 fn sweep_long_txns() {
-    sweep_profile(Profile::LongTxns, 300);
+    sweep_profile(Profile::LongTxns, 15);
 }
 
 #[test]
 fn sweep_timeouts() {
-    sweep_profile(Profile::Timeouts, 400);
+    sweep_profile(Profile::Timeouts, 20);
 }
 
 #[test]
 fn sweep_atomicity() {
-    sweep_profile(Profile::Atomicity, 400);
+    sweep_profile(Profile::Atomicity, 20);
 }
 
 #[test]
 fn sweep_late_sends() {
-    sweep_profile(Profile::LateSends, 300);
+    sweep_profile(Profile::LateSends, 15);
+}
+
+#[test]
+fn sweep_single_broker() {
+    let result = sweep_profile(Profile::SingleBroker, 300);
+    let t = &result.totals;
+    assert_eq!(
+        (t.isr_shrinks, t.leader_changes, t.truncations, t.hw_below_leo_ms),
+        (0, 0, 0, 0),
+        "one broker has no followers: nothing to replicate"
+    );
+}
+
+/// The mutations only replication reaches, each with the first standard seed that catches it and the
+/// invariant that does (`sweep --profile standard --mutation M` from seed 0).
+const REPLICATION_CATCHERS: [(Mutation, u64, &str); 5] = [
+    (Mutation::LsoIgnoresUnreplicatedTxns, 0, "lso-is-first-unstable-offset"),
+    (Mutation::LsoNotClampedToHw, 0, "lso-bounds"),
+    (Mutation::HwFromLeaderLeo, 1, "replica-log-matches-leader"),
+    (Mutation::TruncateToOwnLeo, 3, "replica-log-matches-leader"),
+    (Mutation::NoRebuildAfterTruncation, 16, "replica-txn-state-from-own-log"),
+];
+
+#[test]
+fn the_sim_catches_each_replication_mutation_within_its_first_seeds() {
+    for (m, first, invariant) in REPLICATION_CATCHERS {
+        let spec = SweepSpec::new(0, first + 1, Profile::Standard, Some(m), 2);
+        let result = run_sweep(&spec, |_, _| {});
+        let lines = summary_lines(&result, 1).join("\n");
+        assert_eq!(result.first_failure_index(), Some(first), "{}: first failing seed\n{lines}", m.name());
+        assert!(
+            result.by_invariant.contains_key(invariant),
+            "{}: expected {invariant} among the violations\n{lines}",
+            m.name()
+        );
+    }
 }
 
 #[test]
