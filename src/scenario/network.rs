@@ -527,9 +527,10 @@ fn validate_expect(
             let field = format!("group_offsets[{k}].offsets");
             partition_key(key).map_err(|e| err(at, &field, e))?;
             let ok =
-                v.is_null() || v.as_i64().is_some() || v.as_str().is_some_and(|n| KafkaError::from_name(n).is_some());
+                v.is_null() || v.as_u64().is_some() || v.as_str().is_some_and(|n| KafkaError::from_name(n).is_some());
             if !ok {
-                return Err(err(at, &field, format!("'{key}': {v} is neither an offset, null nor a Kafka error")));
+                let field = format!("{field}.{key}");
+                return Err(err(at, &field, format!("{v} is neither an offset (0 or more), null nor a Kafka error")));
             }
         }
     }
