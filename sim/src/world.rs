@@ -719,6 +719,7 @@ impl World {
         };
         let mut violations = self.state.check(&view);
         violations.extend(self.mono.observe(&view));
+        violations.extend(txnsim_properties::check_timers(&self.brokers[&BROKER].coordinator));
         self.put_back(taken);
         self.record_all(violations);
     }
