@@ -92,34 +92,35 @@ fn bad_clients_are_closed_and_the_rest_are_served() {
     );
 }
 
-/// serve listens on loopback only, and says so in one line (exit 2) rather than binding elsewhere.
-#[test]
-fn serve_refuses_a_non_loopback_address() {
+/// `txnsim serve FLAGS` is refused before it listens: exit 2 and one line of stderr containing `want`.
+fn assert_serve_refuses(flags: &[&str], want: &str) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_txnsim"))
-        .args(["serve", "--addr", "0.0.0.0:0"])
+        .arg("serve")
+        .args(flags)
         .output()
         .expect("run txnsim serve");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "bad arguments exit 2: {err}");
-    assert_eq!(err.lines().count(), 1, "one line: {err}");
-    assert!(err.contains("not a loopback address"), "{err}");
+    assert_eq!(out.status.code(), Some(2), "{flags:?}: bad arguments exit 2: {err}");
+    assert_eq!(err.lines().count(), 1, "{flags:?}: one line: {err}");
+    assert!(err.contains(want), "{flags:?}: want {want:?} in {err}");
+}
+
+/// serve listens on loopback only, and says so in one line (exit 2) rather than binding elsewhere.
+#[test]
+fn serve_refuses_a_non_loopback_address() {
+    assert_serve_refuses(&["--addr", "0.0.0.0:0"], "not a loopback address");
 }
 
 /// A cleanup interval of 0 would make the coordinator's timeout scan spin: refused in one line (exit 2).
 #[test]
 fn serve_refuses_a_zero_timeout_scan_interval() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_txnsim"))
-        .args(["serve", "--addr", "127.0.0.1:0", "--transaction-abort-timed-out-transaction-cleanup-interval-ms", "0"])
-        .output()
-        .expect("run txnsim serve");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "bad arguments exit 2: {err}");
-    assert_eq!(err.lines().count(), 1, "one line: {err}");
-    assert!(err.contains("must be at least 1"), "{err}");
+    let flags = ["--addr", "127.0.0.1:0", "--transaction-abort-timed-out-transaction-cleanup-interval-ms", "0"];
+    assert_serve_refuses(&flags, "must be at least 1");
 }
 
 /// `--brokers` is 1..=5, the default replication factor 1..=brokers, `min.insync.replicas` at least 1,
-/// and every broker needs a port: each refused in one line (exit 2) before anything listens.
+/// and every broker needs a port: each refused in one line (exit 2) before anything listens (the default
+/// address is never bound).
 #[test]
 fn serve_refuses_bad_broker_counts_replication_factors_and_ports() {
     for (flags, want) in [
@@ -130,15 +131,6 @@ fn serve_refuses_bad_broker_counts_replication_factors_and_ports() {
         (&["--min-insync-replicas", "0"][..], "--min-insync-replicas must be at least 1"),
         (&["--addr", "127.0.0.1:65535", "--brokers", "2"][..], "leaves no port for broker 1"),
     ] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_txnsim"))
-            // Checked before binding: the default address is never listened on.
-            .arg("serve")
-            .args(flags)
-            .output()
-            .expect("run txnsim serve");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{flags:?}: bad arguments exit 2: {err}");
-        assert_eq!(err.lines().count(), 1, "{flags:?}: one line: {err}");
-        assert!(err.contains(want), "{flags:?}: want {want:?} in {err}");
+        assert_serve_refuses(flags, want);
     }
 }
