@@ -16,30 +16,29 @@ fn opens(w: &[TxnTransition]) -> bool {
 /// (`TransactionStateManager.timedOutTransactions`: `txnStartTimestamp + txnTimeoutMs < now`).
 pub fn check_timers(c: &TransactionCoordinator) -> Vec<Violation> {
     let mut out = Vec::new();
-    for (tid, meta) in &c.txns {
+    // Timeout decisions are rare: look only at them, not at every id's history.
+    for (i, d) in c.decisions.iter().enumerate().filter(|(_, d)| d.cause == DecisionCause::Timeout) {
+        let tid = &d.transactional_id;
+        let Some(meta) = c.txns.get(tid) else { continue };
         let t = &meta.transitions;
         // The k-th Prepare* record of an id is its k-th decision (a decision is made once its record is written).
-        let decisions = c.decisions.iter().filter(|d| &d.transactional_id == tid);
-        let prepares = t
+        let k = c.decisions[..i].iter().filter(|e| &e.transactional_id == tid).count();
+        let mut prepares = t
             .iter()
             .enumerate()
             .filter(|(_, r)| matches!(r.state, TransactionState::PrepareCommit | TransactionState::PrepareAbort));
-        for (d, (at, prepare)) in decisions.zip(prepares) {
-            if d.cause != DecisionCause::Timeout {
-                continue;
-            }
-            let Some(open) = t[..=at].windows(2).rev().find(|w| opens(w)).map(|w| w[1]) else { continue };
-            let open_for = prepare.timestamp_ms.saturating_sub(open.timestamp_ms);
-            if open_for <= open.txn_timeout_ms {
-                out.push(Violation::new(
-                    Invariant::TimeoutAbortNotEarly,
-                    format!(
-                        "'{tid}' (producer {}): aborted for its timeout at {} ms, {open_for} ms after its transaction \
-                         began at {} ms; transaction.timeout.ms is {}",
-                        d.producer_id, prepare.timestamp_ms, open.timestamp_ms, open.txn_timeout_ms
-                    ),
-                ));
-            }
+        let Some((at, prepare)) = prepares.nth(k) else { continue };
+        let Some(open) = t[..=at].windows(2).rev().find(|w| opens(w)).map(|w| w[1]) else { continue };
+        let open_for = prepare.timestamp_ms.saturating_sub(open.timestamp_ms);
+        if open_for <= open.txn_timeout_ms {
+            out.push(Violation::new(
+                Invariant::TimeoutAbortNotEarly,
+                format!(
+                    "'{tid}' (producer {}): aborted for its timeout at {} ms, {open_for} ms after its transaction \
+                     began at {} ms; transaction.timeout.ms is {}",
+                    d.producer_id, prepare.timestamp_ms, open.timestamp_ms, open.txn_timeout_ms
+                ),
+            ));
         }
     }
     out
