@@ -248,7 +248,7 @@ impl Invariant {
             HwWithinIsrLogEnds => "the leader's HW is at most the log end offset of every ISR member's own log",
             TimeoutAbortNotEarly => "the coordinator aborts a transaction for its timeout only once it has been open longer than its transaction.timeout.ms, counted in the id's __transaction_state records from the one that opened it",
             TxnOffsetsVisibleIffCommitted => "an offset committed in a transaction (TxnOffsetCommit) is what OffsetFetch answers iff that transaction's COMMIT marker is in __consumer_offsets after it: never while the transaction is open, never after it aborted, and no longer pending once its marker is written",
-            ReplicaTxnStateFromOwnLog => "every replica's LSO and aborted index are those its own log and HW imply, so replicas holding the same log agree on both (after truncation too)",
+            ReplicaTxnStateFromOwnLog => "every replica's aborted index is the one its own log implies, and its LSO lies between what its own log and HW imply with markers counted once below the HW and with every marker counted (a follower's HW may move back), after truncation too",
             AckedWriteSurvivesElection => "every acknowledged acks=all send is in the current leader's own log at the offsets it was acknowledged at: a clean election loses nothing",
         }
     }
