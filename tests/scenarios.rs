@@ -145,7 +145,7 @@ const NEEDS_FAULTS: [Mutation; 1] = [Mutation::DoubleComplete];
 
 /// The departures from Kafka 4.x fixed on the coordinator and leader side, each with the ported Kafka
 /// test whose exact expectation catches it: the scenario must fail with a difference (not an input error).
-const CATCHERS: [(Mutation, &str, &str); 14] = [
+const CATCHERS: [(Mutation, &str, &str); 15] = [
     (Mutation::TxnLogAppendSynchronous, "coordinator-init-producer-id-waits-for-a-pending-commit-tv1", "in_flight"),
     (
         Mutation::EndTxnEpochBeforePending,
@@ -185,6 +185,11 @@ const CATCHERS: [(Mutation, &str, &str); 14] = [
         Mutation::TxnStartTimestampNotReset,
         "txn-state-manager-timeout-counts-from-the-transaction-start-tv1",
         "invariant timeout-abort-not-early",
+    ),
+    (
+        Mutation::InFlightBatchesNotExpired,
+        "snd-in-flight-batch-expires-on-delivery-timeout",
+        "invariant send-answered-within-delivery-timeout",
     ),
     (Mutation::TruncateToOwnLeo, "follower-truncates-to-the-diverging-epoch-after-leader-failover", "logs[0].records"),
     (

@@ -53,10 +53,11 @@ pub enum Mutation {
     OffsetCommitRefusedWhilePreparingRebalance,
     TxnStartTimestampNotReset,
     EpochCacheKeptOnNoopTruncation,
+    InFlightBatchesNotExpired,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 45] = [
+    pub const ALL: [Mutation; 46] = [
         Mutation::ReadCommittedBoundedByHw,
         Mutation::LsoInclusive,
         Mutation::LsoIgnoresOngoingTxns,
@@ -102,6 +103,7 @@ impl Mutation {
         Mutation::OffsetCommitRefusedWhilePreparingRebalance,
         Mutation::TxnStartTimestampNotReset,
         Mutation::EpochCacheKeptOnNoopTruncation,
+        Mutation::InFlightBatchesNotExpired,
     ];
 
     /// The kebab-case name used on the command line and in seed files.
@@ -152,6 +154,7 @@ impl Mutation {
             Mutation::OffsetCommitRefusedWhilePreparingRebalance => "offset-commit-refused-while-preparing-rebalance",
             Mutation::TxnStartTimestampNotReset => "txn-start-timestamp-not-reset",
             Mutation::EpochCacheKeptOnNoopTruncation => "epoch-cache-kept-on-noop-truncation",
+            Mutation::InFlightBatchesNotExpired => "in-flight-batches-not-expired",
         }
     }
 
@@ -247,6 +250,7 @@ impl Mutation {
             Mutation::TxnOffsetsVisibleBeforeCommit => "A TxnOffsetCommit's offsets are committed when the request is written, not when the transaction's COMMIT marker reaches `__consumer_offsets`: OffsetFetch shows them while the transaction is open and keeps them after it aborts.",
             Mutation::HwFromLeaderLeo => "The leader's high watermark is its own log end offset, whatever its in-sync followers hold: an acks=all write is acknowledged and made visible before any follower has it.",
             Mutation::TruncateToOwnLeo => "A follower told its last fetched epoch diverges from the new leader's log truncates to its own log end instead of the diverging epoch's end offset, and fetches on from there as if reconciled: its unreplicated suffix stays under the leader's later batches.",
+            Mutation::InFlightBatchesNotExpired => "A batch that has been sent does not expire at its delivery timeout, as before KIP-91: only batches still in the accumulator do. A sent batch waits for its answer and is retried, so its send can stay unanswered long past delivery.timeout.ms.",
             Mutation::EpochCacheKeptOnNoopTruncation => "A truncation at or past the log end leaves the leader-epoch cache as it was: a broker that became leader, recorded its epoch at its log end and was replaced before appending keeps fetching with that epoch, the new leader answers a diverging epoch that truncates nothing, and the follower never rejoins the ISR.",
             Mutation::TxnStartTimestampNotReset => "A new transaction keeps the txnStartTimestamp of the producer's InitProducerId (or of its previous transaction), so the coordinator's timeout scan aborts a transaction open for less than transaction.timeout.ms.",
             Mutation::OffsetCommitRefusedWhilePreparingRebalance => "A classic group's plain OffsetCommit is refused with REBALANCE_IN_PROGRESS while the group prepares a rebalance, accepted while the generation's assignment is still being synced, and does not extend the member's session.",
@@ -312,6 +316,7 @@ impl Mutation {
             Mutation::HwFromLeaderLeo => "Partition.maybeIncrementLeaderHW (the HW is the minimum LEO over the maximal ISR; KIP-497, KIP-101)",
             Mutation::TruncateToOwnLeo => "KIP-101 / KIP-279: AbstractFetcherThread.getOffsetTruncationState (min of the epoch end offsets and the LEO)",
             Mutation::EpochCacheKeptOnNoopTruncation => "UnifiedLog.truncateTo (UnifiedLogTest#testTruncateToEndOffsetClearsEpochCache)",
+            Mutation::InFlightBatchesNotExpired => "KIP-91 (Sender.getExpiredInflightBatches; SenderTest#testInflightBatchesExpireOnDeliveryTimeout)",
             Mutation::TxnStartTimestampNotReset => "TransactionMetadata.prepareAddPartitions (txnStartTimestamp when leaving Empty or Complete*), TransactionStateManager.timedOutTransactions",
             Mutation::OffsetCommitRefusedWhilePreparingRebalance => "ClassicGroup.validateOffsetCommit, OffsetMetadataManager.commitOffset (OffsetMetadataManagerTest#testGenericGroupOffsetCommitWhileInCompletingRebalanceState)",
             Mutation::NoRebuildAfterTruncation => "KAFKA-12153, KAFKA-13727: UnifiedLog.truncateTo rebuilds producer state and truncates the transaction index",

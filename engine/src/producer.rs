@@ -982,6 +982,10 @@ impl Producer {
         let sent_corrs: Vec<u64> = self.in_flight.iter().filter(|(_, f)| was_sent(f)).map(|(c, _)| *c).collect();
         let backing: Vec<u64> = self.backing_off.iter().filter(|(_, f)| was_sent(f)).map(|(c, _)| *c).collect();
         let sent = !sent_corrs.is_empty() || !backing.is_empty();
+        if sent && self.config.mutations.has(crate::mutation::Mutation::InFlightBatchesNotExpired) {
+            // The bug: Kafka 2.0's Sender expired only batches still in the accumulator.
+            return;
+        }
         for c in sent_corrs {
             self.in_flight.remove(&c);
         }

@@ -56,6 +56,7 @@ pub enum Invariant {
     ReplicaTxnStateFromOwnLog,
     AckedWriteSurvivesElection,
     TimeoutAbortNotEarly,
+    SendAnsweredWithinDeliveryTimeout,
 }
 
 impl Invariant {
@@ -111,7 +112,7 @@ impl Invariant {
 
     /// The timer invariants (`timers.rs`): checked where time moves (the scenario runner, the sim,
     /// `serve`). The model's time stands still, so it cannot check them.
-    pub const TIMED: [Invariant; 1] = [Invariant::TimeoutAbortNotEarly];
+    pub const TIMED: [Invariant; 2] = [Invariant::TimeoutAbortNotEarly, Invariant::SendAnsweredWithinDeliveryTimeout];
 
     /// The whole catalogue: `ALL`, then `REPLICA`, `GROUP` and `TIMED`.
     pub fn catalogue() -> impl Iterator<Item = Invariant> {
@@ -157,6 +158,7 @@ impl Invariant {
             HwWithinIsrLogEnds => "hw-within-isr-log-ends",
             TxnOffsetsVisibleIffCommitted => "txn-offsets-visible-iff-committed",
             TimeoutAbortNotEarly => "timeout-abort-not-early",
+            SendAnsweredWithinDeliveryTimeout => "send-answered-within-delivery-timeout",
             ReplicaTxnStateFromOwnLog => "replica-txn-state-from-own-log",
             AckedWriteSurvivesElection => "acked-write-survives-election",
         }
@@ -200,6 +202,7 @@ impl Invariant {
             | PositionReachesLso
             | UncommittedSupersetOfCommitted
             | FailedSendCommitted
+            | SendAnsweredWithinDeliveryTimeout
             | AckedWriteSurvivesElection => Kind::History,
             DecidedTransactionsComplete
             | LsoReachesHighWatermark
@@ -246,6 +249,7 @@ impl Invariant {
             ReaderCatchesUp => "after healing, a read_committed consumer that keeps polling reaches position = LSO = HW (L6)",
             ReplicaLogMatchesLeader => "every replica's own batches below the leader's HW are the leader's batches at those offsets, and an ISR member holds them all",
             HwWithinIsrLogEnds => "the leader's HW is at most the log end offset of every ISR member's own log",
+            SendAnsweredWithinDeliveryTimeout => "every send is answered, acknowledged or failed, at most delivery.timeout.ms after the call, not counting time its process was paused; one still unanswered when the run ends or its process dies is held to the same bound",
             TimeoutAbortNotEarly => "the coordinator aborts a transaction for its timeout only once it has been open longer than its transaction.timeout.ms, counted in the id's __transaction_state records from the one that opened it",
             TxnOffsetsVisibleIffCommitted => "an offset committed in a transaction (TxnOffsetCommit) is what OffsetFetch answers iff that transaction's COMMIT marker is in __consumer_offsets after it: never while the transaction is open, never after it aborted, and no longer pending once its marker is written",
             ReplicaTxnStateFromOwnLog => "every replica's aborted index is the one its own log implies, and its LSO lies between what its own log and HW imply with markers counted once below the HW and with every marker counted (a follower's HW may move back), after truncation too",
@@ -298,6 +302,9 @@ impl Invariant {
                 "TransactionStateManager.timedOutTransactions (txnStartTimestamp + txnTimeoutMs < now)"
             }
             AckedWriteSurvivesElection => "KIP-101, PartitionChangeBuilder.electLeader (clean election from the ISR)",
+            SendAnsweredWithinDeliveryTimeout => {
+                "ProducerConfig delivery.timeout.ms (an upper bound on reporting success or failure after send()); KIP-91, Sender.getExpiredInflightBatches"
+            }
         }
     }
 
@@ -340,6 +347,7 @@ impl Invariant {
             ReplicaTxnStateFromOwnLog => Mutation::NoRebuildAfterTruncation,
             TxnOffsetsVisibleIffCommitted => Mutation::TxnOffsetsVisibleBeforeCommit,
             TimeoutAbortNotEarly => Mutation::TxnStartTimestampNotReset,
+            SendAnsweredWithinDeliveryTimeout => Mutation::InFlightBatchesNotExpired,
         }
     }
 }

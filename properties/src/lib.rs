@@ -24,4 +24,4 @@ pub use log_facts::LogFacts;
 pub use reference::ReferenceModel;
 pub use replicas::{check_acked_writes, check_replicas, AckedWrite};
 pub use state::{check_state, ClusterView, MonotonicityChecker, StateChecker};
-pub use timers::check_timers;
+pub use timers::{check_delivery_timeouts, check_timers, Pause};

@@ -17,12 +17,12 @@ use std::sync::{Arc, Mutex, Once};
 use txnsim_engine::controller::NO_LEADER;
 use txnsim_engine::coordinator::{DecisionCause, MARKER_RETRY_MS};
 use txnsim_engine::{
-    read_to_end, Broker, EngineConfig, IsolationLevel, Mutation, Mutations, Offset, PartitionLog, TopicPartition,
-    TransactionResult,
+    read_to_end, Broker, EngineConfig, IsolationLevel, Mutation, Mutations, Offset, PartitionLog, TimeMs,
+    TopicPartition, TransactionResult,
 };
 use txnsim_properties::{
-    check_committed_sends, check_failed_sends, check_history, check_liveness, check_read_superset, ClusterView,
-    History, Violation,
+    check_committed_sends, check_delivery_timeouts, check_failed_sends, check_history, check_liveness,
+    check_read_superset, ClusterView, History, Pause, Violation,
 };
 
 /// What to run.
@@ -540,11 +540,12 @@ impl World {
                 let ms = self.params.txn_timeout_ms + self.params.cleanup_interval_ms + self.rng.range(100, 2_000);
                 handle.pause(self.node_id(&name));
                 self.paused.insert(name.clone());
+                self.pauses.push(Pause { process: name.clone(), from_ms: self.now_ms(), to_ms: TimeMs::MAX });
                 self.trace(&name, "fault", || {
                     format!("FAULT pause process for {ms} ms (past the transaction timeout)")
                 });
                 self.schedule(shared, ms, move |w| {
-                    if w.paused.remove(&name) {
+                    if w.resume(&name) {
                         Handle::current().resume(w.node_id(&name));
                         w.trace(&name, "recover", || "resume process".to_string());
                     }
@@ -587,7 +588,8 @@ impl World {
             net.unclog_link(self.node_id(&src), self.node_id(&dst));
         }
         net.update_config(|c| *c = madsim::net::Config::default());
-        for name in std::mem::take(&mut self.paused) {
+        for name in self.paused.clone() {
+            self.resume(&name);
             handle.resume(self.node_id(&name));
         }
         for b in self.brokers_down.clone() {
@@ -698,6 +700,8 @@ impl World {
             violations.push(v);
         }
         violations.extend(check_committed_sends(&self.history, logs));
+        let delivery_timeout = |_: &str| self.config.delivery_timeout_ms;
+        violations.extend(check_delivery_timeouts(&self.history, &delivery_timeout, &self.pauses, self.now_ms()));
         if self.config.transaction_version.supports_epoch_bump() {
             // Under TV1 KIP-890's late batch breaks it, as in Kafka: the check is TV2's promise.
             violations.extend(check_failed_sends(&self.history, logs));

@@ -18,11 +18,11 @@ use txnsim_engine::controller::{Controller, PartitionRegistration, Topology, CON
 use txnsim_engine::producer::{Completion, OpId};
 use txnsim_engine::protocol::{Effects, Envelope, Message, NodeId, Timer};
 use txnsim_engine::{
-    Broker, Consumer, EngineConfig, IsolationLevel, KafkaError, Offset, PartitionLog, Producer, ProducerKind,
+    Broker, Consumer, EngineConfig, IsolationLevel, KafkaError, Offset, PartitionLog, Producer, ProducerKind, TimeMs,
     TopicPartition, TxnManagerState,
 };
 use txnsim_properties::{
-    CallOutcome, ClusterView, Event, History, MonotonicityChecker, ProducerCall, StateChecker, Violation,
+    CallOutcome, ClusterView, Event, History, MonotonicityChecker, Pause, ProducerCall, StateChecker, Violation,
 };
 
 pub type Shared = Arc<Mutex<World>>;
@@ -205,6 +205,8 @@ pub struct World {
     pub clogged_nodes: BTreeSet<String>,
     pub clogged_links: BTreeSet<(String, String)>,
     pub paused: BTreeSet<String>,
+    /// Every pause so far, for `send-answered-within-delivery-timeout` (an open one ends at `TimeMs::MAX`).
+    pub pauses: Vec<Pause>,
     /// Generation of the network-wide config fault, so an old restore does not undo a newer fault.
     pub net_fault_generation: u64,
     /// Client requests travel under a run-wide correlation id: wire id -> (client, its instance, the
@@ -356,10 +358,20 @@ impl World {
             clogged_nodes: BTreeSet::new(),
             clogged_links: BTreeSet::new(),
             paused: BTreeSet::new(),
+            pauses: Vec::new(),
             net_fault_generation: 0,
             wire_requests: BTreeMap::new(),
             next_wire_id: 0,
         }
+    }
+
+    /// Ends `name`'s pause, if it is paused; returns whether it was.
+    pub fn resume(&mut self, name: &str) -> bool {
+        let now = self.now_ms();
+        if let Some(p) = self.pauses.iter_mut().rev().find(|p| p.process == name && p.to_ms == TimeMs::MAX) {
+            p.to_ms = now;
+        }
+        self.paused.remove(name)
     }
 
     pub fn now_ms(&self) -> u64 {

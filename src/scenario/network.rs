@@ -915,7 +915,15 @@ impl<'a> NetworkRunner<'a> {
                 let effects = self.producer(&d.client).on_disconnect(now, &broker);
                 self.cluster.apply(&client, effects);
             }
-            NetOp::AdvanceTime(t) => self.cluster.fire_timers_until(now + t.ms),
+            NetOp::AdvanceTime(t) => {
+                // Settled timer by timer: a call a timer completes is recorded at that timer's instant.
+                let until = now + t.ms;
+                while self.cluster.next_timer_due_ms().is_some_and(|due| due <= until) {
+                    self.cluster.fire_next_timer();
+                    self.settle();
+                }
+                self.cluster.fire_timers_until(until);
+            }
             NetOp::Run => {
                 // Each delivery answers or forwards; a cluster with nothing held goes quiet well inside this.
                 for _ in 0..txnsim_engine::cluster::MAX_STEPS_PER_RUN {
@@ -1174,8 +1182,15 @@ impl<'a> NetworkRunner<'a> {
         let groups = txnsim_properties::check_group_offsets(broker);
         let acked = txnsim_properties::check_acked_writes(&self.acked, self.cluster.brokers());
         let timers = txnsim_properties::check_timers(&broker.coordinator);
+        let producers = &self.cluster.producers;
+        let delivery_timeout = |name: &str| {
+            producers.get(name).map_or(self.cluster.config.delivery_timeout_ms, |p| p.config().delivery_timeout_ms)
+        };
+        // Nothing pauses a process here: a send's wait is the time the ops advanced.
+        let sends =
+            txnsim_properties::check_delivery_timeouts(&self.history, &delivery_timeout, &[], self.cluster.now_ms);
         let found = txnsim_properties::check_state(&view).into_iter().chain(replicas).chain(groups).chain(acked);
-        found.chain(timers).next()
+        found.chain(timers).chain(sends).next()
     }
 
     pub fn topics(&self) -> &BTreeMap<String, u32> {

@@ -80,6 +80,7 @@ fn suite(inv: Invariant) -> Suite {
         ReplicaTxnStateFromOwnLog => Failover,
         TxnOffsetsVisibleIffCommitted => Scenario("omm-end-marker-commit-materializes-abort-drops"),
         TimeoutAbortNotEarly => Scenario("txn-state-manager-timeout-counts-from-the-transaction-start-tv1"),
+        SendAnsweredWithinDeliveryTimeout => Scenario("snd-in-flight-batch-expires-on-delivery-timeout"),
     }
 }
 
@@ -261,6 +262,7 @@ bite_tests! {
     acked_write_survives_election => AckedWriteSurvivesElection,
     txn_offsets_visible_iff_committed => TxnOffsetsVisibleIffCommitted,
     timeout_abort_not_early => TimeoutAbortNotEarly,
+    send_answered_within_delivery_timeout => SendAnsweredWithinDeliveryTimeout,
 }
 
 /// The same generators and seed with no mutation: no invariant fires, the engine matches the reference
