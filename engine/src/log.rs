@@ -64,6 +64,10 @@ pub struct PartitionLog {
     log_start_offset: Offset,
     log_end_offset: Offset,
     high_watermark: Offset,
+    /// The highest HW since producer state was last rebuilt. `removeUnreplicatedTransactions` has let go
+    /// of every transaction whose marker lies below it, and a HW that moves back (a follower taking a
+    /// lagging new leader's HW: `UnifiedLog.updateHighWatermarkMetadata` only warns) brings none back.
+    high_watermark_peak: Offset,
     pub producer_state: ProducerStateManager,
     /// Which leader epoch began where (`UnifiedLog.leaderEpochCache`).
     pub leader_epoch_cache: LeaderEpochFileCache,
@@ -90,6 +94,7 @@ impl PartitionLog {
             log_start_offset: 0,
             log_end_offset: 0,
             high_watermark: 0,
+            high_watermark_peak: 0,
             producer_state: ProducerStateManager::default(),
             leader_epoch_cache: LeaderEpochFileCache::default(),
         }
@@ -134,6 +139,11 @@ impl PartitionLog {
     }
     pub fn high_watermark(&self) -> Offset {
         self.high_watermark
+    }
+
+    /// The highest HW since producer state was last rebuilt (see the field).
+    pub fn high_watermark_peak(&self) -> Offset {
+        self.high_watermark_peak
     }
     pub fn segments(&self) -> &[LogSegment] {
         &self.segments
@@ -326,6 +336,7 @@ impl PartitionLog {
             }
         }
         self.producer_state.remove_unreplicated_transactions(self.high_watermark);
+        self.high_watermark_peak = self.high_watermark;
     }
 
     fn complete_txn(&mut self, completed: &CompletedTxn, segment: usize, mutations: &Mutations) {
@@ -359,6 +370,7 @@ impl PartitionLog {
     pub fn update_high_watermark(&mut self, offset: Offset, mutations: &Mutations) {
         let hw = offset.clamp(self.log_start_offset, self.log_end_offset);
         self.high_watermark = hw;
+        self.high_watermark_peak = self.high_watermark_peak.max(hw);
         self.producer_state.remove_unreplicated_transactions(hw);
         self.assert_offsets(mutations);
     }
@@ -372,6 +384,12 @@ impl PartitionLog {
             assert!(lso <= self.high_watermark, "LSO {lso} > HW {}", self.high_watermark);
         }
         assert!(self.high_watermark <= self.log_end_offset, "HW {} > LEO {}", self.high_watermark, self.log_end_offset);
+        assert!(
+            self.high_watermark <= self.high_watermark_peak,
+            "HW {} above its peak {}",
+            self.high_watermark,
+            self.high_watermark_peak
+        );
     }
 
     /// Starts a new active segment at the log end (`UnifiedLog.roll`); a no-op if the active one is empty.

@@ -217,8 +217,8 @@ impl Invariant {
         use Invariant::*;
         match self {
             LsoBounds => "log start <= LSO <= HW <= LEO on every partition, and the LSO and HW never go back (2.1 #1)",
-            LsoIsFirstUnstableOffset => "LSO = min(HW, first offset of the earliest transaction with no marker below the HW) (2.1 #2)",
-            NothingUndecidedBelowLso => "every transactional batch below the LSO has its producer's marker after it and below the HW (2.1 #3)",
+            LsoIsFirstUnstableOffset => "LSO = min(HW, first offset of the earliest transaction with no marker below the HW, or below the HW's peak since producer state was rebuilt if the HW moved back) (2.1 #2)",
+            NothingUndecidedBelowLso => "every transactional batch below the LSO has its producer's marker after it and below the HW, or below the HW's peak since producer state was rebuilt if the HW moved back (2.1 #3)",
             MarkerMatchesDecision => "every COMMIT/ABORT marker carries the coordinator's durable decision for that transaction (2.1 #4)",
             OneOutcomePerTransaction => "a completed transaction has a marker of its one outcome on every partition it wrote (2.1 #5)",
             AbortedIndexExact => "the aborted index holds exactly one entry per aborted non-empty transaction, with Kafka's fields, and none for others (2.1 #6)",
@@ -252,7 +252,7 @@ impl Invariant {
             SendAnsweredWithinDeliveryTimeout => "every send is answered, acknowledged or failed, at most delivery.timeout.ms after the call, not counting time its process was paused; one still unanswered when the run ends or its process dies is held to the same bound",
             TimeoutAbortNotEarly => "the coordinator aborts a transaction for its timeout only once it has been open longer than its transaction.timeout.ms, counted in the id's __transaction_state records from the one that opened it",
             TxnOffsetsVisibleIffCommitted => "an offset committed in a transaction (TxnOffsetCommit) is what OffsetFetch answers iff that transaction's COMMIT marker is in __consumer_offsets after it: never while the transaction is open, never after it aborted, and no longer pending once its marker is written",
-            ReplicaTxnStateFromOwnLog => "every replica's aborted index is the one its own log implies, and its LSO lies between what its own log and HW imply with markers counted once below the HW and with every marker counted (a follower's HW may move back), after truncation too",
+            ReplicaTxnStateFromOwnLog => "every replica's LSO and aborted index are those its own log and HW imply, a marker counting once it is below the HW's peak since the replica last rebuilt producer state (a follower's HW may move back), after truncation too",
             AckedWriteSurvivesElection => "every acknowledged acks=all send is in the current leader's own log at the offsets it was acknowledged at: a clean election loses nothing",
         }
     }

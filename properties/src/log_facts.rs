@@ -3,7 +3,6 @@
 //! index) against this, recomputed from the batches alone.
 
 use std::collections::BTreeMap;
-use std::ops::RangeInclusive;
 use txnsim_engine::record::{BatchBody, RecordBatch};
 use txnsim_engine::{CoordinatorEpoch, Offset, PartitionLog, ProducerEpoch, ProducerId, TransactionResult};
 
@@ -169,21 +168,23 @@ impl LogFacts {
         all
     }
 
-    /// The LSOs Kafka's rules allow a replica holding this log at `high_watermark`, low to high. The low
-    /// end counts a transaction unstable until its marker is below the HW; the high end counts every
-    /// marker in the log. Both are clamped to `[log_start, high_watermark]`. A replica may sit above the
-    /// low end because its HW can move back (`UnifiedLog.updateHighWatermarkMetadata` warns of a
-    /// non-monotonic update and goes on): a former leader that follows a lagging new leader keeps its
-    /// HW's earlier `removeUnreplicatedTransactions`, which nothing restores.
-    pub fn lso_range(&self, log_start: Offset, high_watermark: Offset) -> RangeInclusive<Offset> {
-        let lso = |unstable: &dyn Fn(&TxnSpan) -> bool| {
-            let first = self.txns.iter().filter(|t| unstable(t)).map(|t| t.first_offset).min();
-            match first.map(|o| o.max(log_start)) {
-                Some(o) if o < high_watermark => o,
-                _ => high_watermark,
-            }
-        };
-        lso(&|t| t.marker.is_none_or(|m| m.offset >= high_watermark))..=lso(&|t| t.marker.is_none())
+    /// The LSO Kafka's rules give a replica holding this log at `high_watermark`: the first offset of the
+    /// earliest transaction without a marker below `peak`, clamped to `[log_start, high_watermark]`.
+    /// `peak` is the highest HW since the replica last rebuilt its producer state: a transaction whose
+    /// marker fell below it left `unreplicatedTxns` for good, even if the HW moved back since
+    /// (`UnifiedLog.updateHighWatermarkMetadata` warns of a non-monotonic update and goes on).
+    pub fn expected_lso(&self, log_start: Offset, high_watermark: Offset, peak: Offset) -> Offset {
+        let first_unstable = self
+            .txns
+            .iter()
+            .filter(|t| t.marker.is_none_or(|m| m.offset >= peak))
+            .map(|t| t.first_offset)
+            .min()
+            .map(|o| o.max(log_start));
+        match first_unstable {
+            Some(o) if o < high_watermark => o,
+            _ => high_watermark,
+        }
     }
 
     /// The transaction a record at `offset` belongs to, if it is transactional.

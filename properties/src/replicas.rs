@@ -17,24 +17,19 @@ pub struct AckedWrite {
     pub values: Vec<String>,
 }
 
-/// `replica-txn-state-from-own-log`: each replica of a replicated partition holds an LSO and the aborted
-/// index its own batches and HW allow (`LogFacts`, recomputed from nothing else).
+/// `replica-txn-state-from-own-log`: each replica of a replicated partition holds the LSO and aborted
+/// index its own batches and HW give (`LogFacts`, recomputed from nothing else but the HW's peak since
+/// its producer state was rebuilt, the one piece of history Kafka's LSO depends on).
 fn check_txn_state(b: &Broker, tp: &TopicPartition, log: &PartitionLog, out: &mut Vec<Violation>) {
     let facts = LogFacts::of(log);
     let mutations = &b.config.mutations;
     let lso = log.last_stable_offset(mutations);
-    let allowed = facts.lso_range(log.log_start_offset(), log.high_watermark());
+    let (hw, peak) = (log.high_watermark(), log.high_watermark_peak());
+    let expected = facts.expected_lso(log.log_start_offset(), hw, peak);
     let NodeId::Broker(id) = b.id else { unreachable!("a broker's id is a broker id") };
-    if !allowed.contains(&lso) {
-        let (low, high) = allowed.into_inner();
-        let why = if low == high {
-            format!("{tp}: replica {id}'s LSO is {lso}, but its own log and HW {} give {low}", log.high_watermark())
-        } else {
-            format!(
-                "{tp}: replica {id}'s LSO is {lso}, but its own log and HW {} give {low} to {high}",
-                log.high_watermark()
-            )
-        };
+    if lso != expected {
+        let peak = if peak == hw { String::new() } else { format!(" (peak {peak} since its last rebuild)") };
+        let why = format!("{tp}: replica {id}'s LSO is {lso}, but its own log and HW {hw}{peak} give {expected}");
         out.push(Violation::new(Invariant::ReplicaTxnStateFromOwnLog, why));
         return;
     }

@@ -72,9 +72,10 @@ struct PartitionState {
     facts: LogFactsBuilder,
     /// Every marker, by offset.
     markers: BTreeMap<Offset, MarkerAt>,
-    /// Transactions not decided below `hw`: the only ones the LSO rules can object to.
+    /// Transactions not decided below `peak`: the only ones the LSO rules can object to.
     unsettled: BTreeSet<usize>,
-    hw: Offset,
+    /// The log's highest HW since its producer state was rebuilt, when last checked.
+    peak: Offset,
     index: IndexMatch,
     sequences: BTreeMap<ProducerId, Seen>,
     sequence_violations: Vec<Violation>,
@@ -451,13 +452,15 @@ fn check_lso(
         ));
     }
     let txns = &state.facts.facts.txns;
-    if hw < state.hw {
-        // A lower HW unsettles transactions decided between the two.
+    // A transaction is settled once its marker is below the HW, and stays so if the HW moves back
+    // (`ProducerStateManager.removeUnreplicatedTransactions` restores nothing); only a rebuild of
+    // producer state, which lowers the peak to the HW of that moment, unsettles it again.
+    let peak = log.high_watermark_peak();
+    if peak < state.peak {
         state.unsettled = (0..txns.len()).collect();
     }
-    state.hw = hw;
-    // A transaction decided below the HW stays so while the HW does not go back.
-    state.unsettled.retain(|&i| txns[i].marker.is_none_or(|m| m.offset >= hw));
+    state.peak = peak;
+    state.unsettled.retain(|&i| txns[i].marker.is_none_or(|m| m.offset >= peak));
     let unsettled = || state.unsettled.iter().map(|&i| &txns[i]);
     // A transaction whose first batches went with deleted segments began before the log start.
     let began_before_start = |pid: ProducerId| {
@@ -477,9 +480,10 @@ fn check_lso(
         _ => hw,
     };
     if lso != expected {
+        let below = if peak == hw { "the HW".to_string() } else { format!("the HW's peak {peak}") };
         let why = match first_unstable {
-            Some(o) => format!("the earliest transaction without a marker below the HW starts at {o}"),
-            None => "every transaction has its marker below the HW".to_string(),
+            Some(o) => format!("the earliest transaction without a marker below {below} starts at {o}"),
+            None => format!("every transaction has its marker below {below}"),
         };
         out.push(Violation::new(
             Invariant::LsoIsFirstUnstableOffset,
@@ -490,7 +494,7 @@ fn check_lso(
         // Batches wholly below the log start are deleted; only what a reader can still fetch counts.
         if let Some(&(base, last)) = t.batches.iter().find(|(base, last)| (*base).max(start) < lso && *last >= start) {
             let state = match t.marker {
-                Some(m) => format!("its {} marker at {} is not below the HW {hw}", m.result.name(), m.offset),
+                Some(m) => format!("its {} marker at {} is not below the HW's peak {peak}", m.result.name(), m.offset),
                 None => "it has no marker".to_string(),
             };
             out.push(Violation::new(
