@@ -162,6 +162,18 @@ pub struct LeaderLogs {
     owners: Vec<u32>,
 }
 
+/// What the leader lookups and the state checks' fingerprint read of one broker. Only the broker's own
+/// step changes it, so after a step the sim reads that broker's maps once, where it read every broker's
+/// for every partition several times (a sixth of a 3-broker sweep's time).
+#[derive(Default)]
+struct BrokerSummary {
+    /// Per partition (in `partitions`' order), where the broker hosts a replicated replica: whether it
+    /// leads it, and at which leader epoch.
+    claims: Vec<Option<(bool, i32)>>,
+    /// Per partition, its log's LEO, HW, LSO and aborted-index length, where it hosts one.
+    logs: Vec<Option<[u64; 4]>>,
+}
+
 pub struct World {
     pub params: ProfileParams,
     pub swarm: Swarm,
@@ -177,6 +189,12 @@ pub struct World {
     pub brokers_down: BTreeSet<u32>,
     /// Replication deadlines a wake-up task is already waiting for, per broker.
     replication_wakeups: BTreeMap<u32, BTreeSet<u64>>,
+    /// What the checks read of each broker, re-read after each of its steps (`step_broker`).
+    summaries: BTreeMap<u32, BrokerSummary>,
+    /// The coordinator's part of `fingerprint`, re-read after each step of its broker.
+    coordinator_fp: [u64; 6],
+    /// Each partition's view broker and its leader epoch there (`view_broker`), from `summaries`.
+    view: Vec<(u32, i32)>,
     /// Each partition's leader and leader epoch as the checkers last read them (in `partitions`'
     /// order): a change starts the state checkers afresh on the new leader's log (its HW may lag the old
     /// leader's, as in Kafka).
@@ -268,10 +286,15 @@ pub fn node_key(id: &NodeId) -> std::borrow::Cow<'_, str> {
     match id {
         NodeId::Client(name) => std::borrow::Cow::Borrowed(name.as_str()),
         NodeId::Broker(CONTROLLER_ID) => std::borrow::Cow::Borrowed(CONTROLLER),
-        NodeId::Broker(b) => match BROKER_NAMES.get(*b as usize) {
-            Some(name) => std::borrow::Cow::Borrowed(name),
-            None => std::borrow::Cow::Owned(id.to_string()),
-        },
+        NodeId::Broker(b) => broker_key(*b),
+    }
+}
+
+/// `broker_name`, without allocating for the first brokers (a lookup at every replication step).
+fn broker_key(id: u32) -> std::borrow::Cow<'static, str> {
+    match BROKER_NAMES.get(id as usize) {
+        Some(name) => std::borrow::Cow::Borrowed(name),
+        None => std::borrow::Cow::Owned(broker_name(id)),
     }
 }
 
@@ -326,7 +349,7 @@ impl World {
             consumers.insert(c.name.clone(), ConsumerSlot { consumer, seeks: c.seeks, polls: BTreeMap::new() });
         }
         let initial_events = history.events.len();
-        World {
+        let mut world = World {
             params,
             swarm,
             config,
@@ -338,6 +361,9 @@ impl World {
             brokers_started: BTreeSet::new(),
             brokers_down: BTreeSet::new(),
             replication_wakeups: BTreeMap::new(),
+            summaries: BTreeMap::new(),
+            coordinator_fp: [0; 6],
+            view: Vec::new(),
             last_leaders: Vec::new(),
             hw_lag_since: BTreeMap::new(),
             producers,
@@ -362,7 +388,11 @@ impl World {
             net_fault_generation: 0,
             wire_requests: BTreeMap::new(),
             next_wire_id: 0,
+        };
+        for id in world.brokers.keys().copied().collect::<Vec<u32>>() {
+            world.refresh_summary(id);
         }
+        world
     }
 
     /// Ends `name`'s pause, if it is paused; returns whether it was.
@@ -434,6 +464,17 @@ impl World {
     /// leader epoch by its own replica state (a crashed leader, until the controller elected another);
     /// on a single broker, that broker.
     pub fn view_broker(&self, tp: &TopicPartition) -> u32 {
+        let id = match self.partitions.binary_search(tp) {
+            Ok(i) => self.view[i].0,
+            Err(_) => self.scan_view_broker(tp),
+        };
+        debug_assert_eq!(id, self.scan_view_broker(tp), "the leader cache of {tp} is stale");
+        id
+    }
+
+    /// `view_broker` read from every broker's replica state (a partition outside `partitions`, and the
+    /// check of the cache in debug builds).
+    fn scan_view_broker(&self, tp: &TopicPartition) -> u32 {
         let mut best: Option<(i32, u32)> = None;
         for (id, b) in &self.brokers {
             let Some(p) = b.replica_manager.partitions.get(tp) else { continue };
@@ -444,21 +485,67 @@ impl World {
         best.map_or(BROKER, |(_, id)| id)
     }
 
+    /// Runs `f` on broker `id` (any change to its state goes through here), then re-reads what its
+    /// replica state says of each partition's leader.
+    fn step_broker<R>(&mut self, id: u32, f: impl FnOnce(&mut Broker) -> R) -> R {
+        let r = f(self.brokers.get_mut(&id).expect("a broker"));
+        self.refresh_summary(id);
+        r
+    }
+
+    /// `summaries` of broker `id` (and the coordinator's part of the fingerprint on its broker), then
+    /// `view` if the broker's claims changed.
+    fn refresh_summary(&mut self, id: u32) {
+        let m = &self.config.mutations;
+        let b = &self.brokers[&id];
+        let claims: Vec<Option<(bool, i32)>> = self
+            .partitions
+            .iter()
+            .map(|tp| b.replica_manager.partitions.get(tp).map(|p| (p.leader == id, p.leader_epoch)))
+            .collect();
+        let logs = self.partitions.iter().map(|tp| {
+            let log = b.partitions.get(tp)?;
+            let aborted = log.aborted_index().count() as u64;
+            Some([log.log_end_offset(), log.high_watermark(), log.last_stable_offset(m), aborted])
+        });
+        if id == BROKER {
+            let c = &b.coordinator;
+            self.coordinator_fp = [
+                c.coordinator_epoch as u64,
+                c.decisions.len() as u64,
+                c.decisions.iter().filter(|d| d.completed).count() as u64,
+                c.pending_completions.values().map(|p| p.remaining.len() as u64 + 1).sum(),
+                c.txns.values().map(|t| t.transitions.len() as u64).sum(),
+                c.txns.values().map(|t| t.topic_partitions.len() as u64).sum(),
+            ];
+        }
+        let summary = self.summaries.entry(id).or_default();
+        summary.logs.clear();
+        summary.logs.extend(logs);
+        if summary.claims == claims && self.view.len() == self.partitions.len() {
+            return;
+        }
+        summary.claims = claims;
+        // As `scan_view_broker` picks: the highest epoch, the lowest id on a tie, else `BROKER`.
+        self.view.clear();
+        for i in 0..self.partitions.len() {
+            let mut best: Option<(i32, u32)> = None;
+            for (b, s) in &self.summaries {
+                if let Some((true, epoch)) = s.claims.get(i).copied().flatten() {
+                    if best.is_none_or(|(e, _)| e < epoch) {
+                        best = Some((epoch, *b));
+                    }
+                }
+            }
+            let leader = best.map_or(BROKER, |(_, b)| b);
+            let epoch = self.summaries.get(&leader).and_then(|s| s.claims.get(i).copied().flatten());
+            self.view.push((leader, epoch.map_or(0, |(_, e)| e)));
+        }
+    }
+
     /// The leader's log of `tp` (`view_broker`).
     pub fn view_log(&self, tp: &TopicPartition) -> &PartitionLog {
         &self.brokers[&self.view_broker(tp)].partitions[tp]
-    }
-
-    /// Each partition's view broker and its leader epoch there.
-    fn leaders(&self) -> Vec<(u32, i32)> {
-        self.partitions
-            .iter()
-            .map(|tp| {
-                let id = self.view_broker(tp);
-                let epoch = self.brokers[&id].replica_manager.partitions.get(tp).map_or(0, |p| p.leader_epoch);
-                (id, epoch)
-            })
-            .collect()
     }
 
     /// Moves every partition's leader log out of its broker: the state checkers read one map of logs, and
@@ -512,29 +599,26 @@ impl World {
     /// Leader changes (the state checkers start afresh on the new leader's log), and the time each
     /// partition's leader has its HW below its LEO.
     fn observe_replication(&mut self) {
-        let leaders = self.leaders();
-        if leaders != self.last_leaders {
-            if !self.last_leaders.is_empty() {
+        if self.view != self.last_leaders {
+            let first = self.last_leaders.is_empty();
+            self.last_leaders.clone_from(&self.view);
+            if !first {
                 self.state = StateChecker::default();
                 self.mono = MonotonicityChecker::default();
                 self.last_fingerprint.clear();
-                self.last_leaders = leaders;
                 self.check_replicas();
-            } else {
-                self.last_leaders = leaders;
             }
         }
-        let now = self.now_ms();
-        for i in 0..self.partitions.len() {
-            let tp = &self.partitions[i];
-            let log = self.view_log(tp);
-            let lagging = log.high_watermark() < log.log_end_offset();
+        for (i, (tp, (id, _))) in self.partitions.iter().zip(&self.view).enumerate() {
+            let [leo, hw, ..] = self.summaries[id].logs[i].expect("a leader hosts its log");
+            let lagging = hw < leo;
             match (lagging, self.hw_lag_since.get(tp)) {
                 (true, None) => {
+                    let now = self.now_ms();
                     self.hw_lag_since.insert(tp.clone(), now);
                 }
                 (false, Some(&since)) => {
-                    self.stats.hw_below_leo_ms += now - since;
+                    self.stats.hw_below_leo_ms += self.now_ms() - since;
                     self.hw_lag_since.remove(tp);
                 }
                 _ => {}
@@ -600,7 +684,7 @@ impl World {
         if !self.replication_wakeups.entry(id).or_default().insert(due) {
             return;
         }
-        let slot = &self.nodes[&broker_name(id)];
+        let slot = &self.nodes[broker_key(id).as_ref()];
         let Some(handle) = slot.id.and_then(|n| Handle::current().get_node(n)) else { return };
         let incarnation = slot.incarnation;
         let at = self.start + Duration::from_millis(due);
@@ -619,8 +703,8 @@ impl World {
         if let Some(set) = self.replication_wakeups.get_mut(&id) {
             set.remove(&due);
         }
-        let name = broker_name(id);
-        if self.nodes[&name].incarnation != incarnation || self.brokers_down.contains(&id) {
+        let name = broker_key(id);
+        if self.nodes[name.as_ref()].incarnation != incarnation || self.brokers_down.contains(&id) {
             return Vec::new();
         }
         let now = self.now_ms();
@@ -630,7 +714,7 @@ impl World {
         }
         let ends = self.log_ends(id);
         let before = self.trace.is_some().then(|| self.fingerprint());
-        let effects = self.brokers.get_mut(&id).expect("a broker").tick_replication(now);
+        let effects = self.step_broker(id, |b| b.tick_replication(now));
         let idle = effects.sends.is_empty() && before.is_some_and(|fp| fp == self.fingerprint());
         let kind = if idle { IDLE_TIMER } else { "timer" };
         self.trace_broker(id, kind, || ("replication deadline".to_string(), Value::Null));
@@ -692,25 +776,16 @@ impl World {
     }
 
     /// A cheap summary of everything the state invariants read: unchanged means nothing to re-check.
+    /// Per leader log its LEO, HW, LSO and aborted-index length, then the coordinator's epoch, decisions
+    /// (all, completed), pending completions, transitions and partitions; read from `summaries`.
     fn fingerprint(&self) -> Vec<u64> {
-        let m = &self.config.mutations;
         let mut fp = Vec::with_capacity(self.partitions.len() * 4 + 6);
         // `observe_replication` ran first: `last_leaders` is current, and a leader change cleared the
         // last fingerprint.
-        for (tp, (id, _)) in self.partitions.iter().zip(&self.last_leaders) {
-            let log = &self.brokers[id].partitions[tp];
-            fp.push(log.log_end_offset());
-            fp.push(log.high_watermark());
-            fp.push(log.last_stable_offset(m));
-            fp.push(log.aborted_index().count() as u64);
+        for (i, (id, _)) in self.last_leaders.iter().enumerate() {
+            fp.extend(self.summaries[id].logs[i].expect("a leader hosts its log"));
         }
-        let c = &self.brokers[&BROKER].coordinator;
-        fp.push(c.coordinator_epoch as u64);
-        fp.push(c.decisions.len() as u64);
-        fp.push(c.decisions.iter().filter(|d| d.completed).count() as u64);
-        fp.push(c.pending_completions.values().map(|p| p.remaining.len() as u64 + 1).sum());
-        fp.push(c.txns.values().map(|t| t.transitions.len() as u64).sum());
-        fp.push(c.txns.values().map(|t| t.topic_partitions.len() as u64).sum());
+        fp.extend(self.coordinator_fp);
         fp
     }
 
@@ -744,9 +819,10 @@ impl World {
         // The coordinator's `__transaction_state` appends complete at once: the sim's faults (loss, clogs)
         // are for links between nodes, and a local write is never lost; its window is the `network`
         // scenarios' to explore.
-        let now = self.now_ms();
-        let effects = if is_broker(from) {
-            self.brokers.get_mut(&broker_id(from)).expect("a broker").write_txn_log_now(now, effects)
+        let appends = |e: &Effects| e.sends.iter().any(|s| matches!(s.message, Message::TxnLogAppendRequest { .. }));
+        let effects = if is_broker(from) && appends(&effects) {
+            let now = self.now_ms();
+            self.step_broker(broker_id(from), |b| b.write_txn_log_now(now, effects))
         } else {
             effects
         };
@@ -754,7 +830,7 @@ impl World {
             self.spawn_timer(shared, from, due_ms, timer);
         }
         let client = is_client(from);
-        let incarnation = self.nodes[from].incarnation;
+        let incarnation = if client { self.nodes[from].incarnation } else { 0 };
         effects
             .sends
             .into_iter()
@@ -868,15 +944,14 @@ impl World {
                 // controller's current image.
                 out = self.controller_do(shared, |c| c.broker_unfenced(id));
                 let image = self.controller.as_ref().map(|c| c.partitions.clone());
-                let broker = self.brokers.get_mut(&id).expect("a broker");
-                let e = match image {
+                let e = self.step_broker(id, |broker| match image {
                     Some(image) => broker.restart_with_image(now, &image),
                     None => broker.restart(now),
-                };
+                });
                 let text = if id == BROKER {
                     format!(
                         "restarted (instance {incarnation}); coordinator reloaded at epoch {}",
-                        broker.coordinator.coordinator_epoch
+                        self.brokers[&id].coordinator.coordinator_epoch
                     )
                 } else {
                     format!("restarted (instance {incarnation})")
@@ -885,7 +960,7 @@ impl World {
                 e
             } else {
                 self.brokers_started.insert(id);
-                self.brokers.get_mut(&id).expect("a broker").on_start(now)
+                self.step_broker(id, |b| b.on_start(now))
             };
             self.after_broker_step(shared, id, &ends);
             out.extend(self.dispatch(shared, name, effects));
@@ -968,7 +1043,7 @@ impl World {
             });
             let id = broker_id(name);
             let ends = self.log_ends(id);
-            let effects = self.brokers.get_mut(&id).expect("a broker").on_message(now, env);
+            let effects = self.step_broker(id, |b| b.on_message(now, env));
             self.trace_broker(id, "recv", || text.unwrap_or_default());
             self.after_broker_step(shared, id, &ends);
             return self.dispatch(shared, name, effects);
@@ -1001,7 +1076,7 @@ impl World {
             let text = self.trace.is_some().then(|| format!("timer: {}", timer_name(&timer)));
             let before = self.trace.is_some().then(|| self.fingerprint());
             let ends = self.log_ends(id);
-            let effects = self.brokers.get_mut(&id).expect("a broker").on_timer(now, timer);
+            let effects = self.step_broker(id, |b| b.on_timer(now, timer));
             // A scan that sent nothing and changed nothing is noise in a long replay: it folds.
             let idle = effects.sends.is_empty() && before.is_some_and(|fp| fp == self.fingerprint());
             let kind = if idle { IDLE_TIMER } else { "timer" };
