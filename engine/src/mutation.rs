@@ -53,10 +53,11 @@ pub enum Mutation {
     OffsetCommitRefusedWhilePreparingRebalance,
     TxnStartTimestampNotReset,
     EpochCacheKeptOnNoopTruncation,
+    FetchIdsReusedAfterRestart,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 45] = [
+    pub const ALL: [Mutation; 46] = [
         Mutation::ReadCommittedBoundedByHw,
         Mutation::LsoInclusive,
         Mutation::LsoIgnoresOngoingTxns,
@@ -102,6 +103,7 @@ impl Mutation {
         Mutation::OffsetCommitRefusedWhilePreparingRebalance,
         Mutation::TxnStartTimestampNotReset,
         Mutation::EpochCacheKeptOnNoopTruncation,
+        Mutation::FetchIdsReusedAfterRestart,
     ];
 
     /// The kebab-case name used on the command line and in seed files.
@@ -152,6 +154,7 @@ impl Mutation {
             Mutation::OffsetCommitRefusedWhilePreparingRebalance => "offset-commit-refused-while-preparing-rebalance",
             Mutation::TxnStartTimestampNotReset => "txn-start-timestamp-not-reset",
             Mutation::EpochCacheKeptOnNoopTruncation => "epoch-cache-kept-on-noop-truncation",
+            Mutation::FetchIdsReusedAfterRestart => "fetch-ids-reused-after-restart",
         }
     }
 
@@ -250,6 +253,7 @@ impl Mutation {
             Mutation::EpochCacheKeptOnNoopTruncation => "A truncation at or past the log end leaves the leader-epoch cache as it was: a broker that became leader, recorded its epoch at its log end and was replaced before appending keeps fetching with that epoch, the new leader answers a diverging epoch that truncates nothing, and the follower never rejoins the ISR.",
             Mutation::TxnStartTimestampNotReset => "A new transaction keeps the txnStartTimestamp of the producer's InitProducerId (or of its previous transaction), so the coordinator's timeout scan aborts a transaction open for less than transaction.timeout.ms.",
             Mutation::OffsetCommitRefusedWhilePreparingRebalance => "A classic group's plain OffsetCommit is refused with REBALANCE_IN_PROGRESS while the group prepares a rebalance, accepted while the generation's assignment is still being synced, and does not extend the member's session.",
+            Mutation::FetchIdsReusedAfterRestart => "A restarted follower numbers its fetches from the start again, so the leader's answer to a fetch its previous life sent is taken for its own: a diverging epoch computed for the old log end truncates an ISR member below the HW.",
             Mutation::NoRebuildAfterTruncation => "A follower that truncates its log keeps its producer state, open transactions and aborted index as they were: transactions and index entries of the dropped batches outlive them.",
         }
     }
@@ -314,6 +318,7 @@ impl Mutation {
             Mutation::EpochCacheKeptOnNoopTruncation => "UnifiedLog.truncateTo (UnifiedLogTest#testTruncateToEndOffsetClearsEpochCache)",
             Mutation::TxnStartTimestampNotReset => "TransactionMetadata.prepareAddPartitions (txnStartTimestamp when leaving Empty or Complete*), TransactionStateManager.timedOutTransactions",
             Mutation::OffsetCommitRefusedWhilePreparingRebalance => "ClassicGroup.validateOffsetCommit, OffsetMetadataManager.commitOffset (OffsetMetadataManagerTest#testGenericGroupOffsetCommitWhileInCompletingRebalanceState)",
+            Mutation::FetchIdsReusedAfterRestart => "NetworkClient / SocketServer: an answer goes back on its request's connection, which a crash closes (AbstractFetcherThread matches no answer across a restart)",
             Mutation::NoRebuildAfterTruncation => "KAFKA-12153, KAFKA-13727: UnifiedLog.truncateTo rebuilds producer state and truncates the transaction index",
         }
     }

@@ -297,6 +297,22 @@ impl ReplicaManager {
         ReplicaManager { partitions, ..ReplicaManager::default() }
     }
 
+    /// A restarted broker's replica manager: replica states and purgatories start afresh from `image`, but
+    /// its fetch ids go on from the previous life's. In Kafka an answer travels back on the connection its
+    /// request came on (`NetworkClient`, `SocketServer`), and a crash closes them all: a fetch the previous
+    /// process sent is never answered to this one. Here answers are matched by id alone, so a reused id
+    /// would take a stale answer (a diverging epoch for the old log end, say) for the new fetch.
+    pub fn restart(
+        &mut self,
+        me: u32,
+        image: &BTreeMap<TopicPartition, PartitionRegistration>,
+        now_ms: TimeMs,
+        mutations: &crate::mutation::Mutations,
+    ) {
+        let next_id = if mutations.has(Mutation::FetchIdsReusedAfterRestart) { 0 } else { self.next_id };
+        *self = ReplicaManager { next_id, ..ReplicaManager::new(me, image, now_ms) };
+    }
+
     fn next_id(&mut self) -> u64 {
         self.next_id += 1;
         self.next_id

@@ -361,6 +361,9 @@ pub fn caught_by(m: Mutation) -> Vec<Invariant> {
         Mutation::DropPendingMarkersOnRestart => &[MarkerMatchesDecision],
         // A plain producer told to send once writes twice (seeds/retries-ignored-*.toml).
         Mutation::RetriesIgnored => &[Duplicate],
+        // A restarted follower takes its previous life's fetch answer and truncates below the HW while in
+        // the ISR (seeds/fetch-ids-reused-after-restart-*.toml).
+        Mutation::FetchIdsReusedAfterRestart => &[HwWithinIsrLogEnds],
         _ => &[],
     };
     let mut found: Vec<Invariant> = Invariant::catalogue().filter(|i| i.mutation() == m).collect();
