@@ -390,8 +390,9 @@ pub const SCENARIO_CATCHER: &str = "a ported network scenario's exact expectatio
 
 /// Departures that scenarios do not stage, each with the ported Kafka test in `engine/tests/` that drives
 /// the engine class directly and catches it: the classic group protocol (scenarios have no JoinGroup or
-/// SyncGroup), and a log truncated at its end after a leadership that wrote nothing.
-pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 2] = [
+/// SyncGroup), a log truncated at its end after a leadership that wrote nothing, and an ISR expansion
+/// under a new leader whose HW lags (the sim meets it only after crashes).
+pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 3] = [
     (
         Mutation::OffsetCommitRefusedWhilePreparingRebalance,
         "a ported Kafka test's exact expectation (engine/tests/txn_offsets.rs)",
@@ -399,6 +400,10 @@ pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 2] = [
     (
         Mutation::EpochCacheKeptOnNoopTruncation,
         "a ported Kafka test's exact expectation (engine/tests/leader_epoch.rs)",
+    ),
+    (
+        Mutation::IsrExpansionBelowLeaderEpochStart,
+        "a ported Kafka test's exact expectation (engine/tests/replication.rs)",
     ),
 ];
 
