@@ -141,7 +141,7 @@ fn a_wrong_expectation_fails_with_exit_1_and_names_the_difference() {
 
 /// Mutations only faults reach (a marker answer that crosses its resend's answer); the scenario layer
 /// stages none, so other suites prove these bite.
-const NEEDS_FAULTS: [Mutation; 1] = [Mutation::DoubleComplete];
+const NEEDS_FAULTS: [Mutation; 2] = [Mutation::DoubleComplete, Mutation::FetchIdsReusedAfterRestart];
 
 /// The departures from Kafka 4.x fixed on the coordinator and leader side, each with the ported Kafka
 /// test whose exact expectation catches it: the scenario must fail with a difference (not an input error).
@@ -326,4 +326,13 @@ fn a_cluster_the_engine_cannot_host_is_an_input_error() {
         ),
         &["op 0", "restart_broker needs one broker"],
     );
+}
+
+#[test]
+fn a_bad_offset_in_the_final_expectation_names_its_path_under_expect() {
+    // Found by `scenario_fuzz`: the scenario's own `expect` named the field as an `expect` op would.
+    let text = r#"{"format": "txnsim-scenario/v1", "scenarios": [{"name": "s", "layer": "network", "ops": [
+        {"op": "init_producer", "producer": "p"}],
+        "expect": {"group_offsets": [{"group": "g", "offsets": {"t/0": 1e300}}]}}]}"#;
+    assert_input_error(text, &["field 'expect.group_offsets[0].offsets.t/0'", "neither an offset"]);
 }

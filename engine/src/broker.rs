@@ -243,7 +243,7 @@ impl Broker {
         image: &BTreeMap<TopicPartition, PartitionRegistration>,
     ) -> Effects {
         let NodeId::Broker(me) = self.id else { unreachable!("a broker's id is a broker id") };
-        self.replica_manager = ReplicaManager::new(me, image, now_ms);
+        self.replica_manager.restart(me, image, now_ms, &self.config.mutations);
         self.metadata_image = image.clone();
         self.restart(now_ms)
     }

@@ -54,10 +54,12 @@ pub enum Mutation {
     TxnStartTimestampNotReset,
     EpochCacheKeptOnNoopTruncation,
     InFlightBatchesNotExpired,
+    FetchIdsReusedAfterRestart,
+    IsrExpansionBelowLeaderEpochStart,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 46] = [
+    pub const ALL: [Mutation; 48] = [
         Mutation::ReadCommittedBoundedByHw,
         Mutation::LsoInclusive,
         Mutation::LsoIgnoresOngoingTxns,
@@ -104,6 +106,8 @@ impl Mutation {
         Mutation::TxnStartTimestampNotReset,
         Mutation::EpochCacheKeptOnNoopTruncation,
         Mutation::InFlightBatchesNotExpired,
+        Mutation::FetchIdsReusedAfterRestart,
+        Mutation::IsrExpansionBelowLeaderEpochStart,
     ];
 
     /// The kebab-case name used on the command line and in seed files.
@@ -155,6 +159,8 @@ impl Mutation {
             Mutation::TxnStartTimestampNotReset => "txn-start-timestamp-not-reset",
             Mutation::EpochCacheKeptOnNoopTruncation => "epoch-cache-kept-on-noop-truncation",
             Mutation::InFlightBatchesNotExpired => "in-flight-batches-not-expired",
+            Mutation::FetchIdsReusedAfterRestart => "fetch-ids-reused-after-restart",
+            Mutation::IsrExpansionBelowLeaderEpochStart => "isr-expansion-below-leader-epoch-start",
         }
     }
 
@@ -254,6 +260,8 @@ impl Mutation {
             Mutation::EpochCacheKeptOnNoopTruncation => "A truncation at or past the log end leaves the leader-epoch cache as it was: a broker that became leader, recorded its epoch at its log end and was replaced before appending keeps fetching with that epoch, the new leader answers a diverging epoch that truncates nothing, and the follower never rejoins the ISR.",
             Mutation::TxnStartTimestampNotReset => "A new transaction keeps the txnStartTimestamp of the producer's InitProducerId (or of its previous transaction), so the coordinator's timeout scan aborts a transaction open for less than transaction.timeout.ms.",
             Mutation::OffsetCommitRefusedWhilePreparingRebalance => "A classic group's plain OffsetCommit is refused with REBALANCE_IN_PROGRESS while the group prepares a rebalance, accepted while the generation's assignment is still being synced, and does not extend the member's session.",
+            Mutation::FetchIdsReusedAfterRestart => "A restarted follower numbers its fetches from the start again, so the leader's answer to a fetch its previous life sent is taken for its own: a diverging epoch computed for the old log end truncates an ISR member below the HW.",
+            Mutation::IsrExpansionBelowLeaderEpochStart => "A follower joins the ISR once it reaches the leader's HW, even below the offset the leader's epoch began at: a new leader whose HW lags what its predecessor committed takes a follower holding less than its log into the ISR, which may then lead without the committed writes.",
             Mutation::NoRebuildAfterTruncation => "A follower that truncates its log keeps its producer state, open transactions and aborted index as they were: transactions and index entries of the dropped batches outlive them.",
         }
     }
@@ -319,6 +327,8 @@ impl Mutation {
             Mutation::InFlightBatchesNotExpired => "KIP-91 (Sender.getExpiredInflightBatches; SenderTest#testInflightBatchesExpireOnDeliveryTimeout)",
             Mutation::TxnStartTimestampNotReset => "TransactionMetadata.prepareAddPartitions (txnStartTimestamp when leaving Empty or Complete*), TransactionStateManager.timedOutTransactions",
             Mutation::OffsetCommitRefusedWhilePreparingRebalance => "ClassicGroup.validateOffsetCommit, OffsetMetadataManager.commitOffset (OffsetMetadataManagerTest#testGenericGroupOffsetCommitWhileInCompletingRebalanceState)",
+            Mutation::FetchIdsReusedAfterRestart => "NetworkClient / SocketServer: an answer goes back on its request's connection, which a crash closes (AbstractFetcherThread matches no answer across a restart)",
+            Mutation::IsrExpansionBelowLeaderEpochStart => "KIP-101 / KAFKA-7128: Partition.isFollowerInSync (leaderEpochStartOffsetOpt; PartitionTest#testFollowerDoesNotJoinISRUntilCaughtUpToOffsetWithinCurrentLeaderEpoch)",
             Mutation::NoRebuildAfterTruncation => "KAFKA-12153, KAFKA-13727: UnifiedLog.truncateTo rebuilds producer state and truncates the transaction index",
         }
     }

@@ -74,6 +74,8 @@ pub struct Partition {
     pub pending_isr: Option<BTreeSet<u32>>,
     /// Leader only: each follower's state (`remoteReplicasMap`).
     pub remote_replicas: BTreeMap<u32, ReplicaState>,
+    /// Leader only: its log end when it took this leader epoch (`leaderEpochStartOffsetOpt`).
+    leader_epoch_start_offset: Option<Offset>,
     /// Follower only: its fetch in flight to the leader (correlation id, when it is given up).
     fetch_in_flight: Option<(u64, TimeMs)>,
     /// Follower only: after a failed fetch, when the next one goes.
@@ -107,6 +109,7 @@ impl Partition {
             isr,
             pending_isr: None,
             remote_replicas,
+            leader_epoch_start_offset: None,
             fetch_in_flight: None,
             fetch_backoff_until_ms: None,
             last_fetched_epoch: None,
@@ -297,6 +300,22 @@ impl ReplicaManager {
         ReplicaManager { partitions, ..ReplicaManager::default() }
     }
 
+    /// A restarted broker's replica manager: replica states and purgatories start afresh from `image`, but
+    /// its fetch ids go on from the previous life's. In Kafka an answer travels back on the connection its
+    /// request came on (`NetworkClient`, `SocketServer`), and a crash closes them all: a fetch the previous
+    /// process sent is never answered to this one. Here answers are matched by id alone, so a reused id
+    /// would take a stale answer (a diverging epoch for the old log end, say) for the new fetch.
+    pub fn restart(
+        &mut self,
+        me: u32,
+        image: &BTreeMap<TopicPartition, PartitionRegistration>,
+        now_ms: TimeMs,
+        mutations: &crate::mutation::Mutations,
+    ) {
+        let next_id = if mutations.has(Mutation::FetchIdsReusedAfterRestart) { 0 } else { self.next_id };
+        *self = ReplicaManager { next_id, ..ReplicaManager::new(me, image, now_ms) };
+    }
+
     fn next_id(&mut self) -> u64 {
         self.next_id += 1;
         self.next_id
@@ -315,6 +334,7 @@ impl ReplicaManager {
         let p = self.partitions.get_mut(tp).expect("a hosted partition");
         let log = ctx.logs.get_mut(tp).expect("a hosted partition has a log");
         if p.leader == ctx.me {
+            p.leader_epoch_start_offset = Some(log.log_end_offset());
             log.assign_leader_epoch(p.leader_epoch);
             if self.next_isr_expiration_ms.is_none() {
                 self.next_isr_expiration_ms = Some(ctx.now_ms + ctx.config.replica_lag_time_max_ms / 2);
@@ -591,8 +611,15 @@ impl ReplicaManager {
         let replica = p.remote_replicas.get_mut(&follower).expect("checked by the caller");
         let moved = replica.log_end_offset != Some(fetch_offset);
         replica.update_fetch_state(fetch_offset, ctx.now_ms, leader_end);
-        // `maybeExpandIsr`: a follower at or past the HW joins, one change in flight at a time.
-        let in_sync = fetch_offset >= log.high_watermark();
+        // `maybeExpandIsr` / `isFollowerInSync`: a follower at or past the HW and at or past where this
+        // leader epoch began joins, one change in flight at a time. A new leader's HW may lag what the old
+        // one committed, and a follower that truncated below it must not join holding less than this log.
+        let epoch_start = if ctx.config.mutations.has(Mutation::IsrExpansionBelowLeaderEpochStart) {
+            Some(0)
+        } else {
+            p.leader_epoch_start_offset
+        };
+        let in_sync = fetch_offset >= log.high_watermark() && epoch_start.is_some_and(|o| fetch_offset >= o);
         if p.pending_isr.is_none() && !p.isr.contains(&follower) && in_sync {
             let mut proposed = p.isr.clone();
             proposed.insert(follower);

@@ -213,3 +213,68 @@ fn an_unclean_election_takes_a_replica_outside_the_isr() {
     assert_eq!((state.leader, state.isr.clone()), (2, vec![2]), "broker 2 leads, alone in the ISR");
     assert_eq!(offsets(&c, 2), (0, 0), "and lacks the record brokers 0 and 1 held");
 }
+
+/// The leader's view of follower 1 in `PartitionTest#testFollowerDoesNotJoinISRUntilCaughtUpToOffsetWithinCurrentLeaderEpoch`
+/// (KAFKA-7128): broker 0 leads at epoch 8 with ISR [0, 2], appends two batches (offsets 0..1, 2..4), and
+/// follower 2's fetches move the HW to 1; it follows at epoch 9 and leads again at epoch 10 from offset
+/// 5, appends a third batch, and follower 1 fetches at 0, at 1 (the HW), then at 5. Returns the proposed
+/// ISR (the pending AlterPartition) after each of follower 1's fetches.
+fn isr_proposals_of_a_follower_below_the_epoch_start(mutations: Mutations) -> Vec<Option<Vec<u32>>> {
+    use txnsim_engine::controller::{LeaderAndIsr, PartitionRegistration};
+    use txnsim_engine::protocol::Effects;
+    use txnsim_engine::replica_manager::{ReplicaCtx, ReplicaManager};
+    let config = EngineConfig { mutations: mutations.clone(), ..EngineConfig::default() };
+    let reg = |leader, leader_epoch, partition_epoch| {
+        let state = LeaderAndIsr { leader, leader_epoch, isr: vec![0, 2], partition_epoch };
+        PartitionRegistration { replicas: vec![0, 1, 2], state }
+    };
+    let mut logs = BTreeMap::from([(tp(), txnsim_engine::PartitionLog::new())]);
+    let mut effects = Effects::default();
+    let mut rm = ReplicaManager::new(0, &BTreeMap::from([(tp(), reg(0, 8, 1))]), 0);
+    let mut ctx = ReplicaCtx { me: 0, now_ms: 0, config: &config, logs: &mut logs, effects: &mut effects };
+    rm.start(&mut ctx);
+    let append = |ctx: &mut ReplicaCtx<'_>, values: &[&str]| {
+        let batch = ProduceBatch {
+            producer: None,
+            is_transactional: false,
+            values: values.iter().map(|v| v.to_string()).collect(),
+        };
+        let log = ctx.logs.get_mut(&tp()).expect("hosted");
+        log.append_data(&batch, AppendOrigin::Client, 0, &mutations).expect("a plain append");
+    };
+    append(&mut ctx, &["k1", "k2"]);
+    append(&mut ctx, &["k3", "k4", "k5"]);
+    rm.handle_follower_fetch(2, 1, tp(), 0, 8, None, &mut ctx);
+    rm.handle_follower_fetch(2, 2, tp(), 1, 8, Some(8), &mut ctx);
+    assert_eq!(ctx.logs[&tp()].high_watermark(), 1, "follower 2 in the ISR moved the HW below the LEO");
+    rm.apply_partition_change(&tp(), &reg(2, 9, 2), &mut ctx);
+    rm.apply_partition_change(&tp(), &reg(0, 10, 3), &mut ctx);
+    assert_eq!(ctx.logs[&tp()].log_end_offset(), 5, "the leader epoch 10 starts at offset 5");
+    append(&mut ctx, &["k6", "k7"]);
+    [(0, None), (1, Some(8)), (5, Some(8))]
+        .into_iter()
+        .enumerate()
+        .map(|(k, (offset, last_epoch))| {
+            rm.handle_follower_fetch(1, 10 + k as u64, tp(), offset, 10, last_epoch, &mut ctx);
+            rm.partitions[&tp()].pending_isr.as_ref().map(|isr| isr.iter().copied().collect())
+        })
+        .collect()
+}
+
+/// PartitionTest#testFollowerDoesNotJoinISRUntilCaughtUpToOffsetWithinCurrentLeaderEpoch @ 1eb7644349cb:
+/// "fetch from follower not in ISR from log start offset should not add this follower to ISR", nor from
+/// the HW below the epoch start; from the start offset of the current leader epoch it is proposed.
+#[test]
+fn a_follower_does_not_join_the_isr_until_caught_up_to_the_current_leader_epoch() {
+    let proposals = isr_proposals_of_a_follower_below_the_epoch_start(Mutations::none());
+    assert_eq!(proposals, vec![None, None, Some(vec![0, 1, 2])], "only the fetch at offset 5 proposes follower 1");
+}
+
+/// Under `isr-expansion-below-leader-epoch-start` the fetch at the lagging HW already proposes it: the
+/// port above catches it.
+#[test]
+fn isr_expansion_below_the_leader_epoch_start_is_caught_by_the_port() {
+    let m = Mutations::one(txnsim_engine::Mutation::IsrExpansionBelowLeaderEpochStart);
+    let proposals = isr_proposals_of_a_follower_below_the_epoch_start(m);
+    assert_eq!(proposals[1], Some(vec![0, 1, 2]), "follower 1 at offset 1 is proposed: {proposals:?}");
+}

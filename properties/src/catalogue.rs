@@ -369,6 +369,9 @@ pub fn caught_by(m: Mutation) -> Vec<Invariant> {
         Mutation::DropPendingMarkersOnRestart => &[MarkerMatchesDecision],
         // A plain producer told to send once writes twice (seeds/retries-ignored-*.toml).
         Mutation::RetriesIgnored => &[Duplicate],
+        // A restarted follower takes its previous life's fetch answer and truncates below the HW while in
+        // the ISR (seeds/fetch-ids-reused-after-restart-*.toml).
+        Mutation::FetchIdsReusedAfterRestart => &[HwWithinIsrLogEnds],
         _ => &[],
     };
     let mut found: Vec<Invariant> = Invariant::catalogue().filter(|i| i.mutation() == m).collect();
@@ -395,8 +398,9 @@ pub const SCENARIO_CATCHER: &str = "a ported network scenario's exact expectatio
 
 /// Departures that scenarios do not stage, each with the ported Kafka test in `engine/tests/` that drives
 /// the engine class directly and catches it: the classic group protocol (scenarios have no JoinGroup or
-/// SyncGroup), and a log truncated at its end after a leadership that wrote nothing.
-pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 2] = [
+/// SyncGroup), a log truncated at its end after a leadership that wrote nothing, and an ISR expansion
+/// under a new leader whose HW lags (the sim meets it only after crashes).
+pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 3] = [
     (
         Mutation::OffsetCommitRefusedWhilePreparingRebalance,
         "a ported Kafka test's exact expectation (engine/tests/txn_offsets.rs)",
@@ -404,6 +408,10 @@ pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 2] = [
     (
         Mutation::EpochCacheKeptOnNoopTruncation,
         "a ported Kafka test's exact expectation (engine/tests/leader_epoch.rs)",
+    ),
+    (
+        Mutation::IsrExpansionBelowLeaderEpochStart,
+        "a ported Kafka test's exact expectation (engine/tests/replication.rs)",
     ),
 ];
 

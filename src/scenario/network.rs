@@ -511,6 +511,11 @@ fn validate_expect(
     at: Option<usize>,
     err: &dyn Fn(Option<usize>, &str, String) -> ScenarioError,
 ) -> Result<(), ScenarioError> {
+    // An `expect` op's fields are the op's own; the scenario's final ones sit under its `expect` key.
+    let err = |at: Option<usize>, field: &str, why: String| match at {
+        Some(_) => err(at, field, why),
+        None => err(at, &format!("expect.{field}"), why),
+    };
     for (k, p) in e.producers.iter().flatten().enumerate() {
         if let Some(s) = &p.state {
             if client_state(s).is_none() {
