@@ -56,10 +56,11 @@ pub enum Mutation {
     InFlightBatchesNotExpired,
     FetchIdsReusedAfterRestart,
     IsrExpansionBelowLeaderEpochStart,
+    FencedReplicaJoinsIsr,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 48] = [
+    pub const ALL: [Mutation; 49] = [
         Mutation::ReadCommittedBoundedByHw,
         Mutation::LsoInclusive,
         Mutation::LsoIgnoresOngoingTxns,
@@ -108,6 +109,7 @@ impl Mutation {
         Mutation::InFlightBatchesNotExpired,
         Mutation::FetchIdsReusedAfterRestart,
         Mutation::IsrExpansionBelowLeaderEpochStart,
+        Mutation::FencedReplicaJoinsIsr,
     ];
 
     /// The kebab-case name used on the command line and in seed files.
@@ -161,6 +163,7 @@ impl Mutation {
             Mutation::InFlightBatchesNotExpired => "in-flight-batches-not-expired",
             Mutation::FetchIdsReusedAfterRestart => "fetch-ids-reused-after-restart",
             Mutation::IsrExpansionBelowLeaderEpochStart => "isr-expansion-below-leader-epoch-start",
+            Mutation::FencedReplicaJoinsIsr => "fenced-replica-joins-isr",
         }
     }
 
@@ -262,6 +265,7 @@ impl Mutation {
             Mutation::OffsetCommitRefusedWhilePreparingRebalance => "A classic group's plain OffsetCommit is refused with REBALANCE_IN_PROGRESS while the group prepares a rebalance, accepted while the generation's assignment is still being synced, and does not extend the member's session.",
             Mutation::FetchIdsReusedAfterRestart => "A restarted follower numbers its fetches from the start again, so the leader's answer to a fetch its previous life sent is taken for its own: a diverging epoch computed for the old log end truncates an ISR member below the HW.",
             Mutation::IsrExpansionBelowLeaderEpochStart => "A follower joins the ISR once it reaches the leader's HW, even below the offset the leader's epoch began at: a new leader whose HW lags what its predecessor committed takes a follower holding less than its log into the ISR, which may then lead without the committed writes.",
+            Mutation::FencedReplicaJoinsIsr => "The controller commits an ISR expansion naming a fenced broker: a fetch sent before its broker died, answered after, puts the dead broker back in the ISR, where it counts toward acks=all and the HW while holding nothing new, and may be elected with less than was acknowledged.",
             Mutation::NoRebuildAfterTruncation => "A follower that truncates its log keeps its producer state, open transactions and aborted index as they were: transactions and index entries of the dropped batches outlive them.",
         }
     }
@@ -329,6 +333,7 @@ impl Mutation {
             Mutation::OffsetCommitRefusedWhilePreparingRebalance => "ClassicGroup.validateOffsetCommit, OffsetMetadataManager.commitOffset (OffsetMetadataManagerTest#testGenericGroupOffsetCommitWhileInCompletingRebalanceState)",
             Mutation::FetchIdsReusedAfterRestart => "NetworkClient / SocketServer: an answer goes back on its request's connection, which a crash closes (AbstractFetcherThread matches no answer across a restart)",
             Mutation::IsrExpansionBelowLeaderEpochStart => "KIP-101 / KAFKA-7128: Partition.isFollowerInSync (leaderEpochStartOffsetOpt; PartitionTest#testFollowerDoesNotJoinISRUntilCaughtUpToOffsetWithinCurrentLeaderEpoch)",
+            Mutation::FencedReplicaJoinsIsr => "KIP-841: ReplicationControlManager.validateAlterPartitionData answers INELIGIBLE_REPLICA (ReplicationControlManagerTest#testAlterPartitionShouldRejectFencedBrokers)",
             Mutation::NoRebuildAfterTruncation => "KAFKA-12153, KAFKA-13727: UnifiedLog.truncateTo rebuilds producer state and truncates the transaction index",
         }
     }
