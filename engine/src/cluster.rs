@@ -211,7 +211,7 @@ impl Cluster {
                 if let Some(p) = self.producers.get_mut(name) {
                     p.on_message(self.now_ms, env)
                 } else if let Some(c) = self.consumers.get_mut(name) {
-                    c.on_message(env)
+                    c.on_message(self.now_ms, env)
                 } else {
                     Effects::default() // A crashed client: the answer is lost.
                 }

@@ -233,7 +233,7 @@ impl Consumer {
         Effects::default()
     }
 
-    pub fn on_message(&mut self, env: Envelope) -> Effects {
+    pub fn on_message(&mut self, now_ms: TimeMs, env: Envelope) -> Effects {
         let mut effects = Effects::default();
         let Some(partition) = self.in_flight.remove(&env.correlation_id) else {
             return effects;
@@ -262,6 +262,10 @@ impl Consumer {
                     allow_auto_topic_creation: false,
                 };
                 effects.send(&self.id, &env.from, self.next_correlation_id, Message::Metadata(request));
+                // `NetworkClient` times out every request, this one too: a lost answer would hold the
+                // partition forever.
+                let timeout = Timer::RequestTimeout { correlation_id: self.next_correlation_id };
+                effects.timers.push((now_ms + self.config.request_timeout_ms, timeout));
             }
             Err(e) => self.errors.push((partition, e)),
             Ok(data) => {

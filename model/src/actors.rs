@@ -824,7 +824,7 @@ impl Node {
         let bounds = result.as_ref().ok().map(|d| (d.high_watermark, d.last_stable_offset));
         let message = Message::FetchResponse { partition: asked.clone(), fetch_offset: *from, result };
         let response = Envelope { from: request.to, to: request.from, correlation_id: request.correlation_id, message };
-        let _ = r.consumer.on_message(response);
+        let _ = r.consumer.on_message(NOW_MS, response);
         let records: Vec<(Offset, String)> =
             r.consumer.take_delivered().into_iter().map(|c| (c.offset, c.value)).collect();
         let position_after = r.consumer.position(tp).expect("assigned");

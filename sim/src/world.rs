@@ -1106,27 +1106,19 @@ impl World {
     }
 
     /// A consumer's answer; what the consumer sends in turn (a Metadata request after
-    /// NOT_LEADER_OR_FOLLOWER), each with a request timeout as `NetworkClient` gives every request: the
-    /// consumer sets none for its metadata request, and a lost one would hold its partition forever.
+    /// NOT_LEADER_OR_FOLLOWER, with its request timeout).
     fn consumer_message(&mut self, name: &str, env: Envelope) -> Effects {
         let now = self.now_ms();
-        let timeout = self.config.request_timeout_ms;
-        let with_timeouts = |mut e: Effects| {
-            for env in &e.sends {
-                e.timers.push((now + timeout, Timer::RequestTimeout { correlation_id: env.correlation_id }));
-            }
-            e
-        };
         let slot = self.consumers.get_mut(name).expect("a consumer");
         let corr = env.correlation_id;
         let Message::FetchResponse { partition, fetch_offset, result } = &env.message else {
-            return with_timeouts(slot.consumer.on_message(env));
+            return slot.consumer.on_message(now, env);
         };
         let (partition, fetch_offset) = (partition.clone(), *fetch_offset);
         let accepted = slot.polls.remove(&corr).is_some() && slot.consumer.position(&partition) == Some(fetch_offset);
         let bounds = result.as_ref().ok().map(|d| (d.high_watermark, d.last_stable_offset, d.batches.len()));
         let error = result.as_ref().err().copied();
-        let effects = with_timeouts(slot.consumer.on_message(env));
+        let effects = slot.consumer.on_message(now, env);
         if !accepted {
             return effects;
         }
