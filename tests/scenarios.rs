@@ -145,7 +145,7 @@ const NEEDS_FAULTS: [Mutation; 2] = [Mutation::DoubleComplete, Mutation::FetchId
 
 /// The departures from Kafka 4.x fixed on the coordinator and leader side, each with the ported Kafka
 /// test whose exact expectation catches it: the scenario must fail with a difference (not an input error).
-const CATCHERS: [(Mutation, &str, &str); 15] = [
+const CATCHERS: [(Mutation, &str, &str); 17] = [
     (Mutation::TxnLogAppendSynchronous, "coordinator-init-producer-id-waits-for-a-pending-commit-tv1", "in_flight"),
     (
         Mutation::EndTxnEpochBeforePending,
@@ -196,6 +196,16 @@ const CATCHERS: [(Mutation, &str, &str); 15] = [
         Mutation::NoRebuildAfterTruncation,
         "follower-truncates-to-the-diverging-epoch-after-leader-failover",
         "invariant lso-is-first-unstable-offset",
+    ),
+    (
+        Mutation::EpochExhaustionIgnored,
+        "coordinator-exhausted-epoch-rotates-the-producer-id-on-init-tv1",
+        "producers[0].producer_id",
+    ),
+    (
+        Mutation::TransactionalIdsNeverExpire,
+        "txn-state-manager-removes-an-expired-complete-commit-id",
+        "coordinator[0].state",
     ),
 ];
 

@@ -56,10 +56,12 @@ pub enum Mutation {
     InFlightBatchesNotExpired,
     FetchIdsReusedAfterRestart,
     IsrExpansionBelowLeaderEpochStart,
+    EpochExhaustionIgnored,
+    TransactionalIdsNeverExpire,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 48] = [
+    pub const ALL: [Mutation; 50] = [
         Mutation::ReadCommittedBoundedByHw,
         Mutation::LsoInclusive,
         Mutation::LsoIgnoresOngoingTxns,
@@ -108,6 +110,8 @@ impl Mutation {
         Mutation::InFlightBatchesNotExpired,
         Mutation::FetchIdsReusedAfterRestart,
         Mutation::IsrExpansionBelowLeaderEpochStart,
+        Mutation::EpochExhaustionIgnored,
+        Mutation::TransactionalIdsNeverExpire,
     ];
 
     /// The kebab-case name used on the command line and in seed files.
@@ -161,6 +165,8 @@ impl Mutation {
             Mutation::InFlightBatchesNotExpired => "in-flight-batches-not-expired",
             Mutation::FetchIdsReusedAfterRestart => "fetch-ids-reused-after-restart",
             Mutation::IsrExpansionBelowLeaderEpochStart => "isr-expansion-below-leader-epoch-start",
+            Mutation::EpochExhaustionIgnored => "epoch-exhaustion-ignored",
+            Mutation::TransactionalIdsNeverExpire => "transactional-ids-never-expire",
         }
     }
 
@@ -263,6 +269,8 @@ impl Mutation {
             Mutation::FetchIdsReusedAfterRestart => "A restarted follower numbers its fetches from the start again, so the leader's answer to a fetch its previous life sent is taken for its own: a diverging epoch computed for the old log end truncates an ISR member below the HW.",
             Mutation::IsrExpansionBelowLeaderEpochStart => "A follower joins the ISR once it reaches the leader's HW, even below the offset the leader's epoch began at: a new leader whose HW lags what its predecessor committed takes a follower holding less than its log into the ISR, which may then lead without the committed writes.",
             Mutation::NoRebuildAfterTruncation => "A follower that truncates its log keeps its producer state, open transactions and aborted index as they were: transactions and index entries of the dropped batches outlive them.",
+            Mutation::EpochExhaustionIgnored => "The coordinator counts only Short.MAX_VALUE as an exhausted epoch, keeping none back for fencing: an InitProducerId or a TV2 commit at Short.MAX_VALUE - 1 hands Short.MAX_VALUE itself to the client, which then can never be fenced, instead of a new producer id at epoch 0.",
+            Mutation::TransactionalIdsNeverExpire => "The coordinator never expires a transactional id: one idle for transactional.id.expiration.ms keeps its producer id and epoch, and its next InitProducerId bumps that epoch instead of starting a new producer id.",
         }
     }
 
@@ -330,6 +338,8 @@ impl Mutation {
             Mutation::FetchIdsReusedAfterRestart => "NetworkClient / SocketServer: an answer goes back on its request's connection, which a crash closes (AbstractFetcherThread matches no answer across a restart)",
             Mutation::IsrExpansionBelowLeaderEpochStart => "KIP-101 / KAFKA-7128: Partition.isFollowerInSync (leaderEpochStartOffsetOpt; PartitionTest#testFollowerDoesNotJoinISRUntilCaughtUpToOffsetWithinCurrentLeaderEpoch)",
             Mutation::NoRebuildAfterTruncation => "KAFKA-12153, KAFKA-13727: UnifiedLog.truncateTo rebuilds producer state and truncates the transaction index",
+            Mutation::EpochExhaustionIgnored => "TransactionMetadata.isEpochExhausted, prepareProducerIdRotation, prepareComplete (nextProducerId); TransactionCoordinatorTest#shouldGenerateNewProducerIdIfEpochsExhausted",
+            Mutation::TransactionalIdsNeverExpire => "TransactionStateManager.removeExpiredTransactionalIds (transactional.id.expiration.ms); TransactionStateManagerTest#shouldRemoveCompleteCommitExpiredTransactionalIds",
         }
     }
 }
