@@ -567,6 +567,18 @@ fn validate_expect(
             }
         }
     }
+    for (k, c) in e.coordinator.iter().flatten().enumerate() {
+        let other = c.producer_id.is_some()
+            || c.epoch.is_some()
+            || c.last_epoch.is_some()
+            || c.pending.is_some()
+            || c.partitions.is_some()
+            || c.txn_start_timestamp_ms.is_some();
+        if c.state == Some(None) && other {
+            let why = "an id with no metadata (state null) has no other fields to expect".to_string();
+            return Err(err(at, &format!("coordinator[{k}]"), why));
+        }
+    }
     for (k, g) in e.group_offsets.iter().flatten().enumerate() {
         for (key, v) in &g.offsets {
             let field = format!("group_offsets[{k}].offsets");

@@ -764,10 +764,13 @@ impl TransactionCoordinator {
         };
         let target = Self::transit(&self.txns[&tid], to, ctx.now_ms, |t| {
             t.topic_partitions.clear();
-            // `prepareComplete`: with the markers written, a TV2 decision that exhausted the epochs moves the
-            // transactional id to its next producer id at epoch 0.
-            if let Some(next) = t.next_producer_id.take() {
+            // `prepareComplete`: a TV2 completion records the id it completes under as the previous one, and
+            // with the markers written a decision that exhausted the epochs moves the transactional id to its
+            // next producer id at epoch 0.
+            if t.client_transaction_version.supports_epoch_bump() {
                 t.previous_producer_id = Some(t.producer_id);
+            }
+            if let Some(next) = t.next_producer_id.take() {
                 t.last_producer_epoch = t.producer_epoch;
                 t.producer_id = next;
                 t.producer_epoch = 0;
