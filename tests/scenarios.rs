@@ -145,7 +145,7 @@ const NEEDS_FAULTS: [Mutation; 2] = [Mutation::DoubleComplete, Mutation::FetchId
 
 /// The departures from Kafka 4.x fixed on the coordinator and leader side, each with the ported Kafka
 /// test whose exact expectation catches it: the scenario must fail with a difference (not an input error).
-const CATCHERS: [(Mutation, &str, &str); 17] = [
+const CATCHERS: [(Mutation, &str, &str); 18] = [
     (Mutation::TxnLogAppendSynchronous, "coordinator-init-producer-id-waits-for-a-pending-commit-tv1", "in_flight"),
     (
         Mutation::EndTxnEpochBeforePending,
@@ -206,6 +206,11 @@ const CATCHERS: [(Mutation, &str, &str); 17] = [
         Mutation::TransactionalIdsNeverExpire,
         "txn-state-manager-removes-an-expired-complete-commit-id",
         "coordinator[0].state",
+    ),
+    (
+        Mutation::AddPartitionsPidBeforePending,
+        "coordinator-tv2-next-transaction-under-the-rotated-id-waits-for-the-markers",
+        "producers[0].state",
     ),
 ];
 

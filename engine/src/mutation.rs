@@ -58,10 +58,11 @@ pub enum Mutation {
     IsrExpansionBelowLeaderEpochStart,
     EpochExhaustionIgnored,
     TransactionalIdsNeverExpire,
+    AddPartitionsPidBeforePending,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 50] = [
+    pub const ALL: [Mutation; 51] = [
         Mutation::ReadCommittedBoundedByHw,
         Mutation::LsoInclusive,
         Mutation::LsoIgnoresOngoingTxns,
@@ -112,6 +113,7 @@ impl Mutation {
         Mutation::IsrExpansionBelowLeaderEpochStart,
         Mutation::EpochExhaustionIgnored,
         Mutation::TransactionalIdsNeverExpire,
+        Mutation::AddPartitionsPidBeforePending,
     ];
 
     /// The kebab-case name used on the command line and in seed files.
@@ -167,6 +169,7 @@ impl Mutation {
             Mutation::IsrExpansionBelowLeaderEpochStart => "isr-expansion-below-leader-epoch-start",
             Mutation::EpochExhaustionIgnored => "epoch-exhaustion-ignored",
             Mutation::TransactionalIdsNeverExpire => "transactional-ids-never-expire",
+            Mutation::AddPartitionsPidBeforePending => "add-partitions-pid-before-pending",
         }
     }
 
@@ -271,6 +274,7 @@ impl Mutation {
             Mutation::NoRebuildAfterTruncation => "A follower that truncates its log keeps its producer state, open transactions and aborted index as they were: transactions and index entries of the dropped batches outlive them.",
             Mutation::EpochExhaustionIgnored => "The coordinator counts only Short.MAX_VALUE as an exhausted epoch, keeping none back for fencing: an InitProducerId or a TV2 commit at Short.MAX_VALUE - 1 hands Short.MAX_VALUE itself to the client, which then can never be fenced, instead of a new producer id at epoch 0.",
             Mutation::TransactionalIdsNeverExpire => "The coordinator never expires a transactional id: one idle for transactional.id.expiration.ms keeps its producer id and epoch, and its next InitProducerId bumps that epoch instead of starting a new producer id.",
+            Mutation::AddPartitionsPidBeforePending => "KAFKA-18660 undone: AddPartitionsToTxn checks the producer id and epoch before the pending transition, so after a TV2 commit that rotated the producer id, the next transaction's partitions, sent under the new id while the markers are still out, are refused INVALID_PRODUCER_ID_MAPPING.",
         }
     }
 
@@ -340,6 +344,7 @@ impl Mutation {
             Mutation::NoRebuildAfterTruncation => "KAFKA-12153, KAFKA-13727: UnifiedLog.truncateTo rebuilds producer state and truncates the transaction index",
             Mutation::EpochExhaustionIgnored => "TransactionMetadata.isEpochExhausted, prepareProducerIdRotation, prepareComplete (nextProducerId); TransactionCoordinatorTest#shouldGenerateNewProducerIdIfEpochsExhausted",
             Mutation::TransactionalIdsNeverExpire => "TransactionStateManager.removeExpiredTransactionalIds (transactional.id.expiration.ms); TransactionStateManagerTest#shouldRemoveCompleteCommitExpiredTransactionalIds",
+            Mutation::AddPartitionsPidBeforePending => "KAFKA-18660 (PR #18730, Kafka 4.0): TransactionCoordinator.handleAddPartitionsToTransaction checks the pending transition first",
         }
     }
 }

@@ -830,6 +830,15 @@ impl TransactionCoordinator {
         let Some(meta) = self.txns.get(tid) else {
             return Some(Err(KafkaError::InvalidProducerIdMapping));
         };
+        // KAFKA-18660: Kafka 4.0 answers a pending transition before it checks the producer id, so a TV2 client
+        // whose commit rotated the producer id and that starts its next transaction under the new id while the
+        // markers are still out is told to retry, not refused the id the completion is about to move to. Only
+        // that case is ordered so here; a stale id or epoch meeting a pending transition is still refused first.
+        let rotating_to = meta.next_producer_id == Some(producer.producer_id);
+        let pending_first = !ctx.config.mutations.has(Mutation::AddPartitionsPidBeforePending);
+        if pending_first && rotating_to && meta.pending_transition_in_progress() {
+            return Some(Err(KafkaError::ConcurrentTransactions));
+        }
         if meta.producer_id != producer.producer_id {
             return Some(Err(KafkaError::InvalidProducerIdMapping));
         }
