@@ -204,7 +204,7 @@ const CATCHERS: [(Mutation, &str, &str); 18] = [
     ),
     (
         Mutation::TransactionalIdsNeverExpire,
-        "txn-state-manager-removes-an-expired-complete-commit-id",
+        "txn-state-manager-removes-expired-empty-and-complete-ids",
         "coordinator[0].state",
     ),
     (
