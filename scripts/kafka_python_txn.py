@@ -13,7 +13,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 
 TOPIC = "kp-demo"
 READ_TIMEOUT_S = 10.0
-SETTLE_S = 1.0
+SETTLE_S = 0.5
 
 
 def transaction(producer, values, commit):

@@ -7,8 +7,10 @@
 //! (`handleBrokerUnfenced`), telling every live broker with a `PartitionChangeRecord`. It is one node with
 //! its own id, not a quorum, and it never fails.
 
+use crate::config::EngineConfig;
 use crate::error::KafkaError;
 use crate::metadata::{MetadataMessage, NewTopic};
+use crate::mutation::{Mutation, Mutations};
 use crate::protocol::{Effects, Envelope, Message, NodeId};
 use crate::types::TopicPartition;
 use serde::{Deserialize, Serialize};
@@ -122,6 +124,7 @@ pub struct Controller {
     /// `unclean.leader.election.enable` (default false): with no live ISR member, a live replica outside
     /// the ISR may lead, losing what only the ISR held.
     pub unclean_leader_election: bool,
+    mutations: Mutations,
     /// How many brokers there are, to tell each of them about a change.
     brokers: u32,
     /// `default.replication.factor`: of a topic created without one.
@@ -131,7 +134,7 @@ pub struct Controller {
 impl Controller {
     /// Registers every partition with its whole assignment in the ISR (a new topic's replicas are in
     /// sync: they are all empty), the first replica leading at epoch 0.
-    pub fn new(topics: &BTreeMap<String, u32>, topology: &Topology, unclean_leader_election: bool) -> Self {
+    pub fn new(topics: &BTreeMap<String, u32>, topology: &Topology, config: &EngineConfig) -> Self {
         let partitions = topology
             .assignment(topics)
             .into_iter()
@@ -141,7 +144,8 @@ impl Controller {
             id: NodeId::Broker(CONTROLLER_ID),
             partitions,
             fenced: BTreeSet::new(),
-            unclean_leader_election,
+            unclean_leader_election: config.unclean_leader_election_enable,
+            mutations: config.mutations.clone(),
             brokers: topology.brokers,
             default_replication_factor: topology.replication_factor,
         }
@@ -280,9 +284,10 @@ impl Controller {
         effects
     }
 
-    /// `ReplicationControlManager.alterPartition`'s checks: the partition exists, the sender is its leader
-    /// at the current leader epoch, the partition epoch is current, and the new ISR is within the replicas
-    /// and keeps the leader.
+    /// `ReplicationControlManager.validateAlterPartitionData`, in its order: the partition exists, the
+    /// leader epoch is current, the sender leads, the partition epoch is current, the new ISR is within
+    /// the replicas and keeps the leader, and names no fenced broker (KIP-841: a fetch sent before its
+    /// broker died must not bring it back into the ISR).
     fn alter_partition(
         &mut self,
         broker: u32,
@@ -292,17 +297,21 @@ impl Controller {
         new_isr: Vec<u32>,
     ) -> Result<LeaderAndIsr, KafkaError> {
         let reg = self.partitions.get_mut(tp).ok_or(KafkaError::UnknownTopicOrPartition)?;
-        if broker != reg.state.leader {
-            return Err(KafkaError::NotLeaderOrFollower);
-        }
         if leader_epoch != reg.state.leader_epoch {
             return Err(KafkaError::FencedLeaderEpoch);
+        }
+        if broker != reg.state.leader {
+            return Err(KafkaError::InvalidRequest);
         }
         if partition_epoch != reg.state.partition_epoch {
             return Err(KafkaError::InvalidUpdateVersion);
         }
         if !new_isr.contains(&broker) || new_isr.iter().any(|r| !reg.replicas.contains(r)) {
             return Err(KafkaError::InvalidRequest);
+        }
+        let fenced_member = new_isr.iter().any(|r| self.fenced.contains(r));
+        if fenced_member && !self.mutations.has(Mutation::FencedReplicaJoinsIsr) {
+            return Err(KafkaError::IneligibleReplica);
         }
         reg.state.isr = new_isr;
         reg.state.partition_epoch += 1;

@@ -43,6 +43,8 @@ pub enum KafkaError {
     FencedLeaderEpoch,
     UnknownLeaderEpoch,
     InvalidUpdateVersion,
+    /// AlterPartition naming a fenced broker in the new ISR (`ReplicationControlManager.ineligibleReplicasForIsr`).
+    IneligibleReplica,
     /// A topic being created has no leader yet (`AutoTopicCreationManager`'s answer to an auto-creating
     /// Metadata request on a controller-managed broker; the client asks again).
     LeaderNotAvailable,
@@ -53,7 +55,7 @@ pub enum KafkaError {
 }
 
 impl KafkaError {
-    pub const ALL: [KafkaError; 39] = [
+    pub const ALL: [KafkaError; 40] = [
         KafkaError::OffsetOutOfRange,
         KafkaError::UnknownTopicOrPartition,
         KafkaError::NotCoordinator,
@@ -91,6 +93,7 @@ impl KafkaError {
         KafkaError::FencedLeaderEpoch,
         KafkaError::UnknownLeaderEpoch,
         KafkaError::InvalidUpdateVersion,
+        KafkaError::IneligibleReplica,
         KafkaError::LeaderNotAvailable,
         KafkaError::UnstableOffsetCommit,
     ];
@@ -136,6 +139,7 @@ impl KafkaError {
             KafkaError::FencedLeaderEpoch => 74,
             KafkaError::UnknownLeaderEpoch => 76,
             KafkaError::InvalidUpdateVersion => 95,
+            KafkaError::IneligibleReplica => 107,
             KafkaError::LeaderNotAvailable => 5,
             KafkaError::UnstableOffsetCommit => 88,
         }
@@ -181,6 +185,7 @@ impl KafkaError {
             KafkaError::FencedLeaderEpoch => "FENCED_LEADER_EPOCH",
             KafkaError::UnknownLeaderEpoch => "UNKNOWN_LEADER_EPOCH",
             KafkaError::InvalidUpdateVersion => "INVALID_UPDATE_VERSION",
+            KafkaError::IneligibleReplica => "INELIGIBLE_REPLICA",
             KafkaError::LeaderNotAvailable => "LEADER_NOT_AVAILABLE",
             KafkaError::UnstableOffsetCommit => "UNSTABLE_OFFSET_COMMIT",
         }

@@ -346,6 +346,14 @@ impl ReplicaManager {
             }
         } else if p.leader != NO_LEADER {
             p.last_fetched_epoch = log.leader_epoch_cache.latest_epoch();
+            // Kafka 4.x fetchers truncate on fetch (DivergingEpoch) and so never send OffsetsForLeaderEpoch;
+            // one with no epoch would truncate to its HW first (AbstractFetcherThread.truncateToHighWatermark),
+            // which only a log without data needs: every batch here carries its leader epoch.
+            assert!(
+                p.last_fetched_epoch.is_some() || log.log_end_offset() == log.log_start_offset(),
+                "{tp}: a follower's log holds data up to {} but no leader epoch",
+                log.log_end_offset()
+            );
             self.send_fetch(tp, ctx);
         }
     }

@@ -3,11 +3,15 @@
 //! (`DelayedProduce`), and the ISR shrinks and expands through the controller (AlterPartition).
 
 use std::collections::BTreeMap;
+use txnsim_engine::controller::{LeaderAndIsr, PartitionRegistration};
+use txnsim_engine::metadata::MetadataMessage;
 use txnsim_engine::producer::OpOutput;
 use txnsim_engine::producer_state::AppendOrigin;
-use txnsim_engine::protocol::{Message, NodeId};
+use txnsim_engine::protocol::{Envelope, Message, NodeId};
 use txnsim_engine::record::ProduceBatch;
-use txnsim_engine::{Cluster, EngineConfig, KafkaError, Mutations, ProducerKind, TopicPartition, Topology};
+use txnsim_engine::{
+    Cluster, Controller, EngineConfig, KafkaError, Mutation, Mutations, ProducerKind, TopicPartition, Topology,
+};
 
 fn tp() -> TopicPartition {
     TopicPartition::new("t", 0)
@@ -274,7 +278,75 @@ fn a_follower_does_not_join_the_isr_until_caught_up_to_the_current_leader_epoch(
 /// port above catches it.
 #[test]
 fn isr_expansion_below_the_leader_epoch_start_is_caught_by_the_port() {
-    let m = Mutations::one(txnsim_engine::Mutation::IsrExpansionBelowLeaderEpochStart);
+    let m = Mutations::one(Mutation::IsrExpansionBelowLeaderEpochStart);
     let proposals = isr_proposals_of_a_follower_below_the_epoch_start(m);
     assert_eq!(proposals[1], Some(vec![0, 1, 2]), "follower 1 at offset 1 is proposed: {proposals:?}");
+}
+
+/// The controller's answer to broker 1's AlterPartition adding broker 3 back to `foo-0`'s ISR, first
+/// while broker 3 is fenced, then after it is unfenced, on a controller of five brokers with `foo-0` on
+/// replicas 1, 2, 3, 4 led by 1 (the setup of the Kafka test below).
+fn alter_partition_answers_around_a_fenced_broker(config: EngineConfig) -> Vec<MetadataMessage> {
+    let mut controller = Controller::new(&BTreeMap::new(), &Topology::new(5, 4), &config);
+    let foo = TopicPartition::new("foo", 0);
+    let replicas = vec![1, 2, 3, 4];
+    let state = LeaderAndIsr { leader: 1, leader_epoch: 0, isr: replicas.clone(), partition_epoch: 0 };
+    controller.partitions.insert(foo.clone(), PartitionRegistration { replicas, state });
+    controller.broker_fenced(3);
+    let committed = &controller.partitions[&foo].state;
+    assert_eq!((committed.isr.clone(), committed.leader, committed.partition_epoch), (vec![1, 2, 4], 1, 1));
+    let mut ask = |controller: &mut Controller| {
+        let request = MetadataMessage::AlterPartitionRequest {
+            broker: 1,
+            partition: foo.clone(),
+            leader_epoch: 0,
+            partition_epoch: 1,
+            new_isr: vec![1, 2, 3, 4],
+        };
+        let env = Envelope {
+            from: NodeId::Broker(1),
+            to: controller.id.clone(),
+            correlation_id: 7,
+            message: Message::Metadata(request),
+        };
+        let mut sends = controller.on_message(env).sends;
+        assert_eq!(sends.len(), 1, "one answer to the leader: {sends:?}");
+        match sends.remove(0).message {
+            Message::Metadata(answer) => answer,
+            other => panic!("the controller answers AlterPartition with AlterPartition: {other:?}"),
+        }
+    };
+    let fenced = ask(&mut controller);
+    controller.broker_unfenced(3);
+    vec![fenced, ask(&mut controller)]
+}
+
+/// ReplicationControlManagerTest#testAlterPartitionShouldRejectFencedBrokers @ 1eb7644349cb (AlterPartition
+/// v2+): "expectedError = ... INELIGIBLE_REPLICA" while broker 3 is fenced; once unfenced, the same request
+/// commits "setIsr(asList(1, 2, 3, 4)).setPartitionEpoch(2)" with leader 1 at leader epoch 0.
+#[test]
+fn alter_partition_rejects_a_fenced_broker_in_the_new_isr() {
+    let answers = alter_partition_answers_around_a_fenced_broker(EngineConfig::default());
+    let foo = TopicPartition::new("foo", 0);
+    let committed = LeaderAndIsr { leader: 1, leader_epoch: 0, isr: vec![1, 2, 3, 4], partition_epoch: 2 };
+    assert_eq!(
+        answers,
+        vec![
+            MetadataMessage::AlterPartitionResponse {
+                partition: foo.clone(),
+                result: Err(KafkaError::IneligibleReplica)
+            },
+            MetadataMessage::AlterPartitionResponse { partition: foo, result: Ok(committed) },
+        ],
+        "INELIGIBLE_REPLICA while broker 3 is fenced, then the ISR 1, 2, 3, 4 at partition epoch 2"
+    );
+}
+
+/// Under `fenced-replica-joins-isr` the fenced broker is committed at once: the port above catches it.
+#[test]
+fn a_fenced_replica_joining_the_isr_is_caught_by_the_port() {
+    let config = EngineConfig { mutations: Mutations::one(Mutation::FencedReplicaJoinsIsr), ..EngineConfig::default() };
+    let answers = alter_partition_answers_around_a_fenced_broker(config);
+    let MetadataMessage::AlterPartitionResponse { result, .. } = &answers[0] else { panic!("{answers:?}") };
+    assert_eq!(result.as_ref().map(|s| s.isr.clone()), Ok(vec![1, 2, 3, 4]), "broker 3 joined while fenced");
 }

@@ -165,7 +165,7 @@ impl Driver {
             (vec![Broker::new(BROKER_ID, &BTreeMap::new(), config)], None)
         } else {
             let topology = Topology::new(n, default_replication_factor);
-            let controller = Controller::new(&BTreeMap::new(), &topology, config.unclean_leader_election_enable);
+            let controller = Controller::new(&BTreeMap::new(), &topology, &config);
             let brokers = (0..n).map(|id| Broker::with_registrations(id, &controller.partitions, config.clone()));
             (brokers.collect(), Some(controller))
         };

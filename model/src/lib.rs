@@ -20,7 +20,7 @@
 //! With `Bounds::reduced` (the standard config), `reductions` prunes further: timeouts fire only for
 //! lost requests, and readers poll a partition only right after the broker changed it. With `Bounds::por`
 //! (the standard config; FIFO connections only) a partial-order reduction by stubborn sets lets a
-//! producer with an answer waiting step before anyone else; `tests/por.rs` checks it keeps the terminal
+//! producer with an answer waiting step before anyone else; `tests/model/por.rs` checks it keeps the terminal
 //! states, violations and facts of the graph it reduces.
 //!
 //! Reductions always on, each sound for what the properties observe:

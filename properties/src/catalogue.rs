@@ -372,6 +372,9 @@ pub fn caught_by(m: Mutation) -> Vec<Invariant> {
         // A restarted follower takes its previous life's fetch answer and truncates below the HW while in
         // the ISR (seeds/fetch-ids-reused-after-restart-*.toml).
         Mutation::FetchIdsReusedAfterRestart => &[HwWithinIsrLogEnds],
+        // A crashed broker's late fetch puts it back in the ISR; elected, it lacks a committed marker
+        // (seeds/fenced-replica-joins-isr-*.toml).
+        Mutation::FencedReplicaJoinsIsr => &[PartitionCoverage, MarkerMatchesDecision],
         _ => &[],
     };
     let mut found: Vec<Invariant> = Invariant::catalogue().filter(|i| i.mutation() == m).collect();
@@ -399,8 +402,9 @@ pub const SCENARIO_CATCHER: &str = "a ported network scenario's exact expectatio
 /// Departures that scenarios do not stage, each with the ported Kafka test in `engine/tests/` that drives
 /// the engine class directly and catches it: the classic group protocol (scenarios have no JoinGroup or
 /// SyncGroup), a log truncated at its end after a leadership that wrote nothing, and an ISR expansion
-/// under a new leader whose HW lags (the sim meets it only after crashes).
-pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 3] = [
+/// under a new leader whose HW lags, and the controller taking a fenced broker into an ISR (the sim
+/// meets these two only after crashes).
+pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 4] = [
     (
         Mutation::OffsetCommitRefusedWhilePreparingRebalance,
         "a ported Kafka test's exact expectation (engine/tests/txn_offsets.rs)",
@@ -413,6 +417,7 @@ pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 3] = [
         Mutation::IsrExpansionBelowLeaderEpochStart,
         "a ported Kafka test's exact expectation (engine/tests/replication.rs)",
     ),
+    (Mutation::FencedReplicaJoinsIsr, "a ported Kafka test's exact expectation (engine/tests/replication.rs)"),
 ];
 
 /// `txnsim mutations`: every injectable bug with its mechanism, its Kafka source and what catches it.

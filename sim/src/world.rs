@@ -237,9 +237,9 @@ pub struct World {
 /// Where each partition's replicas go: partition `i` (over all topics in order) starts at broker
 /// `(i + 1) % brokers`, Kafka's striped placement, so leaders spread over the brokers and a one-partition
 /// topic is led by a broker other than the coordinator's.
-fn striped_controller(topics: &BTreeMap<String, u32>, params: &ProfileParams, unclean: bool) -> Controller {
+fn striped_controller(topics: &BTreeMap<String, u32>, params: &ProfileParams, config: &EngineConfig) -> Controller {
     let topology = Topology::new(params.brokers, params.replication_factor);
-    let mut controller = Controller::new(topics, &topology, unclean);
+    let mut controller = Controller::new(topics, &topology, config);
     let n = params.brokers;
     for (i, (tp, reg)) in controller.partitions.iter_mut().enumerate() {
         let rf = topology.replication_factor_of(&tp.topic);
@@ -304,7 +304,7 @@ impl World {
         let (brokers, controller) = if params.brokers <= 1 {
             (BTreeMap::from([(BROKER, Broker::new(BROKER, &topics, config.clone()))]), None)
         } else {
-            let controller = striped_controller(&topics, &params, config.unclean_leader_election_enable);
+            let controller = striped_controller(&topics, &params, &config);
             let brokers = (0..params.brokers)
                 .map(|id| (id, Broker::with_registrations(id, &controller.partitions, config.clone())))
                 .collect();

@@ -254,3 +254,17 @@ fn a_sweep_keeps_only_the_lowest_failures_but_counts_them_all() {
     let lines = summary_lines(&result, 1);
     assert!(lines.iter().any(|l| l == "... and 5 more failing seeds"), "{}", lines.join("\n"));
 }
+
+/// `--help` of both subcommands names every profile `--profile` takes.
+#[test]
+fn the_help_lists_every_profile() {
+    for sub in ["sweep", "replay"] {
+        let help = match parse(&[sub, "--help"]) {
+            Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => e.to_string(),
+            other => panic!("{sub} --help prints help: {:?}", other.err()),
+        };
+        for p in Profile::ALL {
+            assert!(help.contains(p.name()), "{sub} --help does not name profile {}:\n{help}", p.name());
+        }
+    }
+}

@@ -32,7 +32,7 @@ enum Suite {
     Failover,
     /// No generator here reaches it (it needs a send delayed past its delivery timeout, the abort, and
     /// the late copy delivered into a third transaction); the model does, in the named test of
-    /// `model/tests/model.rs`, which also shows the space holds without the bug.
+    /// `model/tests/model/main.rs`, which also shows the space holds without the bug.
     Model(&'static str),
     /// No generator here commits consumer offsets or begins a transaction long after its InitProducerId
     /// (their time barely moves); the named ported scenario does, and `CATCHERS` in `tests/scenarios.rs`
@@ -171,7 +171,7 @@ fn prove(inv: Invariant) {
         let found = search(inv, m, Suite::Producer(Profile::Faults), BITE_CASES);
         assert!(found.is_none(), "{} now bites in the producer layer: make it a Producer bite", inv.name());
         // ...and the model test that proves it exists and names the mutation.
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../model/tests/model.rs");
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../model/tests/model/main.rs");
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let body = text.split(&format!("fn {test}()")).nth(1).unwrap_or_else(|| panic!("no model test {test}"));
         let body = body.split("\n#[test]").next().expect("split yields one part");

@@ -2,6 +2,13 @@
 //! examples pin theirs. A changed count means the model or the engine changed what can happen: find out
 //! why before updating the number. Stateright spawns OS threads, so these are plain #[test]s.
 
+// One test binary for the model's suites: stateright's checker is instantiated (at opt-level 2) once,
+// not once per file, which is most of their compile time.
+mod common;
+mod explorer;
+mod por;
+mod symmetry;
+
 use clap::Parser;
 use stateright::{Checker, Expectation, HasDiscoveries, Model};
 use std::collections::BTreeMap;

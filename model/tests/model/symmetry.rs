@@ -3,9 +3,7 @@
 //! permutation; these tests check both on walks small enough to take without it, and that the
 //! representative is one per class.
 
-mod common;
-
-use common::{caught_mutation, two_producers, walk, walk_visiting};
+use super::common::{caught_mutation, two_producers, walk, walk_visiting};
 use stateright::{Checker, HasDiscoveries, Model};
 use std::collections::BTreeSet;
 use txnsim_engine::{Mutation, TransactionVersion};

@@ -3,9 +3,7 @@
 //! `reductions::stubborn_set` says they keep every violation and every fact too. These tests check both
 //! claims on configs small enough to walk without the reduction.
 
-mod common;
-
-use common::{caught_mutation, two_producers, walk};
+use super::common::{caught_mutation, two_producers, walk};
 use txnsim_engine::TransactionVersion;
 use txnsim_model::Bounds;
 
