@@ -145,7 +145,7 @@ const NEEDS_FAULTS: [Mutation; 2] = [Mutation::DoubleComplete, Mutation::FetchId
 
 /// The departures from Kafka 4.x fixed on the coordinator and leader side, each with the ported Kafka
 /// test whose exact expectation catches it: the scenario must fail with a difference (not an input error).
-const CATCHERS: [(Mutation, &str, &str); 15] = [
+const CATCHERS: [(Mutation, &str, &str); 18] = [
     (Mutation::TxnLogAppendSynchronous, "coordinator-init-producer-id-waits-for-a-pending-commit-tv1", "in_flight"),
     (
         Mutation::EndTxnEpochBeforePending,
@@ -196,6 +196,21 @@ const CATCHERS: [(Mutation, &str, &str); 15] = [
         Mutation::NoRebuildAfterTruncation,
         "follower-truncates-to-the-diverging-epoch-after-leader-failover",
         "invariant lso-is-first-unstable-offset",
+    ),
+    (
+        Mutation::EpochExhaustionIgnored,
+        "coordinator-exhausted-epoch-rotates-the-producer-id-on-init-tv1",
+        "producers[0].producer_id",
+    ),
+    (
+        Mutation::TransactionalIdsNeverExpire,
+        "txn-state-manager-removes-expired-empty-and-complete-ids",
+        "coordinator[0].state",
+    ),
+    (
+        Mutation::AddPartitionsPidBeforePending,
+        "coordinator-tv2-next-transaction-under-the-rotated-id-waits-for-the-markers",
+        "producers[0].state",
     ),
 ];
 
@@ -335,4 +350,30 @@ fn a_bad_offset_in_the_final_expectation_names_its_path_under_expect() {
         {"op": "init_producer", "producer": "p"}],
         "expect": {"group_offsets": [{"group": "g", "offsets": {"t/0": 1e300}}]}}]}"#;
     assert_input_error(text, &["field 'expect.group_offsets[0].offsets.t/0'", "neither an offset"]);
+}
+
+#[test]
+fn a_loaded_transaction_with_an_open_state_is_an_input_error() {
+    // `transactional_ids` loads only states with no transaction open: an Ongoing record would need its
+    // partitions and data, which the field does not carry.
+    let text = r#"{"format": "txnsim-scenario/v1", "scenarios": [{"name": "s", "layer": "network",
+        "transactional_ids": [{"transactional_id": "p", "producer_id": 1000, "epoch": 5, "state": "Ongoing"}],
+        "ops": [{"op": "init_producer", "producer": "p"}]}]}"#;
+    assert_input_error(text, &["scenario 's'", "field 'transactional_ids[0].state'", "found 'Ongoing'"]);
+}
+
+#[test]
+fn loaded_transactions_belong_to_the_network_layer() {
+    let text = format!(
+        "{}\"transactional_ids\": [], \"ops\": [{{\"op\": \"init_producer\", \"producer\": \"p\"}}]}}]}}",
+        HEAD.trim_end_matches("\"ops\": ")
+    );
+    assert_input_error(&text, &["scenario 's'", "field 'transactional_ids'", "only the network layer"]);
+}
+
+#[test]
+fn an_absent_transactional_id_has_no_fields_to_expect() {
+    let text = r#"{"format": "txnsim-scenario/v1", "scenarios": [{"name": "s", "layer": "network",
+        "ops": [{"op": "expect", "coordinator": [{"transactional_id": "p", "state": null, "epoch": 0}]}]}]}"#;
+    assert_input_error(text, &["scenario 's'", "op 0", "field 'coordinator[0]'", "state null"]);
 }

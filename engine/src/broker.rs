@@ -182,6 +182,8 @@ impl Broker {
     ) -> R {
         let leaders = CachedLeaders { id: &self.id, partitions: &self.partitions, image: &self.metadata_image };
         let mut ctx = Ctx { now_ms, config: &self.config, me: &self.id, leaders: &leaders, effects };
+        // The transactional-id expiration runs due by now come first (counted, not timed).
+        self.coordinator.remove_expired_transactional_ids(&mut ctx);
         handler(&mut self.coordinator, &mut ctx)
     }
 

@@ -57,10 +57,13 @@ pub enum Mutation {
     FetchIdsReusedAfterRestart,
     IsrExpansionBelowLeaderEpochStart,
     FencedReplicaJoinsIsr,
+    EpochExhaustionIgnored,
+    TransactionalIdsNeverExpire,
+    AddPartitionsPidBeforePending,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 49] = [
+    pub const ALL: [Mutation; 52] = [
         Mutation::ReadCommittedBoundedByHw,
         Mutation::LsoInclusive,
         Mutation::LsoIgnoresOngoingTxns,
@@ -110,6 +113,9 @@ impl Mutation {
         Mutation::FetchIdsReusedAfterRestart,
         Mutation::IsrExpansionBelowLeaderEpochStart,
         Mutation::FencedReplicaJoinsIsr,
+        Mutation::EpochExhaustionIgnored,
+        Mutation::TransactionalIdsNeverExpire,
+        Mutation::AddPartitionsPidBeforePending,
     ];
 
     /// The kebab-case name used on the command line and in seed files.
@@ -164,6 +170,9 @@ impl Mutation {
             Mutation::FetchIdsReusedAfterRestart => "fetch-ids-reused-after-restart",
             Mutation::IsrExpansionBelowLeaderEpochStart => "isr-expansion-below-leader-epoch-start",
             Mutation::FencedReplicaJoinsIsr => "fenced-replica-joins-isr",
+            Mutation::EpochExhaustionIgnored => "epoch-exhaustion-ignored",
+            Mutation::TransactionalIdsNeverExpire => "transactional-ids-never-expire",
+            Mutation::AddPartitionsPidBeforePending => "add-partitions-pid-before-pending",
         }
     }
 
@@ -267,6 +276,9 @@ impl Mutation {
             Mutation::IsrExpansionBelowLeaderEpochStart => "A follower joins the ISR once it reaches the leader's HW, even below the offset the leader's epoch began at: a new leader whose HW lags what its predecessor committed takes a follower holding less than its log into the ISR, which may then lead without the committed writes.",
             Mutation::FencedReplicaJoinsIsr => "The controller commits an ISR expansion naming a fenced broker: a fetch sent before its broker died, answered after, puts the dead broker back in the ISR, where it counts toward acks=all and the HW while holding nothing new, and may be elected with less than was acknowledged.",
             Mutation::NoRebuildAfterTruncation => "A follower that truncates its log keeps its producer state, open transactions and aborted index as they were: transactions and index entries of the dropped batches outlive them.",
+            Mutation::EpochExhaustionIgnored => "The coordinator counts only Short.MAX_VALUE as an exhausted epoch, keeping none back for fencing: an InitProducerId or a TV2 commit at Short.MAX_VALUE - 1 hands Short.MAX_VALUE itself to the client, which then can never be fenced, instead of a new producer id at epoch 0.",
+            Mutation::TransactionalIdsNeverExpire => "The coordinator never expires a transactional id: one idle for transactional.id.expiration.ms keeps its producer id and epoch, and its next InitProducerId bumps that epoch instead of starting a new producer id.",
+            Mutation::AddPartitionsPidBeforePending => "KAFKA-18660 undone: AddPartitionsToTxn checks the producer id and epoch before the pending transition, so after a TV2 commit that rotated the producer id, the next transaction's partitions, sent under the new id while the markers are still out, are refused INVALID_PRODUCER_ID_MAPPING.",
         }
     }
 
@@ -335,6 +347,9 @@ impl Mutation {
             Mutation::IsrExpansionBelowLeaderEpochStart => "KIP-101 / KAFKA-7128: Partition.isFollowerInSync (leaderEpochStartOffsetOpt; PartitionTest#testFollowerDoesNotJoinISRUntilCaughtUpToOffsetWithinCurrentLeaderEpoch)",
             Mutation::FencedReplicaJoinsIsr => "KIP-841: ReplicationControlManager.validateAlterPartitionData answers INELIGIBLE_REPLICA (ReplicationControlManagerTest#testAlterPartitionShouldRejectFencedBrokers)",
             Mutation::NoRebuildAfterTruncation => "KAFKA-12153, KAFKA-13727: UnifiedLog.truncateTo rebuilds producer state and truncates the transaction index",
+            Mutation::EpochExhaustionIgnored => "TransactionMetadata.isEpochExhausted, prepareProducerIdRotation, prepareComplete (nextProducerId); TransactionCoordinatorTest#shouldGenerateNewProducerIdIfEpochsExhausted",
+            Mutation::TransactionalIdsNeverExpire => "TransactionStateManager.removeExpiredTransactionalIds (transactional.id.expiration.ms); TransactionStateManagerTest#shouldRemoveCompleteCommitExpiredTransactionalIds",
+            Mutation::AddPartitionsPidBeforePending => "KAFKA-18660 (PR #18730, Kafka 4.0): TransactionCoordinator.handleAddPartitionsToTransaction checks the pending transition first",
         }
     }
 }

@@ -7,7 +7,9 @@ use std::fmt;
 pub type Offset = u64;
 /// A producer id assigned by `InitProducerId` (`RecordBatch.NO_PRODUCER_ID` is modelled as `None`).
 pub type ProducerId = i64;
-/// A producer epoch. `-1` (`RecordBatch.NO_PRODUCER_EPOCH`) only appears in new `TransactionMetadata`.
+/// A producer epoch: Kafka's `short`, so `ProducerEpoch::MAX` is `Short.MAX_VALUE`, the last epoch there
+/// is; the coordinator keeps it for fencing (`coordinator::is_epoch_exhausted`) and a bump past it panics
+/// (`coordinator::bumped`). `-1` (`RecordBatch.NO_PRODUCER_EPOCH`) only appears in new `TransactionMetadata`.
 pub type ProducerEpoch = i16;
 /// The epoch of the transaction coordinator (the leader epoch of its `__transaction_state` partition).
 pub type CoordinatorEpoch = i32;

@@ -75,6 +75,9 @@ pub struct ScenarioHeader {
     /// `min.insync.replicas` (default 1).
     #[serde(default)]
     pub min_insync_replicas: Option<u32>,
+    /// Network layer: `__transaction_state` records the coordinator starts with.
+    #[serde(default)]
+    pub transactional_ids: Option<Vec<Value>>,
     pub ops: Vec<Value>,
     #[serde(default)]
     pub expect: Option<Value>,

@@ -84,6 +84,8 @@ pub struct Scenario {
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct NetworkScript {
+    /// What `__transaction_state` holds before the first op (`transactional_ids`).
+    pub transactional_ids: Vec<network::LoadedTransaction>,
     pub ops: Vec<network::NetOp>,
     pub expect: Option<network::Expect>,
 }
@@ -324,7 +326,10 @@ fn build(file: &str, h: ScenarioHeader) -> Result<Scenario, ScenarioError> {
     };
     check_topology(&sc)?;
     if sc.layer == Layer::Network {
-        return build_network(sc, h.ops, h.expect);
+        return build_network(sc, h.transactional_ids.unwrap_or_default(), h.ops, h.expect);
+    }
+    if h.transactional_ids.is_some() {
+        return Err(sc.error(None, "transactional_ids", "only the network layer starts with coordinator records"));
     }
     for (i, value) in h.ops.into_iter().enumerate() {
         let op = parse_op(value).map_err(|(field, message)| ScenarioError {
@@ -352,8 +357,30 @@ fn build(file: &str, h: ScenarioHeader) -> Result<Scenario, ScenarioError> {
     Ok(sc)
 }
 
-fn build_network(mut sc: Scenario, ops: Vec<Value>, expect: Option<Value>) -> Result<Scenario, ScenarioError> {
-    let mut script = NetworkScript { ops: Vec::new(), expect: None };
+fn build_network(
+    mut sc: Scenario,
+    loaded: Vec<Value>,
+    ops: Vec<Value>,
+    expect: Option<Value>,
+) -> Result<Scenario, ScenarioError> {
+    let mut script = NetworkScript { transactional_ids: Vec::new(), ops: Vec::new(), expect: None };
+    for (i, value) in loaded.into_iter().enumerate() {
+        let field =
+            |f: Option<String>| format!("transactional_ids[{i}]{}", f.map(|f| format!(".{f}")).unwrap_or_default());
+        let t: network::LoadedTransaction =
+            deserialize(value).map_err(|(f, message)| sc.error(None, &field(f), message))?;
+        if t.metadata().is_none() {
+            let message = format!("must be Empty, CompleteCommit or CompleteAbort, found '{}'", t.state);
+            return Err(sc.error(None, &field(Some("state".into())), message));
+        }
+        if t.producer_id < 0 || t.epoch < 0 {
+            return Err(sc.error(None, &field(None), "producer_id and epoch are at least 0"));
+        }
+        if script.transactional_ids.iter().any(|o| o.transactional_id == t.transactional_id) {
+            return Err(sc.error(None, &field(Some("transactional_id".into())), "named twice"));
+        }
+        script.transactional_ids.push(t);
+    }
     let mut down = BTreeSet::new();
     for (i, value) in ops.into_iter().enumerate() {
         let op = network::parse_op(value).map_err(|(field, message)| ScenarioError {

@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use txnsim_engine::coordinator::TransactionMetadata;
+use txnsim_engine::coordinator::{TransactionMetadata, TransactionState};
 use txnsim_engine::group_coordinator::GroupMessage;
 use txnsim_engine::producer::ConsumerGroupMetadata;
 use txnsim_engine::producer::{OpId, OpOutput, Producer};
@@ -207,6 +207,44 @@ pub struct AdvanceTime {
     pub ms: TimeMs,
 }
 
+/// A `__transaction_state` record the coordinator loads before the first op (`transactional_ids`): a
+/// transactional id already far into its life, as Kafka's coordinator tests build a `TransactionMetadata`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoadedTransaction {
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub epoch: i16,
+    #[serde(default = "no_epoch")]
+    pub last_epoch: i16,
+    /// `Empty`, `CompleteCommit` or `CompleteAbort`: a state with no transaction open.
+    pub state: String,
+    /// `txnLastUpdateTimestamp` (default 0, the scenario's start).
+    #[serde(default)]
+    pub last_update_timestamp_ms: TimeMs,
+}
+
+fn no_epoch() -> i16 {
+    -1
+}
+
+impl LoadedTransaction {
+    /// The metadata as a coordinator reads it from the record; `None` for a state the field does not take.
+    pub fn metadata(&self) -> Option<TransactionMetadata> {
+        let state = [TransactionState::Empty, TransactionState::CompleteCommit, TransactionState::CompleteAbort]
+            .into_iter()
+            .find(|s| s.name() == self.state)?;
+        let timeout = EngineConfig::default().transaction_timeout_ms;
+        let mut meta =
+            TransactionMetadata::new(&self.transactional_id, self.producer_id, timeout, self.last_update_timestamp_ms);
+        meta.producer_epoch = self.epoch;
+        meta.last_producer_epoch = self.last_epoch;
+        meta.state = state;
+        meta.transitions[0].state = state;
+        Some(meta)
+    }
+}
+
 /// What a `TransactionManager` holds, as Kafka's tests assert it.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -228,8 +266,10 @@ pub struct ProducerExpect {
 #[serde(deny_unknown_fields)]
 pub struct CoordinatorExpect {
     pub transactional_id: String,
-    /// Kafka's state name: `Empty`, `Ongoing`, `PrepareCommit`, `CompleteAbort`, ...
-    pub state: Option<String>,
+    /// Kafka's state name: `Empty`, `Ongoing`, `PrepareCommit`, `CompleteAbort`, ..., or null for an id the
+    /// coordinator holds no metadata for (never initialised, or expired).
+    #[serde(default, deserialize_with = "nullable")]
+    pub state: Option<Option<String>>,
     pub producer_id: Option<i64>,
     pub epoch: Option<i16>,
     pub last_epoch: Option<i16>,
@@ -527,6 +567,18 @@ fn validate_expect(
             }
         }
     }
+    for (k, c) in e.coordinator.iter().flatten().enumerate() {
+        let other = c.producer_id.is_some()
+            || c.epoch.is_some()
+            || c.last_epoch.is_some()
+            || c.pending.is_some()
+            || c.partitions.is_some()
+            || c.txn_start_timestamp_ms.is_some();
+        if c.state == Some(None) && other {
+            let why = "an id with no metadata (state null) has no other fields to expect".to_string();
+            return Err(err(at, &format!("coordinator[{k}]"), why));
+        }
+    }
     for (k, g) in e.group_offsets.iter().flatten().enumerate() {
         for (key, v) in &g.offsets {
             let field = format!("group_offsets[{k}].offsets");
@@ -631,8 +683,13 @@ impl<'a> NetworkRunner<'a> {
             ..EngineConfig::default()
         };
         let topics = &sc.topics;
+        let mut cluster = Cluster::with_topology(topics, config, &sc.topology);
+        let script = sc.network.as_ref().expect("a network scenario has its script");
+        for t in &script.transactional_ids {
+            cluster.broker.coordinator.load_transaction(t.metadata().expect("validated when parsed"));
+        }
         NetworkRunner {
-            cluster: Cluster::with_topology(topics, config, &sc.topology),
+            cluster,
             held: Vec::new(),
             calls: BTreeMap::new(),
             outcomes: BTreeMap::new(),
@@ -1044,7 +1101,13 @@ impl<'a> NetworkRunner<'a> {
         }
         for (k, c) in e.coordinator.iter().flatten().enumerate() {
             let f = |name: &str| format!("coordinator[{k}].{name}");
-            let Some(meta) = self.cluster.broker.coordinator.txns.get(&c.transactional_id) else {
+            let coordinator = &self.cluster.broker.coordinator;
+            let found = coordinator.transaction_state(&c.transactional_id, self.cluster.now_ms, &self.cluster.config);
+            if c.state == Some(None) {
+                cmp(f("state"), json(None::<&str>), json(found.map(|m| m.state.name())))?;
+                continue;
+            }
+            let Some(meta) = found else {
                 return Err(diff(
                     f("transactional_id"),
                     json(&c.transactional_id),
@@ -1209,7 +1272,7 @@ fn check_metadata(
     f: &dyn Fn(&str) -> String,
     cmp: &dyn Fn(String, String, String) -> Result<(), NetDifference>,
 ) -> Result<(), NetDifference> {
-    if let Some(s) = &c.state {
+    if let Some(Some(s)) = &c.state {
         cmp(f("state"), json(s), json(meta.state.name()))?;
     }
     if let Some(pid) = c.producer_id {

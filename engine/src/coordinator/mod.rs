@@ -3,7 +3,7 @@
 
 mod transaction_metadata;
 
-pub use transaction_metadata::{TransactionMetadata, TransactionState, TxnTransition};
+pub use transaction_metadata::{bumped, is_epoch_exhausted, TransactionMetadata, TransactionState, TxnTransition};
 
 use crate::config::EngineConfig;
 use crate::error::KafkaError;
@@ -22,8 +22,24 @@ use std::collections::{BTreeMap, BTreeSet};
 pub const TRANSACTION_MAX_TIMEOUT_MS: TimeMs = 900_000;
 /// The first producer id handed out; ids then increase by one per InitProducerId that needs a new one.
 pub const FIRST_PRODUCER_ID: ProducerId = 1000;
+/// `transactional.id.expiration.ms` (default 604800000, 7 days): a transactional id whose metadata has not
+/// changed for this long, with no transaction open, is removed (`TransactionStateManager.shouldExpire`).
+pub const TRANSACTIONAL_ID_EXPIRATION_MS: TimeMs = 604_800_000;
+/// `transaction.remove.expired.transaction.cleanup.interval.ms` (default 3600000): how often
+/// `removeExpiredTransactionalIds` runs.
+pub const TRANSACTION_REMOVE_EXPIRED_TRANSACTION_CLEANUP_INTERVAL_MS: TimeMs = 3_600_000;
 /// How long the marker channel waits for WriteTxnMarkers answers before resending (`request.timeout.ms`).
 pub const MARKER_RETRY_MS: TimeMs = 30_000;
+
+/// `isEpochExhausted`, or under `EpochExhaustionIgnored` the rule that keeps no epoch back for fencing:
+/// only Short.MAX_VALUE itself counts as exhausted, so the coordinator hands that epoch to a client.
+fn epoch_exhausted(epoch: ProducerEpoch, config: &EngineConfig) -> bool {
+    if config.mutations.has(Mutation::EpochExhaustionIgnored) {
+        epoch == ProducerEpoch::MAX
+    } else {
+        is_epoch_exhausted(epoch)
+    }
+}
 
 /// Why a transaction was decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -156,6 +172,8 @@ pub struct TransactionCoordinator {
     /// WriteTxnMarkers requests in flight: correlation id to decision (volatile; lost on restart).
     marker_requests: BTreeMap<u64, usize>,
     next_correlation_id: u64,
+    /// The last `removeExpiredTransactionalIds` run applied (see `remove_expired_transactional_ids`).
+    last_expiration_check_ms: TimeMs,
 }
 
 impl Rename for TransactionCoordinator {
@@ -212,7 +230,55 @@ impl TransactionCoordinator {
             appends: BTreeMap::new(),
             marker_requests: BTreeMap::new(),
             next_correlation_id: 0,
+            last_expiration_check_ms: 0,
         }
+    }
+
+    /// Metadata as `__transaction_state` would hold it when a coordinator loads it: how a scenario starts
+    /// a transactional id far into its life (at a high epoch, say). Ids handed out later are above it.
+    pub fn load_transaction(&mut self, meta: TransactionMetadata) {
+        assert!(meta.pending_state.is_none(), "{}: a loaded record has no pending transition", meta.transactional_id);
+        self.next_producer_id = self.next_producer_id.max(meta.producer_id + 1);
+        self.txns.insert(meta.transactional_id.clone(), meta);
+    }
+
+    /// `removeExpiredTransactionalIds`, run every `transaction.remove.expired.transaction.cleanup.interval.ms`
+    /// from time 0. Like `producer.id.expiration.check.interval.ms` in `producer_state`, the runs are counted,
+    /// not timed: the broker calls this before every coordinator step, and the last run due then is applied
+    /// once, to the metadata as it was at that run (nothing touched it since). An id expires at the first
+    /// run at least `transactional.id.expiration.ms` after its last update, if it is Empty or Complete* with
+    /// no pending transition; its tombstone is written at once and the metadata removed from the cache.
+    pub fn remove_expired_transactional_ids(&mut self, ctx: &mut Ctx<'_>) {
+        let check = ctx.now_ms - ctx.now_ms % TRANSACTION_REMOVE_EXPIRED_TRANSACTION_CLEANUP_INTERVAL_MS;
+        if check <= self.last_expiration_check_ms {
+            return;
+        }
+        let expired: Vec<String> = self
+            .txns
+            .values()
+            .filter(|m| self.expires_at(m, check, ctx.config))
+            .map(|m| m.transactional_id.clone())
+            .collect();
+        self.last_expiration_check_ms = check;
+        for tid in expired {
+            self.txns.remove(&tid);
+        }
+    }
+
+    /// `TransactionStateManager.shouldExpire` at the run at `check_ms`, if that run is still to be applied.
+    fn expires_at(&self, meta: &TransactionMetadata, check_ms: TimeMs, config: &EngineConfig) -> bool {
+        check_ms > self.last_expiration_check_ms
+            && meta.pending_state.is_none()
+            && meta.state.is_expiration_allowed()
+            && meta.txn_last_update_timestamp_ms + TRANSACTIONAL_ID_EXPIRATION_MS <= check_ms
+            && !config.mutations.has(Mutation::TransactionalIdsNeverExpire)
+    }
+
+    /// `getTransactionState` at `now_ms`: the metadata of `tid`, unless the expiration run due by then
+    /// removes it (what a reader of the coordinator sees without stepping it).
+    pub fn transaction_state(&self, tid: &str, now_ms: TimeMs, config: &EngineConfig) -> Option<&TransactionMetadata> {
+        let check = now_ms - now_ms % TRANSACTION_REMOVE_EXPIRED_TRANSACTION_CLEANUP_INTERVAL_MS;
+        self.txns.get(tid).filter(|m| !self.expires_at(m, check, config))
     }
 
     fn allocate_producer_id(&mut self) -> ProducerId {
@@ -287,7 +353,13 @@ impl TransactionCoordinator {
             AppendCallback::Decide { result, cause, data_epoch, reply: answer } => {
                 match answer {
                     Some((r, DecisionReply::EndTxn { tv2 })) => {
-                        reply(ctx, &r, Message::EndTxnResponse { result: Ok(tv2.then_some(pie)) })
+                        // A decision that exhausted the epochs answers with the id it rotates to, at epoch 0
+                        // (EndTxn v5+: the producer id and epoch `prepareComplete` will leave).
+                        let answer = match meta.next_producer_id {
+                            Some(producer_id) => ProducerIdAndEpoch { producer_id, epoch: 0 },
+                            None => pie,
+                        };
+                        reply(ctx, &r, Message::EndTxnResponse { result: Ok(tv2.then_some(answer)) })
                     }
                     Some((r, DecisionReply::Fence)) => reply(
                         ctx,
@@ -336,19 +408,46 @@ impl TransactionCoordinator {
         if meta.pending_transition_in_progress() {
             return Some(Err(KafkaError::ConcurrentTransactions));
         }
-        if expected.is_some_and(|e| meta.producer_epoch != NO_PRODUCER_EPOCH && e.producer_id != meta.producer_id) {
+        // `isValidProducerId`: a new metadata, the current id, or the id this one was rotated from when the
+        // caller's epoch is the exhausted one (a retry of the call that rotated it, its answer lost).
+        let valid_producer_id = |e: &ProducerIdAndEpoch| {
+            meta.producer_epoch == NO_PRODUCER_EPOCH
+                || e.producer_id == meta.producer_id
+                || (meta.previous_producer_id == Some(e.producer_id) && epoch_exhausted(e.epoch, ctx.config))
+        };
+        if expected.as_ref().is_some_and(|e| !valid_producer_id(e)) {
             return Some(Err(KafkaError::ProducerFenced));
         }
         match meta.state {
             TransactionState::PrepareCommit | TransactionState::PrepareAbort => {
                 Some(Err(KafkaError::ConcurrentTransactions))
             }
+            TransactionState::Empty | TransactionState::CompleteCommit | TransactionState::CompleteAbort
+                if epoch_exhausted(meta.producer_epoch, ctx.config)
+                    && expected.is_none_or(|e| e.epoch == meta.producer_epoch) =>
+            {
+                // `prepareProducerIdRotation`: no epoch is left for this id, so the session moves to a new
+                // producer id at epoch 0; a KIP-360 caller's epoch is kept as the last one.
+                let old = ProducerIdAndEpoch { producer_id: meta.producer_id, epoch: meta.producer_epoch };
+                let producer_id = self.allocate_producer_id();
+                let target = Self::transit(&self.txns[tid], TransactionState::Empty, ctx.now_ms, |t| {
+                    t.previous_producer_id = Some(old.producer_id);
+                    t.producer_id = producer_id;
+                    t.producer_epoch = 0;
+                    t.last_producer_epoch = if expected.is_some() { old.epoch } else { NO_PRODUCER_EPOCH };
+                    t.txn_timeout_ms = txn_timeout_ms;
+                    t.topic_partitions.clear();
+                });
+                let durable = self.durable(tid);
+                self.append(target, durable, AppendCallback::InitProducerId(reply), ctx);
+                None
+            }
             TransactionState::Empty | TransactionState::CompleteCommit | TransactionState::CompleteAbort => {
                 // `prepareIncrementProducerEpoch`: the new session's epoch, answered once the Empty record is written.
                 let (epoch, last_epoch) = match expected {
-                    None => (meta.producer_epoch + 1, NO_PRODUCER_EPOCH),
+                    None => (bumped(meta.producer_epoch), NO_PRODUCER_EPOCH),
                     Some(e) if meta.producer_epoch == NO_PRODUCER_EPOCH || e.epoch == meta.producer_epoch => {
-                        (meta.producer_epoch + 1, meta.producer_epoch)
+                        (bumped(meta.producer_epoch), meta.producer_epoch)
                     }
                     // KIP-360: the caller's epoch is the one this coordinator bumped from, so its first call
                     // succeeded and the answer was lost: answer again with the current epoch, no second bump.
@@ -361,6 +460,7 @@ impl TransactionCoordinator {
                     Some(_) => return Some(Err(KafkaError::ProducerFenced)),
                 };
                 let target = Self::transit(meta, TransactionState::Empty, ctx.now_ms, |t| {
+                    t.previous_producer_id = Some(t.producer_id);
                     t.producer_epoch = epoch;
                     t.last_producer_epoch = last_epoch;
                     t.txn_timeout_ms = txn_timeout_ms;
@@ -399,7 +499,7 @@ impl TransactionCoordinator {
         let before = meta.producer_epoch;
         if bump_epoch {
             meta.pending_state = Some(TransactionState::PrepareEpochFence);
-            meta.producer_epoch += 1;
+            meta.producer_epoch = bumped(meta.producer_epoch);
             meta.last_producer_epoch = -1;
             meta.pending_state = None;
             assert_eq!(meta.producer_epoch, before + 1, "a fence bumps the epoch by one");
@@ -430,11 +530,19 @@ impl TransactionCoordinator {
         // TV2 bumps once per transaction; a fence or timeout abort has bumped already (KAFKA-19367).
         let bump = version.supports_epoch_bump()
             && (cause == DecisionCause::Client || ctx.config.mutations.has(Mutation::Tv2FenceAbortBumpsTwice));
+        // `endTransaction`: a TV2 bump from the last epoch short of Short.MAX_VALUE picks the producer id the
+        // completion will move to (`nextProducerId`); the markers still go out under the old id.
+        let rotate = version.supports_epoch_bump()
+            && cause == DecisionCause::Client
+            && epoch_exhausted(meta.producer_epoch, ctx.config);
+        let next_producer_id = rotate.then(|| self.allocate_producer_id());
+        let meta = &self.txns[tid];
         let target = Self::transit(meta, prepare, ctx.now_ms, |t| {
             t.client_transaction_version = version;
+            t.next_producer_id = next_producer_id;
             if bump {
                 t.last_producer_epoch = t.producer_epoch;
-                t.producer_epoch += 1;
+                t.producer_epoch = bumped(t.producer_epoch);
             }
             if t.topic_partitions.is_empty() {
                 // TV2's abort of a transaction that added no partition (`noPartitionAdded`): it starts now.
@@ -654,7 +762,20 @@ impl TransactionCoordinator {
             TransactionResult::Commit => TransactionState::CompleteCommit,
             TransactionResult::Abort => TransactionState::CompleteAbort,
         };
-        let target = Self::transit(&self.txns[&tid], to, ctx.now_ms, |t| t.topic_partitions.clear());
+        let target = Self::transit(&self.txns[&tid], to, ctx.now_ms, |t| {
+            t.topic_partitions.clear();
+            // `prepareComplete`: a TV2 completion records the id it completes under as the previous one, and
+            // with the markers written a decision that exhausted the epochs moves the transactional id to its
+            // next producer id at epoch 0.
+            if t.client_transaction_version.supports_epoch_bump() {
+                t.previous_producer_id = Some(t.producer_id);
+            }
+            if let Some(next) = t.next_producer_id.take() {
+                t.last_producer_epoch = t.producer_epoch;
+                t.producer_id = next;
+                t.producer_epoch = 0;
+            }
+        });
         let durable = self.durable(&tid);
         self.append(target, durable, AppendCallback::Complete { producer_id }, ctx);
     }
@@ -709,6 +830,15 @@ impl TransactionCoordinator {
         let Some(meta) = self.txns.get(tid) else {
             return Some(Err(KafkaError::InvalidProducerIdMapping));
         };
+        // KAFKA-18660: Kafka 4.0 answers a pending transition before it checks the producer id, so a TV2 client
+        // whose commit rotated the producer id and that starts its next transaction under the new id while the
+        // markers are still out is told to retry, not refused the id the completion is about to move to. Only
+        // that case is ordered so here; a stale id or epoch meeting a pending transition is still refused first.
+        let rotating_to = meta.next_producer_id == Some(producer.producer_id);
+        let pending_first = !ctx.config.mutations.has(Mutation::AddPartitionsPidBeforePending);
+        if pending_first && rotating_to && meta.pending_transition_in_progress() {
+            return Some(Err(KafkaError::ConcurrentTransactions));
+        }
         if meta.producer_id != producer.producer_id {
             return Some(Err(KafkaError::InvalidProducerIdMapping));
         }
@@ -768,10 +898,16 @@ impl TransactionCoordinator {
         let Some(meta) = self.txns.get(tid) else {
             return Some(Err(KafkaError::InvalidProducerIdMapping));
         };
-        if meta.producer_id != producer.producer_id {
+        let tv2 = version.supports_epoch_bump();
+        // `retryOnOverflow`: a TV2 retry of the EndTxn whose bump exhausted the epochs; the id has moved on
+        // to the next producer id at epoch 0 since, and the retry names the old id and its last epoch.
+        let retry_on_overflow = tv2
+            && meta.previous_producer_id == Some(producer.producer_id)
+            && producer.epoch == ProducerEpoch::MAX - 1
+            && meta.producer_epoch == 0;
+        if meta.producer_id != producer.producer_id && !retry_on_overflow {
             return Some(Err(KafkaError::InvalidProducerIdMapping));
         }
-        let tv2 = version.supports_epoch_bump();
         // KAFKA-18464: TV2 checks the pending transition before the epoch, so the empty abort a client sends
         // right after its commit was answered (one epoch up, markers still out) is told to retry, not fenced.
         // TV1 (`endTransactionWithTV1`) keeps the epoch first.
@@ -787,7 +923,7 @@ impl TransactionCoordinator {
             _ if !tv2 => current,
             Ongoing | Empty | Dead | PrepareEpochFence => current,
             PrepareCommit | PrepareAbort => retry,
-            CompleteCommit | CompleteAbort => retry || current,
+            CompleteCommit | CompleteAbort => retry || current || retry_on_overflow,
         };
         if !valid_epoch {
             return Some(Err(KafkaError::ProducerFenced));
@@ -808,7 +944,7 @@ impl TransactionCoordinator {
             }
             // A retry of the EndTxn that completed this (under TV1 the same epoch is the only kind there is).
             (CompleteCommit, TransactionResult::Commit) | (CompleteAbort, TransactionResult::Abort)
-                if retry || !tv2 || old_tv2_table =>
+                if retry || retry_on_overflow || !tv2 || old_tv2_table =>
             {
                 return Some(Ok(tv2.then_some(stored)));
             }

@@ -34,6 +34,11 @@ impl TransactionState {
         }
     }
 
+    /// `isExpirationAllowed`: the states an idle transactional id may expire from (no transaction open).
+    pub fn is_expiration_allowed(self) -> bool {
+        matches!(self, TransactionState::Empty | TransactionState::CompleteCommit | TransactionState::CompleteAbort)
+    }
+
     pub fn is_valid_transition(from: TransactionState, to: TransactionState) -> bool {
         to.valid_previous_states().contains(&from)
     }
@@ -83,6 +88,23 @@ pub struct TransactionMetadata {
     /// `clientTransactionVersion`: the version of the request that last added partitions or ended the
     /// transaction; it decides whether the decision bumps the epoch and which marker rule leaders apply.
     pub client_transaction_version: TransactionVersion,
+    /// `previousProducerId`: the id this one was rotated from when its epochs ran out, so a retry of the
+    /// call that rotated it (which names the old id) is still recognised.
+    pub previous_producer_id: Option<ProducerId>,
+    /// `nextProducerId`: under TV2, the id a decision that exhausted the epochs moves to once it completes.
+    pub next_producer_id: Option<ProducerId>,
+}
+
+/// `TransactionMetadata.isEpochExhausted`: `Short.MAX_VALUE` itself is kept back so the coordinator can
+/// always fence the last epoch a client was given, so an epoch is exhausted one below it.
+pub fn is_epoch_exhausted(epoch: ProducerEpoch) -> bool {
+    epoch >= ProducerEpoch::MAX - 1
+}
+
+/// An epoch one up. `ProducerEpoch` is Kafka's `short`: past `Short.MAX_VALUE` there is no epoch, and
+/// Kafka's coordinator throws rather than wrap (`prepareFenceProducerEpoch`, `prepareIncrementProducerEpoch`).
+pub fn bumped(epoch: ProducerEpoch) -> ProducerEpoch {
+    epoch.checked_add(1).expect("no producer epoch after Short.MAX_VALUE")
 }
 
 impl TransactionMetadata {
@@ -100,6 +122,8 @@ impl TransactionMetadata {
             txn_last_update_timestamp_ms: now_ms,
             transitions: vec![TxnTransition { state: TransactionState::Empty, timestamp_ms: now_ms, txn_timeout_ms }],
             client_transaction_version: TransactionVersion::V1,
+            previous_producer_id: None,
+            next_producer_id: None,
         }
     }
 
@@ -127,11 +151,8 @@ impl TransactionMetadata {
         self.pending_state.is_some()
     }
 
-    /// `isExpirationAllowed` / a state from which a new transaction or InitProducerId may start.
+    /// A state from which a new transaction or InitProducerId may start (the expirable ones).
     pub fn is_complete_or_empty(&self) -> bool {
-        matches!(
-            self.state,
-            TransactionState::Empty | TransactionState::CompleteCommit | TransactionState::CompleteAbort
-        )
+        self.state.is_expiration_allowed()
     }
 }
