@@ -60,10 +60,11 @@ pub enum Mutation {
     EpochExhaustionIgnored,
     TransactionalIdsNeverExpire,
     AddPartitionsPidBeforePending,
+    MarkerRetryResendsAllPartitions,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 52] = [
+    pub const ALL: [Mutation; 53] = [
         Mutation::ReadCommittedBoundedByHw,
         Mutation::LsoInclusive,
         Mutation::LsoIgnoresOngoingTxns,
@@ -116,6 +117,7 @@ impl Mutation {
         Mutation::EpochExhaustionIgnored,
         Mutation::TransactionalIdsNeverExpire,
         Mutation::AddPartitionsPidBeforePending,
+        Mutation::MarkerRetryResendsAllPartitions,
     ];
 
     /// The kebab-case name used on the command line and in seed files.
@@ -170,6 +172,7 @@ impl Mutation {
             Mutation::FetchIdsReusedAfterRestart => "fetch-ids-reused-after-restart",
             Mutation::IsrExpansionBelowLeaderEpochStart => "isr-expansion-below-leader-epoch-start",
             Mutation::FencedReplicaJoinsIsr => "fenced-replica-joins-isr",
+            Mutation::MarkerRetryResendsAllPartitions => "marker-retry-resends-all-partitions",
             Mutation::EpochExhaustionIgnored => "epoch-exhaustion-ignored",
             Mutation::TransactionalIdsNeverExpire => "transactional-ids-never-expire",
             Mutation::AddPartitionsPidBeforePending => "add-partitions-pid-before-pending",
@@ -275,6 +278,7 @@ impl Mutation {
             Mutation::FetchIdsReusedAfterRestart => "A restarted follower numbers its fetches from the start again, so the leader's answer to a fetch its previous life sent is taken for its own: a diverging epoch computed for the old log end truncates an ISR member below the HW.",
             Mutation::IsrExpansionBelowLeaderEpochStart => "A follower joins the ISR once it reaches the leader's HW, even below the offset the leader's epoch began at: a new leader whose HW lags what its predecessor committed takes a follower holding less than its log into the ISR, which may then lead without the committed writes.",
             Mutation::FencedReplicaJoinsIsr => "The controller commits an ISR expansion naming a fenced broker: a fetch sent before its broker died, answered after, puts the dead broker back in the ISR, where it counts toward acks=all and the HW while holding nothing new, and may be elected with less than was acknowledged.",
+            Mutation::MarkerRetryResendsAllPartitions => "One leader's retriable WriteTxnMarkers error sends the markers of every unacknowledged partition again, including those still in flight to other leaders: the resend is acknowledged, the transaction completes, the producer begins its next one at the same epoch (TV1), and the first request, arriving late, writes a COMMIT marker that closes it half-written.",
             Mutation::NoRebuildAfterTruncation => "A follower that truncates its log keeps its producer state, open transactions and aborted index as they were: transactions and index entries of the dropped batches outlive them.",
             Mutation::EpochExhaustionIgnored => "The coordinator counts only Short.MAX_VALUE as an exhausted epoch, keeping none back for fencing: an InitProducerId or a TV2 commit at Short.MAX_VALUE - 1 hands Short.MAX_VALUE itself to the client, which then can never be fenced, instead of a new producer id at epoch 0.",
             Mutation::TransactionalIdsNeverExpire => "The coordinator never expires a transactional id: one idle for transactional.id.expiration.ms keeps its producer id and epoch, and its next InitProducerId bumps that epoch instead of starting a new producer id.",
@@ -346,6 +350,7 @@ impl Mutation {
             Mutation::FetchIdsReusedAfterRestart => "NetworkClient / SocketServer: an answer goes back on its request's connection, which a crash closes (AbstractFetcherThread matches no answer across a restart)",
             Mutation::IsrExpansionBelowLeaderEpochStart => "KIP-101 / KAFKA-7128: Partition.isFollowerInSync (leaderEpochStartOffsetOpt; PartitionTest#testFollowerDoesNotJoinISRUntilCaughtUpToOffsetWithinCurrentLeaderEpoch)",
             Mutation::FencedReplicaJoinsIsr => "KIP-841: ReplicationControlManager.validateAlterPartitionData answers INELIGIBLE_REPLICA (ReplicationControlManagerTest#testAlterPartitionShouldRejectFencedBrokers)",
+            Mutation::MarkerRetryResendsAllPartitions => "TransactionMarkerRequestCompletionHandler.onComplete re-queues only the failed partitions (TransactionMarkerRequestCompletionHandlerTest#verifyRetriesPartitionOnError: addTxnMarkersToBrokerQueue with the failed partition only)",
             Mutation::NoRebuildAfterTruncation => "KAFKA-12153, KAFKA-13727: UnifiedLog.truncateTo rebuilds producer state and truncates the transaction index",
             Mutation::EpochExhaustionIgnored => "TransactionMetadata.isEpochExhausted, prepareProducerIdRotation, prepareComplete (nextProducerId); TransactionCoordinatorTest#shouldGenerateNewProducerIdIfEpochsExhausted",
             Mutation::TransactionalIdsNeverExpire => "TransactionStateManager.removeExpiredTransactionalIds (transactional.id.expiration.ms); TransactionStateManagerTest#shouldRemoveCompleteCommitExpiredTransactionalIds",

@@ -295,7 +295,7 @@ fn alter_partition_answers_around_a_fenced_broker(config: EngineConfig) -> Vec<M
     controller.broker_fenced(3);
     let committed = &controller.partitions[&foo].state;
     assert_eq!((committed.isr.clone(), committed.leader, committed.partition_epoch), (vec![1, 2, 4], 1, 1));
-    let mut ask = |controller: &mut Controller| {
+    let ask = |controller: &mut Controller| {
         let request = MetadataMessage::AlterPartitionRequest {
             broker: 1,
             partition: foo.clone(),

@@ -372,9 +372,8 @@ pub fn caught_by(m: Mutation) -> Vec<Invariant> {
         // A restarted follower takes its previous life's fetch answer and truncates below the HW while in
         // the ISR (seeds/fetch-ids-reused-after-restart-*.toml).
         Mutation::FetchIdsReusedAfterRestart => &[HwWithinIsrLogEnds],
-        // A crashed broker's late fetch puts it back in the ISR; elected, it lacks a committed marker
-        // (seeds/fenced-replica-joins-isr-*.toml).
-        Mutation::FencedReplicaJoinsIsr => &[PartitionCoverage, MarkerMatchesDecision],
+        // A late first WriteTxnMarkers closes the producer's next transaction (seeds/marker-retry-*.toml).
+        Mutation::MarkerRetryResendsAllPartitions => &[MarkerMatchesDecision],
         _ => &[],
     };
     let mut found: Vec<Invariant> = Invariant::catalogue().filter(|i| i.mutation() == m).collect();
@@ -402,8 +401,8 @@ pub const SCENARIO_CATCHER: &str = "a ported network scenario's exact expectatio
 /// Departures that scenarios do not stage, each with the ported Kafka test in `engine/tests/` that drives
 /// the engine class directly and catches it: the classic group protocol (scenarios have no JoinGroup or
 /// SyncGroup), a log truncated at its end after a leadership that wrote nothing, and an ISR expansion
-/// under a new leader whose HW lags, and the controller taking a fenced broker into an ISR (the sim
-/// meets these two only after crashes).
+/// under a new leader whose HW lags (the sim meets it only after crashes), and the controller taking a
+/// fenced broker into an ISR (it costs availability: the dead member holds the HW until the ISR shrinks).
 pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 4] = [
     (
         Mutation::OffsetCommitRefusedWhilePreparingRebalance,

@@ -167,9 +167,9 @@ pub struct LeaderLogs {
 /// for every partition several times (a sixth of a 3-broker sweep's time).
 #[derive(Default)]
 struct BrokerSummary {
-    /// Per partition (in `partitions`' order), where the broker hosts a replicated replica: whether it
-    /// leads it, and at which leader epoch.
-    claims: Vec<Option<(bool, i32)>>,
+    /// Per partition (in `partitions`' order), where the broker hosts a replicated replica: the leader it
+    /// knows and that leader's epoch.
+    claims: Vec<Option<(u32, i32)>>,
     /// Per partition, its log's LEO, HW, LSO and aborted-index length, where it hosts one.
     logs: Vec<Option<[u64; 4]>>,
 }
@@ -460,9 +460,11 @@ impl World {
 
     // ---------------------------------------------------------------- replicas
 
-    /// The broker whose replica of `tp` stands for the partition: the one leading it at the highest
-    /// leader epoch by its own replica state (a crashed leader, until the controller elected another);
-    /// on a single broker, that broker.
+    /// The broker whose replica of `tp` stands for the partition: the leader named at the newest leader
+    /// epoch any broker's replica state knows (a crashed leader, until the controller elected another,
+    /// and the elected one before it has heard). Not the highest epoch a broker claims for itself: a
+    /// leader that restarted as a follower leaves only older claims, a dead broker's among them.
+    /// On a single broker, that broker.
     pub fn view_broker(&self, tp: &TopicPartition) -> u32 {
         let id = match self.partitions.binary_search(tp) {
             Ok(i) => self.view[i].0,
@@ -475,14 +477,9 @@ impl World {
     /// `view_broker` read from every broker's replica state (a partition outside `partitions`, and the
     /// check of the cache in debug builds).
     fn scan_view_broker(&self, tp: &TopicPartition) -> u32 {
-        let mut best: Option<(i32, u32)> = None;
-        for (id, b) in &self.brokers {
-            let Some(p) = b.replica_manager.partitions.get(tp) else { continue };
-            if p.leader == *id && best.is_none_or(|(e, _)| e < p.leader_epoch) {
-                best = Some((p.leader_epoch, *id));
-            }
-        }
-        best.map_or(BROKER, |(_, id)| id)
+        let known = self.brokers.values().filter_map(|b| b.replica_manager.partitions.get(tp));
+        let newest = known.filter(|p| p.leader != NO_LEADER).max_by_key(|p| p.leader_epoch);
+        newest.map_or(BROKER, |p| p.leader)
     }
 
     /// Runs `f` on broker `id` (any change to its state goes through here), then re-reads what its
@@ -498,10 +495,10 @@ impl World {
     fn refresh_summary(&mut self, id: u32) {
         let m = &self.config.mutations;
         let b = &self.brokers[&id];
-        let claims: Vec<Option<(bool, i32)>> = self
+        let claims: Vec<Option<(u32, i32)>> = self
             .partitions
             .iter()
-            .map(|tp| b.replica_manager.partitions.get(tp).map(|p| (p.leader == id, p.leader_epoch)))
+            .map(|tp| b.replica_manager.partitions.get(tp).map(|p| (p.leader, p.leader_epoch)))
             .collect();
         let logs = self.partitions.iter().map(|tp| {
             let log = b.partitions.get(tp)?;
@@ -526,20 +523,12 @@ impl World {
             return;
         }
         summary.claims = claims;
-        // As `scan_view_broker` picks: the highest epoch, the lowest id on a tie, else `BROKER`.
+        // As `scan_view_broker` picks: the leader named at the newest leader epoch any broker knows.
         self.view.clear();
         for i in 0..self.partitions.len() {
-            let mut best: Option<(i32, u32)> = None;
-            for (b, s) in &self.summaries {
-                if let Some((true, epoch)) = s.claims.get(i).copied().flatten() {
-                    if best.is_none_or(|(e, _)| e < epoch) {
-                        best = Some((epoch, *b));
-                    }
-                }
-            }
-            let leader = best.map_or(BROKER, |(_, b)| b);
-            let epoch = self.summaries.get(&leader).and_then(|s| s.claims.get(i).copied().flatten());
-            self.view.push((leader, epoch.map_or(0, |(_, e)| e)));
+            let known = self.summaries.values().filter_map(|s| s.claims.get(i).copied().flatten());
+            let newest = known.filter(|(leader, _)| *leader != NO_LEADER).max_by_key(|(_, epoch)| *epoch);
+            self.view.push(newest.unwrap_or((BROKER, 0)));
         }
     }
 

@@ -600,13 +600,20 @@ impl TransactionCoordinator {
 
     /// `TransactionMarkerChannelManager.addTxnMarkersToSend`: one WriteTxnMarkers per leader.
     fn send_markers(&mut self, producer_id: ProducerId, ctx: &mut Ctx<'_>) {
+        let pending = self.pending_completions.get(&producer_id).expect("markers of a pending completion");
+        let remaining = pending.remaining.clone();
+        self.send_markers_for(producer_id, &remaining, ctx);
+    }
+
+    /// The markers of `partitions` (all still unacknowledged), one WriteTxnMarkers per leader.
+    fn send_markers_for(&mut self, producer_id: ProducerId, partitions: &BTreeSet<TopicPartition>, ctx: &mut Ctx<'_>) {
         let pending = self.pending_completions.get(&producer_id).expect("markers of a pending completion").clone();
         if pending.remaining.is_empty() {
             self.complete(producer_id, ctx);
             return;
         }
         let mut by_leader: BTreeMap<NodeId, Vec<TopicPartition>> = BTreeMap::new();
-        for tp in &pending.remaining {
+        for tp in partitions {
             // An unknown leader keeps the partition pending; it is retried with the next resend.
             if let Some(leader) = ctx.leaders.leader_of(tp) {
                 by_leader.entry(leader).or_default().push(tp.clone());
@@ -669,7 +676,7 @@ impl TransactionCoordinator {
             return;
         }
         let pending = self.pending_completions.get_mut(&pid).expect("checked above");
-        let mut resend = false;
+        let mut retry = BTreeSet::new();
         for (rpid, tp, result) in results {
             assert_eq!(*rpid, pid, "a WriteTxnMarkers answer names the producer its request did");
             match result {
@@ -683,13 +690,21 @@ impl TransactionCoordinator {
                     self.pending_completions.remove(&pid);
                     return;
                 }
-                Err(_) => resend = true,
+                Err(_) => {
+                    retry.insert(tp.clone());
+                }
             }
         }
         if pending.remaining.is_empty() {
             self.complete(pid, ctx);
-        } else if resend {
+        } else if ctx.config.mutations.has(Mutation::MarkerRetryResendsAllPartitions) && !retry.is_empty() {
+            // The bug: partitions whose markers are still in flight to other leaders are sent again, and
+            // the first request, arriving late, can close the producer's next transaction (TV1).
             self.send_markers(pid, ctx);
+        } else if !retry.is_empty() {
+            // `TransactionMarkerRequestCompletionHandler`: only this answer's failed partitions go back on
+            // the queue; the others' requests are still in flight on their own connections.
+            self.send_markers_for(pid, &retry, ctx);
         }
     }
 
