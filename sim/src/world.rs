@@ -234,27 +234,6 @@ pub struct World {
     next_wire_id: u64,
 }
 
-/// Where each partition's replicas go: partition `i` (over all topics in order) starts at broker
-/// `(i + 1) % brokers`, Kafka's striped placement, so leaders spread over the brokers and a one-partition
-/// topic is led by a broker other than the coordinator's.
-fn striped_controller(topics: &BTreeMap<String, u32>, params: &ProfileParams, config: &EngineConfig) -> Controller {
-    let topology = Topology::new(params.brokers, params.replication_factor);
-    let mut controller = Controller::new(topics, &topology, config);
-    let n = params.brokers;
-    for (i, (tp, reg)) in controller.partitions.iter_mut().enumerate() {
-        let rf = topology.replication_factor_of(&tp.topic);
-        let replicas: Vec<u32> = (0..rf).map(|k| (i as u32 + 1 + k) % n).collect();
-        let state = txnsim_engine::controller::LeaderAndIsr {
-            leader: replicas[0],
-            leader_epoch: 0,
-            isr: replicas.clone(),
-            partition_epoch: 0,
-        };
-        *reg = PartitionRegistration { replicas, state };
-    }
-    controller
-}
-
 fn ip_of(index: usize) -> SocketAddr {
     let ip = std::net::Ipv4Addr::new(10, 0, (index / 200) as u8, (index % 200 + 1) as u8);
     SocketAddr::new(ip.into(), PORT)
@@ -304,7 +283,10 @@ impl World {
         let (brokers, controller) = if params.brokers <= 1 {
             (BTreeMap::from([(BROKER, Broker::new(BROKER, &topics, config.clone()))]), None)
         } else {
-            let controller = striped_controller(&topics, &params, &config);
+            // Kafka's striped placement: leaders spread, and a one-partition topic is led by a broker
+            // other than the coordinator's.
+            let topology = Topology::striped(params.brokers, params.replication_factor);
+            let controller = Controller::new(&topics, &topology, &config);
             let brokers = (0..params.brokers)
                 .map(|id| (id, Broker::with_registrations(id, &controller.partitions, config.clone())))
                 .collect();
