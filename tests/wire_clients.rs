@@ -155,8 +155,9 @@ fn confluent_kafka_prints_the_seed_documents_lines() {
     }
 }
 
-/// The seed document's own setup: three brokers and `tx-demo` at replication factor 3. The client
-/// bootstraps to broker 0 and learns the other two from Metadata; the same lines come out, and every
+/// The seed document's own setup: three brokers and `tx-demo` at replication factor 3, led by broker 1
+/// (striped placement) while broker 0 hosts the coordinators. The client bootstraps to broker 0 and
+/// learns the other two and the leader from Metadata; the same lines come out, and every
 /// replica's log holds the markers and the index entry at the leader's offsets (followers rebuild the
 /// index from the batches they fetch).
 #[test]
@@ -167,8 +168,8 @@ fn confluent_kafka_prints_the_seed_documents_lines_on_three_brokers() {
     let timeline = server.stop_clean();
     assert_eq!(out, SEED_LINES, "confluent-kafka against serve --brokers 3 must print the seed document's lines");
     assert!(
-        timeline.contains("PartitionChange tx-demo/0 leader 0 epoch 0 isr [0, 1, 2] from controller"),
-        "the controller registered tx-demo/0 on the three brokers:\n{timeline}"
+        timeline.contains("PartitionChange tx-demo/0 leader 1 epoch 0 isr [1, 2, 0] from controller"),
+        "the controller registered tx-demo/0 on the three brokers, striped from broker 1:\n{timeline}"
     );
     let pid = producer_id(&timeline);
     for broker in 0..3 {

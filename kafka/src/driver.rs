@@ -49,8 +49,8 @@ mod groups;
 
 pub type ConnId = u64;
 
-/// The broker of a one-broker cluster, and in a larger one the leader of every partition as placed
-/// (`Topology::assignment`) and the coordinators' host (`COORDINATOR_BROKER`).
+/// The broker of a one-broker cluster, and in a larger one the coordinators' host (coordinator failover
+/// is not modelled); partitions are led where the controller placed them (`Placement::Striped`).
 pub const BROKER_ID: u32 = 0;
 /// Deliveries one request may cause before the broker is declared stuck (`Cluster::MAX_STEPS_PER_RUN`).
 const MAX_STEPS_PER_REQUEST: usize = txnsim_engine::cluster::MAX_STEPS_PER_RUN;
@@ -127,6 +127,8 @@ pub struct Driver {
     answers: BTreeMap<u64, Message>,
     /// `replica_fingerprint` when the replica invariants last ran.
     replicas_checked: Vec<(Offset, Offset, u32, i32, Vec<u32>)>,
+    /// Each partition's leader and leader epoch when the state invariants last ran (`leader_of`).
+    leaders_checked: BTreeMap<TopicPartition, (u32, i32)>,
     pub timeline: Timeline,
 }
 
@@ -164,7 +166,7 @@ impl Driver {
         let (brokers, controller) = if n == 1 {
             (vec![Broker::new(BROKER_ID, &BTreeMap::new(), config)], None)
         } else {
-            let topology = Topology::new(n, default_replication_factor);
+            let topology = Topology::striped(n, default_replication_factor);
             let controller = Controller::new(&BTreeMap::new(), &topology, &config);
             let brokers = (0..n).map(|id| Broker::with_registrations(id, &controller.partitions, config.clone()));
             (brokers.collect(), Some(controller))
@@ -184,6 +186,7 @@ impl Driver {
             unreported: Vec::new(),
             answers: BTreeMap::new(),
             replicas_checked: Vec::new(),
+            leaders_checked: BTreeMap::new(),
             timeline: Timeline::default(),
         };
         for id in 0..n {
@@ -193,7 +196,7 @@ impl Driver {
         driver
     }
 
-    /// Broker 0: the only one, or the leader of every partition.
+    /// Broker 0: the only one, or the coordinators' host.
     pub fn broker(&self) -> &Broker {
         &self.brokers[BROKER_ID as usize]
     }
@@ -549,26 +552,22 @@ impl Driver {
     }
 
     /// After every step of broker `id`: the timeline line with what changed in its logs, then every state
-    /// invariant of the catalogue on the live cluster: broker 0's logs (every partition's leader, as no
-    /// leader changes over the wire) and coordinators, and each follower's replicas against its leader's.
+    /// invariant of the catalogue on the live cluster: each partition's leader's log (`leader_of`) and
+    /// broker 0's coordinators, and each follower's replicas against its leader's.
     fn after_broker_step(&mut self, now_ms: TimeMs, id: u32, line: String) {
         self.timeline.broker_step(now_ms, &self.brokers[id as usize], line);
         let mut found = Vec::new();
-        // A follower's step changes only its own replicas: broker 0's state needs no second look.
-        if id == BROKER_ID {
-            let leader = &self.brokers[BROKER_ID as usize];
-            let view = ClusterView::of_broker(leader);
-            found.extend(check_state(&view));
-            found.extend(self.monotonicity.observe(&view));
-            found.extend(check_group_offsets(leader));
-            found.extend(check_timers(&leader.coordinator));
-        }
         // The replica invariants read every replica's batches: only when a log end, HW, leader or ISR
         // moved (the followers' long-poll fetches come and go without moving any, twice a second each).
         let replicas = self.replica_fingerprint();
-        if replicas != self.replicas_checked {
+        let moved = replicas != self.replicas_checked;
+        if moved {
             found.extend(check_replicas(&self.brokers));
             self.replicas_checked = replicas;
+        }
+        // A step that moved no replica changed no leader's log: only the coordinators' broker needs a look.
+        if id == BROKER_ID || moved {
+            found.extend(self.check_leaders());
         }
         for v in found {
             if self.violations.iter().any(|seen| seen.invariant == v.invariant) {
@@ -578,6 +577,61 @@ impl Driver {
             self.violations.push(v.clone());
             self.unreported.push(v);
         }
+    }
+
+    /// The broker whose log of `tp` stands for the partition: the one leading it at the highest leader
+    /// epoch by its own replica state (as the sim's `view_broker` picks), else broker 0 (a partition
+    /// outside replication: one broker's, or `__consumer_offsets`).
+    fn leader_of(&self, tp: &TopicPartition) -> (u32, i32) {
+        let claims = (0..).zip(&self.brokers).filter_map(|(id, b)| {
+            let p = b.replica_manager.partitions.get(tp)?;
+            (p.leader == id).then_some((p.leader_epoch, id))
+        });
+        claims
+            .fold(None, |best: Option<(i32, u32)>, c| if best.is_some_and(|b| b.0 >= c.0) { best } else { Some(c) })
+            .map_or((BROKER_ID, 0), |(epoch, id)| (id, epoch))
+    }
+
+    /// The state invariants and LSO/HW monotonicity on every partition's leader log, with broker 0's
+    /// coordinators. The logs are moved out of their brokers for the check and back (a copy would cost
+    /// their size at every step). A partition whose leader changed starts monotonicity afresh: a new
+    /// leader's HW may lag the old one's, as in Kafka.
+    fn check_leaders(&mut self) -> Vec<Violation> {
+        let tps: std::collections::BTreeSet<TopicPartition> =
+            self.brokers.iter().flat_map(|b| b.partitions.keys().cloned()).collect();
+        let leaders: BTreeMap<TopicPartition, (u32, i32)> = tps
+            .into_iter()
+            .map(|tp| {
+                let leader = self.leader_of(&tp);
+                (tp, leader)
+            })
+            .collect();
+        let moved = self.leaders_checked.iter().any(|(tp, l)| leaders.get(tp).is_some_and(|now| now != l));
+        if moved {
+            self.monotonicity = MonotonicityChecker::default();
+        }
+        let mut logs = BTreeMap::new();
+        for (tp, (id, _)) in &leaders {
+            if let Some(log) = self.brokers[*id as usize].partitions.remove(tp) {
+                logs.insert(tp.clone(), log);
+            }
+        }
+        let coordinator = &self.brokers[BROKER_ID as usize];
+        let view = ClusterView {
+            partitions: &logs,
+            coordinator: Some(&coordinator.coordinator),
+            mutations: &coordinator.config.mutations,
+        };
+        let mut found = check_state(&view);
+        found.extend(self.monotonicity.observe(&view));
+        for (tp, log) in logs {
+            self.brokers[leaders[&tp].0 as usize].partitions.insert(tp, log);
+        }
+        let coordinator = &self.brokers[BROKER_ID as usize];
+        found.extend(check_group_offsets(coordinator));
+        found.extend(check_timers(&coordinator.coordinator));
+        self.leaders_checked = leaders;
+        found
     }
 
     /// Per replicated partition on each broker: its log end, HW, leader, leader epoch and ISR.

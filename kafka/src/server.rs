@@ -33,7 +33,7 @@ pub struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:9092")]
     pub addr: SocketAddr,
     /// Brokers in the cluster (1 to 5): one keeps its own metadata; more replicate through the engine's
-    /// controller, broker 0 leading every partition and hosting the coordinators.
+    /// controller, which stripes the partitions' leaders over the brokers; broker 0 hosts the coordinators.
     #[arg(long, default_value_t = 1)]
     pub brokers: u32,
     /// `default.replication.factor`: replicas of a topic created without a count (Kafka's default 1), at

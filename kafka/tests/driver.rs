@@ -569,8 +569,8 @@ fn three_brokers_list_every_replica_and_refuse_a_produce_to_a_follower() {
     let ids = |v: &[BrokerId]| v.iter().map(|b| b.0).collect::<Vec<i32>>();
     assert_eq!(
         (p.error_code, p.leader_id.0, p.leader_epoch, ids(&p.replica_nodes), ids(&p.isr_nodes)),
-        (0, 0, 0, vec![0, 1, 2], vec![0, 1, 2]),
-        "leader 0 at epoch 0, replicas and ISR 0, 1, 2"
+        (0, 1, 0, vec![1, 2, 0], vec![1, 2, 0]),
+        "the first partition placed starts at broker 1 (striped): leader 1 at epoch 0, replicas and ISR 1, 2, 0"
     );
 
     // FindCoordinator on broker 1 names broker 0 at broker 0's port.
@@ -581,34 +581,34 @@ fn three_brokers_list_every_replica_and_refuse_a_produce_to_a_follower() {
     let c = &r.coordinators[0];
     assert_eq!((c.error_code, c.node_id.0, c.port), (0, 0, 9092), "the coordinator is broker 0");
 
-    // A produce to follower 1 is refused by its engine; to leader 0 it is acknowledged once both
+    // A produce to follower 0 is refused by its engine; to leader 1 it is acknowledged once both
     // followers have fetched it (acks=all), within the same request.
     let refused: ProduceResponse = answer(
-        d.on_frame(4, 2, request(ApiKey::Produce, 9, 3, &produce(None, records(-1, -1, -1, false, &["x"])))),
-        2,
-        9,
-    );
-    assert_eq!(refused.responses[0].partition_responses[0].error_code, 6, "NOT_LEADER_OR_FOLLOWER from broker 1");
-    let acked: ProduceResponse = answer(
-        d.on_frame(5, 1, request(ApiKey::Produce, 9, 4, &produce(None, records(-1, -1, -1, false, &["y"])))),
+        d.on_frame(4, 1, request(ApiKey::Produce, 9, 3, &produce(None, records(-1, -1, -1, false, &["x"])))),
         1,
         9,
     );
+    assert_eq!(refused.responses[0].partition_responses[0].error_code, 6, "NOT_LEADER_OR_FOLLOWER from broker 0");
+    let acked: ProduceResponse = answer(
+        d.on_frame(5, 2, request(ApiKey::Produce, 9, 4, &produce(None, records(-1, -1, -1, false, &["y"])))),
+        2,
+        9,
+    );
     let pr = &acked.responses[0].partition_responses[0];
-    assert_eq!((pr.error_code, pr.base_offset), (0, 0), "broker 0 leads and acknowledges");
+    assert_eq!((pr.error_code, pr.base_offset), (0, 0), "broker 1 leads and acknowledges");
     let tp = TopicPartition::new(TOPIC, 0);
     let offsets: Vec<(u64, u64)> = d
         .brokers()
         .iter()
         .map(|b| b.partition(&tp).map(|l| (l.log_end_offset(), l.high_watermark())).expect("every broker hosts it"))
         .collect();
-    assert_eq!(offsets[0], (1, 1), "the leader's HW passed the record before the acknowledgement");
+    assert_eq!(offsets[1], (1, 1), "the leader's HW passed the record before the acknowledgement");
     assert_eq!(offsets.iter().map(|o| o.0).collect::<Vec<_>>(), vec![1, 1, 1], "every replica holds the record");
     assert_eq!(d.violations(), &[], "no state or replica invariant broke");
 
     // A fetch from the follower is refused as well.
-    let r: FetchResponse = answer(d.on_frame(6, 2, request(ApiKey::Fetch, 12, 5, &fetch(0, 0))), 2, 12);
-    assert_eq!(r.responses[0].partitions[0].error_code, 6, "Fetch at broker 1: NOT_LEADER_OR_FOLLOWER");
+    let r: FetchResponse = answer(d.on_frame(6, 1, request(ApiKey::Fetch, 12, 5, &fetch(0, 0))), 1, 12);
+    assert_eq!(r.responses[0].partitions[0].error_code, 6, "Fetch at broker 0: NOT_LEADER_OR_FOLLOWER");
 }
 
 #[test]
@@ -624,4 +624,63 @@ fn three_brokers_auto_create_through_the_controller() {
     let create = create_topic("wide", 1, 4);
     let r: CreateTopicsResponse = answer(d.on_frame(3, 1, request(ApiKey::CreateTopics, 7, 3, &create)), 1, 7);
     assert_eq!(r.topics[0].error_code, 38, "INVALID_REPLICATION_FACTOR for 4 replicas on 3 brokers");
+}
+
+/// `serve --brokers 3 --partitions 3 --default-replication-factor 1`: connection 1 on broker 0's listener,
+/// 2 on broker 1's, 3 on broker 2's.
+fn three_brokers_three_partitions() -> Driver {
+    let addresses: Vec<(String, u16)> = (0..3).map(|i| ("127.0.0.1".to_string(), 9092 + i)).collect();
+    let config = EngineConfig { num_partitions: 3, ..EngineConfig::default() };
+    let mut d = Driver::cluster(config, &addresses, 1, 0);
+    for conn in 1..=3 {
+        d.on_connect(conn, conn as u32 - 1);
+    }
+    d
+}
+
+/// Each partition's (leader, replicas) as Metadata on `conn` lists them.
+fn leaders_of(d: &mut Driver, now: u64, conn: ConnId, topic: &str) -> Vec<(i32, Vec<i32>)> {
+    let m = metadata_of(d, now, conn, topic);
+    assert_eq!(m.topics[0].error_code, 0, "topic {topic} exists");
+    let ids = |v: &[BrokerId]| v.iter().map(|b| b.0).collect::<Vec<i32>>();
+    m.topics[0].partitions.iter().map(|p| (p.leader_id.0, ids(&p.replica_nodes))).collect()
+}
+
+#[test]
+fn three_brokers_stripe_leaders_and_refuse_a_produce_to_a_non_leader() {
+    let mut d = three_brokers_three_partitions();
+    let create = create_topic(TOPIC, -1, -1);
+    let r: CreateTopicsResponse = answer(d.on_frame(1, 1, request(ApiKey::CreateTopics, 7, 1, &create)), 1, 7);
+    assert_eq!((r.topics[0].error_code, r.topics[0].num_partitions), (0, 3), "num.partitions 3");
+    // Striped: partition i of the cluster starts at broker (i + 1) % 3, on every broker's Metadata.
+    for conn in 1..=3 {
+        let leaders = leaders_of(&mut d, 2, conn, TOPIC);
+        assert_eq!(leaders, vec![(1, vec![1]), (2, vec![2]), (0, vec![0])], "t-0 on 1, t-1 on 2, t-2 on 0");
+    }
+    // Auto-created at run time: striping goes on from the three partitions placed (partition 3: broker 1).
+    assert_eq!(metadata_of(&mut d, 3, 3, "later").topics[0].error_code, 5, "LEADER_NOT_AVAILABLE while created");
+    assert_eq!(leaders_of(&mut d, 4, 3, "later"), vec![(1, vec![1]), (2, vec![2]), (0, vec![0])]);
+    assert_eq!(metadata_of(&mut d, 5, 1, "last").topics[0].error_code, 5);
+    let last = leaders_of(&mut d, 6, 1, "last");
+    assert_eq!(last, vec![(1, vec![1]), (2, vec![2]), (0, vec![0])], "partitions 6 to 8: brokers 1, 2, 0");
+
+    // t-0 to broker 0, which hosts no replica of it, and to broker 2: NOT_LEADER_OR_FOLLOWER, no log moved.
+    let before: Vec<BTreeMap<TopicPartition, PartitionLog>> =
+        d.brokers().iter().map(|b| b.partitions.clone()).collect();
+    for (now, conn) in [(7, 1), (8, 3)] {
+        let frame = request(ApiKey::Produce, 9, 2, &produce(None, records(-1, -1, -1, false, &["x"])));
+        let refused: ProduceResponse = answer(d.on_frame(now, conn, frame), conn, 9);
+        let pr = &refused.responses[0].partition_responses[0];
+        assert_eq!((pr.error_code, pr.base_offset), (6, -1), "NOT_LEADER_OR_FOLLOWER on connection {conn}");
+    }
+    let after: Vec<BTreeMap<TopicPartition, PartitionLog>> = d.brokers().iter().map(|b| b.partitions.clone()).collect();
+    assert!(before == after, "a refused produce changes no broker's log");
+    // Its leader takes it, and the invariants read broker 1's log.
+    let frame = request(ApiKey::Produce, 9, 3, &produce(None, records(-1, -1, -1, false, &["y"])));
+    let acked: ProduceResponse = answer(d.on_frame(9, 2, frame), 2, 9);
+    let pr = &acked.responses[0].partition_responses[0];
+    assert_eq!((pr.error_code, pr.base_offset), (0, 0), "broker 1 leads t-0 and acknowledges");
+    let tp = TopicPartition::new(TOPIC, 0);
+    assert_eq!(d.brokers()[1].partition(&tp).map(|l| l.log_end_offset()), Some(1), "the record is on broker 1");
+    assert_eq!(d.violations(), &[], "no state or replica invariant broke");
 }
