@@ -129,6 +129,8 @@ pub struct Driver {
     replicas_checked: Vec<(Offset, Offset, u32, i32, Vec<u32>)>,
     /// Each partition's leader and leader epoch when the state invariants last ran (`leader_of`).
     leaders_checked: BTreeMap<TopicPartition, (u32, i32)>,
+    /// Crashed brokers, not yet restarted: what is sent to them is lost, and they do nothing.
+    down: std::collections::BTreeSet<u32>,
     pub timeline: Timeline,
 }
 
@@ -187,6 +189,7 @@ impl Driver {
             answers: BTreeMap::new(),
             replicas_checked: Vec::new(),
             leaders_checked: BTreeMap::new(),
+            down: Default::default(),
             timeline: Timeline::default(),
         };
         for id in 0..n {
@@ -210,6 +213,66 @@ impl Driver {
         self.connections.insert(conn, Connection { broker, ..Connection::default() });
     }
 
+    /// The brokers not crashed.
+    fn live_brokers(&self) -> impl Iterator<Item = &Broker> {
+        (0..).zip(&self.brokers).filter(|(id, _)| !self.down.contains(id)).map(|(_, b)| b)
+    }
+
+    /// Whether broker `id` is crashed: its listener's new connections are to be closed at once.
+    pub fn is_down(&self, id: u32) -> bool {
+        self.down.contains(&id)
+    }
+
+    /// Broker `id` crashes, as `Cluster::crash_broker` crashes one: its timers are dropped, what is sent
+    /// to it is lost, its connections close (the returned `Close`s), and the controller fences it
+    /// (`handleBrokerFenced`: it leaves the ISRs and its partitions get new leaders). Its logs survive for
+    /// `restart_broker`. Broker 0 is refused: it hosts the coordinators, and coordinator failover is not
+    /// modelled.
+    pub fn crash_broker(&mut self, now_ms: TimeMs, id: u32) -> Result<Vec<Output>, String> {
+        if id as usize >= self.brokers.len() {
+            return Err(format!("there is no broker {id} (brokers 0 to {})", self.brokers.len() - 1));
+        }
+        if id == BROKER_ID {
+            return Err("broker 0 hosts the transaction and group coordinators; coordinator failover is not modelled"
+                .to_string());
+        }
+        if !self.down.insert(id) {
+            return Err(format!("broker {id} is already down"));
+        }
+        self.timeline.event(now_ms, &NodeId::Broker(id).to_string(), || "crashed".to_string());
+        self.timers.retain(|_, (b, _)| *b != id);
+        let closed: Vec<ConnId> = self.connections.iter().filter(|(_, c)| c.broker == id).map(|(c, _)| *c).collect();
+        let mut out = Vec::new();
+        for conn in closed {
+            self.connections.remove(&conn);
+            out.push(Output::Close(conn, format!("broker {id} crashed")));
+        }
+        let controller = self.controller.as_mut().expect("a cluster of several brokers has a controller");
+        let effects = controller.broker_fenced(id);
+        self.run(now_ms, CONTROLLER_ID, effects);
+        self.wake(now_ms, false, &mut out);
+        Ok(out)
+    }
+
+    /// A crashed broker starts again, as `Cluster::start_broker` starts one: the controller unfences it
+    /// (it may lead a partition left without a leader), and it loads its logs and the controller's
+    /// current image, then catches up as a follower and rejoins the ISRs through its leaders.
+    pub fn restart_broker(&mut self, now_ms: TimeMs, id: u32) -> Result<Vec<Output>, String> {
+        if !self.down.remove(&id) {
+            return Err(format!("broker {id} is not down"));
+        }
+        self.timeline.event(now_ms, &NodeId::Broker(id).to_string(), || "restarted".to_string());
+        let controller = self.controller.as_mut().expect("only a cluster's broker can be down");
+        let unfenced = controller.broker_unfenced(id);
+        let image = controller.partitions.clone();
+        let started = self.brokers[id as usize].restart_with_image(now_ms, &image);
+        self.run(now_ms, CONTROLLER_ID, unfenced);
+        self.run(now_ms, id, started);
+        let mut out = Vec::new();
+        self.wake(now_ms, false, &mut out);
+        Ok(out)
+    }
+
     /// Every violation seen so far, first occurrence of each.
     pub fn violations(&self) -> &[Violation] {
         &self.violations
@@ -224,7 +287,7 @@ impl Driver {
     /// or a waiting Fetch's.
     pub fn next_deadline_ms(&self) -> Option<TimeMs> {
         let timer = self.timers.keys().next().map(|k| k.0);
-        let brokers = self.brokers.iter().filter_map(|b| {
+        let brokers = self.live_brokers().filter_map(|b| {
             let replication = b.next_replication_deadline_ms();
             replication.into_iter().chain(b.groups.next_deadline_ms()).min()
         });
@@ -275,7 +338,8 @@ impl Driver {
             self.after_broker_step(now_ms, id, line);
             self.run(now_ms, id, effects);
         }
-        for id in 0..self.brokers.len() as u32 {
+        let live: Vec<u32> = (0..self.brokers.len() as u32).filter(|id| !self.down.contains(id)).collect();
+        for id in live {
             let b = &mut self.brokers[id as usize];
             if b.next_replication_deadline_ms().is_some_and(|due| due <= now_ms) {
                 let effects = b.tick_replication(now_ms);
@@ -517,6 +581,11 @@ impl Driver {
                     let effects = controller.on_message(env);
                     self.absorb(CONTROLLER_ID, effects, &mut network);
                 }
+                NodeId::Broker(id) if self.down.contains(&id) => {
+                    let line =
+                        format!("lost {} from {} (broker {id} is down)", txnsim_sim::world::describe(&env), env.from);
+                    self.timeline.event(now_ms, &env.to.to_string(), || line);
+                }
                 NodeId::Broker(id) => {
                     let line = format!("recv {} from {}", txnsim_sim::world::describe(&env), env.from);
                     // Reads change no log and no coordinator state: the invariants need not look again.
@@ -562,7 +631,8 @@ impl Driver {
         let replicas = self.replica_fingerprint();
         let moved = replicas != self.replicas_checked;
         if moved {
-            found.extend(check_replicas(&self.brokers));
+            // A crashed broker's frozen state is no replica's word (the sim's `check_replicas` too).
+            found.extend(check_replicas(self.live_brokers()));
             self.replicas_checked = replicas;
         }
         // A step that moved no replica changed no leader's log: only the coordinators' broker needs a look.
@@ -694,11 +764,13 @@ impl Driver {
             unreachable!("Metadata answers Metadata")
         };
         let mut response = MetadataResponse::default();
+        // `KRaftMetadataCache.getAliveBrokerNodes`: a fenced (crashed) broker is not listed.
         response.brokers = (0..)
             .zip(&self.addresses)
-            .map(|(id, (host, port))| {
+            .filter(|(id, _)| !self.down.contains(id))
+            .map(|(id, (host, port)): (u32, _)| {
                 let mut broker = MetadataResponseBroker::default();
-                broker.node_id = id.into();
+                broker.node_id = (id as i32).into();
                 broker.host = host.clone();
                 broker.port = *port;
                 broker

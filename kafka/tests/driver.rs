@@ -684,3 +684,71 @@ fn three_brokers_stripe_leaders_and_refuse_a_produce_to_a_non_leader() {
     assert_eq!(d.brokers()[1].partition(&tp).map(|l| l.log_end_offset()), Some(1), "the record is on broker 1");
     assert_eq!(d.violations(), &[], "no state or replica invariant broke");
 }
+
+/// `crash 1` and `restart 1` on serve's stdin, without sockets: broker 1 leads `t-0` (replicas 1, 2, 0),
+/// crashes with a transaction open on it, and the commit completes on the new leader 2.
+#[test]
+fn a_crashed_leader_hands_over_and_a_transaction_commits_on_the_new_one() {
+    let mut d = three_brokers();
+    d.on_connect(3, 2);
+    let create = create_topic(TOPIC, 1, -1);
+    let r: CreateTopicsResponse = answer(d.on_frame(1, 1, request(ApiKey::CreateTopics, 7, 1, &create)), 1, 7);
+    assert_eq!(r.topics[0].error_code, 0);
+    let mut init = InitProducerIdRequest::default();
+    init.transactional_id = Some(StrBytes::from_static_str("tx").into());
+    init.transaction_timeout_ms = 60_000;
+    let r: InitProducerIdResponse = answer(d.on_frame(2, 1, request(ApiKey::InitProducerId, 4, 2, &init)), 1, 4);
+    let (pid, epoch) = (r.producer_id.0, r.producer_epoch);
+    let mut add = AddPartitionsToTxnRequest::default();
+    add.v3_and_below_transactional_id = StrBytes::from_static_str("tx").into();
+    add.v3_and_below_producer_id = pid.into();
+    add.v3_and_below_producer_epoch = epoch;
+    let mut topic = add_partitions_to_txn_request::AddPartitionsToTxnTopic::default();
+    topic.name = StrBytes::from_static_str(TOPIC).into();
+    topic.partitions = vec![0];
+    add.v3_and_below_topics = vec![topic];
+    let r: AddPartitionsToTxnResponse = answer(d.on_frame(3, 1, request(ApiKey::AddPartitionsToTxn, 3, 3, &add)), 1, 3);
+    assert_eq!(r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code, 0);
+    let frame = request(ApiKey::Produce, 9, 4, &produce(Some("tx"), records(pid, epoch, 0, true, &["a", "b"])));
+    let acked: ProduceResponse = answer(d.on_frame(4, 2, frame), 2, 9);
+    assert_eq!(acked.responses[0].partition_responses[0].error_code, 0, "leader 1 takes the transaction's batch");
+
+    assert_eq!(
+        d.crash_broker(5, 0).unwrap_err(),
+        "broker 0 hosts the transaction and group coordinators; coordinator failover is not modelled"
+    );
+    let closed = d.crash_broker(5, 1).expect("broker 1 crashes");
+    assert_eq!(closed, vec![Output::Close(2, "broker 1 crashed".into())], "its one connection closes");
+    assert!(d.is_down(1));
+    assert_eq!(d.crash_broker(5, 1).unwrap_err(), "broker 1 is already down");
+    let m = metadata_of(&mut d, 6, 1, TOPIC);
+    let ids = |v: &[BrokerId]| v.iter().map(|b| b.0).collect::<Vec<i32>>();
+    let p = &m.topics[0].partitions[0];
+    assert_eq!(m.brokers.iter().map(|b| b.node_id.0).collect::<Vec<_>>(), vec![0, 2], "broker 1 is not listed");
+    assert_eq!((p.leader_id.0, p.leader_epoch, ids(&p.isr_nodes)), (2, 1, vec![2, 0]), "broker 2 leads at epoch 1");
+
+    let mut end = EndTxnRequest::default();
+    end.transactional_id = StrBytes::from_static_str("tx").into();
+    end.producer_id = pid.into();
+    end.producer_epoch = epoch;
+    end.committed = true;
+    let r: EndTxnResponse = answer(d.on_frame(7, 1, request(ApiKey::EndTxn, 3, 5, &end)), 1, 3);
+    assert_eq!(r.error_code, 0, "the commit completes: the marker goes to the new leader");
+    let r: FetchResponse = answer(d.on_frame(8, 3, request(ApiKey::Fetch, 12, 6, &fetch(1, 0))), 3, 12);
+    let pd = &r.responses[0].partitions[0];
+    let read = values(pd.records.as_ref().expect("records"));
+    assert_eq!((pd.error_code, read), (0, vec![(0, "a".into()), (1, "b".into())]), "read_committed on broker 2");
+
+    d.restart_broker(9, 1).expect("broker 1 restarts");
+    assert_eq!(d.restart_broker(9, 1).unwrap_err(), "broker 1 is not down");
+    // It catches up as a follower of broker 2: a few fetch rounds, each on the replication deadlines.
+    for now in (10..5_000).step_by(100) {
+        d.on_tick(now);
+    }
+    let tp = TopicPartition::new(TOPIC, 0);
+    let ends: Vec<u64> = d.brokers().iter().map(|b| b.partition(&tp).expect("hosted").log_end_offset()).collect();
+    assert_eq!(ends, vec![3, 3, 3], "every replica holds the two records and the COMMIT marker");
+    let isr: Vec<u32> = d.brokers()[2].replica_manager.partitions[&tp].isr.iter().copied().collect();
+    assert_eq!(isr, vec![0, 1, 2], "broker 1 rejoined the ISR of leader 2");
+    assert_eq!(d.violations(), &[], "no state or replica invariant broke");
+}
