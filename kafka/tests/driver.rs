@@ -134,24 +134,10 @@ fn fixture() -> (Driver, i64) {
         (0, 0)
     );
 
-    let mut init = InitProducerIdRequest::default();
-    init.transactional_id = Some(StrBytes::from_static_str("tx").into());
-    init.transaction_timeout_ms = 60_000;
-    let r: InitProducerIdResponse = answer(d.on_frame(3, 1, request(ApiKey::InitProducerId, 4, 3, &init)), 1, 4);
-    assert_eq!(r.error_code, 0);
-    let pid = r.producer_id.0;
+    let (pid, epoch) = init_transaction(&mut d, 3, 1);
+    assert_eq!(epoch, 0);
     for (i, (values, commit)) in [(&["c-0", "c-1"][..], true), (&["a-0"][..], false)].into_iter().enumerate() {
-        let mut add = AddPartitionsToTxnRequest::default();
-        add.v3_and_below_transactional_id = StrBytes::from_static_str("tx").into();
-        add.v3_and_below_producer_id = pid.into();
-        add.v3_and_below_producer_epoch = 0;
-        let mut t = add_partitions_to_txn_request::AddPartitionsToTxnTopic::default();
-        t.name = StrBytes::from_static_str(TOPIC).into();
-        t.partitions = vec![0];
-        add.v3_and_below_topics = vec![t];
-        let r: AddPartitionsToTxnResponse =
-            answer(d.on_frame(4, 1, request(ApiKey::AddPartitionsToTxn, 3, 4, &add)), 1, 3);
-        assert_eq!(r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code, 0);
+        assert_eq!(add_partition(&mut d, 4, 1, pid, 0), 0, "AddPartitionsToTxn");
         let seq = 2 * i as i32;
         let r: ProduceResponse = answer(
             d.on_frame(5, 1, request(ApiKey::Produce, 9, 5, &produce(Some("tx"), records(pid, 0, seq, true, values)))),
@@ -159,13 +145,7 @@ fn fixture() -> (Driver, i64) {
             9,
         );
         assert_eq!(r.responses[0].partition_responses[0].error_code, 0, "transactional produce");
-        let mut end = EndTxnRequest::default();
-        end.transactional_id = StrBytes::from_static_str("tx").into();
-        end.producer_id = pid.into();
-        end.producer_epoch = 0;
-        end.committed = commit;
-        let r: EndTxnResponse = answer(d.on_frame(6, 1, request(ApiKey::EndTxn, 3, 6, &end)), 1, 3);
-        assert_eq!(r.error_code, 0, "EndTxn");
+        assert_eq!(end_txn(&mut d, 6, 1, pid, 0, commit), 0, "EndTxn");
     }
     (d, pid)
 }
@@ -682,7 +662,54 @@ fn three_brokers_stripe_leaders_and_refuse_a_produce_to_a_non_leader() {
     assert_eq!((pr.error_code, pr.base_offset), (0, 0), "broker 1 leads t-0 and acknowledges");
     let tp = TopicPartition::new(TOPIC, 0);
     assert_eq!(d.brokers()[1].partition(&tp).map(|l| l.log_end_offset()), Some(1), "the record is on broker 1");
+
+    // A transaction on t-0: the coordinator on broker 0 hosts no replica of it and takes it all the same
+    // (Kafka checks the metadata cache), and its COMMIT marker goes to leader 1.
+    let (pid, epoch) = init_transaction(&mut d, 10, 1);
+    assert_eq!(add_partition(&mut d, 11, 1, pid, epoch), 0, "AddPartitionsToTxn of t-0 at broker 0");
+    let frame = request(ApiKey::Produce, 9, 4, &produce(Some("tx"), records(pid, epoch, 0, true, &["z"])));
+    let acked: ProduceResponse = answer(d.on_frame(12, 2, frame), 2, 9);
+    assert_eq!(acked.responses[0].partition_responses[0].error_code, 0, "leader 1 takes the transaction's batch");
+    assert_eq!(end_txn(&mut d, 13, 1, pid, epoch, true), 0, "the commit completes");
+    assert_eq!(d.brokers()[1].partition(&tp).map(|l| l.log_end_offset()), Some(3), "record 1 and the marker at 2");
     assert_eq!(d.violations(), &[], "no state or replica invariant broke");
+}
+
+/// InitProducerId for transactional id `tx` on `conn`: the producer id and epoch.
+fn init_transaction(d: &mut Driver, now: u64, conn: ConnId) -> (i64, i16) {
+    let mut init = InitProducerIdRequest::default();
+    init.transactional_id = Some(StrBytes::from_static_str("tx").into());
+    init.transaction_timeout_ms = 60_000;
+    let r: InitProducerIdResponse =
+        answer(d.on_frame(now, conn, request(ApiKey::InitProducerId, 4, 2, &init)), conn, 4);
+    assert_eq!(r.error_code, 0, "InitProducerId");
+    (r.producer_id.0, r.producer_epoch)
+}
+
+/// AddPartitionsToTxn (v3) of `t-0` to `tx` on `conn`: the partition's error code.
+fn add_partition(d: &mut Driver, now: u64, conn: ConnId, pid: i64, epoch: i16) -> i16 {
+    let mut add = AddPartitionsToTxnRequest::default();
+    add.v3_and_below_transactional_id = StrBytes::from_static_str("tx").into();
+    add.v3_and_below_producer_id = pid.into();
+    add.v3_and_below_producer_epoch = epoch;
+    let mut topic = add_partitions_to_txn_request::AddPartitionsToTxnTopic::default();
+    topic.name = StrBytes::from_static_str(TOPIC).into();
+    topic.partitions = vec![0];
+    add.v3_and_below_topics = vec![topic];
+    let r: AddPartitionsToTxnResponse =
+        answer(d.on_frame(now, conn, request(ApiKey::AddPartitionsToTxn, 3, 3, &add)), conn, 3);
+    r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+}
+
+/// EndTxn (v3) of `tx` on `conn`, committing or aborting: its error code.
+fn end_txn(d: &mut Driver, now: u64, conn: ConnId, pid: i64, epoch: i16, commit: bool) -> i16 {
+    let mut end = EndTxnRequest::default();
+    end.transactional_id = StrBytes::from_static_str("tx").into();
+    end.producer_id = pid.into();
+    end.producer_epoch = epoch;
+    end.committed = commit;
+    let r: EndTxnResponse = answer(d.on_frame(now, conn, request(ApiKey::EndTxn, 3, 5, &end)), conn, 3);
+    r.error_code
 }
 
 /// `crash 1` and `restart 1` on serve's stdin, without sockets: broker 1 leads `t-0` (replicas 1, 2, 0),
@@ -694,21 +721,8 @@ fn a_crashed_leader_hands_over_and_a_transaction_commits_on_the_new_one() {
     let create = create_topic(TOPIC, 1, -1);
     let r: CreateTopicsResponse = answer(d.on_frame(1, 1, request(ApiKey::CreateTopics, 7, 1, &create)), 1, 7);
     assert_eq!(r.topics[0].error_code, 0);
-    let mut init = InitProducerIdRequest::default();
-    init.transactional_id = Some(StrBytes::from_static_str("tx").into());
-    init.transaction_timeout_ms = 60_000;
-    let r: InitProducerIdResponse = answer(d.on_frame(2, 1, request(ApiKey::InitProducerId, 4, 2, &init)), 1, 4);
-    let (pid, epoch) = (r.producer_id.0, r.producer_epoch);
-    let mut add = AddPartitionsToTxnRequest::default();
-    add.v3_and_below_transactional_id = StrBytes::from_static_str("tx").into();
-    add.v3_and_below_producer_id = pid.into();
-    add.v3_and_below_producer_epoch = epoch;
-    let mut topic = add_partitions_to_txn_request::AddPartitionsToTxnTopic::default();
-    topic.name = StrBytes::from_static_str(TOPIC).into();
-    topic.partitions = vec![0];
-    add.v3_and_below_topics = vec![topic];
-    let r: AddPartitionsToTxnResponse = answer(d.on_frame(3, 1, request(ApiKey::AddPartitionsToTxn, 3, 3, &add)), 1, 3);
-    assert_eq!(r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code, 0);
+    let (pid, epoch) = init_transaction(&mut d, 2, 1);
+    assert_eq!(add_partition(&mut d, 3, 1, pid, epoch), 0, "AddPartitionsToTxn of t-0");
     let frame = request(ApiKey::Produce, 9, 4, &produce(Some("tx"), records(pid, epoch, 0, true, &["a", "b"])));
     let acked: ProduceResponse = answer(d.on_frame(4, 2, frame), 2, 9);
     assert_eq!(acked.responses[0].partition_responses[0].error_code, 0, "leader 1 takes the transaction's batch");
@@ -727,13 +741,7 @@ fn a_crashed_leader_hands_over_and_a_transaction_commits_on_the_new_one() {
     assert_eq!(m.brokers.iter().map(|b| b.node_id.0).collect::<Vec<_>>(), vec![0, 2], "broker 1 is not listed");
     assert_eq!((p.leader_id.0, p.leader_epoch, ids(&p.isr_nodes)), (2, 1, vec![2, 0]), "broker 2 leads at epoch 1");
 
-    let mut end = EndTxnRequest::default();
-    end.transactional_id = StrBytes::from_static_str("tx").into();
-    end.producer_id = pid.into();
-    end.producer_epoch = epoch;
-    end.committed = true;
-    let r: EndTxnResponse = answer(d.on_frame(7, 1, request(ApiKey::EndTxn, 3, 5, &end)), 1, 3);
-    assert_eq!(r.error_code, 0, "the commit completes: the marker goes to the new leader");
+    assert_eq!(end_txn(&mut d, 7, 1, pid, epoch, true), 0, "the commit completes: the marker goes to the new leader");
     let r: FetchResponse = answer(d.on_frame(8, 3, request(ApiKey::Fetch, 12, 6, &fetch(1, 0))), 3, 12);
     let pd = &r.responses[0].partitions[0];
     let read = values(pd.records.as_ref().expect("records"));
