@@ -192,13 +192,14 @@ impl Broker {
     /// `MetadataCache.contains`: the partition exists in the cluster, whether or not this broker hosts a
     /// replica of it (the coordinators' requests name partitions led elsewhere).
     pub fn knows_partition(&self, tp: &TopicPartition) -> bool {
-        self.partitions.contains_key(tp) || self.metadata_image.contains_key(tp)
+        let cache = !self.config.mutations.has(crate::mutation::Mutation::HostedPartitionsOnly);
+        self.partitions.contains_key(tp) || cache && self.metadata_image.contains_key(tp)
     }
 
     /// `ReplicaManager.getPartitionOrError` for a partition this broker hosts no replica of:
     /// NOT_LEADER_OR_FOLLOWER if it exists (the client's metadata is stale), else UNKNOWN_TOPIC_OR_PARTITION.
     fn not_hosted(&self, tp: &TopicPartition) -> KafkaError {
-        if self.metadata_image.contains_key(tp) {
+        if self.knows_partition(tp) {
             KafkaError::NotLeaderOrFollower
         } else {
             KafkaError::UnknownTopicOrPartition

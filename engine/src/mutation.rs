@@ -57,10 +57,11 @@ pub enum Mutation {
     FetchIdsReusedAfterRestart,
     IsrExpansionBelowLeaderEpochStart,
     FencedReplicaJoinsIsr,
+    HostedPartitionsOnly,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 49] = [
+    pub const ALL: [Mutation; 50] = [
         Mutation::ReadCommittedBoundedByHw,
         Mutation::LsoInclusive,
         Mutation::LsoIgnoresOngoingTxns,
@@ -110,6 +111,7 @@ impl Mutation {
         Mutation::FetchIdsReusedAfterRestart,
         Mutation::IsrExpansionBelowLeaderEpochStart,
         Mutation::FencedReplicaJoinsIsr,
+        Mutation::HostedPartitionsOnly,
     ];
 
     /// The kebab-case name used on the command line and in seed files.
@@ -164,6 +166,7 @@ impl Mutation {
             Mutation::FetchIdsReusedAfterRestart => "fetch-ids-reused-after-restart",
             Mutation::IsrExpansionBelowLeaderEpochStart => "isr-expansion-below-leader-epoch-start",
             Mutation::FencedReplicaJoinsIsr => "fenced-replica-joins-isr",
+            Mutation::HostedPartitionsOnly => "hosted-partitions-only",
         }
     }
 
@@ -267,6 +270,7 @@ impl Mutation {
             Mutation::IsrExpansionBelowLeaderEpochStart => "A follower joins the ISR once it reaches the leader's HW, even below the offset the leader's epoch began at: a new leader whose HW lags what its predecessor committed takes a follower holding less than its log into the ISR, which may then lead without the committed writes.",
             Mutation::FencedReplicaJoinsIsr => "The controller commits an ISR expansion naming a fenced broker: a fetch sent before its broker died, answered after, puts the dead broker back in the ISR, where it counts toward acks=all and the HW while holding nothing new, and may be elected with less than was acknowledged.",
             Mutation::NoRebuildAfterTruncation => "A follower that truncates its log keeps its producer state, open transactions and aborted index as they were: transactions and index entries of the dropped batches outlive them.",
+            Mutation::HostedPartitionsOnly => "A broker knows only the partitions it hosts a replica of, not its metadata cache: the coordinator refuses AddPartitionsToTxn and TxnOffsetCommit of a partition led elsewhere with UNKNOWN_TOPIC_OR_PARTITION, and a Produce or Fetch sent to a broker outside the partition's replicas is told the partition does not exist instead of NOT_LEADER_OR_FOLLOWER.",
         }
     }
 
@@ -335,6 +339,7 @@ impl Mutation {
             Mutation::IsrExpansionBelowLeaderEpochStart => "KIP-101 / KAFKA-7128: Partition.isFollowerInSync (leaderEpochStartOffsetOpt; PartitionTest#testFollowerDoesNotJoinISRUntilCaughtUpToOffsetWithinCurrentLeaderEpoch)",
             Mutation::FencedReplicaJoinsIsr => "KIP-841: ReplicationControlManager.validateAlterPartitionData answers INELIGIBLE_REPLICA (ReplicationControlManagerTest#testAlterPartitionShouldRejectFencedBrokers)",
             Mutation::NoRebuildAfterTruncation => "KAFKA-12153, KAFKA-13727: UnifiedLog.truncateTo rebuilds producer state and truncates the transaction index",
+            Mutation::HostedPartitionsOnly => "MetadataCache.contains: KafkaApis.handleAddPartitionsToTxnRequest and handleTxnOffsetCommitRequest, ReplicaManager.getPartitionOrError (NOT_LEADER_OR_FOLLOWER for a partition the cache has and the broker does not host)",
         }
     }
 }

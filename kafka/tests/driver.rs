@@ -12,7 +12,7 @@ use kafka_protocol::records::{
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::io::Cursor;
-use txnsim_engine::{EngineConfig, PartitionLog, TopicPartition};
+use txnsim_engine::{EngineConfig, Mutation, Mutations, PartitionLog, TopicPartition};
 use txnsim_kafka::driver::ConnId;
 use txnsim_kafka::frame::{self, FrameError, MAX_REQUEST_BYTES};
 use txnsim_kafka::{Driver, Output};
@@ -606,11 +606,11 @@ fn three_brokers_auto_create_through_the_controller() {
     assert_eq!(r.topics[0].error_code, 38, "INVALID_REPLICATION_FACTOR for 4 replicas on 3 brokers");
 }
 
-/// `serve --brokers 3 --partitions 3 --default-replication-factor 1`: connection 1 on broker 0's listener,
-/// 2 on broker 1's, 3 on broker 2's.
-fn three_brokers_three_partitions() -> Driver {
+/// `serve --brokers 3 --partitions 3 --default-replication-factor 1` with `mutations`: connection 1 on
+/// broker 0's listener, 2 on broker 1's, 3 on broker 2's.
+fn three_brokers_three_partitions(mutations: Mutations) -> Driver {
     let addresses: Vec<(String, u16)> = (0..3).map(|i| ("127.0.0.1".to_string(), 9092 + i)).collect();
-    let config = EngineConfig { num_partitions: 3, ..EngineConfig::default() };
+    let config = EngineConfig { num_partitions: 3, mutations, ..EngineConfig::default() };
     let mut d = Driver::cluster(config, &addresses, 1, 0);
     for conn in 1..=3 {
         d.on_connect(conn, conn as u32 - 1);
@@ -628,7 +628,7 @@ fn leaders_of(d: &mut Driver, now: u64, conn: ConnId, topic: &str) -> Vec<(i32, 
 
 #[test]
 fn three_brokers_stripe_leaders_and_refuse_a_produce_to_a_non_leader() {
-    let mut d = three_brokers_three_partitions();
+    let mut d = three_brokers_three_partitions(Mutations::default());
     let create = create_topic(TOPIC, -1, -1);
     let r: CreateTopicsResponse = answer(d.on_frame(1, 1, request(ApiKey::CreateTopics, 7, 1, &create)), 1, 7);
     assert_eq!((r.topics[0].error_code, r.topics[0].num_partitions), (0, 3), "num.partitions 3");
@@ -673,6 +673,22 @@ fn three_brokers_stripe_leaders_and_refuse_a_produce_to_a_non_leader() {
     assert_eq!(end_txn(&mut d, 13, 1, pid, epoch, true), 0, "the commit completes");
     assert_eq!(d.brokers()[1].partition(&tp).map(|l| l.log_end_offset()), Some(3), "record 1 and the marker at 2");
     assert_eq!(d.violations(), &[], "no state or replica invariant broke");
+}
+
+/// Under `hosted-partitions-only` the same requests get UNKNOWN_TOPIC_OR_PARTITION (3): the produce to
+/// broker 0, which hosts no replica of t-0, and the coordinator's AddPartitionsToTxn of it. The exact
+/// answers above (6 and 0) catch it.
+#[test]
+fn hosted_partitions_only_is_caught_by_the_exact_answers() {
+    let mut d = three_brokers_three_partitions(Mutations::one(Mutation::HostedPartitionsOnly));
+    let create = create_topic(TOPIC, -1, -1);
+    let r: CreateTopicsResponse = answer(d.on_frame(1, 1, request(ApiKey::CreateTopics, 7, 1, &create)), 1, 7);
+    assert_eq!(r.topics[0].error_code, 0);
+    let frame = request(ApiKey::Produce, 9, 2, &produce(None, records(-1, -1, -1, false, &["x"])));
+    let refused: ProduceResponse = answer(d.on_frame(2, 1, frame), 1, 9);
+    assert_eq!(refused.responses[0].partition_responses[0].error_code, 3, "UNKNOWN_TOPIC_OR_PARTITION, not 6");
+    let (pid, epoch) = init_transaction(&mut d, 3, 1);
+    assert_eq!(add_partition(&mut d, 4, 1, pid, epoch), 3, "the coordinator does not know t-0");
 }
 
 /// InitProducerId for transactional id `tx` on `conn`: the producer id and epoch.

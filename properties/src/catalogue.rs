@@ -403,8 +403,10 @@ pub const SCENARIO_CATCHER: &str = "a ported network scenario's exact expectatio
 /// the engine class directly and catches it: the classic group protocol (scenarios have no JoinGroup or
 /// SyncGroup), a log truncated at its end after a leadership that wrote nothing, and an ISR expansion
 /// under a new leader whose HW lags, and the controller taking a fenced broker into an ISR (the sim
-/// meets these two only after crashes).
-pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 4] = [
+/// meets these two only after crashes); and a broker ignoring its metadata cache, which only the wire
+/// driver's striped partitions on brokers outside their replicas meet (the sim and the scenarios put a
+/// replica of every partition on broker 0).
+pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 5] = [
     (
         Mutation::OffsetCommitRefusedWhilePreparingRebalance,
         "a ported Kafka test's exact expectation (engine/tests/txn_offsets.rs)",
@@ -418,6 +420,7 @@ pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 4] = [
         "a ported Kafka test's exact expectation (engine/tests/replication.rs)",
     ),
     (Mutation::FencedReplicaJoinsIsr, "a ported Kafka test's exact expectation (engine/tests/replication.rs)"),
+    (Mutation::HostedPartitionsOnly, "the wire driver's exact answers (kafka/tests/driver.rs)"),
 ];
 
 /// `txnsim mutations`: every injectable bug with its mechanism, its Kafka source and what catches it.
