@@ -155,8 +155,9 @@ fn confluent_kafka_prints_the_seed_documents_lines() {
     }
 }
 
-/// The seed document's own setup: three brokers and `tx-demo` at replication factor 3. The client
-/// bootstraps to broker 0 and learns the other two from Metadata; the same lines come out, and every
+/// The seed document's own setup: three brokers and `tx-demo` at replication factor 3, led by broker 1
+/// (striped placement) while broker 0 hosts the coordinators. The client bootstraps to broker 0 and
+/// learns the other two and the leader from Metadata; the same lines come out, and every
 /// replica's log holds the markers and the index entry at the leader's offsets (followers rebuild the
 /// index from the batches they fetch).
 #[test]
@@ -167,8 +168,8 @@ fn confluent_kafka_prints_the_seed_documents_lines_on_three_brokers() {
     let timeline = server.stop_clean();
     assert_eq!(out, SEED_LINES, "confluent-kafka against serve --brokers 3 must print the seed document's lines");
     assert!(
-        timeline.contains("PartitionChange tx-demo/0 leader 0 epoch 0 isr [0, 1, 2] from controller"),
-        "the controller registered tx-demo/0 on the three brokers:\n{timeline}"
+        timeline.contains("PartitionChange tx-demo/0 leader 1 epoch 0 isr [1, 2, 0] from controller"),
+        "the controller registered tx-demo/0 on the three brokers, striped from broker 1:\n{timeline}"
     );
     let pid = producer_id(&timeline);
     for broker in 0..3 {
@@ -301,4 +302,76 @@ fn confluent_kafka_sees_its_transaction_time_out() {
     ] {
         assert!(timeline.contains(&want), "the timeline lacks {want:?}:\n{timeline}");
     }
+}
+
+/// `scripts/broker_crash.py`'s lines: broker 1 leads `crash-demo/0` until it crashes, broker 2 after.
+const BROKER_CRASH_LINES: &str = "\
+leader of crash-demo/0: 1
+produced ['c-0', 'c-1'], not committed
+committed
+leader of crash-demo/0: 2
+read_committed sees: ['c-0', 'c-1']
+";
+
+/// A broker killed over the wire: the script's transaction is on `crash-demo/0`, led by broker 1; once
+/// its records are acknowledged the test sends `crash 1` to serve's stdin, then lets the script commit.
+/// The controller elects broker 2, the coordinator's COMMIT marker lands there, and read_committed reads
+/// exactly the two records. Broker 0 cannot be crashed (the coordinators live there); broker 1 restarts
+/// and serve reports no violation throughout.
+#[test]
+fn confluent_kafka_commits_after_the_partitions_leader_crashes() {
+    let flags = ["--brokers", "3", "--group-initial-rebalance-delay-ms", "0"];
+    let mut server = Server::start("broker-crash", &flags);
+    let python = venv().join("bin/python");
+    let mut child = Command::new(python)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/broker_crash.py"))
+        .arg(&server.addresses[0])
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run broker_crash.py");
+    let (tx, lines) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)).map_while(Result::ok) {
+            tx.send(line).ok();
+        }
+    });
+    let mut stderr = child.stderr.take().expect("piped");
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        stderr.read_to_string(&mut s).ok();
+        s
+    });
+    let mut out = String::new();
+    for _ in 0..2 {
+        match lines.recv_timeout(Duration::from_secs(30)) {
+            Ok(line) => out.push_str(&format!("{line}\n")),
+            Err(_) => {
+                child.kill().ok();
+                panic!("broker_crash.py did not produce within 30 s:\n{out}\n{}", err.join().unwrap_or_default());
+            }
+        }
+    }
+    assert_eq!(server.command("crash 1"), "txnsim serve: broker 1 crashed");
+    let mut stdin = child.stdin.take().expect("piped");
+    std::io::Write::write_all(&mut stdin, b"crashed\n").expect("tell the script");
+    drop(stdin);
+    let status = wait_bounded(&mut child, SCRIPT_TIMEOUT, "broker_crash.py");
+    reader.join().expect("stdout");
+    out.extend(lines.try_iter().map(|l| format!("{l}\n")));
+    let err = err.join().expect("stderr");
+    assert!(status.success(), "broker_crash.py exited {status}\nstdout:\n{out}\nstderr:\n{err}");
+    assert_eq!(out, BROKER_CRASH_LINES, "the commit completes on the new leader; read_committed reads both");
+    assert_eq!(server.command("restart 1"), "txnsim serve: broker 1 restarted");
+    let timeline = server.stop_clean();
+    assert!(
+        timeline.contains("PartitionChange crash-demo/0 leader 2 epoch 1 isr [2, 0] from controller"),
+        "the controller fenced broker 1 and elected broker 2:\n{timeline}"
+    );
+    let pid = producer_id(&timeline);
+    let marker = format!("{:<9} writes COMMIT marker for pid {pid} at crash-demo/0@2", "broker-2");
+    assert!(timeline.contains(&marker), "the new leader wrote the COMMIT marker:\n{timeline}");
 }

@@ -191,6 +191,23 @@ impl Broker {
         self.partitions.get(tp)
     }
 
+    /// `MetadataCache.contains`: the partition exists in the cluster, whether or not this broker hosts a
+    /// replica of it (the coordinators' requests name partitions led elsewhere).
+    pub fn knows_partition(&self, tp: &TopicPartition) -> bool {
+        let cache = !self.config.mutations.has(crate::mutation::Mutation::HostedPartitionsOnly);
+        self.partitions.contains_key(tp) || cache && self.metadata_image.contains_key(tp)
+    }
+
+    /// `ReplicaManager.getPartitionOrError` for a partition this broker hosts no replica of:
+    /// NOT_LEADER_OR_FOLLOWER if it exists (the client's metadata is stale), else UNKNOWN_TOPIC_OR_PARTITION.
+    fn not_hosted(&self, tp: &TopicPartition) -> KafkaError {
+        if self.knows_partition(tp) {
+            KafkaError::NotLeaderOrFollower
+        } else {
+            KafkaError::UnknownTopicOrPartition
+        }
+    }
+
     pub fn partition_mut(&mut self, tp: &TopicPartition) -> Option<&mut PartitionLog> {
         self.partitions.get_mut(tp)
     }
@@ -299,7 +316,8 @@ impl Broker {
                 verify_only,
                 transaction_version,
             } => {
-                let result = if partitions.iter().all(|tp| self.partitions.contains_key(tp)) {
+                // `KafkaApis.handleAddPartitionsToTxnRequest`: partitions unknown to the metadata cache.
+                let result = if partitions.iter().all(|tp| self.knows_partition(tp)) {
                     self.coordinate(now_ms, &mut effects, |c, ctx| {
                         let to = ReplyTo { to: reply_to.clone(), correlation_id: corr };
                         c.handle_add_partitions(
@@ -521,7 +539,8 @@ impl Broker {
         effects: &mut Effects,
     ) -> Option<(TopicPartition, Result<ProduceAck, KafkaError>)> {
         let Some(log) = self.partitions.get_mut(&partition) else {
-            return Some((partition, Err(KafkaError::UnknownTopicOrPartition)));
+            let error = self.not_hosted(&partition);
+            return Some((partition, Err(error)));
         };
         log.producer_state.remove_expired_verification_entries(now_ms, &self.config.mutations);
         let needs_verification = batch.is_transactional
@@ -565,7 +584,7 @@ impl Broker {
     /// The log of a partition this broker leads, for a client's read: a follower's copy is not served
     /// (`Partition.localLogWithEpochOrThrow` with `fetchOnlyLeader`).
     fn leader_log(&self, tp: &TopicPartition) -> Result<&PartitionLog, KafkaError> {
-        let log = self.partitions.get(tp).ok_or(KafkaError::UnknownTopicOrPartition)?;
+        let log = self.partitions.get(tp).ok_or_else(|| self.not_hosted(tp))?;
         let NodeId::Broker(me) = self.id else { unreachable!("a broker's id is a broker id") };
         match self.replica_manager.partitions.get(tp) {
             Some(p) if p.leader != me => Err(KafkaError::NotLeaderOrFollower),
@@ -721,8 +740,7 @@ impl Broker {
         corr: u64,
         effects: &mut Effects,
     ) -> Vec<(TopicPartition, Result<(), KafkaError>)> {
-        let (known, unknown): (Vec<_>, Vec<_>) =
-            offsets.into_iter().partition(|(tp, _)| self.partitions.contains_key(tp));
+        let (known, unknown): (Vec<_>, Vec<_>) = offsets.into_iter().partition(|(tp, _)| self.knows_partition(tp));
         let mut results: Vec<_> =
             unknown.into_iter().map(|(tp, _)| (tp, Err(KafkaError::UnknownTopicOrPartition))).collect();
         if known.is_empty() {

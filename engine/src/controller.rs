@@ -60,13 +60,48 @@ impl PartitionRegistration {
     }
 }
 
-/// How many brokers the cluster has and each topic's replication factor (capped by the broker count).
+/// How the controller places a new partition's replicas.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Placement {
+    /// Broker 0 leads every partition (as a manual replica assignment may place them), and the followers
+    /// of partition `p` are the next brokers from `1 + p`, round the others. The in-process `Cluster`'s:
+    /// its replicated scenarios crash broker 0 to move every partition's leadership at once, and their
+    /// expectations are written for that.
+    LeaderZero,
+    /// Kafka's `StripedReplicaPlacer` on one rack: the usable (unfenced) brokers sorted by id, partition
+    /// `i` placed on `rf` consecutive brokers of that list starting `i + 1` along it, so leaders spread
+    /// and a one-partition topic is led by a broker other than the coordinator's. Kafka starts each
+    /// CreateTopics at a random offset (and shuffles racks); here the start is fixed and `i` counts every
+    /// partition the controller placed before, so placement is deterministic and keeps spreading.
+    Striped,
+}
+
+impl Placement {
+    /// The replicas of partition `p` of a topic at replication factor `rf` (at most the unfenced
+    /// brokers), on a cluster of `brokers`, when `placed` partitions were placed before it.
+    fn replicas(self, p: u32, placed: usize, rf: u32, brokers: u32, fenced: &BTreeSet<u32>) -> Vec<u32> {
+        match self {
+            Placement::LeaderZero => {
+                let followers = (0..rf.saturating_sub(1)).map(|k| 1 + (p + k) % (brokers - 1));
+                std::iter::once(0).chain(followers).collect()
+            }
+            Placement::Striped => {
+                let usable: Vec<u32> = (0..brokers).filter(|b| !fenced.contains(b)).collect();
+                (0..rf as usize).map(|k| usable[(placed + 1 + k) % usable.len()]).collect()
+            }
+        }
+    }
+}
+
+/// How many brokers the cluster has, each topic's replication factor (capped by the broker count), and
+/// how replicas are placed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Topology {
     pub brokers: u32,
     pub replication_factor: u32,
     /// Topics whose replication factor differs from `replication_factor`.
     pub per_topic: BTreeMap<String, u32>,
+    pub placement: Placement,
 }
 
 impl Topology {
@@ -75,8 +110,14 @@ impl Topology {
         Topology::new(1, 1)
     }
 
+    /// Broker 0 leading every partition (`Placement::LeaderZero`).
     pub fn new(brokers: u32, replication_factor: u32) -> Self {
-        Topology { brokers, replication_factor, per_topic: BTreeMap::new() }
+        Topology { brokers, replication_factor, per_topic: BTreeMap::new(), placement: Placement::LeaderZero }
+    }
+
+    /// Kafka's striped placement (`Placement::Striped`).
+    pub fn striped(brokers: u32, replication_factor: u32) -> Self {
+        Topology { placement: Placement::Striped, ..Topology::new(brokers, replication_factor) }
     }
 
     /// Rejects what the cluster cannot host: 1..=5 brokers and a replication factor of at least 1.
@@ -97,17 +138,14 @@ impl Topology {
         self.per_topic.get(topic).copied().unwrap_or(self.replication_factor).min(self.brokers)
     }
 
-    /// Where each partition's replicas go. Broker 0 leads every partition (as a manual replica assignment
-    /// may place them; clients here bootstrap to broker 0 and have no metadata refresh yet), and the
-    /// followers of partition `p` are the next brokers from `1 + p`, round the others (Kafka's striped
-    /// placement, without its random start).
+    /// Where each partition's replicas go when the cluster starts (every broker usable), topics in name
+    /// order, as `placement` places them.
     pub fn assignment(&self, topics: &BTreeMap<String, u32>) -> BTreeMap<TopicPartition, Vec<u32>> {
         let mut out = BTreeMap::new();
         for (topic, partitions) in topics {
             let rf = self.replication_factor_of(topic);
             for p in 0..*partitions {
-                let followers = (0..rf.saturating_sub(1)).map(|k| 1 + (p + k) % (self.brokers - 1));
-                let replicas: Vec<u32> = std::iter::once(0).chain(followers).collect();
+                let replicas = self.placement.replicas(p, out.len(), rf, self.brokers, &BTreeSet::new());
                 out.insert(TopicPartition::new(topic, p), replicas);
             }
         }
@@ -129,6 +167,8 @@ pub struct Controller {
     brokers: u32,
     /// `default.replication.factor`: of a topic created without one.
     default_replication_factor: u32,
+    /// How the topics created at run time are placed.
+    placement: Placement,
 }
 
 impl Controller {
@@ -148,11 +188,13 @@ impl Controller {
             mutations: config.mutations.clone(),
             brokers: topology.brokers,
             default_replication_factor: topology.replication_factor,
+            placement: topology.placement,
         }
     }
 
     /// `ReplicationControlManager.createTopics`: each topic is checked (`metadata::check_new_topic`, against
-    /// the live brokers), placed as `Topology::assignment` places the cluster's first topics, registered,
+    /// the live brokers), placed on the unfenced brokers as the cluster's first topics were (striping on
+    /// from the partitions placed so far, as Kafka's placer spreads them over the usable brokers), registered,
     /// and told to every live broker, which creates the replicas it hosts. The forwarding broker has
     /// resolved `num.partitions` already. Per topic, in request order: its partition count or why not.
     fn create_topics(
@@ -167,8 +209,9 @@ impl Controller {
             let exists = self.partitions.keys().any(|tp| tp.topic == t.name);
             let checked = crate::metadata::check_new_topic(exists, &t, 1, self.default_replication_factor, live);
             if let (Ok((n, rf)), false) = (checked, validate_only) {
-                let topology = Topology::new(self.brokers, rf);
-                for (tp, replicas) in topology.assignment(&BTreeMap::from([(t.name.clone(), n)])) {
+                for p in 0..n {
+                    let tp = TopicPartition::new(&t.name, p);
+                    let replicas = self.placement.replicas(p, self.partitions.len(), rf, self.brokers, &self.fenced);
                     let registration = PartitionRegistration::new(replicas);
                     self.partitions.insert(tp.clone(), registration.clone());
                     // Kafka's `PartitionRecord`; brokers apply it as the first change of a partition they lack.

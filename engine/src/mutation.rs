@@ -61,10 +61,11 @@ pub enum Mutation {
     TransactionalIdsNeverExpire,
     AddPartitionsPidBeforePending,
     MarkerRetryResendsAllPartitions,
+    HostedPartitionsOnly,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 53] = [
+    pub const ALL: [Mutation; 54] = [
         Mutation::ReadCommittedBoundedByHw,
         Mutation::LsoInclusive,
         Mutation::LsoIgnoresOngoingTxns,
@@ -118,6 +119,7 @@ impl Mutation {
         Mutation::TransactionalIdsNeverExpire,
         Mutation::AddPartitionsPidBeforePending,
         Mutation::MarkerRetryResendsAllPartitions,
+        Mutation::HostedPartitionsOnly,
     ];
 
     /// The kebab-case name used on the command line and in seed files.
@@ -176,6 +178,7 @@ impl Mutation {
             Mutation::EpochExhaustionIgnored => "epoch-exhaustion-ignored",
             Mutation::TransactionalIdsNeverExpire => "transactional-ids-never-expire",
             Mutation::AddPartitionsPidBeforePending => "add-partitions-pid-before-pending",
+            Mutation::HostedPartitionsOnly => "hosted-partitions-only",
         }
     }
 
@@ -283,6 +286,7 @@ impl Mutation {
             Mutation::EpochExhaustionIgnored => "The coordinator counts only Short.MAX_VALUE as an exhausted epoch, keeping none back for fencing: an InitProducerId or a TV2 commit at Short.MAX_VALUE - 1 hands Short.MAX_VALUE itself to the client, which then can never be fenced, instead of a new producer id at epoch 0.",
             Mutation::TransactionalIdsNeverExpire => "The coordinator never expires a transactional id: one idle for transactional.id.expiration.ms keeps its producer id and epoch, and its next InitProducerId bumps that epoch instead of starting a new producer id.",
             Mutation::AddPartitionsPidBeforePending => "KAFKA-18660 undone: AddPartitionsToTxn checks the producer id and epoch before the pending transition, so after a TV2 commit that rotated the producer id, the next transaction's partitions, sent under the new id while the markers are still out, are refused INVALID_PRODUCER_ID_MAPPING.",
+            Mutation::HostedPartitionsOnly => "A broker knows only the partitions it hosts a replica of, not its metadata cache: the coordinator refuses AddPartitionsToTxn and TxnOffsetCommit of a partition led elsewhere with UNKNOWN_TOPIC_OR_PARTITION, and a Produce or Fetch sent to a broker outside the partition's replicas is told the partition does not exist instead of NOT_LEADER_OR_FOLLOWER.",
         }
     }
 
@@ -355,6 +359,7 @@ impl Mutation {
             Mutation::EpochExhaustionIgnored => "TransactionMetadata.isEpochExhausted, prepareProducerIdRotation, prepareComplete (nextProducerId); TransactionCoordinatorTest#shouldGenerateNewProducerIdIfEpochsExhausted",
             Mutation::TransactionalIdsNeverExpire => "TransactionStateManager.removeExpiredTransactionalIds (transactional.id.expiration.ms); TransactionStateManagerTest#shouldRemoveCompleteCommitExpiredTransactionalIds",
             Mutation::AddPartitionsPidBeforePending => "KAFKA-18660 (PR #18730, Kafka 4.0): TransactionCoordinator.handleAddPartitionsToTransaction checks the pending transition first",
+            Mutation::HostedPartitionsOnly => "MetadataCache.contains: KafkaApis.handleAddPartitionsToTxnRequest and handleTxnOffsetCommitRequest, ReplicaManager.getPartitionOrError (NOT_LEADER_OR_FOLLOWER for a partition the cache has and the broker does not host)",
         }
     }
 }

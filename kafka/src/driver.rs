@@ -41,7 +41,8 @@ use txnsim_engine::{
     TransactionResult, TransactionVersion,
 };
 use txnsim_properties::{
-    check_group_offsets, check_replicas, check_state, check_timers, ClusterView, MonotonicityChecker, Violation,
+    check_group_offsets, check_replicas, check_state, check_timers, standing_leader, ClusterView, MonotonicityChecker,
+    Violation,
 };
 use uuid::Uuid;
 
@@ -49,8 +50,8 @@ mod groups;
 
 pub type ConnId = u64;
 
-/// The broker of a one-broker cluster, and in a larger one the leader of every partition as placed
-/// (`Topology::assignment`) and the coordinators' host (`COORDINATOR_BROKER`).
+/// The broker of a one-broker cluster, and in a larger one the coordinators' host (coordinator failover
+/// is not modelled); partitions are led where the controller placed them (`Placement::Striped`).
 pub const BROKER_ID: u32 = 0;
 /// Deliveries one request may cause before the broker is declared stuck (`Cluster::MAX_STEPS_PER_RUN`).
 const MAX_STEPS_PER_REQUEST: usize = txnsim_engine::cluster::MAX_STEPS_PER_RUN;
@@ -127,6 +128,10 @@ pub struct Driver {
     answers: BTreeMap<u64, Message>,
     /// `replica_fingerprint` when the replica invariants last ran.
     replicas_checked: Vec<(Offset, Offset, u32, i32, Vec<u32>)>,
+    /// Each partition's leader and leader epoch when the state invariants last ran (`leader_of`).
+    leaders_checked: BTreeMap<TopicPartition, (u32, i32)>,
+    /// Crashed brokers, not yet restarted: what is sent to them is lost, and they do nothing.
+    down: std::collections::BTreeSet<u32>,
     pub timeline: Timeline,
 }
 
@@ -164,7 +169,7 @@ impl Driver {
         let (brokers, controller) = if n == 1 {
             (vec![Broker::new(BROKER_ID, &BTreeMap::new(), config)], None)
         } else {
-            let topology = Topology::new(n, default_replication_factor);
+            let topology = Topology::striped(n, default_replication_factor);
             let controller = Controller::new(&BTreeMap::new(), &topology, &config);
             let brokers = (0..n).map(|id| Broker::with_registrations(id, &controller.partitions, config.clone()));
             (brokers.collect(), Some(controller))
@@ -184,6 +189,8 @@ impl Driver {
             unreported: Vec::new(),
             answers: BTreeMap::new(),
             replicas_checked: Vec::new(),
+            leaders_checked: BTreeMap::new(),
+            down: Default::default(),
             timeline: Timeline::default(),
         };
         for id in 0..n {
@@ -193,7 +200,7 @@ impl Driver {
         driver
     }
 
-    /// Broker 0: the only one, or the leader of every partition.
+    /// Broker 0: the only one, or the coordinators' host.
     pub fn broker(&self) -> &Broker {
         &self.brokers[BROKER_ID as usize]
     }
@@ -205,6 +212,66 @@ impl Driver {
     /// A connection accepted by broker `broker`'s listener (a connection never announced is broker 0's).
     pub fn on_connect(&mut self, conn: ConnId, broker: u32) {
         self.connections.insert(conn, Connection { broker, ..Connection::default() });
+    }
+
+    /// The brokers not crashed.
+    fn live_brokers(&self) -> impl Iterator<Item = &Broker> {
+        (0..).zip(&self.brokers).filter(|(id, _)| !self.down.contains(id)).map(|(_, b)| b)
+    }
+
+    /// Whether broker `id` is crashed: its listener's new connections are to be closed at once.
+    pub fn is_down(&self, id: u32) -> bool {
+        self.down.contains(&id)
+    }
+
+    /// Broker `id` crashes, as `Cluster::crash_broker` crashes one: its timers are dropped, what is sent
+    /// to it is lost, its connections close (the returned `Close`s), and the controller fences it
+    /// (`handleBrokerFenced`: it leaves the ISRs and its partitions get new leaders). Its logs survive for
+    /// `restart_broker`. Broker 0 is refused: it hosts the coordinators, and coordinator failover is not
+    /// modelled.
+    pub fn crash_broker(&mut self, now_ms: TimeMs, id: u32) -> Result<Vec<Output>, String> {
+        if id as usize >= self.brokers.len() {
+            return Err(format!("there is no broker {id} (brokers 0 to {})", self.brokers.len() - 1));
+        }
+        if id == BROKER_ID {
+            return Err("broker 0 hosts the transaction and group coordinators; coordinator failover is not modelled"
+                .to_string());
+        }
+        if !self.down.insert(id) {
+            return Err(format!("broker {id} is already down"));
+        }
+        self.timeline.event(now_ms, &NodeId::Broker(id).to_string(), || "crashed".to_string());
+        self.timers.retain(|_, (b, _)| *b != id);
+        let closed: Vec<ConnId> = self.connections.iter().filter(|(_, c)| c.broker == id).map(|(c, _)| *c).collect();
+        let mut out = Vec::new();
+        for conn in closed {
+            self.connections.remove(&conn);
+            out.push(Output::Close(conn, format!("broker {id} crashed")));
+        }
+        let controller = self.controller.as_mut().expect("a cluster of several brokers has a controller");
+        let effects = controller.broker_fenced(id);
+        self.run(now_ms, CONTROLLER_ID, effects);
+        self.wake(now_ms, false, &mut out);
+        Ok(out)
+    }
+
+    /// A crashed broker starts again, as `Cluster::start_broker` starts one: the controller unfences it
+    /// (it may lead a partition left without a leader), and it loads its logs and the controller's
+    /// current image, then catches up as a follower and rejoins the ISRs through its leaders.
+    pub fn restart_broker(&mut self, now_ms: TimeMs, id: u32) -> Result<Vec<Output>, String> {
+        if !self.down.remove(&id) {
+            return Err(format!("broker {id} is not down"));
+        }
+        self.timeline.event(now_ms, &NodeId::Broker(id).to_string(), || "restarted".to_string());
+        let controller = self.controller.as_mut().expect("only a cluster's broker can be down");
+        let unfenced = controller.broker_unfenced(id);
+        let image = controller.partitions.clone();
+        let started = self.brokers[id as usize].restart_with_image(now_ms, &image);
+        self.run(now_ms, CONTROLLER_ID, unfenced);
+        self.run(now_ms, id, started);
+        let mut out = Vec::new();
+        self.wake(now_ms, false, &mut out);
+        Ok(out)
     }
 
     /// Every violation seen so far, first occurrence of each.
@@ -221,7 +288,7 @@ impl Driver {
     /// or a waiting Fetch's.
     pub fn next_deadline_ms(&self) -> Option<TimeMs> {
         let timer = self.timers.keys().next().map(|k| k.0);
-        let brokers = self.brokers.iter().filter_map(|b| {
+        let brokers = self.live_brokers().filter_map(|b| {
             let replication = b.next_replication_deadline_ms();
             replication.into_iter().chain(b.groups.next_deadline_ms()).min()
         });
@@ -272,7 +339,8 @@ impl Driver {
             self.after_broker_step(now_ms, id, line);
             self.run(now_ms, id, effects);
         }
-        for id in 0..self.brokers.len() as u32 {
+        let live: Vec<u32> = (0..self.brokers.len() as u32).filter(|id| !self.down.contains(id)).collect();
+        for id in live {
             let b = &mut self.brokers[id as usize];
             if b.next_replication_deadline_ms().is_some_and(|due| due <= now_ms) {
                 let effects = b.tick_replication(now_ms);
@@ -514,6 +582,11 @@ impl Driver {
                     let effects = controller.on_message(env);
                     self.absorb(CONTROLLER_ID, effects, &mut network);
                 }
+                NodeId::Broker(id) if self.down.contains(&id) => {
+                    let line =
+                        format!("lost {} from {} (broker {id} is down)", txnsim_sim::world::describe(&env), env.from);
+                    self.timeline.event(now_ms, &env.to.to_string(), || line);
+                }
                 NodeId::Broker(id) => {
                     let line = format!("recv {} from {}", txnsim_sim::world::describe(&env), env.from);
                     // Reads change no log and no coordinator state: the invariants need not look again.
@@ -549,26 +622,23 @@ impl Driver {
     }
 
     /// After every step of broker `id`: the timeline line with what changed in its logs, then every state
-    /// invariant of the catalogue on the live cluster: broker 0's logs (every partition's leader, as no
-    /// leader changes over the wire) and coordinators, and each follower's replicas against its leader's.
+    /// invariant of the catalogue on the live cluster: each partition's leader's log (`leader_of`) and
+    /// broker 0's coordinators, and each follower's replicas against its leader's.
     fn after_broker_step(&mut self, now_ms: TimeMs, id: u32, line: String) {
         self.timeline.broker_step(now_ms, &self.brokers[id as usize], line);
         let mut found = Vec::new();
-        // A follower's step changes only its own replicas: broker 0's state needs no second look.
-        if id == BROKER_ID {
-            let leader = &self.brokers[BROKER_ID as usize];
-            let view = ClusterView::of_broker(leader);
-            found.extend(check_state(&view));
-            found.extend(self.monotonicity.observe(&view));
-            found.extend(check_group_offsets(leader));
-            found.extend(check_timers(&leader.coordinator));
-        }
         // The replica invariants read every replica's batches: only when a log end, HW, leader or ISR
         // moved (the followers' long-poll fetches come and go without moving any, twice a second each).
         let replicas = self.replica_fingerprint();
-        if replicas != self.replicas_checked {
-            found.extend(check_replicas(&self.brokers));
+        let moved = replicas != self.replicas_checked;
+        if moved {
+            // A crashed broker's frozen state is no replica's word (the sim's `check_replicas` too).
+            found.extend(check_replicas(self.live_brokers()));
             self.replicas_checked = replicas;
+        }
+        // A step that moved no replica changed no leader's log: only the coordinators' broker needs a look.
+        if id == BROKER_ID || moved {
+            found.extend(self.check_leaders());
         }
         for v in found {
             if self.violations.iter().any(|seen| seen.invariant == v.invariant) {
@@ -578,6 +648,55 @@ impl Driver {
             self.violations.push(v.clone());
             self.unreported.push(v);
         }
+    }
+
+    /// The broker whose log of `tp` stands for the partition (`standing_leader`, as the sim picks), else
+    /// broker 0 (a partition outside replication: one broker's, or `__consumer_offsets`).
+    fn leader_of(&self, tp: &TopicPartition) -> (u32, i32) {
+        let known = self.brokers.iter().filter_map(|b| b.replica_manager.partitions.get(tp));
+        standing_leader(known.map(|p| (p.leader, p.leader_epoch))).unwrap_or((BROKER_ID, 0))
+    }
+
+    /// The state invariants and LSO/HW monotonicity on every partition's leader log, with broker 0's
+    /// coordinators. The logs are moved out of their brokers for the check and back (a copy would cost
+    /// their size at every step). A partition whose leader changed starts monotonicity afresh: a new
+    /// leader's HW may lag the old one's, as in Kafka.
+    fn check_leaders(&mut self) -> Vec<Violation> {
+        let tps: std::collections::BTreeSet<TopicPartition> =
+            self.brokers.iter().flat_map(|b| b.partitions.keys().cloned()).collect();
+        let leaders: BTreeMap<TopicPartition, (u32, i32)> = tps
+            .into_iter()
+            .map(|tp| {
+                let leader = self.leader_of(&tp);
+                (tp, leader)
+            })
+            .collect();
+        let moved = self.leaders_checked.iter().any(|(tp, l)| leaders.get(tp).is_some_and(|now| now != l));
+        if moved {
+            self.monotonicity = MonotonicityChecker::default();
+        }
+        let mut logs = BTreeMap::new();
+        for (tp, (id, _)) in &leaders {
+            if let Some(log) = self.brokers[*id as usize].partitions.remove(tp) {
+                logs.insert(tp.clone(), log);
+            }
+        }
+        let coordinator = &self.brokers[BROKER_ID as usize];
+        let view = ClusterView {
+            partitions: &logs,
+            coordinator: Some(&coordinator.coordinator),
+            mutations: &coordinator.config.mutations,
+        };
+        let mut found = check_state(&view);
+        found.extend(self.monotonicity.observe(&view));
+        for (tp, log) in logs {
+            self.brokers[leaders[&tp].0 as usize].partitions.insert(tp, log);
+        }
+        let coordinator = &self.brokers[BROKER_ID as usize];
+        found.extend(check_group_offsets(coordinator));
+        found.extend(check_timers(&coordinator.coordinator));
+        self.leaders_checked = leaders;
+        found
     }
 
     /// Per replicated partition on each broker: its log end, HW, leader, leader epoch and ISR.
@@ -640,11 +759,13 @@ impl Driver {
             unreachable!("Metadata answers Metadata")
         };
         let mut response = MetadataResponse::default();
+        // `KRaftMetadataCache.getAliveBrokerNodes`: a fenced (crashed) broker is not listed.
         response.brokers = (0..)
             .zip(&self.addresses)
-            .map(|(id, (host, port))| {
+            .filter(|(id, _)| !self.down.contains(id))
+            .map(|(id, (host, port)): (u32, _)| {
                 let mut broker = MetadataResponseBroker::default();
-                broker.node_id = id.into();
+                broker.node_id = (id as i32).into();
                 broker.host = host.clone();
                 broker.port = *port;
                 broker

@@ -33,7 +33,7 @@ pub struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:9092")]
     pub addr: SocketAddr,
     /// Brokers in the cluster (1 to 5): one keeps its own metadata; more replicate through the engine's
-    /// controller, broker 0 leading every partition and hosting the coordinators.
+    /// controller, which stripes the partitions' leaders over the brokers; broker 0 hosts the coordinators.
     #[arg(long, default_value_t = 1)]
     pub brokers: u32,
     /// `default.replication.factor`: replicas of a topic created without a count (Kafka's default 1), at
@@ -68,6 +68,8 @@ enum Event {
     Open(ConnId, u32, TcpStream),
     Frame(ConnId, bytes::Bytes),
     Closed(ConnId, Option<String>),
+    /// A line of stdin: `crash N` or `restart N`.
+    Command(String),
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -178,6 +180,16 @@ pub fn run_serve(args: &ServeArgs) -> ExitCode {
         let (events, open, next_id) = (events.clone(), open.clone(), next_id.clone());
         std::thread::spawn(move || accept_loop(listener, broker, events, open, next_id));
     }
+    // Commands on stdin (`crash N`, `restart N`), one a line; at end of input serve goes on serving.
+    let commands = events.clone();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lines() {
+            let Ok(line) = line else { return };
+            if commands.send(Event::Command(line)).is_err() {
+                return;
+            }
+        }
+    });
     drop(events);
     let mut streams: BTreeMap<ConnId, TcpStream> = BTreeMap::new();
     while !STOP.load(Ordering::Relaxed) {
@@ -188,10 +200,26 @@ pub fn run_serve(args: &ServeArgs) -> ExitCode {
             .min(MAX_IDLE);
         let mut outputs = match inbox.recv_timeout(wait) {
             Ok(Event::Open(id, broker, stream)) => {
-                streams.insert(id, stream);
-                driver.on_connect(id, broker);
+                if driver.is_down(broker) {
+                    // A crashed broker's port: the connection is closed at once, as by a dead host.
+                    stream.shutdown(Shutdown::Both).ok();
+                } else {
+                    streams.insert(id, stream);
+                    driver.on_connect(id, broker);
+                }
                 Vec::new()
             }
+            Ok(Event::Command(line)) => match command(&mut driver, now_ms(), &line) {
+                Ok((outputs, done)) => {
+                    println!("txnsim serve: {done}");
+                    std::io::stdout().flush().ok();
+                    outputs
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    Vec::new()
+                }
+            },
             Ok(Event::Frame(id, body)) => driver.on_frame(now_ms(), id, body),
             Ok(Event::Closed(id, reason)) => {
                 if let Some(reason) = reason {
@@ -240,6 +268,24 @@ pub fn run_serve(args: &ServeArgs) -> ExitCode {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// One stdin command: `crash N` (the broker crashes: `Driver::crash_broker`) or `restart N`. What the
+/// sockets must do and the line to print, or why not.
+fn command(driver: &mut Driver, now_ms: u64, line: &str) -> Result<(Vec<Output>, String), String> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let (verb, id) = match words.as_slice() {
+        [verb @ ("crash" | "restart"), id] => {
+            (*verb, id.parse::<u32>().map_err(|_| format!("{line:?}: {id:?} is not a broker id"))?)
+        }
+        [] => return Ok((Vec::new(), "ready".to_string())),
+        _ => return Err(format!("{line:?}: commands are `crash N` and `restart N`")),
+    };
+    if verb == "crash" {
+        Ok((driver.crash_broker(now_ms, id)?, format!("broker {id} crashed")))
+    } else {
+        Ok((driver.restart_broker(now_ms, id)?, format!("broker {id} restarted")))
     }
 }
 

@@ -12,7 +12,7 @@ use kafka_protocol::records::{
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::io::Cursor;
-use txnsim_engine::{EngineConfig, PartitionLog, TopicPartition};
+use txnsim_engine::{EngineConfig, Mutation, Mutations, PartitionLog, TopicPartition};
 use txnsim_kafka::driver::ConnId;
 use txnsim_kafka::frame::{self, FrameError, MAX_REQUEST_BYTES};
 use txnsim_kafka::{Driver, Output};
@@ -134,24 +134,10 @@ fn fixture() -> (Driver, i64) {
         (0, 0)
     );
 
-    let mut init = InitProducerIdRequest::default();
-    init.transactional_id = Some(StrBytes::from_static_str("tx").into());
-    init.transaction_timeout_ms = 60_000;
-    let r: InitProducerIdResponse = answer(d.on_frame(3, 1, request(ApiKey::InitProducerId, 4, 3, &init)), 1, 4);
-    assert_eq!(r.error_code, 0);
-    let pid = r.producer_id.0;
+    let (pid, epoch) = init_transaction(&mut d, 3, 1);
+    assert_eq!(epoch, 0);
     for (i, (values, commit)) in [(&["c-0", "c-1"][..], true), (&["a-0"][..], false)].into_iter().enumerate() {
-        let mut add = AddPartitionsToTxnRequest::default();
-        add.v3_and_below_transactional_id = StrBytes::from_static_str("tx").into();
-        add.v3_and_below_producer_id = pid.into();
-        add.v3_and_below_producer_epoch = 0;
-        let mut t = add_partitions_to_txn_request::AddPartitionsToTxnTopic::default();
-        t.name = StrBytes::from_static_str(TOPIC).into();
-        t.partitions = vec![0];
-        add.v3_and_below_topics = vec![t];
-        let r: AddPartitionsToTxnResponse =
-            answer(d.on_frame(4, 1, request(ApiKey::AddPartitionsToTxn, 3, 4, &add)), 1, 3);
-        assert_eq!(r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code, 0);
+        assert_eq!(add_partition(&mut d, 4, 1, pid, 0), 0, "AddPartitionsToTxn");
         let seq = 2 * i as i32;
         let r: ProduceResponse = answer(
             d.on_frame(5, 1, request(ApiKey::Produce, 9, 5, &produce(Some("tx"), records(pid, 0, seq, true, values)))),
@@ -159,13 +145,7 @@ fn fixture() -> (Driver, i64) {
             9,
         );
         assert_eq!(r.responses[0].partition_responses[0].error_code, 0, "transactional produce");
-        let mut end = EndTxnRequest::default();
-        end.transactional_id = StrBytes::from_static_str("tx").into();
-        end.producer_id = pid.into();
-        end.producer_epoch = 0;
-        end.committed = commit;
-        let r: EndTxnResponse = answer(d.on_frame(6, 1, request(ApiKey::EndTxn, 3, 6, &end)), 1, 3);
-        assert_eq!(r.error_code, 0, "EndTxn");
+        assert_eq!(end_txn(&mut d, 6, 1, pid, 0, commit), 0, "EndTxn");
     }
     (d, pid)
 }
@@ -569,8 +549,8 @@ fn three_brokers_list_every_replica_and_refuse_a_produce_to_a_follower() {
     let ids = |v: &[BrokerId]| v.iter().map(|b| b.0).collect::<Vec<i32>>();
     assert_eq!(
         (p.error_code, p.leader_id.0, p.leader_epoch, ids(&p.replica_nodes), ids(&p.isr_nodes)),
-        (0, 0, 0, vec![0, 1, 2], vec![0, 1, 2]),
-        "leader 0 at epoch 0, replicas and ISR 0, 1, 2"
+        (0, 1, 0, vec![1, 2, 0], vec![1, 2, 0]),
+        "the first partition placed starts at broker 1 (striped): leader 1 at epoch 0, replicas and ISR 1, 2, 0"
     );
 
     // FindCoordinator on broker 1 names broker 0 at broker 0's port.
@@ -581,34 +561,34 @@ fn three_brokers_list_every_replica_and_refuse_a_produce_to_a_follower() {
     let c = &r.coordinators[0];
     assert_eq!((c.error_code, c.node_id.0, c.port), (0, 0, 9092), "the coordinator is broker 0");
 
-    // A produce to follower 1 is refused by its engine; to leader 0 it is acknowledged once both
+    // A produce to follower 0 is refused by its engine; to leader 1 it is acknowledged once both
     // followers have fetched it (acks=all), within the same request.
     let refused: ProduceResponse = answer(
-        d.on_frame(4, 2, request(ApiKey::Produce, 9, 3, &produce(None, records(-1, -1, -1, false, &["x"])))),
-        2,
-        9,
-    );
-    assert_eq!(refused.responses[0].partition_responses[0].error_code, 6, "NOT_LEADER_OR_FOLLOWER from broker 1");
-    let acked: ProduceResponse = answer(
-        d.on_frame(5, 1, request(ApiKey::Produce, 9, 4, &produce(None, records(-1, -1, -1, false, &["y"])))),
+        d.on_frame(4, 1, request(ApiKey::Produce, 9, 3, &produce(None, records(-1, -1, -1, false, &["x"])))),
         1,
         9,
     );
+    assert_eq!(refused.responses[0].partition_responses[0].error_code, 6, "NOT_LEADER_OR_FOLLOWER from broker 0");
+    let acked: ProduceResponse = answer(
+        d.on_frame(5, 2, request(ApiKey::Produce, 9, 4, &produce(None, records(-1, -1, -1, false, &["y"])))),
+        2,
+        9,
+    );
     let pr = &acked.responses[0].partition_responses[0];
-    assert_eq!((pr.error_code, pr.base_offset), (0, 0), "broker 0 leads and acknowledges");
+    assert_eq!((pr.error_code, pr.base_offset), (0, 0), "broker 1 leads and acknowledges");
     let tp = TopicPartition::new(TOPIC, 0);
     let offsets: Vec<(u64, u64)> = d
         .brokers()
         .iter()
         .map(|b| b.partition(&tp).map(|l| (l.log_end_offset(), l.high_watermark())).expect("every broker hosts it"))
         .collect();
-    assert_eq!(offsets[0], (1, 1), "the leader's HW passed the record before the acknowledgement");
+    assert_eq!(offsets[1], (1, 1), "the leader's HW passed the record before the acknowledgement");
     assert_eq!(offsets.iter().map(|o| o.0).collect::<Vec<_>>(), vec![1, 1, 1], "every replica holds the record");
     assert_eq!(d.violations(), &[], "no state or replica invariant broke");
 
     // A fetch from the follower is refused as well.
-    let r: FetchResponse = answer(d.on_frame(6, 2, request(ApiKey::Fetch, 12, 5, &fetch(0, 0))), 2, 12);
-    assert_eq!(r.responses[0].partitions[0].error_code, 6, "Fetch at broker 1: NOT_LEADER_OR_FOLLOWER");
+    let r: FetchResponse = answer(d.on_frame(6, 1, request(ApiKey::Fetch, 12, 5, &fetch(0, 0))), 1, 12);
+    assert_eq!(r.responses[0].partitions[0].error_code, 6, "Fetch at broker 0: NOT_LEADER_OR_FOLLOWER");
 }
 
 #[test]
@@ -624,4 +604,175 @@ fn three_brokers_auto_create_through_the_controller() {
     let create = create_topic("wide", 1, 4);
     let r: CreateTopicsResponse = answer(d.on_frame(3, 1, request(ApiKey::CreateTopics, 7, 3, &create)), 1, 7);
     assert_eq!(r.topics[0].error_code, 38, "INVALID_REPLICATION_FACTOR for 4 replicas on 3 brokers");
+}
+
+/// `serve --brokers 3 --partitions 3 --default-replication-factor 1` with `mutations`: connection 1 on
+/// broker 0's listener, 2 on broker 1's, 3 on broker 2's.
+fn three_brokers_three_partitions(mutations: Mutations) -> Driver {
+    let addresses: Vec<(String, u16)> = (0..3).map(|i| ("127.0.0.1".to_string(), 9092 + i)).collect();
+    let config = EngineConfig { num_partitions: 3, mutations, ..EngineConfig::default() };
+    let mut d = Driver::cluster(config, &addresses, 1, 0);
+    for conn in 1..=3 {
+        d.on_connect(conn, conn as u32 - 1);
+    }
+    d
+}
+
+/// Each partition's (leader, replicas) as Metadata on `conn` lists them.
+fn leaders_of(d: &mut Driver, now: u64, conn: ConnId, topic: &str) -> Vec<(i32, Vec<i32>)> {
+    let m = metadata_of(d, now, conn, topic);
+    assert_eq!(m.topics[0].error_code, 0, "topic {topic} exists");
+    let ids = |v: &[BrokerId]| v.iter().map(|b| b.0).collect::<Vec<i32>>();
+    m.topics[0].partitions.iter().map(|p| (p.leader_id.0, ids(&p.replica_nodes))).collect()
+}
+
+#[test]
+fn three_brokers_stripe_leaders_and_refuse_a_produce_to_a_non_leader() {
+    let mut d = three_brokers_three_partitions(Mutations::default());
+    let create = create_topic(TOPIC, -1, -1);
+    let r: CreateTopicsResponse = answer(d.on_frame(1, 1, request(ApiKey::CreateTopics, 7, 1, &create)), 1, 7);
+    assert_eq!((r.topics[0].error_code, r.topics[0].num_partitions), (0, 3), "num.partitions 3");
+    // Striped: partition i of the cluster starts at broker (i + 1) % 3, on every broker's Metadata.
+    for conn in 1..=3 {
+        let leaders = leaders_of(&mut d, 2, conn, TOPIC);
+        assert_eq!(leaders, vec![(1, vec![1]), (2, vec![2]), (0, vec![0])], "t-0 on 1, t-1 on 2, t-2 on 0");
+    }
+    // Auto-created at run time: striping goes on from the three partitions placed (partition 3: broker 1).
+    assert_eq!(metadata_of(&mut d, 3, 3, "later").topics[0].error_code, 5, "LEADER_NOT_AVAILABLE while created");
+    assert_eq!(leaders_of(&mut d, 4, 3, "later"), vec![(1, vec![1]), (2, vec![2]), (0, vec![0])]);
+    assert_eq!(metadata_of(&mut d, 5, 1, "last").topics[0].error_code, 5);
+    let last = leaders_of(&mut d, 6, 1, "last");
+    assert_eq!(last, vec![(1, vec![1]), (2, vec![2]), (0, vec![0])], "partitions 6 to 8: brokers 1, 2, 0");
+
+    // t-0 to broker 0, which hosts no replica of it, and to broker 2: NOT_LEADER_OR_FOLLOWER, no log moved.
+    let before: Vec<BTreeMap<TopicPartition, PartitionLog>> =
+        d.brokers().iter().map(|b| b.partitions.clone()).collect();
+    for (now, conn) in [(7, 1), (8, 3)] {
+        let frame = request(ApiKey::Produce, 9, 2, &produce(None, records(-1, -1, -1, false, &["x"])));
+        let refused: ProduceResponse = answer(d.on_frame(now, conn, frame), conn, 9);
+        let pr = &refused.responses[0].partition_responses[0];
+        assert_eq!((pr.error_code, pr.base_offset), (6, -1), "NOT_LEADER_OR_FOLLOWER on connection {conn}");
+    }
+    let after: Vec<BTreeMap<TopicPartition, PartitionLog>> = d.brokers().iter().map(|b| b.partitions.clone()).collect();
+    assert!(before == after, "a refused produce changes no broker's log");
+    // Its leader takes it, and the invariants read broker 1's log.
+    let frame = request(ApiKey::Produce, 9, 3, &produce(None, records(-1, -1, -1, false, &["y"])));
+    let acked: ProduceResponse = answer(d.on_frame(9, 2, frame), 2, 9);
+    let pr = &acked.responses[0].partition_responses[0];
+    assert_eq!((pr.error_code, pr.base_offset), (0, 0), "broker 1 leads t-0 and acknowledges");
+    let tp = TopicPartition::new(TOPIC, 0);
+    assert_eq!(d.brokers()[1].partition(&tp).map(|l| l.log_end_offset()), Some(1), "the record is on broker 1");
+
+    // A transaction on t-0: the coordinator on broker 0 hosts no replica of it and takes it all the same
+    // (Kafka checks the metadata cache), and its COMMIT marker goes to leader 1.
+    let (pid, epoch) = init_transaction(&mut d, 10, 1);
+    assert_eq!(add_partition(&mut d, 11, 1, pid, epoch), 0, "AddPartitionsToTxn of t-0 at broker 0");
+    let frame = request(ApiKey::Produce, 9, 4, &produce(Some("tx"), records(pid, epoch, 0, true, &["z"])));
+    let acked: ProduceResponse = answer(d.on_frame(12, 2, frame), 2, 9);
+    assert_eq!(acked.responses[0].partition_responses[0].error_code, 0, "leader 1 takes the transaction's batch");
+    assert_eq!(end_txn(&mut d, 13, 1, pid, epoch, true), 0, "the commit completes");
+    assert_eq!(d.brokers()[1].partition(&tp).map(|l| l.log_end_offset()), Some(3), "record 1 and the marker at 2");
+    assert_eq!(d.violations(), &[], "no state or replica invariant broke");
+}
+
+/// Under `hosted-partitions-only` the same requests get UNKNOWN_TOPIC_OR_PARTITION (3): the produce to
+/// broker 0, which hosts no replica of t-0, and the coordinator's AddPartitionsToTxn of it. The exact
+/// answers above (6 and 0) catch it.
+#[test]
+fn hosted_partitions_only_is_caught_by_the_exact_answers() {
+    let mut d = three_brokers_three_partitions(Mutations::one(Mutation::HostedPartitionsOnly));
+    let create = create_topic(TOPIC, -1, -1);
+    let r: CreateTopicsResponse = answer(d.on_frame(1, 1, request(ApiKey::CreateTopics, 7, 1, &create)), 1, 7);
+    assert_eq!(r.topics[0].error_code, 0);
+    let frame = request(ApiKey::Produce, 9, 2, &produce(None, records(-1, -1, -1, false, &["x"])));
+    let refused: ProduceResponse = answer(d.on_frame(2, 1, frame), 1, 9);
+    assert_eq!(refused.responses[0].partition_responses[0].error_code, 3, "UNKNOWN_TOPIC_OR_PARTITION, not 6");
+    let (pid, epoch) = init_transaction(&mut d, 3, 1);
+    assert_eq!(add_partition(&mut d, 4, 1, pid, epoch), 3, "the coordinator does not know t-0");
+}
+
+/// InitProducerId for transactional id `tx` on `conn`: the producer id and epoch.
+fn init_transaction(d: &mut Driver, now: u64, conn: ConnId) -> (i64, i16) {
+    let mut init = InitProducerIdRequest::default();
+    init.transactional_id = Some(StrBytes::from_static_str("tx").into());
+    init.transaction_timeout_ms = 60_000;
+    let r: InitProducerIdResponse =
+        answer(d.on_frame(now, conn, request(ApiKey::InitProducerId, 4, 2, &init)), conn, 4);
+    assert_eq!(r.error_code, 0, "InitProducerId");
+    (r.producer_id.0, r.producer_epoch)
+}
+
+/// AddPartitionsToTxn (v3) of `t-0` to `tx` on `conn`: the partition's error code.
+fn add_partition(d: &mut Driver, now: u64, conn: ConnId, pid: i64, epoch: i16) -> i16 {
+    let mut add = AddPartitionsToTxnRequest::default();
+    add.v3_and_below_transactional_id = StrBytes::from_static_str("tx").into();
+    add.v3_and_below_producer_id = pid.into();
+    add.v3_and_below_producer_epoch = epoch;
+    let mut topic = add_partitions_to_txn_request::AddPartitionsToTxnTopic::default();
+    topic.name = StrBytes::from_static_str(TOPIC).into();
+    topic.partitions = vec![0];
+    add.v3_and_below_topics = vec![topic];
+    let r: AddPartitionsToTxnResponse =
+        answer(d.on_frame(now, conn, request(ApiKey::AddPartitionsToTxn, 3, 3, &add)), conn, 3);
+    r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+}
+
+/// EndTxn (v3) of `tx` on `conn`, committing or aborting: its error code.
+fn end_txn(d: &mut Driver, now: u64, conn: ConnId, pid: i64, epoch: i16, commit: bool) -> i16 {
+    let mut end = EndTxnRequest::default();
+    end.transactional_id = StrBytes::from_static_str("tx").into();
+    end.producer_id = pid.into();
+    end.producer_epoch = epoch;
+    end.committed = commit;
+    let r: EndTxnResponse = answer(d.on_frame(now, conn, request(ApiKey::EndTxn, 3, 5, &end)), conn, 3);
+    r.error_code
+}
+
+/// `crash 1` and `restart 1` on serve's stdin, without sockets: broker 1 leads `t-0` (replicas 1, 2, 0),
+/// crashes with a transaction open on it, and the commit completes on the new leader 2.
+#[test]
+fn a_crashed_leader_hands_over_and_a_transaction_commits_on_the_new_one() {
+    let mut d = three_brokers();
+    d.on_connect(3, 2);
+    let create = create_topic(TOPIC, 1, -1);
+    let r: CreateTopicsResponse = answer(d.on_frame(1, 1, request(ApiKey::CreateTopics, 7, 1, &create)), 1, 7);
+    assert_eq!(r.topics[0].error_code, 0);
+    let (pid, epoch) = init_transaction(&mut d, 2, 1);
+    assert_eq!(add_partition(&mut d, 3, 1, pid, epoch), 0, "AddPartitionsToTxn of t-0");
+    let frame = request(ApiKey::Produce, 9, 4, &produce(Some("tx"), records(pid, epoch, 0, true, &["a", "b"])));
+    let acked: ProduceResponse = answer(d.on_frame(4, 2, frame), 2, 9);
+    assert_eq!(acked.responses[0].partition_responses[0].error_code, 0, "leader 1 takes the transaction's batch");
+
+    assert_eq!(
+        d.crash_broker(5, 0).unwrap_err(),
+        "broker 0 hosts the transaction and group coordinators; coordinator failover is not modelled"
+    );
+    let closed = d.crash_broker(5, 1).expect("broker 1 crashes");
+    assert_eq!(closed, vec![Output::Close(2, "broker 1 crashed".into())], "its one connection closes");
+    assert!(d.is_down(1));
+    assert_eq!(d.crash_broker(5, 1).unwrap_err(), "broker 1 is already down");
+    let m = metadata_of(&mut d, 6, 1, TOPIC);
+    let ids = |v: &[BrokerId]| v.iter().map(|b| b.0).collect::<Vec<i32>>();
+    let p = &m.topics[0].partitions[0];
+    assert_eq!(m.brokers.iter().map(|b| b.node_id.0).collect::<Vec<_>>(), vec![0, 2], "broker 1 is not listed");
+    assert_eq!((p.leader_id.0, p.leader_epoch, ids(&p.isr_nodes)), (2, 1, vec![2, 0]), "broker 2 leads at epoch 1");
+
+    assert_eq!(end_txn(&mut d, 7, 1, pid, epoch, true), 0, "the commit completes: the marker goes to the new leader");
+    let r: FetchResponse = answer(d.on_frame(8, 3, request(ApiKey::Fetch, 12, 6, &fetch(1, 0))), 3, 12);
+    let pd = &r.responses[0].partitions[0];
+    let read = values(pd.records.as_ref().expect("records"));
+    assert_eq!((pd.error_code, read), (0, vec![(0, "a".into()), (1, "b".into())]), "read_committed on broker 2");
+
+    d.restart_broker(9, 1).expect("broker 1 restarts");
+    assert_eq!(d.restart_broker(9, 1).unwrap_err(), "broker 1 is not down");
+    // It catches up as a follower of broker 2: a few fetch rounds, each on the replication deadlines.
+    for now in (10..5_000).step_by(100) {
+        d.on_tick(now);
+    }
+    let tp = TopicPartition::new(TOPIC, 0);
+    let ends: Vec<u64> = d.brokers().iter().map(|b| b.partition(&tp).expect("hosted").log_end_offset()).collect();
+    assert_eq!(ends, vec![3, 3, 3], "every replica holds the two records and the COMMIT marker");
+    let isr: Vec<u32> = d.brokers()[2].replica_manager.partitions[&tp].isr.iter().copied().collect();
+    assert_eq!(isr, vec![0, 1, 2], "broker 1 rejoined the ISR of leader 2");
+    assert_eq!(d.violations(), &[], "no state or replica invariant broke");
 }

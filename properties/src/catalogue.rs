@@ -401,9 +401,12 @@ pub const SCENARIO_CATCHER: &str = "a ported network scenario's exact expectatio
 /// Departures that scenarios do not stage, each with the ported Kafka test in `engine/tests/` that drives
 /// the engine class directly and catches it: the classic group protocol (scenarios have no JoinGroup or
 /// SyncGroup), a log truncated at its end after a leadership that wrote nothing, and an ISR expansion
-/// under a new leader whose HW lags (the sim meets it only after crashes), and the controller taking a
-/// fenced broker into an ISR (it costs availability: the dead member holds the HW until the ISR shrinks).
-pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 4] = [
+/// under a new leader whose HW lags (the sim meets it only after crashes), the controller taking a
+/// fenced broker into an ISR (it costs availability: the dead member holds the HW until the ISR
+/// shrinks), and a broker ignoring its metadata cache, which only the wire driver's striped partitions
+/// on brokers outside their replicas meet (the sim and the scenarios put a replica of every partition
+/// on broker 0).
+pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 5] = [
     (
         Mutation::OffsetCommitRefusedWhilePreparingRebalance,
         "a ported Kafka test's exact expectation (engine/tests/txn_offsets.rs)",
@@ -417,6 +420,7 @@ pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 4] = [
         "a ported Kafka test's exact expectation (engine/tests/replication.rs)",
     ),
     (Mutation::FencedReplicaJoinsIsr, "a ported Kafka test's exact expectation (engine/tests/replication.rs)"),
+    (Mutation::HostedPartitionsOnly, "the wire driver's exact answers (kafka/tests/driver.rs)"),
 ];
 
 /// `txnsim mutations`: every injectable bug with its mechanism, its Kafka source and what catches it.

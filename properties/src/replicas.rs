@@ -5,9 +5,19 @@
 use crate::catalogue::{Invariant, Violation};
 use crate::log_facts::LogFacts;
 use std::collections::BTreeMap;
+use txnsim_engine::controller::NO_LEADER;
 use txnsim_engine::protocol::NodeId;
 use txnsim_engine::record::RecordBatch;
 use txnsim_engine::{AbortedTxn, Broker, Offset, PartitionLog, TopicPartition, TransactionResult};
+
+/// Whose replica of a partition the state checkers read, from what each broker's replica state knows
+/// (its leader and that leader's epoch): the leader named at the newest epoch any broker knows. A crashed
+/// leader stands until the controller elected another, and the elected one stands before it has heard.
+/// Not the highest epoch a broker claims for itself: a leader restarted as a follower would leave an
+/// older claim standing, a long-dead broker's among them, whose log lacks what was committed since.
+pub fn standing_leader(known: impl IntoIterator<Item = (u32, i32)>) -> Option<(u32, i32)> {
+    known.into_iter().filter(|(leader, _)| *leader != NO_LEADER).max_by_key(|(_, epoch)| *epoch)
+}
 
 /// An acknowledged send: where its records went, as the producer was told.
 #[derive(Clone, Debug, PartialEq, Eq)]

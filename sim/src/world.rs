@@ -22,7 +22,8 @@ use txnsim_engine::{
     TopicPartition, TxnManagerState,
 };
 use txnsim_properties::{
-    CallOutcome, ClusterView, Event, History, MonotonicityChecker, Pause, ProducerCall, StateChecker, Violation,
+    standing_leader, CallOutcome, ClusterView, Event, History, MonotonicityChecker, Pause, ProducerCall, StateChecker,
+    Violation,
 };
 
 pub type Shared = Arc<Mutex<World>>;
@@ -234,27 +235,6 @@ pub struct World {
     next_wire_id: u64,
 }
 
-/// Where each partition's replicas go: partition `i` (over all topics in order) starts at broker
-/// `(i + 1) % brokers`, Kafka's striped placement, so leaders spread over the brokers and a one-partition
-/// topic is led by a broker other than the coordinator's.
-fn striped_controller(topics: &BTreeMap<String, u32>, params: &ProfileParams, config: &EngineConfig) -> Controller {
-    let topology = Topology::new(params.brokers, params.replication_factor);
-    let mut controller = Controller::new(topics, &topology, config);
-    let n = params.brokers;
-    for (i, (tp, reg)) in controller.partitions.iter_mut().enumerate() {
-        let rf = topology.replication_factor_of(&tp.topic);
-        let replicas: Vec<u32> = (0..rf).map(|k| (i as u32 + 1 + k) % n).collect();
-        let state = txnsim_engine::controller::LeaderAndIsr {
-            leader: replicas[0],
-            leader_epoch: 0,
-            isr: replicas.clone(),
-            partition_epoch: 0,
-        };
-        *reg = PartitionRegistration { replicas, state };
-    }
-    controller
-}
-
 fn ip_of(index: usize) -> SocketAddr {
     let ip = std::net::Ipv4Addr::new(10, 0, (index / 200) as u8, (index % 200 + 1) as u8);
     SocketAddr::new(ip.into(), PORT)
@@ -304,7 +284,10 @@ impl World {
         let (brokers, controller) = if params.brokers <= 1 {
             (BTreeMap::from([(BROKER, Broker::new(BROKER, &topics, config.clone()))]), None)
         } else {
-            let controller = striped_controller(&topics, &params, &config);
+            // Kafka's striped placement: leaders spread, and a one-partition topic is led by a broker
+            // other than the coordinator's.
+            let topology = Topology::striped(params.brokers, params.replication_factor);
+            let controller = Controller::new(&topics, &topology, &config);
             let brokers = (0..params.brokers)
                 .map(|id| (id, Broker::with_registrations(id, &controller.partitions, config.clone())))
                 .collect();
@@ -460,11 +443,8 @@ impl World {
 
     // ---------------------------------------------------------------- replicas
 
-    /// The broker whose replica of `tp` stands for the partition: the leader named at the newest leader
-    /// epoch any broker's replica state knows (a crashed leader, until the controller elected another,
-    /// and the elected one before it has heard). Not the highest epoch a broker claims for itself: a
-    /// leader that restarted as a follower leaves only older claims, a dead broker's among them.
-    /// On a single broker, that broker.
+    /// The broker whose replica of `tp` stands for the partition (`standing_leader`); on a single
+    /// broker, that broker.
     pub fn view_broker(&self, tp: &TopicPartition) -> u32 {
         let id = match self.partitions.binary_search(tp) {
             Ok(i) => self.view[i].0,
@@ -478,8 +458,7 @@ impl World {
     /// check of the cache in debug builds).
     fn scan_view_broker(&self, tp: &TopicPartition) -> u32 {
         let known = self.brokers.values().filter_map(|b| b.replica_manager.partitions.get(tp));
-        let newest = known.filter(|p| p.leader != NO_LEADER).max_by_key(|p| p.leader_epoch);
-        newest.map_or(BROKER, |p| p.leader)
+        standing_leader(known.map(|p| (p.leader, p.leader_epoch))).map_or(BROKER, |(leader, _)| leader)
     }
 
     /// Runs `f` on broker `id` (any change to its state goes through here), then re-reads what its
@@ -527,8 +506,7 @@ impl World {
         self.view.clear();
         for i in 0..self.partitions.len() {
             let known = self.summaries.values().filter_map(|s| s.claims.get(i).copied().flatten());
-            let newest = known.filter(|(leader, _)| *leader != NO_LEADER).max_by_key(|(_, epoch)| *epoch);
-            self.view.push(newest.unwrap_or((BROKER, 0)));
+            self.view.push(standing_leader(known).unwrap_or((BROKER, 0)));
         }
     }
 

@@ -1,9 +1,9 @@
 //! `txnsim serve` as a child process for the wire tests: on a free loopback port, stopped with SIGINT,
 //! every wait bounded.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -28,6 +28,12 @@ pub struct Server {
     /// Every broker's `127.0.0.1:PORT`, broker 0 first (more than one with `--brokers`).
     pub addresses: Vec<String>,
     timeline: PathBuf,
+    /// serve's stdin, for `command`; its stdout lines after the first (each test binary compiles this
+    /// module, and only `wire_clients` sends commands).
+    #[allow(dead_code)]
+    stdin: ChildStdin,
+    #[allow(dead_code)]
+    lines: mpsc::Receiver<String>,
 }
 
 impl Server {
@@ -38,16 +44,21 @@ impl Server {
             .args(["serve", "--addr", "127.0.0.1:0", "--timeline"])
             .arg(&timeline)
             .args(extra)
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .expect("start txnsim serve");
         let stdout = child.stdout.take().expect("piped");
         let (tx, rx) = mpsc::channel();
+        // Every stdout line, read until serve exits, so that serve never writes to a closed pipe.
         std::thread::spawn(move || {
-            let mut line = String::new();
-            BufReader::new(stdout).read_line(&mut line).ok();
-            tx.send(line).ok();
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
         });
         let line = rx.recv_timeout(Duration::from_secs(30)).expect("serve prints its address within 30 s");
         let ports: Vec<u16> = line
@@ -57,7 +68,15 @@ impl Server {
             .collect();
         assert!(!ports.is_empty(), "no 127.0.0.1:PORT in serve's first line {line:?}");
         let addresses = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-        Server { child, addresses, timeline }
+        let stdin = child.stdin.take().expect("piped");
+        Server { child, addresses, timeline, stdin, lines: rx }
+    }
+
+    /// One line on serve's stdin (`crash N`, `restart N`); the line serve prints for it, within 10 s.
+    #[allow(dead_code)]
+    pub fn command(&mut self, line: &str) -> String {
+        writeln!(self.stdin, "{line}").expect("write to serve's stdin");
+        self.lines.recv_timeout(Duration::from_secs(10)).unwrap_or_else(|e| panic!("serve answers {line:?}: {e}"))
     }
 
     /// Stops the server with SIGINT; returns its exit status (1 = a state invariant was violated while
