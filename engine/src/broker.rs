@@ -12,6 +12,7 @@ use crate::group_coordinator::{
 };
 use crate::log::PartitionLog;
 use crate::metadata::{MetadataMessage, NewTopic};
+use crate::mutation::Mutation;
 use crate::producer_state::AppendOrigin;
 use crate::protocol::{Effects, Envelope, Message, NodeId, ProduceAck, Timer, TxnMarkerEntry};
 use crate::record::{BatchProducer, EndTxnMarker, ProduceBatch};
@@ -296,6 +297,10 @@ impl Broker {
         let mut effects = Effects::default();
         let reply_to = env.from.clone();
         let corr = env.correlation_id;
+        if let Some(refusal) = self.refuse_if_not_coordinator(&env.message) {
+            effects.send(&self.id, &reply_to, corr, refusal);
+            return effects;
+        }
         let reply = match env.message {
             Message::InitProducerIdRequest { transactional_id, transaction_timeout_ms, producer_id_and_epoch } => self
                 .coordinate(now_ms, &mut effects, |c, ctx| {
@@ -500,6 +505,26 @@ impl Broker {
             effects.send(&self.id, &reply_to, corr, message);
         }
         effects
+    }
+
+    /// `TransactionStateManager.getTransactionState`: a broker that does not own the transactional id's
+    /// `__transaction_state` partition answers NOT_COORDINATOR (the client looks the coordinator up
+    /// again). Only `COORDINATOR_BROKER` owns one here (coordinator failover is not modelled); an
+    /// idempotent producer's InitProducerId, with no transactional id, any broker serves.
+    fn refuse_if_not_coordinator(&self, message: &Message) -> Option<Message> {
+        if self.id == NodeId::Broker(COORDINATOR_BROKER) || self.config.mutations.has(Mutation::AnyBrokerCoordinates) {
+            return None;
+        }
+        let refused = Err(KafkaError::NotCoordinator);
+        match message {
+            Message::InitProducerIdRequest { transactional_id: Some(_), .. } => {
+                Some(Message::InitProducerIdResponse { result: Err(KafkaError::NotCoordinator) })
+            }
+            Message::AddPartitionsToTxnRequest { .. } => Some(Message::AddPartitionsToTxnResponse { result: refused }),
+            Message::AddOffsetsToTxnRequest { .. } => Some(Message::AddOffsetsToTxnResponse { result: refused }),
+            Message::EndTxnRequest { .. } => Some(Message::EndTxnResponse { result: Err(KafkaError::NotCoordinator) }),
+            _ => None,
+        }
     }
 
     /// Sends CreateTopics to the controller, `num.partitions` filled in where the request left it to the

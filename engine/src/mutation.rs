@@ -62,10 +62,11 @@ pub enum Mutation {
     AddPartitionsPidBeforePending,
     MarkerRetryResendsAllPartitions,
     HostedPartitionsOnly,
+    AnyBrokerCoordinates,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 54] = [
+    pub const ALL: [Mutation; 55] = [
         Mutation::ReadCommittedBoundedByHw,
         Mutation::LsoInclusive,
         Mutation::LsoIgnoresOngoingTxns,
@@ -120,6 +121,7 @@ impl Mutation {
         Mutation::AddPartitionsPidBeforePending,
         Mutation::MarkerRetryResendsAllPartitions,
         Mutation::HostedPartitionsOnly,
+        Mutation::AnyBrokerCoordinates,
     ];
 
     /// The kebab-case name used on the command line and in seed files.
@@ -179,6 +181,7 @@ impl Mutation {
             Mutation::TransactionalIdsNeverExpire => "transactional-ids-never-expire",
             Mutation::AddPartitionsPidBeforePending => "add-partitions-pid-before-pending",
             Mutation::HostedPartitionsOnly => "hosted-partitions-only",
+            Mutation::AnyBrokerCoordinates => "any-broker-coordinates",
         }
     }
 
@@ -287,6 +290,7 @@ impl Mutation {
             Mutation::TransactionalIdsNeverExpire => "The coordinator never expires a transactional id: one idle for transactional.id.expiration.ms keeps its producer id and epoch, and its next InitProducerId bumps that epoch instead of starting a new producer id.",
             Mutation::AddPartitionsPidBeforePending => "KAFKA-18660 undone: AddPartitionsToTxn checks the producer id and epoch before the pending transition, so after a TV2 commit that rotated the producer id, the next transaction's partitions, sent under the new id while the markers are still out, are refused INVALID_PRODUCER_ID_MAPPING.",
             Mutation::HostedPartitionsOnly => "A broker knows only the partitions it hosts a replica of, not its metadata cache: the coordinator refuses AddPartitionsToTxn and TxnOffsetCommit of a partition led elsewhere with UNKNOWN_TOPIC_OR_PARTITION, and a Produce or Fetch sent to a broker outside the partition's replicas is told the partition does not exist instead of NOT_LEADER_OR_FOLLOWER.",
+            Mutation::AnyBrokerCoordinates => "Every broker serves the transaction coordinator's requests from its own coordinator state: a client that sends InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn or EndTxn to a broker other than the coordinator gets a second coordinator for the same transactional id, with its own producer id and epoch, instead of NOT_COORDINATOR.",
         }
     }
 
@@ -360,6 +364,7 @@ impl Mutation {
             Mutation::TransactionalIdsNeverExpire => "TransactionStateManager.removeExpiredTransactionalIds (transactional.id.expiration.ms); TransactionStateManagerTest#shouldRemoveCompleteCommitExpiredTransactionalIds",
             Mutation::AddPartitionsPidBeforePending => "KAFKA-18660 (PR #18730, Kafka 4.0): TransactionCoordinator.handleAddPartitionsToTransaction checks the pending transition first",
             Mutation::HostedPartitionsOnly => "MetadataCache.contains: KafkaApis.handleAddPartitionsToTxnRequest and handleTxnOffsetCommitRequest, ReplicaManager.getPartitionOrError (NOT_LEADER_OR_FOLLOWER for a partition the cache has and the broker does not host)",
+            Mutation::AnyBrokerCoordinates => "TransactionStateManager.getTransactionState answers NOT_COORDINATOR for a transactional id whose __transaction_state partition the broker does not own (TransactionCoordinatorTest#shouldRespondWithNotCoordinatorOnInitPidWhenNotCoordinator, #shouldRespondWithNotCoordinatorOnAddPartitionsWhenNotCoordinator, #shouldRespondWithNotCoordinatorOnEndTxnWhenIsNotCoordinatorForId)",
         }
     }
 }

@@ -776,3 +776,41 @@ fn a_crashed_leader_hands_over_and_a_transaction_commits_on_the_new_one() {
     assert_eq!(isr, vec![0, 1, 2], "broker 1 rejoined the ISR of leader 2");
     assert_eq!(d.violations(), &[], "no state or replica invariant broke");
 }
+
+/// The coordinator APIs of `tx` sent to broker 1 (connection 2), which owns no `__transaction_state`
+/// partition: InitProducerId, AddPartitionsToTxn and EndTxn error codes, and the producer id and epoch
+/// InitProducerId gave.
+fn coordinator_answers_on_broker_1(mutations: Mutations) -> (i16, i16, i16, i64) {
+    let addresses: Vec<(String, u16)> = (0..3).map(|i| ("127.0.0.1".to_string(), 9092 + i)).collect();
+    let config = EngineConfig { mutations, ..EngineConfig::default() };
+    let mut d = Driver::cluster(config, &addresses, 3, 0);
+    d.on_connect(2, 1);
+    let create = create_topic(TOPIC, 1, 3);
+    let r: CreateTopicsResponse = answer(d.on_frame(1, 2, request(ApiKey::CreateTopics, 7, 1, &create)), 2, 7);
+    assert_eq!(r.topics[0].error_code, 0, "the topic is created through broker 1");
+    let mut init = InitProducerIdRequest::default();
+    init.transactional_id = Some(StrBytes::from_static_str("tx").into());
+    init.transaction_timeout_ms = 60_000;
+    let r: InitProducerIdResponse = answer(d.on_frame(2, 2, request(ApiKey::InitProducerId, 4, 2, &init)), 2, 4);
+    let (pid, epoch) = (r.producer_id.0, r.producer_epoch.max(0));
+    (r.error_code, add_partition(&mut d, 3, 2, pid, epoch), end_txn(&mut d, 4, 2, pid, epoch, true), pid)
+}
+
+/// TransactionCoordinatorTest#shouldRespondWithNotCoordinatorOnInitPidWhenNotCoordinator,
+/// #shouldRespondWithNotCoordinatorOnAddPartitionsWhenNotCoordinator and
+/// #shouldRespondWithNotCoordinatorOnEndTxnWhenIsNotCoordinatorForId @ 1eb7644349cb: "Errors.NOT_COORDINATOR"
+/// from a broker that is not the transactional id's coordinator (here every broker but 0).
+#[test]
+fn a_broker_other_than_the_coordinator_answers_not_coordinator() {
+    let (init, add, end, pid) = coordinator_answers_on_broker_1(Mutations::default());
+    assert_eq!((init, add, end, pid), (16, 16, 16, -1), "NOT_COORDINATOR to all three, no producer id");
+}
+
+/// Under `any-broker-coordinates` broker 1's own coordinator hands out a producer id: the exact answers
+/// above catch it.
+#[test]
+fn any_broker_coordinating_is_caught_by_the_exact_answers() {
+    let (init, _, _, pid) = coordinator_answers_on_broker_1(Mutations::one(Mutation::AnyBrokerCoordinates));
+    assert_eq!(init, 0, "broker 1 answers InitProducerId itself");
+    assert!(pid >= 0, "with a producer id of its own: {pid}");
+}

@@ -405,8 +405,9 @@ pub const SCENARIO_CATCHER: &str = "a ported network scenario's exact expectatio
 /// fenced broker into an ISR (it costs availability: the dead member holds the HW until the ISR
 /// shrinks), and a broker ignoring its metadata cache, which only the wire driver's striped partitions
 /// on brokers outside their replicas meet (the sim and the scenarios put a replica of every partition
-/// on broker 0).
-pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 5] = [
+/// on broker 0), and a broker other than the coordinator's serving coordinator requests (the engine's
+/// clients send them to the coordinator FindCoordinator names; a wire client may not).
+pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 6] = [
     (
         Mutation::OffsetCommitRefusedWhilePreparingRebalance,
         "a ported Kafka test's exact expectation (engine/tests/txn_offsets.rs)",
@@ -421,6 +422,7 @@ pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 5] = [
     ),
     (Mutation::FencedReplicaJoinsIsr, "a ported Kafka test's exact expectation (engine/tests/replication.rs)"),
     (Mutation::HostedPartitionsOnly, "the wire driver's exact answers (kafka/tests/driver.rs)"),
+    (Mutation::AnyBrokerCoordinates, "the wire driver's exact answers (kafka/tests/driver.rs)"),
 ];
 
 /// `txnsim mutations`: every injectable bug with its mechanism, its Kafka source and what catches it.
