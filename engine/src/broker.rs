@@ -508,9 +508,10 @@ impl Broker {
     }
 
     /// `TransactionStateManager.getTransactionState`: a broker that does not own the transactional id's
-    /// `__transaction_state` partition answers NOT_COORDINATOR (the client looks the coordinator up
-    /// again). Only `COORDINATOR_BROKER` owns one here (coordinator failover is not modelled); an
-    /// idempotent producer's InitProducerId, with no transactional id, any broker serves.
+    /// `__transaction_state` partition (or the group's `__consumer_offsets` one) answers NOT_COORDINATOR
+    /// (the client looks the coordinator up again). Only `COORDINATOR_BROKER` owns them here (coordinator
+    /// failover is not modelled); an idempotent producer's InitProducerId, with no transactional id, any
+    /// broker serves.
     fn refuse_if_not_coordinator(&self, message: &Message) -> Option<Message> {
         if self.id == NodeId::Broker(COORDINATOR_BROKER) || self.config.mutations.has(Mutation::AnyBrokerCoordinates) {
             return None;
@@ -523,6 +524,34 @@ impl Broker {
             Message::AddPartitionsToTxnRequest { .. } => Some(Message::AddPartitionsToTxnResponse { result: refused }),
             Message::AddOffsetsToTxnRequest { .. } => Some(Message::AddOffsetsToTxnResponse { result: refused }),
             Message::EndTxnRequest { .. } => Some(Message::EndTxnResponse { result: Err(KafkaError::NotCoordinator) }),
+            // `GroupCoordinatorService`: a group whose `__consumer_offsets` partition this broker does not
+            // own gets NOT_COORDINATOR on every request, per partition where the answer has partitions.
+            Message::Group(request) => {
+                fn not<T>() -> Result<T, KafkaError> {
+                    Err(KafkaError::NotCoordinator)
+                }
+                let per_partition = |offsets: &[(TopicPartition, CommittedOffset)]| {
+                    offsets.iter().map(|(tp, _)| (tp.clone(), not())).collect()
+                };
+                Some(Message::Group(match request {
+                    GroupMessage::JoinGroupRequest { join, .. } => {
+                        GroupMessage::JoinGroupResponse { member_id: join.member_id.clone(), result: not() }
+                    }
+                    GroupMessage::SyncGroupRequest { .. } => GroupMessage::SyncGroupResponse { result: not() },
+                    GroupMessage::HeartbeatRequest { .. } => GroupMessage::HeartbeatResponse { result: not() },
+                    GroupMessage::LeaveGroupRequest { member_ids, .. } => GroupMessage::LeaveGroupResponse {
+                        results: member_ids.iter().map(|m| (m.clone(), not())).collect(),
+                    },
+                    GroupMessage::OffsetCommitRequest { offsets, .. } => {
+                        GroupMessage::OffsetCommitResponse { results: per_partition(offsets) }
+                    }
+                    GroupMessage::TxnOffsetCommitRequest { offsets, .. } => {
+                        GroupMessage::TxnOffsetCommitResponse { results: per_partition(offsets) }
+                    }
+                    GroupMessage::OffsetFetchRequest { .. } => GroupMessage::OffsetFetchResponse { offsets: not() },
+                    _ => return None,
+                }))
+            }
             _ => None,
         }
     }

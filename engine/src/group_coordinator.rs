@@ -139,9 +139,9 @@ pub enum GroupMessage {
         partitions: Option<Vec<TopicPartition>>,
         require_stable: bool,
     },
-    /// `Ok(None)` for a partition with no committed offset.
+    /// `Ok(None)` for a partition with no committed offset; a group-level error (NOT_COORDINATOR) for all.
     OffsetFetchResponse {
-        offsets: Vec<(TopicPartition, Result<Option<CommittedOffset>, KafkaError>)>,
+        offsets: Result<Vec<(TopicPartition, Result<Option<CommittedOffset>, KafkaError>)>, KafkaError>,
     },
     /// TxnOffsetCommit (KIP-98): offsets of the producer's transaction; `generation_id`/`member_id` are
     /// KIP-447's consumer group metadata (-1 and empty from a producer that does not give them).
@@ -259,7 +259,8 @@ impl fmt::Display for GroupMessage {
                     .join(",")),
                 if *require_stable { " require_stable" } else { "" },
             ),
-            GroupMessage::OffsetFetchResponse { offsets } => {
+            GroupMessage::OffsetFetchResponse { offsets: Err(e) } => write!(f, "{api} resp {e}"),
+            GroupMessage::OffsetFetchResponse { offsets: Ok(offsets) } => {
                 let parts: Vec<String> = offsets
                     .iter()
                     .map(|(tp, o)| match o {
@@ -522,7 +523,9 @@ impl GroupCoordinator {
                 GroupMessage::OffsetCommitResponse { results: offsets.into_iter().map(|(tp, _)| (tp, check)).collect() }
             }
             GroupMessage::OffsetFetchRequest { group_id, partitions, require_stable } => {
-                GroupMessage::OffsetFetchResponse { offsets: self.fetch_offsets(&group_id, partitions, require_stable) }
+                GroupMessage::OffsetFetchResponse {
+                    offsets: Ok(self.fetch_offsets(&group_id, partitions, require_stable)),
+                }
             }
             GroupMessage::TxnOffsetCommitRequest { .. } => {
                 unreachable!(

@@ -290,7 +290,7 @@ impl Mutation {
             Mutation::TransactionalIdsNeverExpire => "The coordinator never expires a transactional id: one idle for transactional.id.expiration.ms keeps its producer id and epoch, and its next InitProducerId bumps that epoch instead of starting a new producer id.",
             Mutation::AddPartitionsPidBeforePending => "KAFKA-18660 undone: AddPartitionsToTxn checks the producer id and epoch before the pending transition, so after a TV2 commit that rotated the producer id, the next transaction's partitions, sent under the new id while the markers are still out, are refused INVALID_PRODUCER_ID_MAPPING.",
             Mutation::HostedPartitionsOnly => "A broker knows only the partitions it hosts a replica of, not its metadata cache: the coordinator refuses AddPartitionsToTxn and TxnOffsetCommit of a partition led elsewhere with UNKNOWN_TOPIC_OR_PARTITION, and a Produce or Fetch sent to a broker outside the partition's replicas is told the partition does not exist instead of NOT_LEADER_OR_FOLLOWER.",
-            Mutation::AnyBrokerCoordinates => "Every broker serves the transaction coordinator's requests from its own coordinator state: a client that sends InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn or EndTxn to a broker other than the coordinator gets a second coordinator for the same transactional id, with its own producer id and epoch, instead of NOT_COORDINATOR.",
+            Mutation::AnyBrokerCoordinates => "Every broker serves coordinator requests from its own coordinators' state: a client that sends InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn or EndTxn, or a group request, to a broker other than the coordinator's gets a second coordinator for the same transactional id or group (its own producer id and epoch, its own members and offsets) instead of NOT_COORDINATOR.",
         }
     }
 
@@ -364,7 +364,7 @@ impl Mutation {
             Mutation::TransactionalIdsNeverExpire => "TransactionStateManager.removeExpiredTransactionalIds (transactional.id.expiration.ms); TransactionStateManagerTest#shouldRemoveCompleteCommitExpiredTransactionalIds",
             Mutation::AddPartitionsPidBeforePending => "KAFKA-18660 (PR #18730, Kafka 4.0): TransactionCoordinator.handleAddPartitionsToTransaction checks the pending transition first",
             Mutation::HostedPartitionsOnly => "MetadataCache.contains: KafkaApis.handleAddPartitionsToTxnRequest and handleTxnOffsetCommitRequest, ReplicaManager.getPartitionOrError (NOT_LEADER_OR_FOLLOWER for a partition the cache has and the broker does not host)",
-            Mutation::AnyBrokerCoordinates => "TransactionStateManager.getTransactionState answers NOT_COORDINATOR for a transactional id whose __transaction_state partition the broker does not own (TransactionCoordinatorTest#shouldRespondWithNotCoordinatorOnInitPidWhenNotCoordinator, #shouldRespondWithNotCoordinatorOnAddPartitionsWhenNotCoordinator, #shouldRespondWithNotCoordinatorOnEndTxnWhenIsNotCoordinatorForId)",
+            Mutation::AnyBrokerCoordinates => "TransactionStateManager.getTransactionState and GroupCoordinatorService answer NOT_COORDINATOR for a transactional id or group whose __transaction_state or __consumer_offsets partition the broker does not own (TransactionCoordinatorTest#shouldRespondWithNotCoordinatorOnInitPidWhenNotCoordinator, #shouldRespondWithNotCoordinatorOnAddPartitionsWhenNotCoordinator, #shouldRespondWithNotCoordinatorOnEndTxnWhenIsNotCoordinatorForId)",
         }
     }
 }

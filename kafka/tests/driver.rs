@@ -777,10 +777,10 @@ fn a_crashed_leader_hands_over_and_a_transaction_commits_on_the_new_one() {
     assert_eq!(d.violations(), &[], "no state or replica invariant broke");
 }
 
-/// The coordinator APIs of `tx` sent to broker 1 (connection 2), which owns no `__transaction_state`
-/// partition: InitProducerId, AddPartitionsToTxn and EndTxn error codes, and the producer id and epoch
-/// InitProducerId gave.
-fn coordinator_answers_on_broker_1(mutations: Mutations) -> (i16, i16, i16, i64) {
+/// The coordinator APIs sent to broker 1 (connection 2), which owns no `__transaction_state` or
+/// `__consumer_offsets` partition: InitProducerId, AddPartitionsToTxn and EndTxn of `tx`, JoinGroup and
+/// OffsetFetch (all partitions) of group `g`; their error codes, and the producer id InitProducerId gave.
+fn coordinator_answers_on_broker_1(mutations: Mutations) -> ([i16; 5], i64) {
     let addresses: Vec<(String, u16)> = (0..3).map(|i| ("127.0.0.1".to_string(), 9092 + i)).collect();
     let config = EngineConfig { mutations, ..EngineConfig::default() };
     let mut d = Driver::cluster(config, &addresses, 3, 0);
@@ -793,24 +793,31 @@ fn coordinator_answers_on_broker_1(mutations: Mutations) -> (i16, i16, i16, i64)
     init.transaction_timeout_ms = 60_000;
     let r: InitProducerIdResponse = answer(d.on_frame(2, 2, request(ApiKey::InitProducerId, 4, 2, &init)), 2, 4);
     let (pid, epoch) = (r.producer_id.0, r.producer_epoch.max(0));
-    (r.error_code, add_partition(&mut d, 3, 2, pid, epoch), end_txn(&mut d, 4, 2, pid, epoch, true), pid)
+    let (add, end) = (add_partition(&mut d, 3, 2, pid, epoch), end_txn(&mut d, 4, 2, pid, epoch, true));
+    let joined: JoinGroupResponse = answer(d.on_frame(5, 2, request(ApiKey::JoinGroup, 5, 6, &join("g", ""))), 2, 5);
+    let mut fetch_offsets = OffsetFetchRequest::default();
+    fetch_offsets.group_id = StrBytes::from_static_str("g").into();
+    let fetched: OffsetFetchResponse =
+        answer(d.on_frame(6, 2, request(ApiKey::OffsetFetch, 5, 7, &fetch_offsets)), 2, 5);
+    ([r.error_code, add, end, joined.error_code, fetched.error_code], pid)
 }
 
 /// TransactionCoordinatorTest#shouldRespondWithNotCoordinatorOnInitPidWhenNotCoordinator,
 /// #shouldRespondWithNotCoordinatorOnAddPartitionsWhenNotCoordinator and
 /// #shouldRespondWithNotCoordinatorOnEndTxnWhenIsNotCoordinatorForId @ 1eb7644349cb: "Errors.NOT_COORDINATOR"
-/// from a broker that is not the transactional id's coordinator (here every broker but 0).
+/// from a broker that is not the transactional id's coordinator (here every broker but 0); the group
+/// coordinator answers the same for a group it does not own (`GroupCoordinatorService`).
 #[test]
 fn a_broker_other_than_the_coordinator_answers_not_coordinator() {
-    let (init, add, end, pid) = coordinator_answers_on_broker_1(Mutations::default());
-    assert_eq!((init, add, end, pid), (16, 16, 16, -1), "NOT_COORDINATOR to all three, no producer id");
+    let (codes, pid) = coordinator_answers_on_broker_1(Mutations::default());
+    assert_eq!((codes, pid), ([16; 5], -1), "NOT_COORDINATOR to all five, no producer id");
 }
 
-/// Under `any-broker-coordinates` broker 1's own coordinator hands out a producer id: the exact answers
-/// above catch it.
+/// Under `any-broker-coordinates` broker 1's own coordinators answer: a producer id of its own, and
+/// MEMBER_ID_REQUIRED to the first join. The exact answers above catch it.
 #[test]
 fn any_broker_coordinating_is_caught_by_the_exact_answers() {
-    let (init, _, _, pid) = coordinator_answers_on_broker_1(Mutations::one(Mutation::AnyBrokerCoordinates));
-    assert_eq!(init, 0, "broker 1 answers InitProducerId itself");
+    let (codes, pid) = coordinator_answers_on_broker_1(Mutations::one(Mutation::AnyBrokerCoordinates));
+    assert_eq!((codes[0], codes[3]), (0, 79), "broker 1 answers InitProducerId and JoinGroup itself: {codes:?}");
     assert!(pid >= 0, "with a producer id of its own: {pid}");
 }

@@ -210,7 +210,12 @@ pub(super) fn response(version: i16, answer: GroupMessage) -> ResponseKind {
             }
             ResponseKind::OffsetCommit(r)
         }
-        GroupMessage::OffsetFetchResponse { offsets } => {
+        GroupMessage::OffsetFetchResponse { offsets: Err(e) } => {
+            let mut r = OffsetFetchResponse::default();
+            r.error_code = e.code();
+            ResponseKind::OffsetFetch(r)
+        }
+        GroupMessage::OffsetFetchResponse { offsets: Ok(offsets) } => {
             let mut r = OffsetFetchResponse::default();
             let mut by_topic: BTreeMap<String, Vec<OffsetFetchResponsePartition>> = BTreeMap::new();
             for (tp, committed) in offsets {
