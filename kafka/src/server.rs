@@ -302,6 +302,7 @@ fn accept_loop(
         let Ok(stream) = stream else { continue };
         if open.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
             stream.shutdown(Shutdown::Both).ok();
+            eprintln!("txnsim serve: refused a connection to broker {broker}: {MAX_CONNECTIONS} are open already");
             continue;
         }
         let id: ConnId = next_id.fetch_add(1, Ordering::Relaxed);
