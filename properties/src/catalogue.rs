@@ -410,17 +410,17 @@ pub const SCENARIO_CATCHER: &str = "a ported network scenario's exact expectatio
 pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 6] = [
     (
         Mutation::OffsetCommitRefusedWhilePreparingRebalance,
-        "a ported Kafka test's exact expectation (engine/tests/txn_offsets.rs)",
+        "a ported Kafka test's exact expectation (engine/tests/engine/txn_offsets.rs)",
     ),
     (
         Mutation::EpochCacheKeptOnNoopTruncation,
-        "a ported Kafka test's exact expectation (engine/tests/leader_epoch.rs)",
+        "a ported Kafka test's exact expectation (engine/tests/engine/leader_epoch.rs)",
     ),
     (
         Mutation::IsrExpansionBelowLeaderEpochStart,
-        "a ported Kafka test's exact expectation (engine/tests/replication.rs)",
+        "a ported Kafka test's exact expectation (engine/tests/engine/replication.rs)",
     ),
-    (Mutation::FencedReplicaJoinsIsr, "a ported Kafka test's exact expectation (engine/tests/replication.rs)"),
+    (Mutation::FencedReplicaJoinsIsr, "a ported Kafka test's exact expectation (engine/tests/engine/replication.rs)"),
     (Mutation::HostedPartitionsOnly, "the wire driver's exact answers (kafka/tests/driver.rs)"),
     (Mutation::AnyBrokerCoordinates, "the wire driver's exact answers (kafka/tests/driver.rs)"),
 ];
