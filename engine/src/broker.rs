@@ -195,7 +195,7 @@ impl Broker {
     /// `MetadataCache.contains`: the partition exists in the cluster, whether or not this broker hosts a
     /// replica of it (the coordinators' requests name partitions led elsewhere).
     pub fn knows_partition(&self, tp: &TopicPartition) -> bool {
-        let cache = !self.config.mutations.has(crate::mutation::Mutation::HostedPartitionsOnly);
+        let cache = !self.config.mutations.has(Mutation::HostedPartitionsOnly);
         self.partitions.contains_key(tp) || cache && self.metadata_image.contains_key(tp)
     }
 
@@ -516,20 +516,19 @@ impl Broker {
         if self.id == NodeId::Broker(COORDINATOR_BROKER) || self.config.mutations.has(Mutation::AnyBrokerCoordinates) {
             return None;
         }
-        let refused = Err(KafkaError::NotCoordinator);
+        fn not<T>() -> Result<T, KafkaError> {
+            Err(KafkaError::NotCoordinator)
+        }
         match message {
             Message::InitProducerIdRequest { transactional_id: Some(_), .. } => {
-                Some(Message::InitProducerIdResponse { result: Err(KafkaError::NotCoordinator) })
+                Some(Message::InitProducerIdResponse { result: not() })
             }
-            Message::AddPartitionsToTxnRequest { .. } => Some(Message::AddPartitionsToTxnResponse { result: refused }),
-            Message::AddOffsetsToTxnRequest { .. } => Some(Message::AddOffsetsToTxnResponse { result: refused }),
-            Message::EndTxnRequest { .. } => Some(Message::EndTxnResponse { result: Err(KafkaError::NotCoordinator) }),
+            Message::AddPartitionsToTxnRequest { .. } => Some(Message::AddPartitionsToTxnResponse { result: not() }),
+            Message::AddOffsetsToTxnRequest { .. } => Some(Message::AddOffsetsToTxnResponse { result: not() }),
+            Message::EndTxnRequest { .. } => Some(Message::EndTxnResponse { result: not() }),
             // `GroupCoordinatorService`: a group whose `__consumer_offsets` partition this broker does not
             // own gets NOT_COORDINATOR on every request, per partition where the answer has partitions.
             Message::Group(request) => {
-                fn not<T>() -> Result<T, KafkaError> {
-                    Err(KafkaError::NotCoordinator)
-                }
                 let per_partition = |offsets: &[(TopicPartition, CommittedOffset)]| {
                     offsets.iter().map(|(tp, _)| (tp.clone(), not())).collect()
                 };
@@ -599,7 +598,7 @@ impl Broker {
         log.producer_state.remove_expired_verification_entries(now_ms, &self.config.mutations);
         let needs_verification = batch.is_transactional
             && self.config.partition_verification
-            && !self.config.mutations.has(crate::mutation::Mutation::NoTxnVerification)
+            && !self.config.mutations.has(Mutation::NoTxnVerification)
             && batch.producer.is_some_and(|p| !log.has_ongoing_transaction(p.producer_id, p.epoch));
         if !needs_verification {
             let result = self.append_client_batch(now_ms, &partition, &batch, effects);
@@ -818,9 +817,7 @@ impl Broker {
             return Err(KafkaError::InvalidGroupId);
         }
         let offsets_partition = self.offsets_partition(&asked.group_id);
-        if self.config.partition_verification
-            && !self.config.mutations.has(crate::mutation::Mutation::NoTxnVerification)
-        {
+        if self.config.partition_verification && !self.config.mutations.has(Mutation::NoTxnVerification) {
             let verified = self.coordinate(now_ms, effects, |c, ctx| {
                 let to = ReplyTo { to: reply_to.clone(), correlation_id: corr };
                 let partitions = std::slice::from_ref(&offsets_partition);
