@@ -14,7 +14,7 @@ use txnsim_engine::coordinator::DecisionCause;
 use txnsim_engine::{read_to_end, Broker, IsolationLevel, Offset, TopicPartition, TransactionResult};
 use txnsim_properties::{
     check_committed_sends, check_failed_sends, check_history, check_liveness, check_read_superset, check_state,
-    ClusterView, History, Invariant, Violation,
+    intent_claimed, ClusterView, History, Invariant, Violation,
 };
 
 /// Reachability facts from the seed document and the issue, checked as `sometimes` properties.
@@ -187,14 +187,16 @@ fn liveness_violations(s: &TxnState) -> Vec<Violation> {
         }
     }
     let mut out = check_liveness(&ClusterView::of_broker(broker), &readers);
-    out.extend(check_committed_sends(&history(s), &broker.partitions));
+    if intent_claimed(broker.config.transaction_version) {
+        out.extend(check_committed_sends(&history(s), &broker.partitions));
+    }
     out
 }
 
-/// The history invariants, with the client-intent one that holds under transaction version 2 only.
+/// The history invariants, with the client-intent one where it is claimed (`intent_claimed`).
 fn history_violations(history: &History, broker: &Broker) -> Vec<Violation> {
     let mut out = check_history(history, &broker.partitions);
-    if broker.config.transaction_version.supports_epoch_bump() {
+    if intent_claimed(broker.config.transaction_version) {
         out.extend(check_failed_sends(history, &broker.partitions));
     }
     out

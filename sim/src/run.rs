@@ -22,7 +22,7 @@ use txnsim_engine::{
 };
 use txnsim_properties::{
     check_committed_sends, check_delivery_timeouts, check_failed_sends, check_history, check_liveness,
-    check_read_superset, ClusterView, History, Pause, Violation,
+    check_read_superset, intent_claimed, ClusterView, History, Pause, Violation,
 };
 
 /// What to run.
@@ -699,11 +699,10 @@ impl World {
             }
             violations.push(v);
         }
-        violations.extend(check_committed_sends(&self.history, logs));
         let delivery_timeout = |_: &str| self.config.delivery_timeout_ms;
         violations.extend(check_delivery_timeouts(&self.history, &delivery_timeout, &self.pauses, self.now_ms()));
-        if self.config.transaction_version.supports_epoch_bump() {
-            // Under TV1 KIP-890's late batch breaks it, as in Kafka: the check is TV2's promise.
+        if intent_claimed(self.config.transaction_version) {
+            violations.extend(check_committed_sends(&self.history, logs));
             violations.extend(check_failed_sends(&self.history, logs));
         }
         for (tp, log) in logs {

@@ -19,8 +19,8 @@ use txnsim_engine::{
 use txnsim_properties::reference::Predicted;
 use txnsim_properties::{
     check_committed_sends, check_failed_sends, check_history, check_liveness, check_read_superset, check_state,
-    CallOutcome, ClusterView, Event, History, Invariant, MonotonicityChecker, ProducerCall, ReferenceModel,
-    StateChecker, Violation,
+    intent_claimed, CallOutcome, ClusterView, Event, History, Invariant, MonotonicityChecker, ProducerCall,
+    ReferenceModel, StateChecker, Violation,
 };
 
 /// Which ops a case may hold, and how the engine is configured for them.
@@ -396,8 +396,9 @@ pub fn run_case(case: &Case, mutations: Mutations) -> Report {
         let live = check_liveness(&view, &readers);
         h.at = "the liveness check after healing".into();
         h.record(live);
-        let mut intent = check_committed_sends(&h.history, &h.cluster.broker.partitions);
-        if h.setup.tv.supports_epoch_bump() {
+        let mut intent = Vec::new();
+        if intent_claimed(h.setup.tv) {
+            intent.extend(check_committed_sends(&h.history, &h.cluster.broker.partitions));
             intent.extend(check_failed_sends(&h.history, &h.cluster.broker.partitions));
         }
         h.at = "the client-intent check after healing".into();
