@@ -141,8 +141,7 @@ fn a_wrong_expectation_fails_with_exit_1_and_names_the_difference() {
 
 /// Mutations only faults reach (a marker answer that crosses its resend's answer, a marker request held
 /// past its retry); the scenario layer stages none, so other suites prove these bite.
-const NEEDS_FAULTS: [Mutation; 3] =
-    [Mutation::DoubleComplete, Mutation::FetchIdsReusedAfterRestart, Mutation::MarkerRetryResendsAllPartitions];
+const NEEDS_FAULTS: [Mutation; 2] = [Mutation::DoubleComplete, Mutation::MarkerRetryResendsAllPartitions];
 
 /// The departures from Kafka 4.x fixed on the coordinator and leader side, each with the ported Kafka
 /// test whose exact expectation catches it: the scenario must fail with a difference (not an input error).

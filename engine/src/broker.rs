@@ -30,6 +30,8 @@ struct PendingVerification {
     batch: ProduceBatch,
     /// The `VerificationGuard`: the append is allowed only if this guard is still the partition's current one.
     guard: u64,
+    /// When the request went to the coordinator.
+    sent_ms: TimeMs,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -128,6 +130,9 @@ impl Broker {
         registrations: &BTreeMap<TopicPartition, PartitionRegistration>,
         config: EngineConfig,
     ) -> Self {
+        if let Err(e) = config.check_broker_config() {
+            panic!("broker {id}: {e}");
+        }
         let mut broker = Broker::new(id, &BTreeMap::new(), config);
         broker.partitions = registrations
             .iter()
@@ -186,6 +191,29 @@ impl Broker {
         // The transactional-id expiration runs due by now come first (counted, not timed).
         self.coordinator.remove_expired_transactional_ids(&mut ctx);
         handler(&mut self.coordinator, &mut ctx)
+    }
+
+    /// Nothing in progress on this broker but KIP-890 verifications (`newest_verification_ms`): its
+    /// coordinator is settled (`TransactionCoordinator::is_settled`), no forwarded request waits for the
+    /// controller, no ISR change is pending, and every partition it leads has LSO = HW = LEO. What remains
+    /// is periodic: fetch long-polls and the coordinator's scans.
+    pub fn is_settled(&self) -> bool {
+        let NodeId::Broker(me) = self.id else { unreachable!("a broker's id is a broker id") };
+        let leads = |tp: &TopicPartition| self.replica_manager.partitions.get(tp).is_none_or(|p| p.leader == me);
+        self.coordinator.is_settled()
+            && self.forwarded.is_empty()
+            && self.replica_manager.partitions.values().all(|p| p.pending_isr.is_none())
+            && self.partitions.iter().filter(|(tp, _)| leads(tp)).all(|(_, log)| {
+                let hw = log.high_watermark();
+                hw == log.log_end_offset() && log.last_stable_offset(&self.config.mutations) == hw
+            })
+    }
+
+    /// When the newest verification still waiting for the coordinator's answer was sent. One whose answer
+    /// the network lost waits here for good (Kafka's `AddPartitionsToTxnManager` would time it out after
+    /// `request.timeout.ms`; not modelled), so a driver that knows its network tells dead from in flight.
+    pub fn newest_verification_ms(&self) -> Option<TimeMs> {
+        self.pending_verifications.values().map(|p| p.sent_ms).max()
     }
 
     pub fn partition(&self, tp: &TopicPartition) -> Option<&PartitionLog> {
@@ -628,7 +656,7 @@ impl Broker {
         };
         self.pending_verifications.insert(
             corr_to_coordinator,
-            PendingVerification { client, client_correlation_id: corr, partition, batch, guard },
+            PendingVerification { client, client_correlation_id: corr, partition, batch, guard, sent_ms: now_ms },
         );
         effects.send(&self.id, &NodeId::Broker(COORDINATOR_BROKER), corr_to_coordinator, request);
         None

@@ -98,4 +98,18 @@ impl EngineConfig {
         }
         Ok(())
     }
+
+    /// The broker's replication checks (`KafkaConfig.validateValues`), in Kafka's words: a follower's
+    /// long-poll must end before its socket times out and well inside the ISR's lag bound.
+    pub fn check_broker_config(&self) -> Result<(), String> {
+        if self.replica_fetch_wait_max_ms > self.replica_socket_timeout_ms {
+            return Err(
+                "replica.socket.timeout.ms should always be at least replica.fetch.wait.max.ms to prevent unnecessary socket timeouts".into(),
+            );
+        }
+        if self.replica_fetch_wait_max_ms > self.replica_lag_time_max_ms {
+            return Err("replica.fetch.wait.max.ms should always be less than or equal to replica.lag.time.max.ms to prevent frequent changes in ISR".into());
+        }
+        Ok(())
+    }
 }

@@ -284,11 +284,17 @@ impl Controller {
         reg.state.leader = leader;
         reg.state.isr = isr;
         reg.state.partition_epoch += 1;
-        let record = MetadataMessage::PartitionChangeRecord { partition: tp.clone(), registration: reg.clone() };
+        self.publish(tp, effects);
+        true
+    }
+
+    /// Tells every live broker the partition's registration as it now stands (a PartitionChangeRecord).
+    fn publish(&self, tp: &TopicPartition, effects: &mut Effects) {
+        let record =
+            MetadataMessage::PartitionChangeRecord { partition: tp.clone(), registration: self.partitions[tp].clone() };
         for b in (0..self.brokers).filter(|b| !self.fenced.contains(b)) {
             effects.send(&self.id, &NodeId::Broker(b), 0, Message::Metadata(record.clone()));
         }
-        true
     }
 
     /// `PartitionChangeBuilder.electLeader`: the first live ISR member in replica order; with unclean
@@ -315,6 +321,11 @@ impl Controller {
                 new_isr,
             }) => {
                 let result = self.alter_partition(broker, &partition, leader_epoch, partition_epoch, new_isr);
+                if result.is_ok() && !self.mutations.has(Mutation::IsrChangeToldToLeaderOnly) {
+                    // The change is a PartitionChangeRecord in the metadata log, which every broker replays
+                    // (`KRaftMetadataCache`): followers' Metadata answers show the new ISR too.
+                    self.publish(&partition, &mut effects);
+                }
                 MetadataMessage::AlterPartitionResponse { partition, result }
             }
             Message::Metadata(MetadataMessage::CreateTopicsRequest { topics, validate_only }) => {

@@ -369,9 +369,6 @@ pub fn caught_by(m: Mutation) -> Vec<Invariant> {
         Mutation::DropPendingMarkersOnRestart => &[MarkerMatchesDecision],
         // A plain producer told to send once writes twice (seeds/retries-ignored-*.toml).
         Mutation::RetriesIgnored => &[Duplicate],
-        // A restarted follower takes its previous life's fetch answer and truncates below the HW while in
-        // the ISR (seeds/fetch-ids-reused-after-restart-*.toml).
-        Mutation::FetchIdsReusedAfterRestart => &[HwWithinIsrLogEnds],
         // A late first WriteTxnMarkers closes the producer's next transaction (seeds/marker-retry-*.toml).
         Mutation::MarkerRetryResendsAllPartitions => &[MarkerMatchesDecision],
         _ => &[],
@@ -406,8 +403,11 @@ pub const SCENARIO_CATCHER: &str = "a ported network scenario's exact expectatio
 /// shrinks), and a broker ignoring its metadata cache, which only the wire driver's striped partitions
 /// on brokers outside their replicas meet (the sim and the scenarios put a replica of every partition
 /// on broker 0), and a broker other than the coordinator's serving coordinator requests (the engine's
-/// clients send them to the coordinator FindCoordinator names; a wire client may not).
-pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 6] = [
+/// clients send them to the coordinator FindCoordinator names; a wire client may not), a restarted
+/// follower taking its previous life's fetch answer (the sim met it only while it drew a fetch wait above
+/// the lag bound, which Kafka refuses), and an ISR change the other brokers' metadata caches never hear of
+/// (nothing but a Metadata answer reads them).
+pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 8] = [
     (
         Mutation::OffsetCommitRefusedWhilePreparingRebalance,
         "a ported Kafka test's exact expectation (engine/tests/engine/txn_offsets.rs)",
@@ -421,6 +421,11 @@ pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 6] = [
         "a ported Kafka test's exact expectation (engine/tests/engine/replication.rs)",
     ),
     (Mutation::FencedReplicaJoinsIsr, "a ported Kafka test's exact expectation (engine/tests/engine/replication.rs)"),
+    (Mutation::FetchIdsReusedAfterRestart, "a restarted follower's fetches (engine/tests/engine/replication.rs)"),
+    (
+        Mutation::IsrChangeToldToLeaderOnly,
+        "every broker's metadata cache after an ISR shrink (engine/tests/engine/replication.rs)",
+    ),
     (Mutation::HostedPartitionsOnly, "the wire driver's exact answers (kafka/tests/driver.rs)"),
     (Mutation::AnyBrokerCoordinates, "the wire driver's exact answers (kafka/tests/driver.rs)"),
 ];

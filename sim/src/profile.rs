@@ -389,8 +389,10 @@ impl Swarm {
         let transaction_version =
             if rng.chance(params.tv2_prob) { TransactionVersion::V2 } else { TransactionVersion::V1 };
         let replica_lag_time_max_ms = rng.range(params.replica_lag_time_max_ms.0, params.replica_lag_time_max_ms.1);
-        let replica_fetch_wait_max_ms =
-            rng.range(params.replica_fetch_wait_max_ms.0, params.replica_fetch_wait_max_ms.1);
+        // Kafka refuses a fetch wait above the lag bound (`EngineConfig::check_broker_config`).
+        let replica_fetch_wait_max_ms = rng
+            .range(params.replica_fetch_wait_max_ms.0, params.replica_fetch_wait_max_ms.1)
+            .min(replica_lag_time_max_ms);
         let replica_fetch_backoff_ms = rng.range(params.replica_fetch_backoff_ms.0, params.replica_fetch_backoff_ms.1);
         let (lo, hi) = params.min_insync_replicas;
         let min_insync_replicas = rng.range(lo as u64, hi as u64) as u32;

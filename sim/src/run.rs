@@ -173,7 +173,9 @@ fn engine_config(profile: Profile, swarm: &Swarm, mutation: Option<Mutation>) ->
         delivery_timeout_ms: p.delivery_timeouts * p.request_timeout_ms,
         mutations: mutation.map(Mutations::one).unwrap_or_default(),
         replica_lag_time_max_ms: swarm.replica_lag_time_max_ms,
-        replica_socket_timeout_ms: swarm.replica_lag_time_max_ms,
+        // Kafka's defaults have the socket timeout equal to the lag bound, 60 times the fetch wait; the
+        // sim's lag bound is squeezed to a few fetch waits, so an idle long-poll gets the wait on top.
+        replica_socket_timeout_ms: swarm.replica_lag_time_max_ms + swarm.replica_fetch_wait_max_ms,
         replica_fetch_wait_max_ms: swarm.replica_fetch_wait_max_ms,
         replica_fetch_backoff_ms: swarm.replica_fetch_backoff_ms,
         min_insync_replicas: swarm.min_insync_replicas,
@@ -318,7 +320,17 @@ async fn heal(shared: &Shared) {
         let w = lock(shared);
         w.params.txn_timeout_ms + 2 * w.params.cleanup_interval_ms + MARKER_RETRY_MS + 6_000
     };
-    sleep(Duration::from_millis(wait_ms)).await;
+    // A quiescent cluster stops waiting: from there on only periodic no-ops run (idle fetch long-polls
+    // were most of a replicated seed's messages), so the final checks would read the same state.
+    let mut waited_ms = 0;
+    while waited_ms < wait_ms {
+        let step = (wait_ms - waited_ms).min(250);
+        sleep(Duration::from_millis(step)).await;
+        waited_ms += step;
+        if lock(shared).is_quiescent() {
+            break;
+        }
+    }
     lock(shared).trace("sim", "phase", || "consumers poll to the end".to_string());
     for _ in 0..400 {
         let (done, out) = {

@@ -233,6 +233,8 @@ pub struct World {
     /// answer reaches only the instance (connection) that asked.
     wire_requests: BTreeMap<u64, (String, u32, u64)>,
     next_wire_id: u64,
+    /// When the last message a fault delayed arrives (healing delays none, so none arrives later).
+    delays_until_ms: u64,
 }
 
 fn ip_of(index: usize) -> SocketAddr {
@@ -343,6 +345,7 @@ impl World {
             controller,
             brokers_started: BTreeSet::new(),
             brokers_down: BTreeSet::new(),
+            delays_until_ms: 0,
             replication_wakeups: BTreeMap::new(),
             summaries: BTreeMap::new(),
             coordinator_fp: [0; 6],
@@ -546,6 +549,38 @@ impl World {
         let mut broker = self.brokers[&BROKER].clone();
         broker.partitions = self.partitions.iter().map(|tp| (tp.clone(), self.view_log(tp).clone())).collect();
         broker
+    }
+
+    /// Healed and settled, so waiting longer changes nothing the final checks read: every delayed message
+    /// has arrived, every broker is up and settled (`Broker::is_settled`) with no verification that can
+    /// still be answered, every partition has its whole replica set in the ISR, every replica knows the
+    /// controller's registration and holds the leader's log end and HW, and every producer is idle.
+    pub fn is_quiescent(&self) -> bool {
+        // The healed network delivers within 10 ms; a message still missing after this margin was lost.
+        const ARRIVED_MS: u64 = 100;
+        let now = self.now_ms();
+        let arrived = |sent_ms: u64| now > sent_ms.max(self.delays_until_ms) + ARRIVED_MS;
+        let idle = self.producers.values().all(|s| s.producer.as_ref().is_none_or(|p| p.is_idle()));
+        let settled = self.brokers.values().all(|b| b.is_settled() && b.newest_verification_ms().is_none_or(arrived));
+        if !arrived(0) || !idle || !self.brokers_down.is_empty() || !settled {
+            return false;
+        }
+        let Some(controller) = &self.controller else { return true };
+        controller.partitions.iter().all(|(tp, reg)| {
+            let mut isr = reg.state.isr.clone();
+            isr.sort_unstable();
+            let mut replicas = reg.replicas.clone();
+            replicas.sort_unstable();
+            let Some(leader) = self.brokers[&reg.state.leader].partition(tp) else { return false };
+            let caught_up = |l: &txnsim_engine::PartitionLog| {
+                l.log_end_offset() == leader.log_end_offset() && l.high_watermark() == leader.high_watermark()
+            };
+            isr == replicas
+                && reg.replicas.iter().all(|r| {
+                    let b = &self.brokers[r];
+                    b.metadata_image.get(tp) == Some(reg) && b.partition(tp).is_some_and(caught_up)
+                })
+        })
     }
 
     /// Every broker's log ends, to see a truncation.
@@ -816,6 +851,7 @@ impl World {
                 }
                 let delay = self.draw_delay(&env);
                 if let Some(d) = delay {
+                    self.delays_until_ms = self.delays_until_ms.max(self.now_ms() + d.as_millis() as u64);
                     let text = format!("FAULT hold {} to {} for {} ms", describe(&env), env.to, d.as_millis());
                     self.trace("net", "fault", || text);
                 }

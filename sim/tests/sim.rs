@@ -85,8 +85,8 @@ const REPLICATION_CATCHERS: [(Mutation, u64, &str); 5] = [
     (Mutation::LsoIgnoresUnreplicatedTxns, 0, "lso-is-first-unstable-offset"),
     (Mutation::LsoNotClampedToHw, 0, "lso-bounds"),
     (Mutation::HwFromLeaderLeo, 1, "replica-log-matches-leader"),
-    (Mutation::TruncateToOwnLeo, 3, "replica-log-matches-leader"),
-    (Mutation::NoRebuildAfterTruncation, 16, "replica-txn-state-from-own-log"),
+    (Mutation::TruncateToOwnLeo, 1, "replica-log-matches-leader"),
+    (Mutation::NoRebuildAfterTruncation, 1, "replica-txn-state-from-own-log"),
 ];
 
 #[test]

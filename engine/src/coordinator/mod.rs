@@ -242,6 +242,15 @@ impl TransactionCoordinator {
         self.txns.insert(meta.transactional_id.clone(), meta);
     }
 
+    /// Nothing in progress: every id is Empty or Complete* with no pending transition, no append is in
+    /// flight and every decision has its markers (a late answer to a marker request then changes nothing).
+    /// Only the periodic scans run from here, and they find nothing to do.
+    pub fn is_settled(&self) -> bool {
+        self.appends.is_empty()
+            && self.pending_completions.is_empty()
+            && self.txns.values().all(|m| m.pending_state.is_none() && m.state.is_expiration_allowed())
+    }
+
     /// `removeExpiredTransactionalIds`, run every `transaction.remove.expired.transaction.cleanup.interval.ms`
     /// from time 0. Like `producer.id.expiration.check.interval.ms` in `producer_state`, the runs are counted,
     /// not timed: the broker calls this before every coordinator step, and the last run due then is applied

@@ -93,9 +93,10 @@ fn one_broker_hosts_alone_and_answers_at_once() {
     assert_eq!(offsets(&c, 0), (1, 1), "a sole replica's HW is its log end");
 }
 
-#[test]
-fn a_cut_off_follower_holds_the_hw_until_it_leaves_the_isr() {
-    let mut c = cluster(3, 3, EngineConfig::default());
+/// A follower cut off from the leader of `t-0` while a transactional send waits for it, until the ISR
+/// expiration task drops it at 45 s; the cluster then, and the send's id.
+fn cut_off_follower(config: EngineConfig) -> Cluster {
+    let mut c = cluster(3, 3, config);
     init(&mut c, "p");
     c.producers.get_mut("p").unwrap().begin_transaction().unwrap();
     let (op, effects) = c.producers.get_mut("p").unwrap().send(0, tp(), vec!["a".into()]).unwrap();
@@ -111,10 +112,34 @@ fn a_cut_off_follower_holds_the_hw_until_it_leaves_the_isr() {
         assert!(c.fire_next_timer());
         run_isolating(&mut c, 2);
     }
+    c
+}
+
+/// Each broker's metadata cache's ISR of `t-0` (what its Metadata answers say).
+fn cached_isrs(c: &Cluster) -> Vec<Vec<u32>> {
+    c.brokers().map(|b| b.metadata_image[&tp()].state.isr.clone()).collect()
+}
+
+#[test]
+fn a_cut_off_follower_holds_the_hw_until_it_leaves_the_isr() {
+    let c = cut_off_follower(EngineConfig::default());
     let isr: Vec<u32> = c.broker.replica_manager.partitions[&tp()].isr.iter().copied().collect();
     assert_eq!(isr, vec![0, 1], "broker 2 left the ISR through the controller");
     assert_eq!(c.controller.partitions[&tp()].state.isr, vec![0, 1], "the controller committed it");
+    // KRaft: the change is a PartitionChangeRecord every broker replays, not only the leader's answer.
+    assert_eq!(cached_isrs(&c), vec![vec![0, 1]; 3], "every broker's metadata cache has the new ISR");
     assert_eq!(offsets(&c, 0), (1, 1), "the HW moved with the smaller ISR");
+}
+
+/// Under `isr-change-told-to-leader-only` every cache keeps the old ISR (the leader's too: only its
+/// partition state takes the answer), so the test above fails.
+#[test]
+fn an_isr_change_told_to_the_leader_only_is_caught() {
+    let config =
+        EngineConfig { mutations: Mutations::one(Mutation::IsrChangeToldToLeaderOnly), ..EngineConfig::default() };
+    let c = cut_off_follower(config);
+    assert_eq!(c.controller.partitions[&tp()].state.isr, vec![0, 1], "the controller committed the shrink");
+    assert_eq!(cached_isrs(&c), vec![vec![0, 1, 2]; 3], "no metadata cache heard of it");
 }
 
 #[test]
@@ -310,8 +335,24 @@ fn alter_partition_answers_around_a_fenced_broker(config: EngineConfig) -> Vec<M
             message: Message::Metadata(request),
         };
         let mut sends = controller.on_message(env).sends;
-        assert_eq!(sends.len(), 1, "one answer to the leader: {sends:?}");
-        match sends.remove(0).message {
+        let answer = sends.pop().expect("an answer to the leader");
+        assert_eq!((answer.to, answer.correlation_id), (NodeId::Broker(1), 7), "the answer goes last: {sends:?}");
+        // A committed change is also a PartitionChangeRecord to every live broker (the metadata log).
+        let committed =
+            matches!(answer.message, Message::Metadata(MetadataMessage::AlterPartitionResponse { result: Ok(_), .. }));
+        let records: Vec<&NodeId> = sends
+            .iter()
+            .filter(|e| matches!(e.message, Message::Metadata(MetadataMessage::PartitionChangeRecord { .. })))
+            .map(|e| &e.to)
+            .collect();
+        let live: Vec<NodeId> = (0..5).filter(|b| !controller.fenced.contains(b)).map(NodeId::Broker).collect();
+        let expected: Vec<&NodeId> = if committed { live.iter().collect() } else { Vec::new() };
+        assert_eq!(
+            (records, sends.len()),
+            (expected.clone(), expected.len()),
+            "the records besides the answer: {sends:?}"
+        );
+        match answer.message {
             Message::Metadata(answer) => answer,
             other => panic!("the controller answers AlterPartition with AlterPartition: {other:?}"),
         }
@@ -349,4 +390,50 @@ fn a_fenced_replica_joining_the_isr_is_caught_by_the_port() {
     let answers = alter_partition_answers_around_a_fenced_broker(config);
     let MetadataMessage::AlterPartitionResponse { result, .. } = &answers[0] else { panic!("{answers:?}") };
     assert_eq!(result.as_ref().map(|s| s.isr.clone()), Ok(vec![1, 2, 3, 4]), "broker 3 joined while fenced");
+}
+
+/// Fetch requests from broker 2 in flight.
+fn fetches_from_broker_2(c: &Cluster) -> usize {
+    let from = NodeId::Broker(2);
+    c.in_flight().filter(|e| e.from == from && matches!(e.message, Message::ReplicaFetchRequest { .. })).count()
+}
+
+/// Broker 2's first fetch waits in leader 0's purgatory when broker 2 restarts at 300 ms and fetches
+/// again; at 500 ms the first fetch's wait ends and leader 0 answers it. How many fetches broker 2 has
+/// in flight once that answer is delivered.
+fn fetches_after_a_previous_lifes_answer(config: EngineConfig) -> usize {
+    let mut c = cluster(3, 3, config);
+    c.run_until_quiet();
+    assert_eq!(fetches_from_broker_2(&c), 0, "broker 2's first fetch waits at the leader");
+    assert!(c.advance_time(300));
+    assert!(c.crash_broker(2) && c.start_broker(2));
+    c.run_until_quiet();
+    c.fire_timers_until(500);
+    // Broker 1's fetch expires with it; its answer and what follows are delivered too.
+    while let Some(env) = c.take_message() {
+        let to_broker_2 = env.to == NodeId::Broker(2);
+        assert!(!to_broker_2 || matches!(env.message, Message::ReplicaFetchResponse { .. }), "{env:?}");
+        c.deliver_message(env);
+        if to_broker_2 {
+            return fetches_from_broker_2(&c);
+        }
+    }
+    panic!("leader 0 never answered the first life's fetch")
+}
+
+/// In Kafka an answer comes back on the connection its request went out on, and a crash closes them all
+/// (`NetworkClient`): the restarted broker 2 ignores the answer to its previous process's fetch and
+/// keeps waiting for its own, which is still in leader 0's purgatory.
+#[test]
+fn a_restarted_follower_ignores_the_answer_to_its_previous_lifes_fetch() {
+    assert_eq!(fetches_after_a_previous_lifes_answer(EngineConfig::default()), 0, "no new fetch: still waiting");
+}
+
+/// Under `fetch-ids-reused-after-restart` the new fetch has the old one's id, takes its answer, and broker
+/// 2 fetches again while its real fetch is still parked: the test above fails.
+#[test]
+fn fetch_ids_reused_after_a_restart_are_caught() {
+    let config =
+        EngineConfig { mutations: Mutations::one(Mutation::FetchIdsReusedAfterRestart), ..EngineConfig::default() };
+    assert_eq!(fetches_after_a_previous_lifes_answer(config), 1, "the stale answer was taken for the new fetch");
 }
