@@ -145,7 +145,12 @@ const NEEDS_FAULTS: [Mutation; 2] = [Mutation::DoubleComplete, Mutation::MarkerR
 
 /// The departures from Kafka 4.x fixed on the coordinator and leader side, each with the ported Kafka
 /// test whose exact expectation catches it: the scenario must fail with a difference (not an input error).
-const CATCHERS: [(Mutation, &str, &str); 18] = [
+const CATCHERS: [(Mutation, &str, &str); 19] = [
+    (
+        Mutation::FenceAbortKeepsExhaustedId,
+        "coordinator-tv2-timeout-abort-at-the-last-epoch-rotates-the-producer-id",
+        "coordinator[0].producer_id",
+    ),
     (Mutation::TxnLogAppendSynchronous, "coordinator-init-producer-id-waits-for-a-pending-commit-tv1", "in_flight"),
     (
         Mutation::EndTxnEpochBeforePending,

@@ -64,10 +64,11 @@ pub enum Mutation {
     HostedPartitionsOnly,
     AnyBrokerCoordinates,
     IsrChangeToldToLeaderOnly,
+    FenceAbortKeepsExhaustedId,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 56] = [
+    pub const ALL: [Mutation; 57] = [
         Mutation::ReadCommittedBoundedByHw,
         Mutation::LsoInclusive,
         Mutation::LsoIgnoresOngoingTxns,
@@ -124,6 +125,7 @@ impl Mutation {
         Mutation::HostedPartitionsOnly,
         Mutation::AnyBrokerCoordinates,
         Mutation::IsrChangeToldToLeaderOnly,
+        Mutation::FenceAbortKeepsExhaustedId,
     ];
 
     /// The kebab-case name used on the command line and in seed files.
@@ -179,6 +181,7 @@ impl Mutation {
             Mutation::IsrExpansionBelowLeaderEpochStart => "isr-expansion-below-leader-epoch-start",
             Mutation::FencedReplicaJoinsIsr => "fenced-replica-joins-isr",
             Mutation::IsrChangeToldToLeaderOnly => "isr-change-told-to-leader-only",
+            Mutation::FenceAbortKeepsExhaustedId => "fence-abort-keeps-exhausted-id",
             Mutation::MarkerRetryResendsAllPartitions => "marker-retry-resends-all-partitions",
             Mutation::EpochExhaustionIgnored => "epoch-exhaustion-ignored",
             Mutation::TransactionalIdsNeverExpire => "transactional-ids-never-expire",
@@ -286,6 +289,7 @@ impl Mutation {
             Mutation::OffsetCommitRefusedWhilePreparingRebalance => "A classic group's plain OffsetCommit is refused with REBALANCE_IN_PROGRESS while the group prepares a rebalance, accepted while the generation's assignment is still being synced, and does not extend the member's session.",
             Mutation::FetchIdsReusedAfterRestart => "A restarted follower numbers its fetches from the start again, so the leader's answer to a fetch its previous life sent is taken for its own: a diverging epoch computed for the old log end truncates an ISR member below the HW.",
             Mutation::IsrExpansionBelowLeaderEpochStart => "A follower joins the ISR once it reaches the leader's HW, even below the offset the leader's epoch began at: a new leader whose HW lags what its predecessor committed takes a follower holding less than its log into the ISR, which may then lead without the committed writes.",
+            Mutation::FenceAbortKeepsExhaustedId => "Kafka 4.x before KAFKA-20090: a TV2 fence or timeout abort at an exhausted epoch allocates no next producer id, so the transactional id completes at Short.MAX_VALUE - 1 or above under its old id, one bump short of overflow (a delayed EndTxn then finds it a retry, and the transaction can hang).",
             Mutation::IsrChangeToldToLeaderOnly => "The controller answers a committed AlterPartition to the leader alone and writes no PartitionChangeRecord: every broker's metadata cache (the leader's too; only its partition state takes the answer) keeps the old ISR, so Metadata answers name replicas that left it, or miss those that rejoined.",
             Mutation::FencedReplicaJoinsIsr => "The controller commits an ISR expansion naming a fenced broker: a fetch sent before its broker died, answered after, puts the dead broker back in the ISR, where it counts toward acks=all and the HW while holding nothing new, and may be elected with less than was acknowledged.",
             Mutation::MarkerRetryResendsAllPartitions => "One leader's retriable WriteTxnMarkers error sends the markers of every unacknowledged partition again, including those still in flight to other leaders: the resend is acknowledged, the transaction completes, the producer begins its next one at the same epoch (TV1), and the first request, arriving late, writes a COMMIT marker that closes it half-written.",
@@ -361,6 +365,7 @@ impl Mutation {
             Mutation::OffsetCommitRefusedWhilePreparingRebalance => "ClassicGroup.validateOffsetCommit, OffsetMetadataManager.commitOffset (OffsetMetadataManagerTest#testGenericGroupOffsetCommitWhileInCompletingRebalanceState)",
             Mutation::FetchIdsReusedAfterRestart => "NetworkClient / SocketServer: an answer goes back on its request's connection, which a crash closes (AbstractFetcherThread matches no answer across a restart)",
             Mutation::IsrExpansionBelowLeaderEpochStart => "KIP-101 / KAFKA-7128: Partition.isFollowerInSync (leaderEpochStartOffsetOpt; PartitionTest#testFollowerDoesNotJoinISRUntilCaughtUpToOffsetWithinCurrentLeaderEpoch)",
+            Mutation::FenceAbortKeepsExhaustedId => "KAFKA-20090 (PR #21506): TransactionCoordinator.endTransaction's TV2 completion rotates the producer id for epoch-fence aborts too",
             Mutation::IsrChangeToldToLeaderOnly => "ReplicationControlManager.alterPartition returns the change as a PartitionChangeRecord, which every broker replays into its metadata cache (ReplicationControlManagerTest's sendAlterPartition replays result.records())",
             Mutation::FencedReplicaJoinsIsr => "KIP-841: ReplicationControlManager.validateAlterPartitionData answers INELIGIBLE_REPLICA (ReplicationControlManagerTest#testAlterPartitionShouldRejectFencedBrokers)",
             Mutation::MarkerRetryResendsAllPartitions => "TransactionMarkerRequestCompletionHandler.onComplete re-queues only the failed partitions (TransactionMarkerRequestCompletionHandlerTest#verifyRetriesPartitionOnError: addTxnMarkersToBrokerQueue with the failed partition only)",

@@ -539,11 +539,13 @@ impl TransactionCoordinator {
         // TV2 bumps once per transaction; a fence or timeout abort has bumped already (KAFKA-19367).
         let bump = version.supports_epoch_bump()
             && (cause == DecisionCause::Client || ctx.config.mutations.has(Mutation::Tv2FenceAbortBumpsTwice));
-        // `endTransaction`: a TV2 bump from the last epoch short of Short.MAX_VALUE picks the producer id the
-        // completion will move to (`nextProducerId`); the markers still go out under the old id.
-        let rotate = version.supports_epoch_bump()
-            && cause == DecisionCause::Client
-            && epoch_exhausted(meta.producer_epoch, ctx.config);
+        // `endTransaction`: a TV2 decision at an exhausted epoch picks the producer id the completion will
+        // move to (`nextProducerId`); the markers still go out under the old id. A fence or timeout abort
+        // rotates too (KAFKA-20090: the `!isEpochFence` guard left the id one bump short of overflow).
+        let fence_keeps_id =
+            cause != DecisionCause::Client && ctx.config.mutations.has(Mutation::FenceAbortKeepsExhaustedId);
+        let rotate =
+            version.supports_epoch_bump() && !fence_keeps_id && epoch_exhausted(meta.producer_epoch, ctx.config);
         let next_producer_id = rotate.then(|| self.allocate_producer_id());
         let meta = &self.txns[tid];
         let target = Self::transit(meta, prepare, ctx.now_ms, |t| {
