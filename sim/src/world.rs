@@ -567,15 +567,13 @@ impl World {
         }
         let Some(controller) = &self.controller else { return true };
         controller.partitions.iter().all(|(tp, reg)| {
-            let mut isr = reg.state.isr.clone();
-            isr.sort_unstable();
-            let mut replicas = reg.replicas.clone();
-            replicas.sort_unstable();
-            let Some(leader) = self.brokers[&reg.state.leader].partition(tp) else { return false };
+            // A partition with no leader (`NO_LEADER`) is not settled either.
+            let Some(leader) = self.brokers.get(&reg.state.leader).and_then(|b| b.partition(tp)) else { return false };
             let caught_up = |l: &txnsim_engine::PartitionLog| {
                 l.log_end_offset() == leader.log_end_offset() && l.high_watermark() == leader.high_watermark()
             };
-            isr == replicas
+            // The controller keeps the ISR within the replicas, so equal sizes mean the whole set.
+            reg.state.isr.len() == reg.replicas.len()
                 && reg.replicas.iter().all(|r| {
                     let b = &self.brokers[r];
                     b.metadata_image.get(tp) == Some(reg) && b.partition(tp).is_some_and(caught_up)
