@@ -145,7 +145,8 @@ const NEEDS_FAULTS: [Mutation; 2] = [Mutation::DoubleComplete, Mutation::MarkerR
 
 /// The departures from Kafka 4.x fixed on the coordinator and leader side, each with the ported Kafka
 /// test whose exact expectation catches it: the scenario must fail with a difference (not an input error).
-const CATCHERS: [(Mutation, &str, &str); 19] = [
+const CATCHERS: [(Mutation, &str, &str); 20] = [
+    (Mutation::NoMarkerResendOnFailover, "a-new-coordinator-completes-a-prepared-commit", "coordinator[0].state"),
     (
         Mutation::FenceAbortKeepsExhaustedId,
         "coordinator-tv2-timeout-abort-at-the-last-epoch-rotates-the-producer-id",
@@ -200,7 +201,7 @@ const CATCHERS: [(Mutation, &str, &str); 19] = [
     (
         Mutation::NoRebuildAfterTruncation,
         "follower-truncates-to-the-diverging-epoch-after-leader-failover",
-        "invariant lso-is-first-unstable-offset",
+        "invariant replica-txn-state-from-own-log",
     ),
     (
         Mutation::EpochExhaustionIgnored,

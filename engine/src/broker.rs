@@ -1,10 +1,12 @@
-//! A broker: leader or follower of its partitions (`ReplicaManager`, `Partition`) and, broker 0, host of
-//! the transaction coordinator. A sans-io node: it takes a message and `now`, and returns messages and
-//! timers.
+//! A broker: leader or follower of its partitions (`ReplicaManager`, `Partition`), and the transaction
+//! coordinator while it leads `__transaction_state` (broker 0 on a single broker). A sans-io node: it
+//! takes a message and `now`, and returns messages and timers.
 
 use crate::config::EngineConfig;
 use crate::controller::{PartitionRegistration, CONTROLLER_ID, NO_LEADER};
-use crate::coordinator::{Ctx, PartitionLeaders, ReplyTo, TransactionCoordinator};
+use crate::coordinator::{
+    transaction_state_partition, Ctx, PartitionLeaders, ReplyTo, TransactionCoordinator, TxnLogValue,
+};
 use crate::error::KafkaError;
 use crate::group_coordinator::{
     offsets_partition_for, CommittedOffset, GroupCoordinator, GroupMessage, GROUP_METADATA_TOPIC,
@@ -55,6 +57,9 @@ pub struct Broker {
     /// Requests this broker sent to a coordinator, by correlation id.
     pending_verifications: BTreeMap<u64, PendingVerification>,
     next_correlation_id: u64,
+    /// On a replicated `__transaction_state`: the leader epoch its coordinator loaded the log at, while
+    /// this broker leads it (`TransactionCoordinator.onElection`); `None` while another broker coordinates.
+    pub coordinator_loaded_at: Option<i32>,
 }
 
 /// A TxnOffsetCommit's header: who commits, for which group, as which member.
@@ -66,8 +71,19 @@ struct TxnOffsetCommit {
     member_id: String,
 }
 
-/// The broker that hosts the transaction coordinator (coordinator failover is not modelled yet).
+/// The broker that hosts the group coordinator, and the transaction coordinator of a single broker (a
+/// replicated cluster's moves with `__transaction_state`'s leadership; groups do not fail over).
 pub const COORDINATOR_BROKER: u32 = 0;
+
+/// The broker whose coordinator stands for the cluster's: the one that loaded `__transaction_state` at
+/// the newest leader epoch (a crashed one until another loads). `None` where none did: a single broker,
+/// whose coordinator is the only one.
+pub fn standing_coordinator<'a>(brokers: impl IntoIterator<Item = &'a Broker>) -> Option<&'a Broker> {
+    brokers
+        .into_iter()
+        .filter(|b| b.coordinator_loaded_at.is_some())
+        .max_by_key(|b| (b.coordinator_loaded_at, b.id.clone()))
+}
 
 /// Partition leaders as this broker's metadata cache has them; on a single broker, itself for every
 /// partition it has.
@@ -112,7 +128,7 @@ impl Broker {
             id: NodeId::Broker(id),
             config,
             partitions,
-            coordinator: TransactionCoordinator::new(),
+            coordinator: TransactionCoordinator::for_broker(id),
             groups: GroupCoordinator::default(),
             replica_manager: ReplicaManager::default(),
             metadata_image: BTreeMap::new(),
@@ -120,6 +136,7 @@ impl Broker {
             forwarded: BTreeMap::new(),
             pending_verifications: BTreeMap::new(),
             next_correlation_id: 0,
+            coordinator_loaded_at: None,
         }
     }
 
@@ -152,7 +169,70 @@ impl Broker {
             .timers
             .push((now_ms + self.config.abort_timed_out_cleanup_interval_ms, Timer::AbortTimedOutTransactions));
         self.replicate(now_ms, &mut effects, |rm, ctx| rm.start(ctx));
+        self.take_coordinator_role(now_ms, &mut effects);
         effects
+    }
+
+    /// Whether `__transaction_state` is replicated here, so the coordinator follows its leadership.
+    fn has_transaction_log(&self) -> bool {
+        self.replica_manager.is_replicated(&transaction_state_partition())
+    }
+
+    /// `TransactionCoordinator.onElection` / `onResignation`: a broker that now leads `__transaction_state`
+    /// at a new epoch loads it; one that stopped leading it unloads.
+    fn take_coordinator_role(&mut self, now_ms: TimeMs, effects: &mut Effects) {
+        let NodeId::Broker(me) = self.id else { unreachable!("a broker's id is a broker id") };
+        let tp = transaction_state_partition();
+        let Some(p) = self.replica_manager.partitions.get(&tp) else { return };
+        let leading = (p.leader == me).then_some(p.leader_epoch);
+        if leading == self.coordinator_loaded_at {
+            return;
+        }
+        self.coordinator_loaded_at = leading;
+        match leading {
+            Some(epoch) => {
+                let log = &self.partitions[&tp];
+                let records: Vec<(i32, String)> = log
+                    .batches()
+                    .flat_map(|b| b.records().iter().map(move |r| (b.partition_leader_epoch, r.value.clone())))
+                    .collect();
+                let records = records.iter().map(|(e, v)| (*e, v.as_str()));
+                self.coordinate(now_ms, effects, |c, ctx| c.load_from_log(epoch, records, ctx));
+            }
+            None => self.coordinate(now_ms, effects, |c, ctx| c.unload(ctx)),
+        }
+    }
+
+    /// Where transactional ids are coordinated now, as this broker's metadata cache has it.
+    fn transaction_coordinator(&self) -> Option<NodeId> {
+        match self.metadata_image.get(&transaction_state_partition()) {
+            Some(r) if r.state.leader == NO_LEADER => None,
+            Some(r) => Some(NodeId::Broker(r.state.leader)),
+            None => Some(NodeId::Broker(COORDINATOR_BROKER)),
+        }
+    }
+
+    /// `appendTransactionToLog` on a replicated `__transaction_state`: the pending transition's record is
+    /// appended as the leader (acks=all, `transaction.state.log.min.isr`) and the transition completes when
+    /// the HW passes it, or fails with the append's error.
+    fn append_txn_log(&mut self, now_ms: TimeMs, tid: &str, corr: u64, effects: &mut Effects) {
+        let Some((value, timeout_ms)) = self.coordinator.txn_log_record(tid, corr) else { return };
+        let tp = transaction_state_partition();
+        let appended = self.replicate(now_ms, effects, |rm, ctx| rm.check_append(&tp, ctx)).and_then(|()| {
+            let batch = ProduceBatch { producer: None, is_transactional: false, values: vec![value] };
+            let log = self.partitions.get_mut(&tp).expect("a replicated partition has a log");
+            log.append_data(&batch, AppendOrigin::Coordinator, now_ms, &self.config.mutations)
+        });
+        match appended {
+            Ok(info) => {
+                self.after_leader_append(now_ms, &tp, effects);
+                let waits = vec![AckWait::new(tp, info.last_offset + 1, 0)];
+                let response = DelayedResponse::TxnLog { transactional_id: tid.to_string() };
+                let me = self.id.clone();
+                self.replicate(now_ms, effects, |rm, ctx| rm.await_acks(me, corr, waits, response, timeout_ms, ctx));
+            }
+            Err(e) => self.coordinate(now_ms, effects, |c, ctx| c.on_txn_log_append_failed(tid, corr, e, ctx)),
+        }
     }
 
     /// Runs a replication step with this broker's logs, config and outbox.
@@ -190,7 +270,25 @@ impl Broker {
         let mut ctx = Ctx { now_ms, config: &self.config, me: &self.id, leaders: &leaders, effects };
         // The transactional-id expiration runs due by now come first (counted, not timed).
         self.coordinator.remove_expired_transactional_ids(&mut ctx);
-        handler(&mut self.coordinator, &mut ctx)
+        let result = handler(&mut self.coordinator, &mut ctx);
+        let tombstones = std::mem::take(&mut self.coordinator.tombstones);
+        if self.has_transaction_log() && self.coordinator_loaded_at.is_some() {
+            // Written without waiting for the HW: nothing waits on a tombstone.
+            let values = tombstones
+                .into_iter()
+                .map(|transactional_id| TxnLogValue::Tombstone { transactional_id }.encode())
+                .collect();
+            let tp = transaction_state_partition();
+            let batch = ProduceBatch { producer: None, is_transactional: false, values };
+            if !batch.values.is_empty() && self.replicate(now_ms, effects, |rm, ctx| rm.check_append(&tp, ctx)).is_ok()
+            {
+                let log = self.partitions.get_mut(&tp).expect("a replicated partition has a log");
+                if log.append_data(&batch, AppendOrigin::Coordinator, now_ms, &self.config.mutations).is_ok() {
+                    self.after_leader_append(now_ms, &tp, effects);
+                }
+            }
+        }
+        result
     }
 
     /// Nothing in progress on this broker but KIP-890 verifications (`newest_verification_ms`): its
@@ -278,6 +376,12 @@ impl Broker {
         for log in self.partitions.values_mut() {
             log.producer_state.verification_entries.clear();
         }
+        if self.has_transaction_log() {
+            // The cache died with the process (nobody is answered); leading the log again reloads it.
+            self.coordinate(now_ms, &mut Effects::default(), |c, ctx| c.unload(ctx));
+            self.coordinator_loaded_at = None;
+            return self.on_start(now_ms);
+        }
         let mut effects = self.on_start(now_ms);
         self.coordinate(now_ms, &mut effects, |c, ctx| c.on_load(ctx));
         effects
@@ -304,13 +408,15 @@ impl Broker {
         (expired, effects)
     }
 
-    /// Completes at once every `__transaction_state` append in `effects` (the `TxnLogAppend`s this broker
-    /// sent itself) and those they lead to. For drivers whose network loses and reorders messages (the
-    /// model, the sim): a local write is never lost, so they do not put it on that network.
+    /// Delivers at once every `__transaction_state` append in `effects` (the `TxnLogAppend`s this broker
+    /// sent itself, and on a replicated log their outcomes) and those they lead to. For drivers whose
+    /// network loses and reorders messages (the model, the sim): a local call is never lost, so they do not
+    /// put it on that network.
     pub fn write_txn_log_now(&mut self, now_ms: TimeMs, mut effects: Effects) -> Effects {
         loop {
-            let (appends, sends): (Vec<Envelope>, Vec<Envelope>) =
-                effects.sends.into_iter().partition(|e| matches!(e.message, Message::TxnLogAppendRequest { .. }));
+            let (appends, sends): (Vec<Envelope>, Vec<Envelope>) = effects.sends.into_iter().partition(|e| {
+                matches!(e.message, Message::TxnLogAppendRequest { .. } | Message::TxnLogAppendResponse { .. })
+            });
             effects.sends = sends;
             if appends.is_empty() {
                 return effects;
@@ -382,8 +488,19 @@ impl Broker {
                     c.handle_end_txn(&transactional_id, producer, result, transaction_version, to, ctx)
                 })
                 .map(|result| Message::EndTxnResponse { result }),
+            Message::TxnLogAppendRequest { transactional_id } if self.has_transaction_log() => {
+                self.append_txn_log(now_ms, &transactional_id, corr, &mut effects);
+                None
+            }
             Message::TxnLogAppendRequest { transactional_id } => {
                 self.coordinate(now_ms, &mut effects, |c, ctx| c.on_txn_log_append(&transactional_id, corr, ctx));
+                None
+            }
+            Message::TxnLogAppendResponse { transactional_id, result } => {
+                self.coordinate(now_ms, &mut effects, |c, ctx| match result {
+                    Ok(()) => c.on_txn_log_append(&transactional_id, corr, ctx),
+                    Err(e) => c.on_txn_log_append_failed(&transactional_id, corr, e, ctx),
+                });
                 None
             }
             Message::ProduceRequest { transactional_id, partition, batch, transaction_version } => self
@@ -405,7 +522,10 @@ impl Broker {
                 } else {
                     let response = DelayedResponse::Markers { results };
                     let to = reply_to.clone();
-                    self.replicate(now_ms, &mut effects, |rm, ctx| rm.await_acks(to, corr, waits, response, ctx));
+                    let timeout = self.config.request_timeout_ms;
+                    self.replicate(now_ms, &mut effects, |rm, ctx| {
+                        rm.await_acks(to, corr, waits, response, timeout, ctx)
+                    });
                     None
                 }
             }
@@ -447,7 +567,11 @@ impl Broker {
                 self.replicate(now_ms, &mut effects, |rm, ctx| {
                     rm.apply_partition_change(&partition, &registration, ctx)
                 });
+                let coordinator_log = partition == transaction_state_partition();
                 self.metadata_image.insert(partition, registration);
+                if coordinator_log {
+                    self.take_coordinator_role(now_ms, &mut effects);
+                }
                 None
             }
             Message::FetchRequest { partition, fetch_offset, isolation } => {
@@ -537,11 +661,24 @@ impl Broker {
 
     /// `TransactionStateManager.getTransactionState`: a broker that does not own the transactional id's
     /// `__transaction_state` partition (or the group's `__consumer_offsets` one) answers NOT_COORDINATOR
-    /// (the client looks the coordinator up again). Only `COORDINATOR_BROKER` owns them here (coordinator
-    /// failover is not modelled); an idempotent producer's InitProducerId, with no transactional id, any
-    /// broker serves.
+    /// (the client looks the coordinator up again). Transactional ids belong to `__transaction_state`'s
+    /// loaded leader (`COORDINATOR_BROKER` where the log is not replicated), groups to `COORDINATOR_BROKER`;
+    /// an idempotent producer's InitProducerId, with no transactional id, any broker serves.
     fn refuse_if_not_coordinator(&self, message: &Message) -> Option<Message> {
-        if self.id == NodeId::Broker(COORDINATOR_BROKER) || self.config.mutations.has(Mutation::AnyBrokerCoordinates) {
+        if self.config.mutations.has(Mutation::AnyBrokerCoordinates) {
+            return None;
+        }
+        let transactions = if self.has_transaction_log() {
+            self.coordinator_loaded_at.is_some()
+        } else {
+            self.id == NodeId::Broker(COORDINATOR_BROKER)
+        };
+        let groups = self.id == NodeId::Broker(COORDINATOR_BROKER);
+        let refused = match message {
+            Message::Group(_) => !groups,
+            _ => !transactions,
+        };
+        if !refused {
             return None;
         }
         fn not<T>() -> Result<T, KafkaError> {
@@ -658,7 +795,16 @@ impl Broker {
             corr_to_coordinator,
             PendingVerification { client, client_correlation_id: corr, partition, batch, guard, sent_ms: now_ms },
         );
-        effects.send(&self.id, &NodeId::Broker(COORDINATOR_BROKER), corr_to_coordinator, request);
+        match self.transaction_coordinator() {
+            Some(coordinator) => effects.send(&self.id, &coordinator, corr_to_coordinator, request),
+            // `AddPartitionsToTxnManager`: no coordinator known, COORDINATOR_NOT_AVAILABLE.
+            None => self.complete_verification(
+                now_ms,
+                corr_to_coordinator,
+                Err(KafkaError::CoordinatorNotAvailable),
+                effects,
+            ),
+        }
         None
     }
 
@@ -697,6 +843,14 @@ impl Broker {
             Ok(()) => self.append_client_batch(now_ms, &pending.partition, &pending.batch, effects),
             // The producer's epoch is stale at the coordinator: a zombie's batch.
             Err(KafkaError::ProducerFenced) => Err(KafkaError::InvalidProducerEpoch),
+            // `ReplicaManager.appendRecords`' postVerificationCallback: a coordinator that moved or is loading
+            // becomes an error every producer retries without a metadata refresh.
+            Err(
+                KafkaError::NotCoordinator
+                | KafkaError::CoordinatorNotAvailable
+                | KafkaError::CoordinatorLoadInProgress
+                | KafkaError::NetworkException,
+            ) => Err(KafkaError::NotEnoughReplicas),
             Err(e) => Err(e),
         };
         let (client, corr) = (pending.client, pending.client_correlation_id);
@@ -722,7 +876,8 @@ impl Broker {
             Ok(ack) if self.replica_manager.is_replicated(&partition) => {
                 let waits = vec![AckWait::new(partition.clone(), ack.last_offset + 1, 0)];
                 let response = DelayedResponse::Produce { partition, ack };
-                self.replicate(now_ms, effects, |rm, ctx| rm.await_acks(client, corr, waits, response, ctx));
+                let timeout = self.config.request_timeout_ms;
+                self.replicate(now_ms, effects, |rm, ctx| rm.await_acks(client, corr, waits, response, timeout, ctx));
                 None
             }
             result => Some((partition, result)),

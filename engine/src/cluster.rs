@@ -100,6 +100,12 @@ impl Cluster {
         }
     }
 
+    /// The coordinator that stands for the cluster's (`broker::standing_coordinator`), broker 0's where
+    /// `__transaction_state` is not replicated.
+    pub fn coordinator(&self) -> &crate::coordinator::TransactionCoordinator {
+        &crate::broker::standing_coordinator(self.brokers()).unwrap_or(&self.broker).coordinator
+    }
+
     pub fn broker_id(&self) -> NodeId {
         NodeId::Broker(BROKER_ID)
     }
@@ -202,7 +208,14 @@ impl Cluster {
         let now = self.now_ms;
         let effects = match &to {
             NodeId::Broker(CONTROLLER_ID) => self.controller.on_message(env),
-            NodeId::Broker(id) if self.down.contains(id) => Effects::default(), // Lost: the broker is down.
+            NodeId::Broker(id) if self.down.contains(id) => {
+                // Lost: the broker is down. A producer's connection attempt is refused (a disconnect).
+                if let Some(p) = self.producers.values_mut().find(|p| p.id == env.from) {
+                    let effects = p.on_disconnect(now, &to);
+                    self.apply(&env.from, effects);
+                }
+                Effects::default()
+            }
             NodeId::Broker(id) => match self.broker_mut(*id) {
                 Some(b) => b.on_message(now, env),
                 None => Effects::default(), // No such broker: the message is lost.

@@ -38,6 +38,9 @@ pub struct EngineConfig {
     /// `min.insync.replicas` (Kafka's default 1): an acks=all write needs this many replicas in the ISR
     /// (capped by the replication factor, `Partition.effectiveMinIsr`), and the HW stands still below it.
     pub min_insync_replicas: u32,
+    /// `transaction.state.log.min.isr` (Kafka's default 2): `__transaction_state`'s `min.insync.replicas`,
+    /// so a coordinator's record is durable on two replicas before its transition completes.
+    pub transaction_state_log_min_isr: u32,
     /// `replica.lag.time.max.ms` (default 30000): a follower not caught up for this long leaves the ISR.
     pub replica_lag_time_max_ms: TimeMs,
     /// `replica.fetch.wait.max.ms` (default 500): how long a follower's fetch waits at the leader for data.
@@ -70,6 +73,7 @@ impl Default for EngineConfig {
             num_partitions: 1,
             group_initial_rebalance_delay_ms: 3_000,
             min_insync_replicas: 1,
+            transaction_state_log_min_isr: 2,
             replica_lag_time_max_ms: 30_000,
             replica_fetch_wait_max_ms: 500,
             replica_socket_timeout_ms: 30_000,

@@ -8,6 +8,9 @@
 //! its own id, not a quorum, and it never fails.
 
 use crate::config::EngineConfig;
+use crate::coordinator::{
+    transaction_state_partition, TRANSACTION_STATE_LOG_REPLICATION_FACTOR, TRANSACTION_STATE_TOPIC,
+};
 use crate::error::KafkaError;
 use crate::metadata::{MetadataMessage, NewTopic};
 use crate::mutation::{Mutation, Mutations};
@@ -32,6 +35,13 @@ pub fn leader_name(leader: u32) -> String {
     } else {
         leader.to_string()
     }
+}
+
+/// A broker applies a metadata delta whole (`BrokerMetadataPublisher`), so a coordinator elected by it
+/// sends its first markers to the delta's new leaders; the changes go out one by one here, so the
+/// `__transaction_state` one goes last.
+fn coordinator_log_last(tps: &mut [TopicPartition]) {
+    tps.sort_by_key(|tp| tp.topic == TRANSACTION_STATE_TOPIC);
 }
 
 /// A partition's leadership and ISR as the controller committed it (`LeaderAndIsr`).
@@ -102,6 +112,10 @@ pub struct Topology {
     /// Topics whose replication factor differs from `replication_factor`.
     pub per_topic: BTreeMap<String, u32>,
     pub placement: Placement,
+    /// `transaction.state.log.replication.factor` (Kafka's 3, capped by the broker count). Above 1 the
+    /// coordinator lives on `__transaction_state`'s leader and fails over with it; at 1 it stays on broker
+    /// 0 with its log unreplicated, as on a single broker.
+    pub transaction_log_replication_factor: u32,
 }
 
 impl Topology {
@@ -112,7 +126,13 @@ impl Topology {
 
     /// Broker 0 leading every partition (`Placement::LeaderZero`).
     pub fn new(brokers: u32, replication_factor: u32) -> Self {
-        Topology { brokers, replication_factor, per_topic: BTreeMap::new(), placement: Placement::LeaderZero }
+        Topology {
+            brokers,
+            replication_factor,
+            per_topic: BTreeMap::new(),
+            placement: Placement::LeaderZero,
+            transaction_log_replication_factor: TRANSACTION_STATE_LOG_REPLICATION_FACTOR.min(brokers),
+        }
     }
 
     /// Kafka's striped placement (`Placement::Striped`).
@@ -130,6 +150,9 @@ impl Topology {
         }
         if self.replication_factor == 0 {
             return Err("replication_factor must be at least 1".into());
+        }
+        if self.transaction_log_replication_factor == 0 {
+            return Err("transaction_log_replication_factor must be at least 1".into());
         }
         Ok(())
     }
@@ -175,11 +198,16 @@ impl Controller {
     /// Registers every partition with its whole assignment in the ISR (a new topic's replicas are in
     /// sync: they are all empty), the first replica leading at epoch 0.
     pub fn new(topics: &BTreeMap<String, u32>, topology: &Topology, config: &EngineConfig) -> Self {
-        let partitions = topology
+        let mut partitions: BTreeMap<TopicPartition, PartitionRegistration> = topology
             .assignment(topics)
             .into_iter()
             .map(|(tp, replicas)| (tp, PartitionRegistration::new(replicas)))
             .collect();
+        let rf = topology.transaction_log_replication_factor.min(topology.brokers);
+        if rf > 1 {
+            // A replicated cluster's coordinator lives on `__transaction_state`'s leader, broker 0 at first.
+            partitions.insert(transaction_state_partition(), PartitionRegistration::new((0..rf).collect()));
+        }
         Controller {
             id: NodeId::Broker(CONTROLLER_ID),
             partitions,
@@ -211,7 +239,9 @@ impl Controller {
             if let (Ok((n, rf)), false) = (checked, validate_only) {
                 for p in 0..n {
                     let tp = TopicPartition::new(&t.name, p);
-                    let replicas = self.placement.replicas(p, self.partitions.len(), rf, self.brokers, &self.fenced);
+                    // `__transaction_state` is placed apart, so it shifts no topic's striping.
+                    let placed = self.partitions.keys().filter(|tp| tp.topic != TRANSACTION_STATE_TOPIC).count();
+                    let replicas = self.placement.replicas(p, placed, rf, self.brokers, &self.fenced);
                     let registration = PartitionRegistration::new(replicas);
                     self.partitions.insert(tp.clone(), registration.clone());
                     // Kafka's `PartitionRecord`; brokers apply it as the first change of a partition they lack.
@@ -232,8 +262,9 @@ impl Controller {
     /// partition epoch, a new leader also the leader epoch.
     pub fn broker_fenced(&mut self, broker: u32) -> Effects {
         self.fenced.insert(broker);
-        let tps: Vec<TopicPartition> =
+        let mut tps: Vec<TopicPartition> =
             self.partitions.iter().filter(|(_, r)| r.replicas.contains(&broker)).map(|(tp, _)| tp.clone()).collect();
+        coordinator_log_last(&mut tps);
         let mut effects = Effects::default();
         for tp in tps {
             let reg = self.partitions.get_mut(&tp).expect("listed above");
@@ -252,12 +283,13 @@ impl Controller {
     /// only by catching up, through its leaders' AlterPartition.
     pub fn broker_unfenced(&mut self, broker: u32) -> Effects {
         self.fenced.remove(&broker);
-        let tps: Vec<TopicPartition> = self
+        let mut tps: Vec<TopicPartition> = self
             .partitions
             .iter()
             .filter(|(_, r)| r.state.leader == NO_LEADER && r.replicas.contains(&broker))
             .map(|(tp, _)| tp.clone())
             .collect();
+        coordinator_log_last(&mut tps);
         let mut effects = Effects::default();
         for tp in tps {
             let isr = self.partitions[&tp].state.isr.clone();

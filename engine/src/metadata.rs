@@ -276,9 +276,17 @@ pub fn handle(
             }
             MetadataMessage::MetadataResponse { topics: out, leaders }
         }
-        MetadataMessage::FindCoordinatorRequest { key_type: _, keys } => {
-            // One broker hosts every coordinator, for groups and transactional ids alike.
-            let result: Result<u32, KafkaError> = Ok(crate::broker::COORDINATOR_BROKER);
+        MetadataMessage::FindCoordinatorRequest { key_type, keys } => {
+            // Groups live on one broker; transactional ids on `__transaction_state`'s leader where it is
+            // replicated (COORDINATOR_NOT_AVAILABLE while it has none).
+            let log = image.get(&crate::coordinator::transaction_state_partition());
+            let result: Result<u32, KafkaError> = match (key_type, log) {
+                (CoordinatorType::Transaction, Some(r)) if r.state.leader == crate::controller::NO_LEADER => {
+                    Err(KafkaError::CoordinatorNotAvailable)
+                }
+                (CoordinatorType::Transaction, Some(r)) => Ok(r.state.leader),
+                _ => Ok(crate::broker::COORDINATOR_BROKER),
+            };
             MetadataMessage::FindCoordinatorResponse { coordinators: keys.into_iter().map(|k| (k, result)).collect() }
         }
         MetadataMessage::EarliestOffsetRequest { partition } => {

@@ -65,10 +65,13 @@ pub enum Mutation {
     AnyBrokerCoordinates,
     IsrChangeToldToLeaderOnly,
     FenceAbortKeepsExhaustedId,
+    NoMarkerResendOnFailover,
+    FailoverKeepsCoordinatorEpoch,
+    FencedReplicaHoldsHw,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 57] = [
+    pub const ALL: [Mutation; 60] = [
         Mutation::ReadCommittedBoundedByHw,
         Mutation::LsoInclusive,
         Mutation::LsoIgnoresOngoingTxns,
@@ -126,6 +129,9 @@ impl Mutation {
         Mutation::AnyBrokerCoordinates,
         Mutation::IsrChangeToldToLeaderOnly,
         Mutation::FenceAbortKeepsExhaustedId,
+        Mutation::NoMarkerResendOnFailover,
+        Mutation::FailoverKeepsCoordinatorEpoch,
+        Mutation::FencedReplicaHoldsHw,
     ];
 
     /// The kebab-case name used on the command line and in seed files.
@@ -182,6 +188,9 @@ impl Mutation {
             Mutation::FencedReplicaJoinsIsr => "fenced-replica-joins-isr",
             Mutation::IsrChangeToldToLeaderOnly => "isr-change-told-to-leader-only",
             Mutation::FenceAbortKeepsExhaustedId => "fence-abort-keeps-exhausted-id",
+            Mutation::NoMarkerResendOnFailover => "no-marker-resend-on-failover",
+            Mutation::FailoverKeepsCoordinatorEpoch => "failover-keeps-coordinator-epoch",
+            Mutation::FencedReplicaHoldsHw => "fenced-replica-holds-hw",
             Mutation::MarkerRetryResendsAllPartitions => "marker-retry-resends-all-partitions",
             Mutation::EpochExhaustionIgnored => "epoch-exhaustion-ignored",
             Mutation::TransactionalIdsNeverExpire => "transactional-ids-never-expire",
@@ -290,6 +299,9 @@ impl Mutation {
             Mutation::FetchIdsReusedAfterRestart => "A restarted follower numbers its fetches from the start again, so the leader's answer to a fetch its previous life sent is taken for its own: a diverging epoch computed for the old log end truncates an ISR member below the HW.",
             Mutation::IsrExpansionBelowLeaderEpochStart => "A follower joins the ISR once it reaches the leader's HW, even below the offset the leader's epoch began at: a new leader whose HW lags what its predecessor committed takes a follower holding less than its log into the ISR, which may then lead without the committed writes.",
             Mutation::FenceAbortKeepsExhaustedId => "Kafka 4.x before KAFKA-20090: a TV2 fence or timeout abort at an exhausted epoch allocates no next producer id, so the transactional id completes at Short.MAX_VALUE - 1 or above under its old id, one bump short of overflow (a delayed EndTxn then finds it a retry, and the transaction can hang).",
+            Mutation::FencedReplicaHoldsHw => "A leader keeps waiting for a follower the controller fenced and took out of the ISR, as one caught up and about to rejoin: the HW (and every acks=all write, the coordinator's __transaction_state appends too) stands still until replica.lag.time.max.ms has passed since the dead broker last caught up.",
+            Mutation::NoMarkerResendOnFailover => "A broker that becomes the leader of __transaction_state loads its transactions but sends no markers for those it finds PrepareCommit or PrepareAbort: the decision its predecessor made is never written to the partitions it has not reached, and they stay open, blocking the LSO, until something else ends them.",
+            Mutation::FailoverKeepsCoordinatorEpoch => "A coordinator that loads __transaction_state after a failover takes the coordinator epoch its predecessor wrote with instead of the partition's new leader epoch: partition leaders cannot tell the old coordinator's late markers from its own, so a retry of an old decision can close the producer's next transaction.",
             Mutation::IsrChangeToldToLeaderOnly => "The controller answers a committed AlterPartition to the leader alone and writes no PartitionChangeRecord: every broker's metadata cache (the leader's too; only its partition state takes the answer) keeps the old ISR, so Metadata answers name replicas that left it, or miss those that rejoined.",
             Mutation::FencedReplicaJoinsIsr => "The controller commits an ISR expansion naming a fenced broker: a fetch sent before its broker died, answered after, puts the dead broker back in the ISR, where it counts toward acks=all and the HW while holding nothing new, and may be elected with less than was acknowledged.",
             Mutation::MarkerRetryResendsAllPartitions => "One leader's retriable WriteTxnMarkers error sends the markers of every unacknowledged partition again, including those still in flight to other leaders: the resend is acknowledged, the transaction completes, the producer begins its next one at the same epoch (TV1), and the first request, arriving late, writes a COMMIT marker that closes it half-written.",
@@ -366,6 +378,9 @@ impl Mutation {
             Mutation::FetchIdsReusedAfterRestart => "NetworkClient / SocketServer: an answer goes back on its request's connection, which a crash closes (AbstractFetcherThread matches no answer across a restart)",
             Mutation::IsrExpansionBelowLeaderEpochStart => "KIP-101 / KAFKA-7128: Partition.isFollowerInSync (leaderEpochStartOffsetOpt; PartitionTest#testFollowerDoesNotJoinISRUntilCaughtUpToOffsetWithinCurrentLeaderEpoch)",
             Mutation::FenceAbortKeepsExhaustedId => "KAFKA-20090 (PR #21506): TransactionCoordinator.endTransaction's TV2 completion rotates the producer id for epoch-fence aborts too",
+            Mutation::FencedReplicaHoldsHw => "KIP-841: Partition.maybeIncrementLeaderHW waits for a replica outside the ISR only if isReplicaIsrEligible (not fenced, not shutting down); PartitionTest#testHighWatermarkIncreasesWithFencedOrShutdownFollower",
+            Mutation::NoMarkerResendOnFailover => "TransactionStateManager.loadTransactionsForTxnTopicPartition sends the markers of every PrepareCommit/PrepareAbort it loads (TransactionStateManagerTest#testLoadAndRemoveTransactionsForPartition, TransactionMarkerChannelManagerTest#shouldNotLoseTxnCompletionAfterLoad)",
+            Mutation::FailoverKeepsCoordinatorEpoch => "TransactionCoordinator.onElection(txnTopicPartitionId, coordinatorEpoch): the coordinator epoch is the __transaction_state partition's leader epoch, and leaders fence markers of a lower one (ProducerStateManager, TRANSACTION_COORDINATOR_FENCED)",
             Mutation::IsrChangeToldToLeaderOnly => "ReplicationControlManager.alterPartition returns the change as a PartitionChangeRecord, which every broker replays into its metadata cache (ReplicationControlManagerTest's sendAlterPartition replays result.records())",
             Mutation::FencedReplicaJoinsIsr => "KIP-841: ReplicationControlManager.validateAlterPartitionData answers INELIGIBLE_REPLICA (ReplicationControlManagerTest#testAlterPartitionShouldRejectFencedBrokers)",
             Mutation::MarkerRetryResendsAllPartitions => "TransactionMarkerRequestCompletionHandler.onComplete re-queues only the failed partitions (TransactionMarkerRequestCompletionHandlerTest#verifyRetriesPartitionOnError: addTxnMarkersToBrokerQueue with the failed partition only)",

@@ -156,6 +156,10 @@ enum InFlight {
         broker: u32,
         topics: Vec<String>,
     },
+    /// `FindCoordinatorHandler` for the transactional id, sent to `broker`.
+    FindTxnCoordinator {
+        broker: u32,
+    },
 }
 
 /// A batch in the `RecordAccumulator`, not yet drained: waiting for its partition to join the transaction
@@ -229,7 +233,8 @@ impl Rename for InFlight {
             | InFlight::AddOffsets(_)
             | InFlight::FindGroupCoordinator(_)
             | InFlight::TxnOffsetCommit(_)
-            | InFlight::Metadata { .. } => {}
+            | InFlight::Metadata { .. }
+            | InFlight::FindTxnCoordinator { .. } => {}
         }
     }
 }
@@ -321,6 +326,35 @@ impl Producer {
         self.send_metadata(vec![partition.topic.clone()], effects);
     }
 
+    /// `TransactionManager.lookupCoordinator(TRANSACTION)`: the coordinator answered NOT_COORDINATOR or
+    /// COORDINATOR_NOT_AVAILABLE, or its connection broke; another broker is asked where it is now (the
+    /// failed request is retried meanwhile). Nothing to ask with a single bootstrap broker.
+    fn lookup_coordinator(&mut self, effects: &mut Effects) {
+        let pending = self.in_flight.values().chain(self.backing_off.values());
+        let looking = pending.into_iter().any(|f| matches!(f, InFlight::FindTxnCoordinator { .. }));
+        // An idempotent producer's InitProducerId goes to any broker: it has no coordinator to find.
+        if self.bootstrap.len() < 2 || self.transactional_id().is_none() || looking {
+            return;
+        }
+        self.send_find_coordinator(effects);
+    }
+
+    fn send_find_coordinator(&mut self, effects: &mut Effects) {
+        let reachable = |b: &&u32| !self.unreachable.contains(b);
+        let broker = *self
+            .bootstrap
+            .iter()
+            .filter(reachable)
+            .find(|b| NodeId::Broker(**b) != self.coordinator)
+            .or_else(|| self.bootstrap.iter().find(reachable))
+            .unwrap_or(&self.bootstrap[0]);
+        let message = Message::Metadata(MetadataMessage::FindCoordinatorRequest {
+            key_type: CoordinatorType::Transaction,
+            keys: vec![self.transactional_id().expect("only a transactional producer has a coordinator").to_string()],
+        });
+        self.request(NodeId::Broker(broker), message, InFlight::FindTxnCoordinator { broker }, effects);
+    }
+
     fn send_metadata(&mut self, topics: Vec<String>, effects: &mut Effects) {
         let broker = *self.bootstrap.iter().find(|b| !self.unreachable.contains(b)).unwrap_or(&self.bootstrap[0]);
         let message = Message::Metadata(MetadataMessage::MetadataRequest {
@@ -396,12 +430,20 @@ impl Producer {
         let lost: Vec<u64> =
             self.in_flight.iter().filter(|(_, f)| &self.destination(f) == broker).map(|(corr, _)| *corr).collect();
         let mut refresh = None;
+        let mut coordinator_lost = false;
         for corr in lost {
             let in_flight = self.in_flight.remove(&corr).expect("listed above");
             if let InFlight::Produce { partition, .. } = &in_flight {
                 refresh = Some(partition.clone());
             }
+            coordinator_lost |= Self::goes_to_coordinator(&in_flight);
             self.back_off(now_ms, in_flight, KafkaError::NetworkException, &mut effects);
+        }
+        if coordinator_lost && self.bootstrap.len() > 1 {
+            if let NodeId::Broker(id) = broker {
+                self.unreachable.insert(*id);
+            }
+            self.lookup_coordinator(&mut effects);
         }
         // `NetworkClient.processDisconnection`: a lost leader connection asks for fresh metadata.
         if let (Some(partition), NodeId::Broker(id)) = (refresh, broker) {
@@ -411,6 +453,17 @@ impl Producer {
             self.request_metadata(&partition, &mut effects);
         }
         effects
+    }
+
+    /// The requests a transaction coordinator answers.
+    fn goes_to_coordinator(in_flight: &InFlight) -> bool {
+        matches!(
+            in_flight,
+            InFlight::InitProducerId { .. }
+                | InFlight::AddPartitions { .. }
+                | InFlight::EndTxn { .. }
+                | InFlight::AddOffsets(_)
+        )
     }
 
     pub fn is_idle(&self) -> bool {
@@ -525,7 +578,7 @@ impl Producer {
     fn destination(&self, in_flight: &InFlight) -> NodeId {
         match in_flight {
             InFlight::Produce { partition, .. } => self.leader_for(partition),
-            InFlight::Metadata { broker, .. } => NodeId::Broker(*broker),
+            InFlight::Metadata { broker, .. } | InFlight::FindTxnCoordinator { broker } => NodeId::Broker(*broker),
             InFlight::TxnOffsetCommit(c) => {
                 self.group_coordinators.get(&c.group.group_id).unwrap_or(&self.coordinator).clone()
             }
@@ -563,6 +616,10 @@ impl Producer {
             InFlight::Metadata { topics, .. } => {
                 let topics = topics.clone();
                 self.send_metadata(topics, effects);
+                return;
+            }
+            InFlight::FindTxnCoordinator { .. } => {
+                self.send_find_coordinator(effects);
                 return;
             }
             InFlight::EndTxn { result, .. } => Message::EndTxnRequest {
@@ -947,10 +1004,14 @@ impl Producer {
                 // `NetworkClient` closes the connection of a timed-out request: it fails unanswered and is
                 // retried after `retry.backoff.ms`, as for any disconnect.
                 if let Some(in_flight) = self.in_flight.remove(&correlation_id) {
-                    if let InFlight::Metadata { broker, .. } = &in_flight {
+                    if let InFlight::Metadata { broker, .. } | InFlight::FindTxnCoordinator { broker } = &in_flight {
                         self.unreachable.insert(*broker);
                     }
+                    let coordinator_lost = Self::goes_to_coordinator(&in_flight);
                     self.back_off(now_ms, in_flight, KafkaError::RequestTimedOut, &mut effects);
+                    if coordinator_lost {
+                        self.lookup_coordinator(&mut effects);
+                    }
                 }
             }
             Timer::DeliveryTimeout { op } => self.expire_batch(op),
@@ -1034,6 +1095,22 @@ impl Producer {
         let Some(in_flight) = self.in_flight.remove(&env.correlation_id) else {
             return effects; // A duplicate or late response: the request was already answered.
         };
+        let moved = match &env.message {
+            Message::InitProducerIdResponse { result: Err(e) }
+            | Message::AddPartitionsToTxnResponse { result: Err(e) }
+            | Message::AddOffsetsToTxnResponse { result: Err(e) } => Some(*e),
+            Message::EndTxnResponse { result: Err(e) } => Some(*e),
+            _ => None,
+        };
+        if let Some(e @ (KafkaError::NotCoordinator | KafkaError::CoordinatorNotAvailable)) = moved {
+            if self.bootstrap.len() > 1 && self.transactional_id().is_some() {
+                // Each handler's NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE: look the coordinator up, re-enqueue.
+                self.lookup_coordinator(&mut effects);
+                self.back_off(now_ms, in_flight, e, &mut effects);
+                self.after_event(&mut effects);
+                return effects;
+            }
+        }
         match (in_flight, env.message) {
             (InFlight::Metadata { .. }, Message::Metadata(MetadataMessage::MetadataResponse { leaders, .. })) => {
                 for (tp, leader, _) in leaders.into_iter().filter(|(_, l, _)| *l != NO_LEADER) {
@@ -1174,6 +1251,18 @@ impl Producer {
                     Err(e) => self.fail_offsets(call.op, e, true),
                 }
             }
+            (
+                InFlight::FindTxnCoordinator { broker },
+                Message::Metadata(MetadataMessage::FindCoordinatorResponse { coordinators }),
+            ) => match coordinators
+                .into_iter()
+                .next()
+                .map(|(_, r)| r)
+                .unwrap_or(Err(KafkaError::CoordinatorNotAvailable))
+            {
+                Ok(id) => self.coordinator = NodeId::Broker(id),
+                Err(e) => self.back_off(now_ms, InFlight::FindTxnCoordinator { broker }, e, &mut effects),
+            },
             (InFlight::TxnOffsetCommit(call), Message::Group(GroupMessage::TxnOffsetCommitResponse { results })) => {
                 self.on_txn_offset_commit(now_ms, call, results, &mut effects)
             }

@@ -115,6 +115,12 @@ pub enum Message {
     TxnLogAppendRequest {
         transactional_id: String,
     },
+    /// On a replicated `__transaction_state`, the append's outcome once the HW passed its record or it
+    /// failed (`DelayedProduce` answering the coordinator's broker itself).
+    TxnLogAppendResponse {
+        transactional_id: String,
+        result: Result<(), KafkaError>,
+    },
     WriteTxnMarkersResponse {
         results: Vec<(ProducerId, TopicPartition, Result<Offset, KafkaError>)>,
     },
@@ -176,6 +182,29 @@ impl Message {
             || matches!(self, Message::Metadata(m) if m.is_request())
     }
 
+    /// What a broker's request to another broker comes back as when its connection fails (the receiver
+    /// is down or was restarted): `NetworkClient` completes it disconnected, which each sender takes as a
+    /// retriable NETWORK_EXCEPTION (`ReplicaFetcherThread`, `TransactionMarkerRequestCompletionHandler`,
+    /// `AddPartitionsToTxnManager`). `None` for the requests no broker sends to another.
+    pub fn disconnected_answer(&self) -> Option<Message> {
+        let e = KafkaError::NetworkException;
+        Some(match self {
+            Message::ReplicaFetchRequest { partition, fetch_offset, .. } => Message::ReplicaFetchResponse {
+                partition: partition.clone(),
+                fetch_offset: *fetch_offset,
+                result: Err(e),
+            },
+            Message::WriteTxnMarkersRequest { markers } => Message::WriteTxnMarkersResponse {
+                results: markers
+                    .iter()
+                    .flat_map(|m| m.partitions.iter().map(move |tp| (m.producer_id, tp.clone(), Err(e))))
+                    .collect(),
+            },
+            Message::AddPartitionsToTxnRequest { .. } => Message::AddPartitionsToTxnResponse { result: Err(e) },
+            _ => return None,
+        })
+    }
+
     /// The API name, as Kafka's request logs print it.
     pub fn api_name(&self) -> &'static str {
         match self {
@@ -187,7 +216,7 @@ impl Message {
             Message::ProduceRequest { .. } | Message::ProduceResponse { .. } => "Produce",
             Message::EndTxnRequest { .. } | Message::EndTxnResponse { .. } => "EndTxn",
             Message::WriteTxnMarkersRequest { .. } | Message::WriteTxnMarkersResponse { .. } => "WriteTxnMarkers",
-            Message::TxnLogAppendRequest { .. } => "TxnLogAppend",
+            Message::TxnLogAppendRequest { .. } | Message::TxnLogAppendResponse { .. } => "TxnLogAppend",
             Message::FetchRequest { .. }
             | Message::FetchResponse { .. }
             | Message::ReplicaFetchRequest { .. }

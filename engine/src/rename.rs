@@ -81,7 +81,8 @@ impl Rename for Message {
             Message::AddPartitionsToTxnRequest { transactional_id, .. }
             | Message::AddOffsetsToTxnRequest { transactional_id, .. }
             | Message::EndTxnRequest { transactional_id, .. }
-            | Message::TxnLogAppendRequest { transactional_id } => names(transactional_id),
+            | Message::TxnLogAppendRequest { transactional_id }
+            | Message::TxnLogAppendResponse { transactional_id, .. } => names(transactional_id),
             Message::ProduceRequest { transactional_id, batch, .. } => {
                 transactional_id.rename(names);
                 batch.rename(names);

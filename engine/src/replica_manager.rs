@@ -14,6 +14,7 @@
 
 use crate::config::EngineConfig;
 use crate::controller::{LeaderAndIsr, PartitionRegistration, CONTROLLER_ID, NO_LEADER};
+use crate::coordinator::TRANSACTION_STATE_TOPIC;
 use crate::error::KafkaError;
 use crate::log::{FetchPartitionData, PartitionLog};
 use crate::metadata::MetadataMessage;
@@ -83,11 +84,13 @@ pub struct Partition {
     /// Follower only: the epoch of the last batch it fetched (`PartitionFetchState.lastFetchedEpoch`),
     /// sent with each fetch so the leader can tell whether the two logs diverge.
     last_fetched_epoch: Option<i32>,
+    /// `__transaction_state`, whose `min.insync.replicas` is `transaction.state.log.min.isr`.
+    is_transaction_log: bool,
 }
 
 impl Partition {
     /// `makeLeader` / `makeFollower` of a new partition: followers in the ISR count as caught up now.
-    fn new(me: u32, reg: &PartitionRegistration, now_ms: TimeMs) -> Self {
+    fn new(me: u32, tp: &TopicPartition, reg: &PartitionRegistration, now_ms: TimeMs) -> Self {
         let isr: BTreeSet<u32> = reg.state.isr.iter().copied().collect();
         let remote_replicas = if reg.state.leader == me {
             reg.replicas
@@ -113,6 +116,7 @@ impl Partition {
             fetch_in_flight: None,
             fetch_backoff_until_ms: None,
             last_fetched_epoch: None,
+            is_transaction_log: tp.topic == TRANSACTION_STATE_TOPIC,
         }
     }
 
@@ -124,7 +128,9 @@ impl Partition {
 
     /// `Partition.effectiveMinIsr`: `min.insync.replicas`, capped by the replication factor.
     fn effective_min_isr(&self, config: &EngineConfig) -> usize {
-        (config.min_insync_replicas as usize).min(self.replicas.len())
+        let min_isr =
+            if self.is_transaction_log { config.transaction_state_log_min_isr } else { config.min_insync_replicas };
+        (min_isr as usize).min(self.replicas.len())
     }
 
     pub fn is_under_min_isr(&self, config: &EngineConfig) -> bool {
@@ -207,8 +213,17 @@ pub fn truncation_offset(log: &PartitionLog, diverging: crate::leader_epoch_cach
 /// The answer an acks=all write waits to send.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum DelayedResponse {
-    Produce { partition: TopicPartition, ack: ProduceAck },
-    Markers { results: Vec<(ProducerId, TopicPartition, Result<Offset, KafkaError>)> },
+    Produce {
+        partition: TopicPartition,
+        ack: ProduceAck,
+    },
+    Markers {
+        results: Vec<(ProducerId, TopicPartition, Result<Offset, KafkaError>)>,
+    },
+    /// The coordinator's `__transaction_state` append, answered to its own broker.
+    TxnLog {
+        transactional_id: String,
+    },
 }
 
 /// One appended partition of a delayed write: the HW it waits for and where its result goes.
@@ -295,7 +310,7 @@ impl ReplicaManager {
         let partitions = registrations
             .iter()
             .filter(|(_, reg)| reg.replicas.len() > 1 && reg.replicas.contains(&me))
-            .map(|(tp, reg)| (tp.clone(), Partition::new(me, reg, now_ms)))
+            .map(|(tp, reg)| (tp.clone(), Partition::new(me, tp, reg, now_ms)))
             .collect();
         ReplicaManager { partitions, ..ReplicaManager::default() }
     }
@@ -373,7 +388,17 @@ impl ReplicaManager {
             return; // Already applied, or older than what this broker holds.
         }
         if reg.state.leader_epoch == p.leader_epoch {
-            p.isr = reg.state.isr.iter().copied().collect();
+            let isr: BTreeSet<u32> = reg.state.isr.iter().copied().collect();
+            if !ctx.config.mutations.has(Mutation::FencedReplicaHoldsHw) {
+                // KIP-841's `isReplicaIsrEligible`: a replica the controller took out of the ISR (it fenced
+                // that broker) holds no HW as "about to join" until it fetches again.
+                for gone in p.isr.difference(&isr) {
+                    if let Some(r) = p.remote_replicas.get_mut(gone) {
+                        r.last_caught_up_time_ms = None;
+                    }
+                }
+            }
+            p.isr = isr;
             p.partition_epoch = reg.state.partition_epoch;
             p.pending_isr = None;
             if p.leader == ctx.me {
@@ -384,7 +409,7 @@ impl ReplicaManager {
             }
             return;
         }
-        *p = Partition::new(ctx.me, reg, ctx.now_ms);
+        *p = Partition::new(ctx.me, tp, reg, ctx.now_ms);
         self.complete_delayed_produces(ctx, false);
         self.complete_delayed_fetches(tp, ctx, true);
         self.take_role(tp, ctx);
@@ -396,7 +421,7 @@ impl ReplicaManager {
         if reg.replicas.len() < 2 || self.partitions.contains_key(tp) {
             return;
         }
-        self.partitions.insert(tp.clone(), Partition::new(ctx.me, reg, ctx.now_ms));
+        self.partitions.insert(tp.clone(), Partition::new(ctx.me, tp, reg, ctx.now_ms));
         self.take_role(tp, ctx);
     }
 
@@ -431,15 +456,17 @@ impl ReplicaManager {
 
     /// `ReplicaManager.appendRecords` with acks=all: answers now if every partition's HW already passed its
     /// write, else parks the answer in the produce purgatory.
+    #[allow(clippy::too_many_arguments)]
     pub fn await_acks(
         &mut self,
         reply_to: NodeId,
         correlation_id: u64,
         waits: Vec<AckWait>,
         response: DelayedResponse,
+        timeout_ms: TimeMs,
         ctx: &mut ReplicaCtx<'_>,
     ) {
-        let expires_ms = ctx.now_ms + ctx.config.request_timeout_ms;
+        let expires_ms = ctx.now_ms + timeout_ms;
         let mut delayed = DelayedProduce { reply_to, correlation_id, expires_ms, waits, response };
         if self.try_complete_produce(&mut delayed, ctx) {
             Self::send_produce_response(delayed, ctx);
@@ -479,6 +506,13 @@ impl ReplicaManager {
                     }
                 }
                 Message::WriteTxnMarkersResponse { results }
+            }
+            DelayedResponse::TxnLog { transactional_id } => {
+                let result = match d.waits.iter().find_map(|w| w.outcome.and_then(Result::err)) {
+                    Some(e) => Err(e),
+                    None => Ok(()),
+                };
+                Message::TxnLogAppendResponse { transactional_id, result }
             }
         };
         ctx.send(&d.reply_to, d.correlation_id, message);

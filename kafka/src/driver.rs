@@ -32,6 +32,7 @@ use kafka_protocol::messages::txn_offset_commit_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use std::collections::{BTreeMap, VecDeque};
+use txnsim_engine::broker::standing_coordinator;
 use txnsim_engine::controller::{Controller, Topology, CONTROLLER_ID, NO_LEADER};
 use txnsim_engine::group_coordinator::{GroupMessage, GROUP_METADATA_TOPIC};
 use txnsim_engine::metadata::{CoordinatorType, MetadataMessage, NewTopic};
@@ -50,8 +51,9 @@ mod groups;
 
 pub type ConnId = u64;
 
-/// The broker of a one-broker cluster, and in a larger one the coordinators' host (coordinator failover
-/// is not modelled); partitions are led where the controller placed them (`Placement::Striped`).
+/// The broker of a one-broker cluster, and in a larger one the group coordinator's host and the
+/// transaction coordinator's first (it moves with `__transaction_state`); partitions are led where the
+/// controller placed them (`Placement::Striped`).
 pub const BROKER_ID: u32 = 0;
 /// Deliveries one request may cause before the broker is declared stuck (`Cluster::MAX_STEPS_PER_RUN`).
 const MAX_STEPS_PER_REQUEST: usize = txnsim_engine::cluster::MAX_STEPS_PER_RUN;
@@ -227,15 +229,11 @@ impl Driver {
     /// Broker `id` crashes, as `Cluster::crash_broker` crashes one: its timers are dropped, what is sent
     /// to it is lost, its connections close (the returned `Close`s), and the controller fences it
     /// (`handleBrokerFenced`: it leaves the ISRs and its partitions get new leaders). Its logs survive for
-    /// `restart_broker`. Broker 0 is refused: it hosts the coordinators, and coordinator failover is not
-    /// modelled.
+    /// `restart_broker`. The transaction coordinator moves with `__transaction_state`'s leadership; the
+    /// group coordinator stays on broker 0 (groups do not fail over), so group requests wait for its restart.
     pub fn crash_broker(&mut self, now_ms: TimeMs, id: u32) -> Result<Vec<Output>, String> {
         if id as usize >= self.brokers.len() {
             return Err(format!("there is no broker {id} (brokers 0 to {})", self.brokers.len() - 1));
-        }
-        if id == BROKER_ID {
-            return Err("broker 0 hosts the transaction and group coordinators; coordinator failover is not modelled"
-                .to_string());
         }
         if !self.down.insert(id) {
             return Err(format!("broker {id} is already down"));
@@ -636,8 +634,8 @@ impl Driver {
             found.extend(check_replicas(self.live_brokers()));
             self.replicas_checked = replicas;
         }
-        // A step that moved no replica changed no leader's log: only the coordinators' broker needs a look.
-        if id == BROKER_ID || moved {
+        // A step that moved no replica changed no leader's log: only the coordinators' brokers need a look.
+        if id == BROKER_ID || id == self.coordinator_id() || moved {
             found.extend(self.check_leaders());
         }
         for v in found {
@@ -650,6 +648,14 @@ impl Driver {
         }
     }
 
+    /// The broker whose transaction coordinator stands for the cluster's (`standing_coordinator`).
+    fn coordinator_id(&self) -> u32 {
+        match standing_coordinator(&self.brokers).map(|b| &b.id) {
+            Some(NodeId::Broker(id)) => *id,
+            _ => BROKER_ID,
+        }
+    }
+
     /// The broker whose log of `tp` stands for the partition (`standing_leader`, as the sim picks), else
     /// broker 0 (a partition outside replication: one broker's, or `__consumer_offsets`).
     fn leader_of(&self, tp: &TopicPartition) -> (u32, i32) {
@@ -657,8 +663,8 @@ impl Driver {
         standing_leader(known.map(|p| (p.leader, p.leader_epoch))).unwrap_or((BROKER_ID, 0))
     }
 
-    /// The state invariants and LSO/HW monotonicity on every partition's leader log, with broker 0's
-    /// coordinators. The logs are moved out of their brokers for the check and back (a copy would cost
+    /// The state invariants and LSO/HW monotonicity on every partition's leader log, with the transaction
+    /// coordinator that stands and broker 0's group coordinator. The logs are moved out of their brokers for the check and back (a copy would cost
     /// their size at every step). A partition whose leader changed starts monotonicity afresh: a new
     /// leader's HW may lag the old one's, as in Kafka.
     fn check_leaders(&mut self) -> Vec<Violation> {
@@ -681,7 +687,7 @@ impl Driver {
                 logs.insert(tp.clone(), log);
             }
         }
-        let coordinator = &self.brokers[BROKER_ID as usize];
+        let coordinator = &self.brokers[self.coordinator_id() as usize];
         let view = ClusterView {
             partitions: &logs,
             coordinator: Some(&coordinator.coordinator),
@@ -692,9 +698,8 @@ impl Driver {
         for (tp, log) in logs {
             self.brokers[leaders[&tp].0 as usize].partitions.insert(tp, log);
         }
-        let coordinator = &self.brokers[BROKER_ID as usize];
-        found.extend(check_group_offsets(coordinator));
-        found.extend(check_timers(&coordinator.coordinator));
+        found.extend(check_group_offsets(&self.brokers[BROKER_ID as usize]));
+        found.extend(check_timers(&self.brokers[self.coordinator_id() as usize].coordinator));
         self.leaders_checked = leaders;
         found
     }

@@ -204,6 +204,10 @@ pub fn message(m: &Message) -> String {
                 .join("; ")
         ),
         Message::TxnLogAppendRequest { transactional_id } => format!("TxnLogAppend({transactional_id})"),
+        Message::TxnLogAppendResponse { transactional_id, result } => match result {
+            Ok(()) => format!("TxnLogAppended({transactional_id})"),
+            Err(e) => format!("TxnLogAppend({transactional_id}) failed: {e}"),
+        },
         Message::WriteTxnMarkersResponse { results } => format!(
             "WriteTxnMarkers answers [{}]",
             results

@@ -174,7 +174,7 @@ impl StateChecker {
             check_aborted_index(tp, log, state, &mut out);
             out.extend(state.sequence_violations.iter().cloned());
             if let Some(c) = view.coordinator {
-                check_partition_coverage(tp, &state.facts, c, &mut out);
+                check_partition_coverage(tp, log, &state.facts, c, &mut out);
             }
         }
         if let Some(c) = view.coordinator {
@@ -545,11 +545,17 @@ fn check_aborted_index(tp: &TopicPartition, log: &PartitionLog, state: &Partitio
 }
 fn check_partition_coverage(
     tp: &TopicPartition,
+    log: &PartitionLog,
     facts: &LogFactsBuilder,
     c: &TransactionCoordinator,
     out: &mut Vec<Violation>,
 ) {
     for t in facts.open_txns().into_iter().map(|i| &facts.facts.txns[i]) {
+        if t.first_offset >= log.high_watermark() {
+            // Uncommitted: a failover may truncate it, and lose the `__transaction_state` record that
+            // added the partition with it.
+            continue;
+        }
         let Some(tid) = c.transactional_id_of(t.producer_id) else { continue };
         let meta = &c.txns[tid];
         let pending = c.pending_completions.get(&t.producer_id).map(|p| &c.decisions[p.decision]);
@@ -628,6 +634,15 @@ fn check_decisions(
         let m = txns[idx].marker.expect("only closing markers wait to be explained");
         if c.transactional_id_of(m.producer_id).is_none() {
             continue; // A producer this coordinator never knew (log-layer writes).
+        }
+        if m.offset >= log.high_watermark() {
+            continue; // Not committed yet: a leader change may still truncate it.
+        }
+        if m.coordinator_epoch < c.loaded_at_epoch {
+            // An earlier coordinator's marker: a new coordinator loads `__transaction_state` to its log end
+            // (`loadTransactionMetadata`), so its predecessor may have acted on a record a later failover
+            // lost. Its ledger holds only what the log kept; the outcome is the atomicity invariants' to hold.
+            continue;
         }
         // Acknowledged at or after the marker, before this producer's next transaction closed.
         let next_close = state.closing_offsets[&m.producer_id].range(m.offset + 1..).next().copied();

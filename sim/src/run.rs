@@ -5,7 +5,7 @@
 use crate::profile::{FaultKind, Profile, Swarm};
 use crate::rng::SimRng;
 use crate::trace::{state_name, TraceEvent};
-use crate::world::{broker_name, is_broker, lock, send_all, Found, Outgoing, Shared, Stats, World, BROKER};
+use crate::world::{broker_name, is_broker, lock, send_all, Found, Outgoing, Shared, Stats, World};
 use madsim::net::{Endpoint, NetSim};
 use madsim::runtime::{Handle, Runtime};
 use madsim::time::{sleep, Duration};
@@ -402,11 +402,12 @@ impl World {
         let net = NetSim::current();
         match kind {
             FaultKind::BrokerRestart | FaultKind::LeaderRestart => {
-                // BrokerRestart kills the coordinator's broker, which comes back in place and reloads
-                // its transaction log (the engine has no coordinator failover); LeaderRestart kills a
-                // partition leader on another broker, and the controller elects a new one.
+                // BrokerRestart kills the coordinator's broker: on one broker it comes back in place and
+                // reloads its transaction log, on a replicated cluster the next leader of
+                // `__transaction_state` loads it and takes over. LeaderRestart kills a partition leader on
+                // another broker, and the controller elects a new one.
                 let target = if kind == FaultKind::BrokerRestart {
-                    Some(BROKER).filter(|b| !self.brokers_down.contains(b))
+                    Some(self.coordinator_broker()).filter(|b| !self.brokers_down.contains(b))
                 } else {
                     let candidates = self.leader_candidates();
                     (!candidates.is_empty()).then(|| *self.rng.pick(&candidates))
@@ -491,7 +492,7 @@ impl World {
                 let (src, dst) = if roll < 0.2 {
                     // The coordinator's link to a leader (itself on one broker): its markers and KIP-890
                     // verifications are lost.
-                    (broker_name(BROKER), broker)
+                    (broker_name(self.coordinator_broker()), broker)
                 } else if roll < 0.6 {
                     (client, broker)
                 } else {
@@ -699,7 +700,7 @@ impl World {
             .collect();
         let view = ClusterView {
             partitions: logs,
-            coordinator: Some(&self.brokers[&BROKER].coordinator),
+            coordinator: Some(&self.brokers[&self.coordinator_broker()].coordinator),
             mutations: &self.config.mutations,
         };
         let mut violations = check_liveness(&view, &readers);
@@ -727,7 +728,7 @@ impl World {
             self.record(v.invariant.name(), v.witness);
         }
         self.flag_history_violations(flags);
-        let c = &self.brokers[&BROKER].coordinator;
+        let c = &self.brokers[&self.coordinator_broker()].coordinator;
         let count = |f: &dyn Fn(&txnsim_engine::coordinator::TxnDecision) -> bool| {
             c.decisions.iter().filter(|d| f(d)).count() as u64
         };

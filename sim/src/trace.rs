@@ -168,10 +168,18 @@ impl Legend {
         } else {
             let mut brokers = vec![role(
                 "broker-0",
-                "broker, also the transaction coordinator; leader or follower of each partition".into(),
+                "broker, leader or follower of each partition; the transaction coordinator while it leads \
+                 __transaction_state (at first), and the group coordinator"
+                    .into(),
             )];
             for id in 1..params.brokers {
-                brokers.push(role(&format!("broker-{id}"), "broker: leader or follower of each partition".into()));
+                let what = if id < 3 {
+                    "broker: leader or follower of each partition; the transaction coordinator once it leads \
+                     __transaction_state"
+                } else {
+                    "broker: leader or follower of each partition"
+                };
+                brokers.push(role(&format!("broker-{id}"), what.into()));
             }
             brokers.push(role(
                 "controller",

@@ -13,8 +13,9 @@ use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
-use txnsim_engine::broker::COORDINATOR_BROKER;
+use txnsim_engine::broker::{standing_coordinator, COORDINATOR_BROKER};
 use txnsim_engine::controller::{Controller, PartitionRegistration, Topology, CONTROLLER_ID, NO_LEADER};
+use txnsim_engine::coordinator::transaction_state_partition;
 use txnsim_engine::producer::{Completion, OpId};
 use txnsim_engine::protocol::{Effects, Envelope, Message, NodeId, Timer};
 use txnsim_engine::{
@@ -35,8 +36,8 @@ pub fn lock(shared: &Shared) -> MutexGuard<'_, World> {
 
 pub const PORT: u16 = 9092;
 pub const TAG: u64 = 7;
-/// The broker clients bootstrap to and the transaction coordinator's host (the engine has no coordinator
-/// failover yet, `COORDINATOR_BROKER`).
+/// The broker clients bootstrap to, and the transaction coordinator's first host (it moves with the
+/// leadership of `__transaction_state` on a replicated cluster: `World::coordinator_broker`).
 pub const BROKER: u32 = COORDINATOR_BROKER;
 /// The controller's node name (`CONTROLLER_ID` in the engine).
 pub const CONTROLLER: &str = "controller";
@@ -55,7 +56,13 @@ pub struct Outgoing {
     pub env: Envelope,
     pub dst_incarnation: u32,
     pub delay: Option<Duration>,
+    /// A broker's request to a broker that is down: its connection is refused, and the sender hears so
+    /// (`Message::disconnected_answer`) after `RECONNECT_BACKOFF`.
+    pub refused: bool,
 }
+
+/// `reconnect.backoff.ms` (default 50): how soon a refused connection's request fails back to its sender.
+const RECONNECT_BACKOFF: Duration = Duration::from_millis(50);
 
 /// Controller traffic's latency: it travels in order and is never lost (`send_all`).
 const CONTROLLER_LATENCY: Duration = Duration::from_millis(1);
@@ -99,6 +106,8 @@ pub struct Stats {
     pub isr_shrinks: u64,
     pub isr_expands: u64,
     pub leader_changes: u64,
+    /// Leader changes of `__transaction_state`: the coordinator moved to another broker.
+    pub coordinator_moves: u64,
     pub truncations: u64,
     pub hw_below_leo_ms: u64,
 }
@@ -182,7 +191,7 @@ pub struct World {
     pub rng: SimRng,
     pub start: Instant,
     pub nodes: BTreeMap<String, NodeSlot>,
-    /// Every broker by id; broker `BROKER` hosts the coordinator.
+    /// Every broker by id; `coordinator_broker` names the transaction coordinator's.
     pub brokers: BTreeMap<u32, Broker>,
     /// The controller of a replicated cluster (none on a single broker, which leads all it has).
     pub controller: Option<Controller>,
@@ -192,8 +201,11 @@ pub struct World {
     replication_wakeups: BTreeMap<u32, BTreeSet<u64>>,
     /// What the checks read of each broker, re-read after each of its steps (`step_broker`).
     summaries: BTreeMap<u32, BrokerSummary>,
-    /// The coordinator's part of `fingerprint`, re-read after each step of its broker.
-    coordinator_fp: [u64; 6],
+    /// The coordinator's part of `fingerprint` (its broker and load epoch first), re-read after each
+    /// broker step.
+    coordinator_fp: [u64; 8],
+    /// The coordinator (broker, load epoch) the state checker last read.
+    checked_coordinator: [u64; 2],
     /// Each partition's view broker and its leader epoch there (`view_broker`), from `summaries`.
     view: Vec<(u32, i32)>,
     /// Each partition's leader and leader epoch as the checkers last read them (in `partitions`'
@@ -348,7 +360,8 @@ impl World {
             delays_until_ms: 0,
             replication_wakeups: BTreeMap::new(),
             summaries: BTreeMap::new(),
-            coordinator_fp: [0; 6],
+            coordinator_fp: [0; 8],
+            checked_coordinator: [0; 2],
             view: Vec::new(),
             last_leaders: Vec::new(),
             hw_lag_since: BTreeMap::new(),
@@ -487,9 +500,13 @@ impl World {
             let aborted = log.aborted_index().count() as u64;
             Some([log.log_end_offset(), log.high_watermark(), log.last_stable_offset(m), aborted])
         });
-        if id == BROKER {
-            let c = &b.coordinator;
+        let coordinator = self.coordinator_broker();
+        {
+            let host = &self.brokers[&coordinator];
+            let c = &host.coordinator;
             self.coordinator_fp = [
+                coordinator as u64,
+                host.coordinator_loaded_at.map_or(0, |e| e as u64 + 1),
                 c.coordinator_epoch as u64,
                 c.decisions.len() as u64,
                 c.decisions.iter().filter(|d| d.completed).count() as u64,
@@ -510,6 +527,16 @@ impl World {
         for i in 0..self.partitions.len() {
             let known = self.summaries.values().filter_map(|s| s.claims.get(i).copied().flatten());
             self.view.push(standing_leader(known).unwrap_or((BROKER, 0)));
+        }
+    }
+
+    /// The broker whose coordinator stands for the cluster's: the one loaded at the newest
+    /// `__transaction_state` leader epoch (a crashed one until another loads), broker `BROKER` on a
+    /// single broker, and while none has loaded.
+    pub fn coordinator_broker(&self) -> u32 {
+        match standing_coordinator(self.brokers.values()).map(|b| &b.id) {
+            Some(NodeId::Broker(id)) => *id,
+            _ => BROKER,
         }
     }
 
@@ -546,7 +573,7 @@ impl World {
     /// The coordinator's broker with every partition's leader log in place of its own replicas: what the
     /// replay page rebuilds each step's logs from.
     pub fn leader_snapshot(&self) -> Broker {
-        let mut broker = self.brokers[&BROKER].clone();
+        let mut broker = self.brokers[&self.coordinator_broker()].clone();
         broker.partitions = self.partitions.iter().map(|tp| (tp.clone(), self.view_log(tp).clone())).collect();
         broker
     }
@@ -659,6 +686,9 @@ impl World {
             let new = &after[tp].state;
             if new.leader != old.state.leader {
                 self.stats.leader_changes += 1;
+                if *tp == transaction_state_partition() && new.leader != NO_LEADER {
+                    self.stats.coordinator_moves += 1;
+                }
             }
             match new.isr.len().cmp(&old.state.isr.len()) {
                 std::cmp::Ordering::Less => self.stats.isr_shrinks += 1,
@@ -745,7 +775,8 @@ impl World {
     /// The broker ids of the live partition leaders other than the coordinator's broker.
     pub fn leader_candidates(&self) -> Vec<u32> {
         let leaders: BTreeSet<u32> = self.partitions.iter().map(|tp| self.view_broker(tp)).collect();
-        leaders.into_iter().filter(|id| *id != BROKER && !self.brokers_down.contains(id)).collect()
+        let coordinator = self.coordinator_broker();
+        leaders.into_iter().filter(|id| *id != coordinator && !self.brokers_down.contains(id)).collect()
     }
 
     /// COMMIT or ABORT, for the marker at `offset` of `tp` (a WriteTxnMarkers answer carries only its
@@ -797,16 +828,23 @@ impl World {
         if fp == self.last_fingerprint {
             return;
         }
+        let coordinator = self.coordinator_broker();
+        if self.coordinator_fp[..2] != self.checked_coordinator {
+            // Another coordinator, or the same one reloaded: its ledger is rebuilt from its own replica
+            // of the log, so the decisions are read again from the start.
+            self.state = StateChecker::default();
+            self.checked_coordinator.copy_from_slice(&self.coordinator_fp[..2]);
+        }
         self.last_fingerprint = fp;
         let taken = self.take_leader_logs_as_observed();
         let view = ClusterView {
             partitions: &taken.logs,
-            coordinator: Some(&self.brokers[&BROKER].coordinator),
+            coordinator: Some(&self.brokers[&coordinator].coordinator),
             mutations: &self.config.mutations,
         };
         let mut violations = self.state.check(&view);
         violations.extend(self.mono.observe(&view));
-        violations.extend(txnsim_properties::check_timers(&self.brokers[&BROKER].coordinator));
+        violations.extend(txnsim_properties::check_timers(&self.brokers[&coordinator].coordinator));
         self.put_back(taken);
         self.record_all(violations);
     }
@@ -816,10 +854,14 @@ impl World {
     /// Timers start as tasks on the node that set them (so they die and pause with it); sends wait until
     /// the lock is released.
     pub fn dispatch(&mut self, shared: &Shared, from: &str, effects: Effects) -> Vec<Outgoing> {
-        // The coordinator's `__transaction_state` appends complete at once: the sim's faults (loss, clogs)
-        // are for links between nodes, and a local write is never lost; its window is the `network`
-        // scenarios' to explore.
-        let appends = |e: &Effects| e.sends.iter().any(|s| matches!(s.message, Message::TxnLogAppendRequest { .. }));
+        // The coordinator's `__transaction_state` appends go to its own broker at once (and, replicated,
+        // so does their outcome): the sim's faults (loss, clogs) are for links between nodes, and a local
+        // call is never lost; its window is the `network` scenarios' to explore.
+        let appends = |e: &Effects| {
+            e.sends.iter().any(|s| {
+                matches!(s.message, Message::TxnLogAppendRequest { .. } | Message::TxnLogAppendResponse { .. })
+            })
+        };
         let effects = if is_broker(from) && appends(&effects) {
             let now = self.now_ms();
             self.step_broker(broker_id(from), |b| b.write_txn_log_now(now, effects))
@@ -837,7 +879,13 @@ impl World {
             .filter_map(|mut env| {
                 if is_controller_traffic(&env) {
                     let dst_incarnation = self.nodes[node_key(&env.to).as_ref()].incarnation;
-                    return Some(Outgoing { from: from.to_string(), env, dst_incarnation, delay: None });
+                    return Some(Outgoing {
+                        from: from.to_string(),
+                        env,
+                        dst_incarnation,
+                        delay: None,
+                        refused: false,
+                    });
                 }
                 if !client && self.lose_answer(&env) {
                     return None;
@@ -854,7 +902,10 @@ impl World {
                     self.trace("net", "fault", || text);
                 }
                 let dst_incarnation = self.nodes.get(node_key(&env.to).as_ref()).map(|n| n.incarnation).unwrap_or(0);
-                Some(Outgoing { from: from.to_string(), env, dst_incarnation, delay })
+                let refused = is_broker(from)
+                    && matches!(env.to, NodeId::Broker(id) if self.brokers_down.contains(&id) || dst_incarnation == 0)
+                    && env.message.disconnected_answer().is_some();
+                Some(Outgoing { from: from.to_string(), env, dst_incarnation, delay, refused })
             })
             .collect()
     }
@@ -949,10 +1000,11 @@ impl World {
                     Some(image) => broker.restart_with_image(now, &image),
                     None => broker.restart(now),
                 });
-                let text = if id == BROKER {
+                let b = &self.brokers[&id];
+                let text = if b.coordinator_loaded_at.is_some() || id == BROKER && self.controller.is_none() {
                     format!(
                         "restarted (instance {incarnation}); coordinator reloaded at epoch {}",
-                        self.brokers[&id].coordinator.coordinator_epoch
+                        b.coordinator.coordinator_epoch
                     )
                 } else {
                     format!("restarted (instance {incarnation})")
@@ -997,11 +1049,22 @@ impl World {
         Vec::new()
     }
 
+    /// A broker's request that reached a later instance of broker `name` than the one it was sent to: the
+    /// connection it was sent on died with that instance, so the sender hears it failed.
+    fn reset_connection(&self, name: &str, env: Envelope) -> Option<Outgoing> {
+        if !is_broker(name) || !matches!(env.from, NodeId::Broker(_)) {
+            return None;
+        }
+        let back = disconnected(env)?;
+        let dst_incarnation = self.nodes[node_key(&back.to).as_ref()].incarnation;
+        Some(Outgoing { from: name.to_string(), env: back, dst_incarnation, delay: None, refused: false })
+    }
+
     pub fn on_wire(&mut self, shared: &Shared, name: &str, wire: Wire) -> Vec<Outgoing> {
         let incarnation = self.nodes[name].incarnation;
         if wire.dst_incarnation != incarnation {
             if self.trace.is_none() {
-                return Vec::new();
+                return self.reset_connection(name, wire.env).into_iter().collect();
             }
             let text = format!(
                 "drop {} from {} (sent to instance {})",
@@ -1011,7 +1074,7 @@ impl World {
             );
             let fields = message_fields(&wire.env);
             self.trace_with(name, "drop", || (text, fields));
-            return Vec::new();
+            return self.reset_connection(name, wire.env).into_iter().collect();
         }
         let mut env = wire.env;
         let now = self.now_ms();
@@ -1384,10 +1447,12 @@ impl World {
         let now = self.now_ms();
         let incarnation = self.nodes[name].incarnation;
         self.wire_requests.retain(|_, (client, inc, _)| !(client == name && *inc == incarnation));
+        // The connection to the coordinator's broker (every client has one).
+        let broker = self.coordinator_broker();
         let slot = self.producers.get_mut(name).expect("a producer");
         let Some(p) = slot.producer.as_mut() else { return Vec::new() };
-        let effects = p.on_disconnect(now, &NodeId::Broker(BROKER));
-        self.trace(name, "fault", || format!("FAULT disconnect from {}", broker_name(BROKER)));
+        let effects = p.on_disconnect(now, &NodeId::Broker(broker));
+        self.trace(name, "fault", || format!("FAULT disconnect from {}", broker_name(broker)));
         self.count_fault(FaultKind::DisconnectClient.name().to_string());
         self.collect_completions(name);
         self.dispatch(shared, name, effects)
@@ -1461,6 +1526,10 @@ impl World {
 /// Sends what a step produced, through the sender's endpoint on madsim's network.
 pub async fn send_all(shared: &Shared, out: Vec<Outgoing>) {
     for o in out {
+        if o.refused {
+            refuse(shared, o);
+            continue;
+        }
         if is_controller_traffic(&o.env) {
             send_reliably(shared, o);
             continue;
@@ -1479,24 +1548,47 @@ pub async fn send_all(shared: &Shared, out: Vec<Outgoing>) {
     }
 }
 
-/// Controller traffic: delivered after `CONTROLLER_LATENCY` from the network's host, in the order sent,
-/// unless its receiver died meanwhile (`is_controller_traffic`).
-fn send_reliably(shared: &Shared, o: Outgoing) {
+/// A refused connection: `RECONNECT_BACKOFF` later the sender's request fails back to it, unless the
+/// sender died meanwhile.
+fn refuse(shared: &Shared, o: Outgoing) {
+    later(shared, RECONNECT_BACKOFF, move |w, shared| {
+        let back = disconnected(o.env).expect("only such requests are refused");
+        let sender = &w.nodes[o.from.as_str()];
+        if sender.endpoint.is_none() {
+            return Vec::new();
+        }
+        let dst_incarnation = sender.incarnation;
+        w.on_wire(shared, &o.from, Wire { env: back, dst_incarnation })
+    });
+}
+
+/// The answer a broker's request comes back as when its connection fails (`Message::disconnected_answer`).
+fn disconnected(env: Envelope) -> Option<Envelope> {
+    let message = env.message.disconnected_answer()?;
+    Some(Envelope { from: env.to, to: env.from, correlation_id: env.correlation_id, message })
+}
+
+/// Runs `step` on the world `delay` from now on the network's host, and sends what it returns.
+fn later(shared: &Shared, delay: Duration, step: impl FnOnce(&mut World, &Shared) -> Vec<Outgoing> + Send + 'static) {
     let Some(handle) = lock(shared).wire_node.and_then(|id| Handle::current().get_node(id)) else { return };
     let shared = shared.clone();
     handle.spawn(async move {
-        madsim::time::sleep(CONTROLLER_LATENCY).await;
-        let out = {
-            let mut w = lock(&shared);
-            let to = node_key(&o.env.to).into_owned();
-            let down = is_broker(&to) && w.brokers_down.contains(&broker_id(&to));
-            if down {
-                return;
-            }
-            w.stats.messages += 1;
-            w.on_wire(&shared, &to, Wire { env: o.env, dst_incarnation: o.dst_incarnation })
-        };
+        madsim::time::sleep(delay).await;
+        let out = step(&mut lock(&shared), &shared);
         send_all(&shared, out).await;
+    });
+}
+
+/// Controller traffic: delivered after `CONTROLLER_LATENCY` from the network's host, in the order sent,
+/// unless its receiver died meanwhile (`is_controller_traffic`).
+fn send_reliably(shared: &Shared, o: Outgoing) {
+    later(shared, CONTROLLER_LATENCY, move |w, shared| {
+        let to = node_key(&o.env.to).into_owned();
+        if is_broker(&to) && w.brokers_down.contains(&broker_id(&to)) {
+            return Vec::new();
+        }
+        w.stats.messages += 1;
+        w.on_wire(shared, &to, Wire { env: o.env, dst_incarnation: o.dst_incarnation })
     });
 }
 
@@ -1587,6 +1679,10 @@ pub fn describe_with(env: &Envelope, marker: &dyn Fn(&TopicPartition, Offset) ->
             format!("{api} req {}", parts.join("; "))
         }
         Message::TxnLogAppendRequest { transactional_id } => format!("{api} {transactional_id}"),
+        Message::TxnLogAppendResponse { transactional_id, result } => match result {
+            Ok(()) => format!("{api} {transactional_id} written"),
+            Err(e) => format!("{api} {transactional_id} {e}"),
+        },
         Message::WriteTxnMarkersResponse { results } => {
             let parts: Vec<String> = results
                 .iter()

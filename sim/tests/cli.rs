@@ -78,7 +78,7 @@ fn the_replay_command_a_sweep_prints_runs_as_printed_and_reproduces_the_failure(
 
 #[test]
 fn a_saved_seed_file_replays_by_path_with_its_own_profile_and_mutation() {
-    let path = "seeds/skip-aborted-index-on-fetch-standard-0.toml";
+    let path = "seeds/skip-aborted-index-on-fetch-standard-1.toml";
     let file = txnsim_sim::seeds::load_file(&repo_root().join(path)).expect("the corpus file loads");
     let spec = cli::replay_spec(&replay_args(&["replay", &repo_root().join(path).to_string_lossy()])).expect("valid");
     assert_eq!(spec.seed, file.seed);
@@ -190,7 +190,7 @@ fn sweep_json_matches_its_schema_and_counts_every_failure() {
 #[test]
 fn replay_json_matches_its_schema_with_structured_events_and_a_verdict() {
     let spec = RunSpec {
-        seed: 0,
+        seed: 1,
         profile: Profile::Standard,
         mutation: Some(Mutation::SkipAbortedIndexOnFetch),
         trace: true,
@@ -212,7 +212,7 @@ fn replay_json_matches_its_schema_with_structured_events_and_a_verdict() {
 #[test]
 fn the_replay_reads_as_text_a_person_can_follow() {
     let spec = RunSpec {
-        seed: 0,
+        seed: 1,
         profile: Profile::Standard,
         mutation: Some(Mutation::SkipAbortedIndexOnFetch),
         trace: true,

@@ -79,14 +79,16 @@ fn sweep_single_broker() {
     );
 }
 
-/// The mutations only replication reaches, each with the first standard seed that catches it and the
-/// invariant that does (`sweep --profile standard --mutation M` from seed 0).
-const REPLICATION_CATCHERS: [(Mutation, u64, &str); 5] = [
-    (Mutation::LsoIgnoresUnreplicatedTxns, 0, "lso-is-first-unstable-offset"),
+/// The mutations only replication (and coordinator failover) reaches, each with the first standard seed
+/// that catches it and the invariant that does (`sweep --profile standard --mutation M` from seed 0).
+const REPLICATION_CATCHERS: [(Mutation, u64, &str); 7] = [
+    (Mutation::LsoIgnoresUnreplicatedTxns, 1, "lso-is-first-unstable-offset"),
     (Mutation::LsoNotClampedToHw, 0, "lso-bounds"),
-    (Mutation::HwFromLeaderLeo, 1, "replica-log-matches-leader"),
-    (Mutation::TruncateToOwnLeo, 1, "replica-log-matches-leader"),
-    (Mutation::NoRebuildAfterTruncation, 1, "replica-txn-state-from-own-log"),
+    (Mutation::HwFromLeaderLeo, 2, "replica-log-matches-leader"),
+    (Mutation::TruncateToOwnLeo, 9, "replica-log-matches-leader"),
+    (Mutation::NoRebuildAfterTruncation, 19, "replica-txn-state-from-own-log"),
+    (Mutation::NoMarkerResendOnFailover, 8, "decided-transactions-complete"),
+    (Mutation::DoubleComplete, 116, "decision-irrevocable"),
 ];
 
 #[test]
@@ -122,7 +124,7 @@ fn a_seed_replays_to_the_same_bytes() {
         (7, Profile::Standard, None),
         (11, Profile::Atomicity, None),
         (3, Profile::Timeouts, None),
-        (0, Profile::Standard, Some(Mutation::SkipAbortedIndexOnFetch)),
+        (1, Profile::Standard, Some(Mutation::SkipAbortedIndexOnFetch)),
     ];
     for (seed, profile, mutation) in cases {
         let spec = RunSpec { seed, profile, mutation, trace: true, keep_history: true };
@@ -145,12 +147,12 @@ fn a_seed_replays_to_the_same_bytes() {
 fn a_mutation_fails_within_the_first_seeds_and_names_a_replay() {
     let spec = SweepSpec::new(0, 5, Profile::Standard, Some(Mutation::SkipAbortedIndexOnFetch), 2);
     let result = run_sweep(&spec, |_, _| {});
-    assert_eq!(result.first_failure_index(), Some(0), "{}", summary_lines(&result, 2).join("\n"));
+    assert_eq!(result.first_failure_index(), Some(1), "{}", summary_lines(&result, 2).join("\n"));
     let lines = summary_lines(&result, 1);
     assert!(lines.iter().any(|l| l.contains("aborted-read")), "{}", lines.join("\n"));
     assert!(
         lines.iter().any(|l| l.contains(
-            "replay: cargo run --release -- replay --seed 0 --profile standard --mutation skip-aborted-index-on-fetch"
+            "replay: cargo run --release -- replay --seed 1 --profile standard --mutation skip-aborted-index-on-fetch"
         )),
         "{}",
         lines.join("\n")

@@ -75,6 +75,10 @@ pub struct ScenarioHeader {
     /// `min.insync.replicas` (default 1).
     #[serde(default)]
     pub min_insync_replicas: Option<u32>,
+    /// `__transaction_state`'s replicas (default Kafka's 3, capped by `brokers`; 1 keeps the coordinator
+    /// on broker 0 with its log unreplicated).
+    #[serde(default)]
+    pub transaction_log_replication_factor: Option<u32>,
     /// Network layer: `__transaction_state` records the coordinator starts with.
     #[serde(default)]
     pub transactional_ids: Option<Vec<Value>>,

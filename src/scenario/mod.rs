@@ -318,7 +318,13 @@ fn build(file: &str, h: ScenarioHeader) -> Result<Scenario, ScenarioError> {
         topics: h.topics.unwrap_or_else(|| [("t".to_string(), 1)].into_iter().collect()),
         manual_high_watermark: h.manual_high_watermark,
         transaction_version,
-        topology: Topology::new(h.brokers.unwrap_or(1), h.replication_factor.unwrap_or(1)),
+        topology: {
+            let mut t = Topology::new(h.brokers.unwrap_or(1), h.replication_factor.unwrap_or(1));
+            if let Some(rf) = h.transaction_log_replication_factor {
+                t.transaction_log_replication_factor = rf;
+            }
+            t
+        },
         min_insync_replicas: h.min_insync_replicas.unwrap_or(1),
         ops: Vec::new(),
         expect: None,
@@ -459,8 +465,14 @@ fn check_error_name(sc: &Scenario, i: Option<usize>, field: &str, name: Option<&
 /// a hand-moved HW stands for a follower outside the engine, so it needs partitions hosted alone.
 fn check_topology(sc: &Scenario) -> Result<(), ScenarioError> {
     let t = &sc.topology;
-    t.validate()
-        .map_err(|e| sc.error(None, if t.replication_factor == 0 { "replication_factor" } else { "brokers" }, e))?;
+    let field = if t.replication_factor == 0 {
+        "replication_factor"
+    } else if t.transaction_log_replication_factor == 0 {
+        "transaction_log_replication_factor"
+    } else {
+        "brokers"
+    };
+    t.validate().map_err(|e| sc.error(None, field, e))?;
     let replicated = t.brokers > 1 && t.replication_factor > 1;
     if t.brokers > 1 && !matches!(sc.layer, Layer::Producer | Layer::Network) {
         return Err(sc.error(None, "brokers", format!("the {} layer runs on one broker", sc.layer.name())));

@@ -11,6 +11,7 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use txnsim_engine::coordinator::{TransactionMetadata, TransactionState};
 use txnsim_engine::group_coordinator::GroupMessage;
+use txnsim_engine::log::PartitionLog;
 use txnsim_engine::producer::ConsumerGroupMetadata;
 use txnsim_engine::producer::{OpId, OpOutput, Producer};
 use txnsim_engine::protocol::Message;
@@ -1101,7 +1102,7 @@ impl<'a> NetworkRunner<'a> {
         }
         for (k, c) in e.coordinator.iter().flatten().enumerate() {
             let f = |name: &str| format!("coordinator[{k}].{name}");
-            let coordinator = &self.cluster.broker.coordinator;
+            let coordinator = self.cluster.coordinator();
             let found = coordinator.transaction_state(&c.transactional_id, self.cluster.now_ms, &self.cluster.config);
             if c.state == Some(None) {
                 cmp(f("state"), json(None::<&str>), json(found.map(|m| m.state.name())))?;
@@ -1241,15 +1242,25 @@ impl<'a> NetworkRunner<'a> {
     /// Every state invariant of the catalogue, over the broker as it is now.
     pub fn state_violation(&self) -> Option<txnsim_properties::Violation> {
         let broker = &self.cluster.broker;
+        // A replicated cluster's partitions as their leaders hold them, as the coordinator that stands sees
+        // them (the leaders move with a crash); one broker's are its own.
+        let led: BTreeMap<TopicPartition, PartitionLog>;
+        let partitions = if self.cluster.peers.is_empty() {
+            &broker.partitions
+        } else {
+            let leader_log = |tp: &TopicPartition| self.cluster.leader_log(tp).map(|l| (tp.clone(), l.clone()));
+            led = broker.partitions.keys().filter_map(leader_log).collect();
+            &led
+        };
         let view = txnsim_properties::ClusterView {
-            partitions: &broker.partitions,
-            coordinator: Some(&broker.coordinator),
+            partitions,
+            coordinator: Some(self.cluster.coordinator()),
             mutations: &broker.config.mutations,
         };
         let replicas = txnsim_properties::check_replicas(self.cluster.brokers());
         let groups = txnsim_properties::check_group_offsets(broker);
         let acked = txnsim_properties::check_acked_writes(&self.acked, self.cluster.brokers());
-        let timers = txnsim_properties::check_timers(&broker.coordinator);
+        let timers = txnsim_properties::check_timers(self.cluster.coordinator());
         let producers = &self.cluster.producers;
         let delivery_timeout = |name: &str| {
             producers.get(name).map_or(self.cluster.config.delivery_timeout_ms, |p| p.config().delivery_timeout_ms)

@@ -249,7 +249,7 @@ impl Runner<'_> {
         let view = txnsim_properties::ClusterView {
             partitions: &broker.partitions,
             // Log-layer writes bypass the coordinator, so its decisions say nothing about them.
-            coordinator: (self.sc.layer == Layer::Producer).then_some(&broker.coordinator),
+            coordinator: (self.sc.layer == Layer::Producer).then(|| self.cluster.coordinator()),
             mutations: &broker.config.mutations,
         };
         let mut found = self.state.check(&view);
@@ -747,7 +747,7 @@ impl Runner<'_> {
             .map(|(k, a)| {
                 let style = expect.get(k);
                 let mut v = json!({"first_offset": a.first_offset, "last_offset": a.last_offset});
-                let tid = self.cluster.broker.coordinator.transactional_id_of(a.producer_id);
+                let tid = self.cluster.coordinator().transactional_id_of(a.producer_id);
                 match (style.map(|s| s.producer.is_some()).unwrap_or(self.sc.layer == Layer::Producer), tid) {
                     (true, Some(tid)) => v["producer"] = json!(tid),
                     _ => v["producer_id"] = json!(a.producer_id),
@@ -844,7 +844,7 @@ impl Runner<'_> {
             let appended = log.segments().iter().rev().flat_map(|s| s.batches.iter().rev());
             for b in appended.take_while(|b| b.base_offset >= from).filter(|b| b.marker().is_some()) {
                 let pid = b.producer_id().expect("markers carry a producer id");
-                if self.cluster.broker.coordinator.transactional_id_of(pid) == Some(transactional_id) {
+                if self.cluster.coordinator().transactional_id_of(pid) == Some(transactional_id) {
                     out.entry(tp.to_string()).or_insert(b.base_offset);
                 }
             }

@@ -122,7 +122,7 @@ pub fn story(sc: &Scenario, steps: Vec<Step>, verdict: String) -> Story {
 }
 
 fn producer_label(cluster: &Cluster, pid: i64) -> String {
-    match cluster.broker.coordinator.transactional_id_of(pid) {
+    match cluster.coordinator().transactional_id_of(pid) {
         Some(tid) => tid.to_string(),
         None => format!("pid {pid}"),
     }

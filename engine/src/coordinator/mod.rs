@@ -30,6 +30,44 @@ pub const TRANSACTIONAL_ID_EXPIRATION_MS: TimeMs = 604_800_000;
 pub const TRANSACTION_REMOVE_EXPIRED_TRANSACTION_CLEANUP_INTERVAL_MS: TimeMs = 3_600_000;
 /// How long the marker channel waits for WriteTxnMarkers answers before resending (`request.timeout.ms`).
 pub const MARKER_RETRY_MS: TimeMs = 30_000;
+/// `Topic.TRANSACTION_STATE_TOPIC_NAME`. A replicated cluster has one partition of it (Kafka's
+/// `transaction.state.log.num.partitions` is 50), whose leader coordinates every transactional id.
+pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
+/// `transaction.state.log.replication.factor` (default 3), capped by the broker count.
+pub const TRANSACTION_STATE_LOG_REPLICATION_FACTOR: u32 = 3;
+/// KIP-730 hands each broker blocks of producer ids from the controller; here broker `b`'s ids start at
+/// `FIRST_PRODUCER_ID + b * PRODUCER_ID_BLOCK_STRIDE`, so coordinators on different brokers never share one.
+pub const PRODUCER_ID_BLOCK_STRIDE: ProducerId = 1_000_000;
+
+/// The `__transaction_state` partition every transactional id maps to (`partitionFor`).
+pub fn transaction_state_partition() -> TopicPartition {
+    TopicPartition::new(TRANSACTION_STATE_TOPIC, 0)
+}
+
+/// One `__transaction_state` record value (`TransactionLog.valueToBytes`, as JSON). It also carries what
+/// the checkers' decision ledger needs and Kafka's format has no field for: why a Prepare* was decided
+/// and the epoch its data was written with, and where a Complete*'s markers were acknowledged.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TxnLogValue {
+    Metadata {
+        /// As the transition leaves it, its history cut to that one transition.
+        metadata: TransactionMetadata,
+        decided: Option<(DecisionCause, ProducerEpoch)>,
+        markers: Vec<(TopicPartition, Offset)>,
+    },
+    /// `removeExpiredTransactionalIds`: the id's tombstone.
+    Tombstone { transactional_id: String },
+}
+
+impl TxnLogValue {
+    pub fn encode(&self) -> String {
+        serde_json::to_string(self).expect("a transaction log value serializes")
+    }
+
+    pub fn decode(value: &str) -> TxnLogValue {
+        serde_json::from_str(value).expect("only the coordinator writes __transaction_state")
+    }
+}
 
 /// `isEpochExhausted`, or under `EpochExhaustionIgnored` the rule that keeps no epoch back for fencing:
 /// only Short.MAX_VALUE itself counts as exhausted, so the coordinator hands that epoch to a client.
@@ -174,6 +212,12 @@ pub struct TransactionCoordinator {
     next_correlation_id: u64,
     /// The last `removeExpiredTransactionalIds` run applied (see `remove_expired_transactional_ids`).
     last_expiration_check_ms: TimeMs,
+    /// Expired ids whose tombstones the broker still has to write to a replicated `__transaction_state`.
+    pub tombstones: Vec<String>,
+    /// The coordinator epoch this coordinator loaded `__transaction_state` at (0 if it never did): the
+    /// decisions of earlier epochs are those the log kept, and an earlier coordinator may have acted on a
+    /// record the log lost (loading reads to the log end, uncommitted records too).
+    pub loaded_at_epoch: CoordinatorEpoch,
 }
 
 impl Rename for TransactionCoordinator {
@@ -231,6 +275,16 @@ impl TransactionCoordinator {
             marker_requests: BTreeMap::new(),
             next_correlation_id: 0,
             last_expiration_check_ms: 0,
+            tombstones: Vec::new(),
+            loaded_at_epoch: 0,
+        }
+    }
+
+    /// The coordinator of broker `id`, handing out producer ids from that broker's block (KIP-730).
+    pub fn for_broker(id: u32) -> Self {
+        TransactionCoordinator {
+            next_producer_id: FIRST_PRODUCER_ID + id as ProducerId * PRODUCER_ID_BLOCK_STRIDE,
+            ..TransactionCoordinator::new()
         }
     }
 
@@ -271,6 +325,7 @@ impl TransactionCoordinator {
         self.last_expiration_check_ms = check;
         for tid in expired {
             self.txns.remove(&tid);
+            self.tombstones.push(tid);
         }
     }
 
@@ -293,6 +348,7 @@ impl TransactionCoordinator {
     fn allocate_producer_id(&mut self) -> ProducerId {
         let id = self.next_producer_id;
         self.next_producer_id += 1;
+        assert_ne!((id - FIRST_PRODUCER_ID + 1) % PRODUCER_ID_BLOCK_STRIDE, 0, "a broker's producer id block ran out");
         id
     }
 
@@ -383,6 +439,195 @@ impl TransactionCoordinator {
                 let pending = self.pending_completions.remove(&producer_id).expect("a completion being written");
                 self.decisions[pending.decision].completed = true;
             }
+        }
+    }
+
+    /// The record the append with `correlation_id` writes to a replicated `__transaction_state`; `None` if
+    /// that append is gone (the coordinator unloaded since).
+    pub fn txn_log_record(&self, tid: &str, correlation_id: u64) -> Option<(String, TimeMs)> {
+        let p = self.appends.get(tid).filter(|p| p.correlation_id == correlation_id)?;
+        let mut metadata = p.target.clone();
+        metadata.transitions = metadata.transitions.split_off(metadata.transitions.len().saturating_sub(1));
+        let (decided, markers) = match &p.then {
+            AppendCallback::Decide { cause, data_epoch, .. } => (Some((*cause, *data_epoch)), Vec::new()),
+            AppendCallback::Complete { producer_id } => {
+                let decision = &self.decisions[self.pending_completions[producer_id].decision];
+                (None, decision.markers.iter().map(|(tp, o)| (tp.clone(), *o)).collect())
+            }
+            _ => (None, Vec::new()),
+        };
+        let value = TxnLogValue::Metadata { metadata, decided, markers };
+        Some((value.encode(), p.target.txn_timeout_ms))
+    }
+
+    /// `appendTransactionToLog`'s callback on an error: the append error becomes the coordinator's
+    /// (COORDINATOR_NOT_AVAILABLE for a write that may yet succeed, NOT_COORDINATOR for a lost leadership),
+    /// the pending transition is dropped and the caller told. A completion is retried instead
+    /// (`TransactionMarkerChannelManager.tryAppendToLog` retries on COORDINATOR_NOT_AVAILABLE), unless
+    /// this broker no longer coordinates.
+    pub fn on_txn_log_append_failed(&mut self, tid: &str, correlation_id: u64, error: KafkaError, ctx: &mut Ctx<'_>) {
+        if self.appends.get(tid).is_none_or(|p| p.correlation_id != correlation_id) {
+            return;
+        }
+        let error = match error {
+            KafkaError::UnknownTopicOrPartition
+            | KafkaError::NotEnoughReplicas
+            | KafkaError::NotEnoughReplicasAfterAppend
+            | KafkaError::RequestTimedOut => KafkaError::CoordinatorNotAvailable,
+            KafkaError::NotLeaderOrFollower => KafkaError::NotCoordinator,
+            other => other,
+        };
+        let p = self.appends.remove(tid).expect("checked above");
+        if let AppendCallback::Complete { producer_id } = p.then {
+            if error == KafkaError::CoordinatorNotAvailable {
+                let pending = self.pending_completions.get_mut(&producer_id).expect("a completion being written");
+                pending.completing = false;
+                let decision = pending.decision;
+                ctx.effects
+                    .timers
+                    .push((ctx.now_ms + ctx.config.retry_backoff_ms, Timer::ResendTxnMarkers { decision }));
+            } else {
+                self.pending_completions.remove(&producer_id);
+            }
+            // The transaction stays Prepare* with Complete* pending, as `prepareComplete` left it.
+            return;
+        }
+        self.txns.get_mut(tid).expect("appends are for known transactional ids").pending_state = None;
+        Self::answer_failed(p.then, error, ctx);
+    }
+
+    /// Tells the caller of a failed append its error.
+    fn answer_failed(then: AppendCallback, error: KafkaError, ctx: &mut Ctx<'_>) {
+        let (r, message) = match then {
+            AppendCallback::InitProducerId(r) => (r, Message::InitProducerIdResponse { result: Err(error) }),
+            AppendCallback::AddPartitions(r) => (r, Message::AddPartitionsToTxnResponse { result: Err(error) }),
+            AppendCallback::AddOffsets(r) => (r, Message::AddOffsetsToTxnResponse { result: Err(error) }),
+            AppendCallback::Decide { reply: Some((r, DecisionReply::EndTxn { .. })), .. } => {
+                (r, Message::EndTxnResponse { result: Err(error) })
+            }
+            AppendCallback::Decide { reply: Some((r, DecisionReply::Fence)), .. } => {
+                (r, Message::InitProducerIdResponse { result: Err(error) })
+            }
+            AppendCallback::Decide { reply: None, .. } | AppendCallback::Complete { .. } => return,
+        };
+        ctx.effects.send(ctx.me, &r.to, r.correlation_id, message);
+    }
+
+    /// `removeTransactionsForTxnTopicPartition` on becoming a follower of `__transaction_state`: the cache
+    /// and the markers to send are dropped, and appends still waiting are answered NOT_COORDINATOR.
+    pub fn unload(&mut self, ctx: &mut Ctx<'_>) {
+        for (_, p) in std::mem::take(&mut self.appends) {
+            Self::answer_failed(p.then, KafkaError::NotCoordinator, ctx);
+        }
+        self.txns.clear();
+        self.pending_completions.clear();
+        self.decisions.clear();
+        self.marker_requests.clear();
+        self.tombstones.clear();
+    }
+
+    /// `loadTransactionsForTxnTopicPartition` on becoming the leader of `__transaction_state` at
+    /// `leader_epoch`, the coordinator epoch from now on: the cache is rebuilt from the log up to its end
+    /// (`FetchIsolation.LOG_END`), each record `(its leader epoch, value)`, and every Prepare* transaction
+    /// gets its markers with the new epoch and Complete* pending (`prepareComplete`).
+    pub fn load_from_log<'r>(
+        &mut self,
+        leader_epoch: i32,
+        records: impl Iterator<Item = (i32, &'r str)>,
+        ctx: &mut Ctx<'_>,
+    ) {
+        self.unload(ctx);
+        let mut last_written_epoch = 0;
+        for (written_epoch, value) in records {
+            last_written_epoch = written_epoch;
+            let (metadata, decided, markers) = match TxnLogValue::decode(value) {
+                TxnLogValue::Tombstone { transactional_id } => {
+                    self.txns.remove(&transactional_id);
+                    continue;
+                }
+                TxnLogValue::Metadata { metadata, decided, markers } => (metadata, decided, markers),
+            };
+            let tid = metadata.transactional_id.clone();
+            match metadata.state {
+                TransactionState::PrepareCommit | TransactionState::PrepareAbort => {
+                    let (cause, data_epoch) = decided.expect("a Prepare* record says why it was decided");
+                    self.decisions.push(TxnDecision {
+                        transactional_id: tid.clone(),
+                        producer_id: metadata.producer_id,
+                        data_epoch,
+                        marker_epoch: metadata.producer_epoch,
+                        result: if metadata.state == TransactionState::PrepareCommit {
+                            TransactionResult::Commit
+                        } else {
+                            TransactionResult::Abort
+                        },
+                        partitions: metadata.topic_partitions.clone(),
+                        cause,
+                        coordinator_epoch: written_epoch,
+                        completed: false,
+                        markers: BTreeMap::new(),
+                    });
+                }
+                TransactionState::CompleteCommit | TransactionState::CompleteAbort => {
+                    if let Some(d) = self.decisions.iter_mut().rev().find(|d| d.transactional_id == tid) {
+                        d.completed = true;
+                        d.markers = markers.into_iter().collect();
+                    }
+                }
+                _ => {}
+            }
+            self.txns.insert(tid, metadata);
+        }
+        self.coordinator_epoch = if ctx.config.mutations.has(Mutation::FailoverKeepsCoordinatorEpoch) {
+            // The bug: the new coordinator goes on under the epoch its predecessor wrote with.
+            last_written_epoch
+        } else {
+            leader_epoch
+        };
+        self.loaded_at_epoch = self.coordinator_epoch;
+        let prepared: Vec<(String, usize)> = self
+            .decisions
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| !d.completed)
+            .map(|(i, d)| (d.transactional_id.clone(), i))
+            .filter(|(tid, _)| {
+                self.txns.get(tid).is_some_and(|m| {
+                    matches!(m.state, TransactionState::PrepareCommit | TransactionState::PrepareAbort)
+                })
+            })
+            .collect();
+        for (tid, decision) in prepared {
+            let d = &self.decisions[decision];
+            let meta = self.txns.get_mut(&tid).expect("filtered above");
+            if meta.producer_id != d.producer_id || meta.producer_epoch != d.marker_epoch {
+                continue; // An older decision of the id, superseded.
+            }
+            meta.pending_state = Some(match d.result {
+                TransactionResult::Commit => TransactionState::CompleteCommit,
+                TransactionResult::Abort => TransactionState::CompleteAbort,
+            });
+            let producer = ProducerIdAndEpoch { producer_id: d.producer_id, epoch: d.marker_epoch };
+            let mut pending = PendingCompletion {
+                transactional_id: tid.clone(),
+                result: d.result,
+                producer,
+                remaining: d.partitions.clone(),
+                decision,
+                completing: false,
+            };
+            if ctx.config.mutations.has(Mutation::MarkersToSubsetOfPartitions) {
+                pending.remaining = pending.remaining.into_iter().take(1).collect();
+            }
+            if ctx.config.mutations.has(Mutation::RestartAbortsPreparedCommits) {
+                pending.result = TransactionResult::Abort;
+            }
+            self.pending_completions.insert(producer.producer_id, pending);
+            if ctx.config.mutations.has(Mutation::NoMarkerResendOnFailover) {
+                // The bug: the loaded transaction waits for markers nobody sends.
+                continue;
+            }
+            self.send_markers(producer.producer_id, ctx);
         }
     }
 

@@ -1,9 +1,10 @@
 //! `TransactionMetadata` and its state machine (KAFKA_SEMANTICS 1.4, `TransactionMetadata.scala`).
 
 use crate::types::{ProducerEpoch, ProducerId, TimeMs, TopicPartition, TransactionVersion};
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum TransactionState {
     Empty,
     Ongoing,
@@ -62,14 +63,14 @@ impl TransactionState {
 /// `txnLastUpdateTimestamp` (the time the transition was prepared) and `txnTimeoutMs`. The timed
 /// invariants read when a transaction started and was aborted from these, not from the fields the
 /// coordinator's timeout scan compares.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct TxnTransition {
     pub state: TransactionState,
     pub timestamp_ms: TimeMs,
     pub txn_timeout_ms: TimeMs,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct TransactionMetadata {
     pub transactional_id: String,
     pub producer_id: ProducerId,

@@ -1,8 +1,9 @@
 //! The engine's own tests, one binary (each file was its own, and each linked the engine at opt-level 2):
-//! client rules, the leader-epoch cache, replication in the in-process cluster, and the group
+//! client rules, coordinator failover, the leader-epoch cache, replication in the in-process cluster, and the group
 //! coordinator's transactional offsets.
 
 mod client_rules;
+mod coordinator_failover;
 mod leader_epoch;
 mod replication;
 mod txn_offsets;

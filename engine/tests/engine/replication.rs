@@ -36,14 +36,16 @@ fn offsets(c: &Cluster, broker: usize) -> (u64, u64) {
     (log.log_end_offset(), log.high_watermark())
 }
 
-/// Runs until quiet, dropping every fetch broker `lost` sends or is sent (a follower cut off the leader).
+/// Runs until quiet, dropping every `t-0` fetch broker `lost` sends or is sent (a follower cut off the leader).
 fn run_isolating(c: &mut Cluster, lost: u32) {
     loop {
         let cut = match c.peek_message() {
             None => break,
             Some(e) => {
-                matches!(e.message, Message::ReplicaFetchRequest { .. } | Message::ReplicaFetchResponse { .. })
-                    && (e.from == NodeId::Broker(lost) || e.to == NodeId::Broker(lost))
+                // Only `t-0`'s replication: the coordinator's `__transaction_state` keeps its quorum.
+                let data = matches!(&e.message, Message::ReplicaFetchRequest { partition, .. }
+                    | Message::ReplicaFetchResponse { partition, .. } if *partition == tp());
+                data && (e.from == NodeId::Broker(lost) || e.to == NodeId::Broker(lost))
             }
         };
         if cut {
@@ -436,4 +438,33 @@ fn fetch_ids_reused_after_a_restart_are_caught() {
     let config =
         EngineConfig { mutations: Mutations::one(Mutation::FetchIdsReusedAfterRestart), ..EngineConfig::default() };
     assert_eq!(fetches_after_a_previous_lifes_answer(config), 1, "the stale answer was taken for the new fetch");
+}
+
+/// `PartitionTest#testHighWatermarkIncreasesWithFencedOrShutdownFollower`: follower 2 caught up, then its
+/// broker is fenced; the next write's HW advances with the ISR that is left, without waiting for it.
+fn write_after_a_follower_is_fenced(config: EngineConfig) -> Cluster {
+    let mut c = cluster(3, 3, config);
+    c.add_producer("plain", ProducerKind::Plain);
+    let r = c.call_producer("plain", |p, now| p.send(now, tp(), vec!["a".into()]));
+    assert!(matches!(r, Ok(Some(OpOutput::Sent { .. }))), "the first write is replicated everywhere: {r:?}");
+    assert!(c.crash_broker(2), "broker 2 crashes");
+    c.run_until_quiet();
+    assert_eq!(c.controller.partitions[&tp()].state.isr, vec![0, 1], "the controller fenced it out of the ISR");
+    let (_, effects) = c.producers.get_mut("plain").unwrap().send(c.now_ms, tp(), vec!["b".into()]).unwrap();
+    c.apply(&NodeId::Client("plain".into()), effects);
+    c.run_until_quiet();
+    c
+}
+
+#[test]
+fn a_fenced_follower_holds_no_high_watermark() {
+    let c = write_after_a_follower_is_fenced(EngineConfig::default());
+    assert_eq!(offsets(&c, 0), (2, 2), "the HW passes the write once broker 1 has it");
+}
+
+#[test]
+fn fenced_replica_holds_hw_is_caught() {
+    let config = EngineConfig { mutations: Mutations::one(Mutation::FencedReplicaHoldsHw), ..EngineConfig::default() };
+    let c = write_after_a_follower_is_fenced(config);
+    assert_eq!(offsets(&c, 0), (2, 1), "the dead follower, caught up 0 ms ago, holds the HW");
 }

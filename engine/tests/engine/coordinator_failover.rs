@@ -1,0 +1,137 @@
+//! Coordinator failover in the in-process cluster: `__transaction_state` is replicated, its leader is the
+//! coordinator with the partition's leader epoch as coordinator epoch, and a new leader loads the log
+//! (`TransactionStateManager.loadTransactionsForTxnTopicPartition`) and finishes what its predecessor
+//! decided.
+
+use std::collections::BTreeMap;
+use txnsim_engine::coordinator::{transaction_state_partition, TransactionState};
+use txnsim_engine::producer::OpOutput;
+use txnsim_engine::protocol::{Envelope, Message, NodeId};
+use txnsim_engine::{
+    Cluster, EngineConfig, IsolationLevel, Mutation, Mutations, ProducerKind, TopicPartition, Topology,
+};
+
+fn tp() -> TopicPartition {
+    TopicPartition::new("t", 0)
+}
+
+fn cluster(config: EngineConfig) -> Cluster {
+    let topics: BTreeMap<String, u32> = [("t".to_string(), 1)].into_iter().collect();
+    let topology = Topology::new(3, 3);
+    Cluster::with_topology(&topics, config, &topology)
+}
+
+/// A producer `p` with one record of an open transaction on `t-0`, replicated everywhere.
+fn open_transaction(config: EngineConfig) -> Cluster {
+    let mut c = cluster(config);
+    c.add_producer("p", ProducerKind::Transactional { transactional_id: "p".into() });
+    let r = c.call_producer("p", |p, now| p.init_transactions(now));
+    assert!(matches!(r, Ok(Some(OpOutput::Initialized(_)))), "init succeeds: {r:?}");
+    c.producers.get_mut("p").unwrap().begin_transaction().unwrap();
+    let r = c.call_producer("p", |p, now| p.send(now, tp(), vec!["a".into()]));
+    assert!(matches!(r, Ok(Some(OpOutput::Sent { .. }))), "the send is acknowledged: {r:?}");
+    c
+}
+
+fn committed_values(c: &mut Cluster) -> Vec<String> {
+    let (records, _) = c.read(IsolationLevel::ReadCommitted, &tp(), 0).expect("a read_committed read");
+    records.into_iter().map(|r| r.value).collect()
+}
+
+#[test]
+fn the_coordinator_moves_with_the_transaction_log_and_an_open_transaction_commits_there() {
+    let mut c = open_transaction(EngineConfig::default());
+    assert!(c.crash_broker(0), "broker 0, leader of t-0 and __transaction_state-0, crashes");
+    c.run_until_quiet();
+    let log = &c.controller.partitions[&transaction_state_partition()];
+    assert_eq!((log.state.leader, log.state.leader_epoch), (1, 1), "broker 1 leads the transaction log");
+    let new = c.broker_mut(1).unwrap();
+    assert_eq!(new.coordinator_loaded_at, Some(1), "broker 1 loaded the log at its leader epoch");
+    assert_eq!(new.coordinator.coordinator_epoch, 1, "the coordinator epoch is the log's leader epoch");
+    let meta = &new.coordinator.txns["p"];
+    assert_eq!(meta.state, TransactionState::Ongoing, "the open transaction was read back from the log");
+    let r = c.call_producer("p", |p, now| p.commit_transaction(now));
+    assert!(matches!(r, Ok(Some(OpOutput::Committed))), "the client found the new coordinator: {r:?}");
+    assert_eq!(committed_values(&mut c), vec!["a"], "the record is committed on the new leader of t-0");
+    let marker = c.leader_log(&tp()).unwrap().batches().find_map(|b| b.marker()).expect("a marker");
+    assert_eq!(marker.coordinator_epoch, 1, "written by the new coordinator");
+}
+
+/// Broker 0 crashes the moment its PrepareCommit is durable, before any marker is sent.
+fn crash_after_prepare_commit(config: EngineConfig) -> Cluster {
+    let mut c = open_transaction(config);
+    let (_, effects) = c.producers.get_mut("p").unwrap().commit_transaction(c.now_ms).unwrap();
+    c.apply(&NodeId::Client("p".into()), effects);
+    loop {
+        let markers_out = c.peek_message().is_some_and(|e| matches!(e.message, Message::WriteTxnMarkersRequest { .. }));
+        if markers_out {
+            break;
+        }
+        assert!(c.step(), "the commit's markers go out");
+    }
+    assert!(c.crash_broker(0), "broker 0 crashes with its markers unsent");
+    c.run_until_quiet();
+    c
+}
+
+#[test]
+fn a_new_coordinator_resends_the_markers_of_a_durable_prepare_commit() {
+    let mut c = crash_after_prepare_commit(EngineConfig::default());
+    let new = c.broker_mut(1).unwrap();
+    assert_eq!(new.coordinator.txns["p"].state, TransactionState::CompleteCommit, "the loaded commit completed");
+    assert_eq!(committed_values(&mut c), vec!["a"], "the reloaded decision's marker committed the record");
+}
+
+#[test]
+fn no_marker_resend_on_failover_leaves_the_transaction_open() {
+    let config =
+        EngineConfig { mutations: Mutations::one(Mutation::NoMarkerResendOnFailover), ..EngineConfig::default() };
+    let mut c = crash_after_prepare_commit(config);
+    let new = c.broker_mut(1).unwrap();
+    assert_eq!(new.coordinator.txns["p"].state, TransactionState::PrepareCommit, "nobody finishes the commit");
+    assert_eq!(committed_values(&mut c), Vec::<String>::new(), "the LSO stays at the open transaction");
+}
+
+/// `UnifiedLogTest#testZombieCoordinatorFenced`, across a failover: the first commit's WriteTxnMarkers
+/// from broker 0 (coordinator epoch 0) arrives late at t-0's new leader, after the new coordinator
+/// (epoch 1) committed a second transaction there and while a third is open.
+fn late_marker_from_the_old_coordinator(config: EngineConfig) -> Cluster {
+    let mut c = open_transaction(config);
+    let (_, effects) = c.producers.get_mut("p").unwrap().commit_transaction(c.now_ms).unwrap();
+    c.apply(&NodeId::Client("p".into()), effects);
+    let late = loop {
+        if let Some(e) = c.peek_message().filter(|e| matches!(e.message, Message::WriteTxnMarkersRequest { .. })) {
+            break e.clone();
+        }
+        assert!(c.step(), "the first commit's markers go out");
+    };
+    c.run_until_quiet();
+    assert!(c.crash_broker(0), "broker 0 crashes");
+    c.run_until_quiet();
+    for (value, commit) in [("b", true), ("c", false)] {
+        c.producers.get_mut("p").unwrap().begin_transaction().unwrap();
+        let r = c.call_producer("p", |p, now| p.send(now, tp(), vec![value.into()]));
+        assert!(matches!(r, Ok(Some(OpOutput::Sent { .. }))), "{value} is written on the new leader: {r:?}");
+        if commit {
+            let r = c.call_producer("p", |p, now| p.commit_transaction(now));
+            assert!(matches!(r, Ok(Some(OpOutput::Committed))), "{value}'s transaction commits: {r:?}");
+        }
+    }
+    c.inject(Envelope { to: NodeId::Broker(1), ..late });
+    c.run_until_quiet();
+    c
+}
+
+#[test]
+fn a_late_marker_of_the_old_coordinator_is_fenced() {
+    let mut c = late_marker_from_the_old_coordinator(EngineConfig::default());
+    assert_eq!(committed_values(&mut c), vec!["a", "b"], "the open transaction stays open");
+}
+
+#[test]
+fn failover_keeps_coordinator_epoch_is_caught() {
+    let config =
+        EngineConfig { mutations: Mutations::one(Mutation::FailoverKeepsCoordinatorEpoch), ..EngineConfig::default() };
+    let mut c = late_marker_from_the_old_coordinator(config);
+    assert_eq!(committed_values(&mut c), vec!["a", "b", "c"], "the old coordinator's marker commits it half-written");
+}
