@@ -8,7 +8,14 @@ serve's stdin), and the controller has elected broker 2. The commit goes to the 
 0, whose COMMIT marker goes to the new leader; a read_committed consumer then reads exactly the two
 records from broker 2.
 
-usage: python3 broker_crash.py HOST:PORT   (then `crashed` on stdin)
+With `coordinator` after the address, the harness crashes broker 0 instead, the leader of
+`__transaction_state` and so the transaction coordinator: broker 1 takes the log over, loads the open
+transaction and coordinates from then on, so the commit goes to broker 1 (the client finds it with
+FindCoordinator once broker 0 refuses it) and broker 1 writes the marker to its own partition. Broker 0
+also hosts the group coordinator, which does not fail over: the script says `committed` and waits for a
+line `restarted` (the harness has run `restart 0`) before its consumer reads.
+
+usage: python3 broker_crash.py HOST:PORT [coordinator]   (then `crashed`, and `restarted`, on stdin)
 """
 
 import sys
@@ -27,6 +34,7 @@ def leader(admin):
 
 def main():
     bootstrap = sys.argv[1]
+    coordinator = sys.argv[2:] == ["coordinator"]
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(TOPIC, num_partitions=1, replication_factor=3)])[TOPIC].result(CALL_TIMEOUT_S)
     print(f"leader of {TOPIC}/0: {leader(admin)}")
@@ -43,7 +51,9 @@ def main():
         raise SystemExit("the harness did not say it crashed the leader")
 
     p.commit_transaction(CALL_TIMEOUT_S)
-    print("committed")
+    print("committed", flush=True)
+    if coordinator and sys.stdin.readline().strip() != "restarted":
+        raise SystemExit("the harness did not say it restarted the coordinator's broker")
     print(f"leader of {TOPIC}/0: {leader(admin)}")
     c = consumer(bootstrap, "crash-rc", "read_committed", TOPIC)
     print(f"read_committed sees: {poll(c, 2)}")

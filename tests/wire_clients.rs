@@ -313,19 +313,20 @@ leader of crash-demo/0: 2
 read_committed sees: ['c-0', 'c-1']
 ";
 
-/// A broker killed over the wire: the script's transaction is on `crash-demo/0`, led by broker 1; once
-/// its records are acknowledged the test sends `crash 1` to serve's stdin, then lets the script commit.
-/// The controller elects broker 2, the coordinator's COMMIT marker lands there, and read_committed reads
-/// exactly the two records. Broker 0 cannot be crashed (the coordinators live there); broker 1 restarts
-/// and serve reports no violation throughout.
-#[test]
-fn confluent_kafka_commits_after_the_partitions_leader_crashes() {
+/// Runs `scripts/broker_crash.py` against `serve --brokers 3`, crashing broker `crash` once its records
+/// are acknowledged; broker 0, the coordinators' host, restarts after the commit and before the read (its
+/// group coordinator does not fail over), any other broker after the script. Its output and serve's
+/// timeline.
+fn broker_crash(crash: u32) -> (String, String) {
     let flags = ["--brokers", "3", "--group-initial-rebalance-delay-ms", "0"];
-    let mut server = Server::start("broker-crash", &flags);
+    let mut server = Server::start(&format!("broker-crash-{crash}"), &flags);
     let python = venv().join("bin/python");
-    let mut child = Command::new(python)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/broker_crash.py"))
-        .arg(&server.addresses[0])
+    let mut script = Command::new(python);
+    script.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/broker_crash.py")).arg(&server.addresses[0]);
+    if crash == 0 {
+        script.arg("coordinator");
+    }
+    let mut child = script
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -346,27 +347,46 @@ fn confluent_kafka_commits_after_the_partitions_leader_crashes() {
         s
     });
     let mut out = String::new();
-    for _ in 0..2 {
-        match lines.recv_timeout(Duration::from_secs(30)) {
-            Ok(line) => out.push_str(&format!("{line}\n")),
-            Err(_) => {
-                child.kill().ok();
-                panic!("broker_crash.py did not produce within 30 s:\n{out}\n{}", err.join().unwrap_or_default());
+    let mut wait_lines = |n: usize, out: &mut String, child: &mut std::process::Child| {
+        for _ in 0..n {
+            match lines.recv_timeout(Duration::from_secs(30)) {
+                Ok(line) => out.push_str(&format!("{line}\n")),
+                Err(_) => {
+                    child.kill().ok();
+                    panic!("broker_crash.py printed nothing for 30 s:\n{out}");
+                }
             }
         }
-    }
-    assert_eq!(server.command("crash 1"), "txnsim serve: broker 1 crashed");
+    };
+    wait_lines(2, &mut out, &mut child);
+    assert_eq!(server.command(&format!("crash {crash}")), format!("txnsim serve: broker {crash} crashed"));
     let mut stdin = child.stdin.take().expect("piped");
     std::io::Write::write_all(&mut stdin, b"crashed\n").expect("tell the script");
+    if crash == 0 {
+        wait_lines(1, &mut out, &mut child);
+        assert_eq!(server.command("restart 0"), "txnsim serve: broker 0 restarted");
+        std::io::Write::write_all(&mut stdin, b"restarted\n").expect("tell the script");
+    }
     drop(stdin);
     let status = wait_bounded(&mut child, SCRIPT_TIMEOUT, "broker_crash.py");
     reader.join().expect("stdout");
     out.extend(lines.try_iter().map(|l| format!("{l}\n")));
     let err = err.join().expect("stderr");
     assert!(status.success(), "broker_crash.py exited {status}\nstdout:\n{out}\nstderr:\n{err}");
+    if crash != 0 {
+        assert_eq!(server.command(&format!("restart {crash}")), format!("txnsim serve: broker {crash} restarted"));
+    }
+    (out, server.stop_clean())
+}
+
+/// A broker killed over the wire: the script's transaction is on `crash-demo/0`, led by broker 1; once
+/// its records are acknowledged the test sends `crash 1` to serve's stdin, then lets the script commit.
+/// The controller elects broker 2, the coordinator's COMMIT marker lands there, and read_committed reads
+/// exactly the two records. Broker 1 restarts and serve reports no violation throughout.
+#[test]
+fn confluent_kafka_commits_after_the_partitions_leader_crashes() {
+    let (out, timeline) = broker_crash(1);
     assert_eq!(out, BROKER_CRASH_LINES, "the commit completes on the new leader; read_committed reads both");
-    assert_eq!(server.command("restart 1"), "txnsim serve: broker 1 restarted");
-    let timeline = server.stop_clean();
     assert!(
         timeline.contains("PartitionChange crash-demo/0 leader 2 epoch 1 isr [2, 0] from controller"),
         "the controller fenced broker 1 and elected broker 2:\n{timeline}"
@@ -374,4 +394,23 @@ fn confluent_kafka_commits_after_the_partitions_leader_crashes() {
     let pid = producer_id(&timeline);
     let marker = format!("{:<9} writes COMMIT marker for pid {pid} at crash-demo/0@2", "broker-2");
     assert!(timeline.contains(&marker), "the new leader wrote the COMMIT marker:\n{timeline}");
+}
+
+/// The transaction coordinator killed over the wire: broker 0 leads `__transaction_state` and dies with
+/// the transaction open. Broker 1 takes the log over at leader epoch 1, so it coordinates; librdkafka
+/// finds it (FindCoordinator) and commits there, and broker 1 writes the COMMIT marker to its own
+/// `crash-demo/0`. Broker 0 restarts before the read (it hosts the group coordinator).
+#[test]
+fn confluent_kafka_commits_after_the_coordinators_broker_crashes() {
+    let (out, timeline) = broker_crash(0);
+    let want = BROKER_CRASH_LINES.replace("crash-demo/0: 2", "crash-demo/0: 1");
+    assert_eq!(out, want, "the commit completes with the new coordinator; read_committed reads both");
+    assert!(
+        timeline.contains("PartitionChange __transaction_state/0 leader 1 epoch 1 isr [1, 2] from controller"),
+        "the controller elected broker 1 for the transaction log:\n{timeline}"
+    );
+    let pid = producer_id(&timeline);
+    let marker = format!("{:<9} writes COMMIT marker for pid {pid} at crash-demo/0@2", "broker-1");
+    assert!(timeline.contains(&marker), "broker 1, the new coordinator and the leader, wrote the marker:\n{timeline}");
+    assert!(timeline.contains("WriteTxnMarkers req COMMIT"), "{timeline}");
 }
