@@ -241,6 +241,9 @@ fn check_sends(history: &History, out: &mut Vec<Violation>) {
 fn check_polls(history: &History, facts: &BTreeMap<&TopicPartition, LogFacts>, out: &mut Vec<Violation>) {
     // Per consumer and partition: the offsets delivered since the last seek, and where that run began.
     let mut delivered: BTreeMap<(String, TopicPartition), (Offset, Vec<Offset>)> = BTreeMap::new();
+    // The highest HW any leader has reported per partition: what is committed stays committed under a
+    // clean election, though a new leader's (or a follower's) HW may lag behind it for a while.
+    let mut committed: BTreeMap<&TopicPartition, Offset> = BTreeMap::new();
     let empty = LogFacts::default();
     for e in &history.events {
         match e {
@@ -260,6 +263,9 @@ fn check_polls(history: &History, facts: &BTreeMap<&TopicPartition, LogFacts>, o
             } => {
                 let f = facts.get(partition).unwrap_or(&empty);
                 let who = format!("{consumer} ({}) on {partition}", isolation.name());
+                let hw = committed.entry(partition).or_default();
+                *hw = (*hw).max(*high_watermark);
+                let committed_hw = *hw;
                 let run = delivered.entry((consumer.clone(), partition.clone())).or_insert((*fetch_offset, Vec::new()));
                 for (o, v) in records {
                     if let Some(&prev) = run.1.last() {
@@ -272,7 +278,7 @@ fn check_polls(history: &History, facts: &BTreeMap<&TopicPartition, LogFacts>, o
                     }
                     run.1.push(*o);
                     if *isolation == IsolationLevel::ReadCommitted {
-                        check_committed_read(&who, *o, v, *high_watermark, *last_stable_offset, f, out);
+                        check_committed_read(&who, *o, v, committed_hw, *last_stable_offset, f, out);
                     }
                 }
                 // Everything this isolation level admits between the fetch offset and the new position
