@@ -18,11 +18,12 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// A page file of its own for each test (tests run in parallel).
-fn page_path(name: &str) -> PathBuf {
-    let out_dir = std::env::temp_dir().join(format!("txnsim-html-{}", std::process::id()));
-    std::fs::create_dir_all(&out_dir).expect("temp dir");
-    out_dir.join(name)
+/// A page file of its own for each test (tests run in parallel), in a folder removed when the first
+/// value is dropped.
+fn page_path(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::Builder::new().prefix("txnsim-html-").tempdir().expect("temp dir");
+    let page = dir.path().join(name);
+    (dir, page)
 }
 
 /// Runs txnsim with `args` then `--html <page>` from the repository root.
@@ -48,7 +49,7 @@ fn embedded(page: &Path) -> (String, Value) {
 
 /// Writes the seed experiment's page as `name`.
 fn seed_page(name: &str) -> (String, Vec<String>, Value) {
-    let page = page_path(name);
+    let (_dir, page) = page_path(name);
     let out = txnsim_html(&["scenario", "--show", SEED], &page);
     assert!(out.status.success(), "txnsim scenario --html failed: {}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect();
@@ -160,7 +161,7 @@ const REPLAYED: &str = "seeds/lso-inclusive-standard-1.toml";
 /// recorded at its event, and the mutation's bug is in the picture (read_committed past the LSO).
 #[test]
 fn the_replay_page_embeds_the_replays_steps() {
-    let page = page_path("replay.html");
+    let (_dir, page) = page_path("replay.html");
     let out = txnsim_html(&["replay", REPLAYED], &page);
     assert_eq!(out.status.code(), Some(1), "the saved seed fails: {}", String::from_utf8_lossy(&out.stderr));
     let (_, data) = embedded(&page);
@@ -247,7 +248,7 @@ const TINY_CHECK: [&str; 11] = [
 /// state, where the log holds an ABORT marker and the aborted index nothing.
 #[test]
 fn the_check_page_embeds_the_counterexample() {
-    let page = page_path("check.html");
+    let (_dir, page) = page_path("check.html");
     let out = txnsim_html(&TINY_CHECK, &page);
     assert_eq!(out.status.code(), Some(1), "the mutation is caught: {}", String::from_utf8_lossy(&out.stderr));
     let (_, data) = embedded(&page);

@@ -59,10 +59,8 @@ fn seed_experiment_table_shows_both_readers() {
 }
 
 fn run_cli(file_text: &str) -> (i32, String, String) {
-    let dir = std::env::temp_dir().join(format!("txnsim-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let path = dir
-        .join(format!("case-{:x}.json", file_text.len() * 31 + file_text.bytes().map(|b| b as usize).sum::<usize>()));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("case.json");
     std::fs::write(&path, file_text).expect("write temp scenario");
     let out = Command::new(env!("CARGO_BIN_EXE_txnsim")).arg("scenario").arg(&path).output().expect("run txnsim");
     (
@@ -281,12 +279,12 @@ fn a_nested_bad_value_names_its_path() {
 
 /// `txnsim scenario` on `args`, from a fresh temp folder holding one passing scenario file.
 fn run_in_folder(name: &str, args: impl Fn(&Path) -> Vec<std::path::PathBuf>) -> (i32, String, String) {
-    let dir = std::env::temp_dir().join(format!("txnsim-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let temp = tempfile::Builder::new().prefix(&format!("txnsim-{name}-")).tempdir().expect("temp dir");
+    let dir = temp.path();
     std::fs::create_dir_all(dir.join("sub")).expect("temp dir");
     let text = format!("{HEAD}[{{\"op\": \"init_producer\", \"producer\": \"p\"}}]}}]}}");
     std::fs::write(dir.join("sub/one.json"), text).expect("write scenario");
-    let out = Command::new(env!("CARGO_BIN_EXE_txnsim")).arg("scenario").args(args(&dir)).output().expect("run txnsim");
+    let out = Command::new(env!("CARGO_BIN_EXE_txnsim")).arg("scenario").args(args(dir)).output().expect("run txnsim");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into(),
