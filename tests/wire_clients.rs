@@ -347,7 +347,7 @@ fn broker_crash(crash: u32) -> (String, String) {
         s
     });
     let mut out = String::new();
-    let mut wait_lines = |n: usize, out: &mut String, child: &mut std::process::Child| {
+    let wait_lines = |n: usize, out: &mut String, child: &mut std::process::Child| {
         for _ in 0..n {
             match lines.recv_timeout(Duration::from_secs(30)) {
                 Ok(line) => out.push_str(&format!("{line}\n")),

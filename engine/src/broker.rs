@@ -60,6 +60,10 @@ pub struct Broker {
     /// On a replicated `__transaction_state`: the leader epoch its coordinator loaded the log at, while
     /// this broker leads it (`TransactionCoordinator.onElection`); `None` while another broker coordinates.
     pub coordinator_loaded_at: Option<i32>,
+    /// The leader epoch of `__transaction_state` whose load is scheduled and has not run yet.
+    coordinator_loading: Option<i32>,
+    /// The leader epoch of `__transaction_state` this broker's replica knows (`None` unreplicated).
+    pub transaction_log_epoch: Option<i32>,
 }
 
 /// A TxnOffsetCommit's header: who commits, for which group, as which member.
@@ -76,13 +80,17 @@ struct TxnOffsetCommit {
 pub const COORDINATOR_BROKER: u32 = 0;
 
 /// The broker whose coordinator stands for the cluster's: the one that loaded `__transaction_state` at
-/// the newest leader epoch (a crashed one until another loads). `None` where none did: a single broker,
-/// whose coordinator is the only one.
-pub fn standing_coordinator<'a>(brokers: impl IntoIterator<Item = &'a Broker>) -> Option<&'a Broker> {
-    brokers
-        .into_iter()
-        .filter(|b| b.coordinator_loaded_at.is_some())
-        .max_by_key(|b| (b.coordinator_loaded_at, b.id.clone()))
+/// the newest leader epoch any broker knows (a crashed one until another is elected). `None` while the
+/// newest leader has not loaded yet (or died before it did), and on a single broker, whose coordinator
+/// is the only one.
+pub fn standing_coordinator<'a, I>(brokers: I) -> Option<&'a Broker>
+where
+    I: IntoIterator<Item = &'a Broker>,
+    I::IntoIter: Clone,
+{
+    let brokers = brokers.into_iter();
+    let newest = brokers.clone().filter_map(|b| b.transaction_log_epoch).max()?;
+    brokers.into_iter().find(|b| b.coordinator_loaded_at == Some(newest))
 }
 
 /// Partition leaders as this broker's metadata cache has them; on a single broker, itself for every
@@ -137,6 +145,8 @@ impl Broker {
             pending_verifications: BTreeMap::new(),
             next_correlation_id: 0,
             coordinator_loaded_at: None,
+            coordinator_loading: None,
+            transaction_log_epoch: None,
         }
     }
 
@@ -173,34 +183,54 @@ impl Broker {
         effects
     }
 
+    /// A new cluster's first coordinator: its log is empty, so it loads at once.
+    pub fn start_loaded(&mut self, now_ms: TimeMs) -> Effects {
+        let mut effects = self.on_start(now_ms);
+        if let Some(epoch) = self.coordinator_loading {
+            self.load_transaction_log(now_ms, epoch, &mut effects);
+        }
+        effects
+    }
+
     /// Whether `__transaction_state` is replicated here, so the coordinator follows its leadership.
     fn has_transaction_log(&self) -> bool {
         self.replica_manager.is_replicated(&transaction_state_partition())
     }
 
     /// `TransactionCoordinator.onElection` / `onResignation`: a broker that now leads `__transaction_state`
-    /// at a new epoch loads it; one that stopped leading it unloads.
+    /// at a new epoch schedules its load (`Timer::LoadTransactionLog`); one that stopped leading it unloads.
     fn take_coordinator_role(&mut self, now_ms: TimeMs, effects: &mut Effects) {
         let NodeId::Broker(me) = self.id else { unreachable!("a broker's id is a broker id") };
         let tp = transaction_state_partition();
         let Some(p) = self.replica_manager.partitions.get(&tp) else { return };
+        self.transaction_log_epoch = Some(p.leader_epoch);
         let leading = (p.leader == me).then_some(p.leader_epoch);
-        if leading == self.coordinator_loaded_at {
+        if leading.is_some() && leading == self.coordinator_loaded_at.or(self.coordinator_loading) {
             return;
         }
-        self.coordinator_loaded_at = leading;
-        match leading {
-            Some(epoch) => {
-                let log = &self.partitions[&tp];
-                let records: Vec<(i32, String)> = log
-                    .batches()
-                    .flat_map(|b| b.records().iter().map(move |r| (b.partition_leader_epoch, r.value.clone())))
-                    .collect();
-                let records = records.iter().map(|(e, v)| (*e, v.as_str()));
-                self.coordinate(now_ms, effects, |c, ctx| c.load_from_log(epoch, records, ctx));
-            }
-            None => self.coordinate(now_ms, effects, |c, ctx| c.unload(ctx)),
+        if self.coordinator_loaded_at.take().is_some() {
+            self.coordinate(now_ms, effects, |c, ctx| c.unload(ctx));
         }
+        self.coordinator_loading = leading;
+        if let Some(leader_epoch) = leading {
+            effects.timers.push((now_ms, Timer::LoadTransactionLog { leader_epoch }));
+        }
+    }
+
+    /// The scheduled load runs, unless leadership moved on since (`loadingPartitions` no longer holds it).
+    fn load_transaction_log(&mut self, now_ms: TimeMs, epoch: i32, effects: &mut Effects) {
+        if self.coordinator_loading != Some(epoch) {
+            return;
+        }
+        self.coordinator_loading = None;
+        self.coordinator_loaded_at = Some(epoch);
+        let log = &self.partitions[&transaction_state_partition()];
+        let records: Vec<(i32, String)> = log
+            .batches()
+            .flat_map(|b| b.records().iter().map(move |r| (b.partition_leader_epoch, r.value.clone())))
+            .collect();
+        let records = records.iter().map(|(e, v)| (*e, v.as_str()));
+        self.coordinate(now_ms, effects, |c, ctx| c.load_from_log(epoch, records, ctx));
     }
 
     /// Where transactional ids are coordinated now, as this broker's metadata cache has it.
@@ -348,6 +378,7 @@ impl Broker {
                     .timers
                     .push((now_ms + self.config.abort_timed_out_cleanup_interval_ms, Timer::AbortTimedOutTransactions));
             }
+            Timer::LoadTransactionLog { leader_epoch } => self.load_transaction_log(now_ms, leader_epoch, &mut effects),
             Timer::ResendTxnMarkers { decision } => {
                 self.coordinate(now_ms, &mut effects, |c, ctx| c.on_resend_markers(decision, ctx));
             }
@@ -380,6 +411,7 @@ impl Broker {
             // The cache died with the process (nobody is answered); leading the log again reloads it.
             self.coordinate(now_ms, &mut Effects::default(), |c, ctx| c.unload(ctx));
             self.coordinator_loaded_at = None;
+            self.coordinator_loading = None;
             return self.on_start(now_ms);
         }
         let mut effects = self.on_start(now_ms);
@@ -681,30 +713,35 @@ impl Broker {
         if !refused {
             return None;
         }
-        fn not<T>() -> Result<T, KafkaError> {
-            Err(KafkaError::NotCoordinator)
-        }
+        // `getTransactionState`: COORDINATOR_LOAD_IN_PROGRESS while the partition is in `loadingPartitions`.
+        let error = match message {
+            Message::Group(_) => KafkaError::NotCoordinator,
+            _ if self.coordinator_loading.is_some() => KafkaError::CoordinatorLoadInProgress,
+            _ => KafkaError::NotCoordinator,
+        };
         match message {
             Message::InitProducerIdRequest { transactional_id: Some(_), .. } => {
-                Some(Message::InitProducerIdResponse { result: not() })
+                Some(Message::InitProducerIdResponse { result: Err(error) })
             }
-            Message::AddPartitionsToTxnRequest { .. } => Some(Message::AddPartitionsToTxnResponse { result: not() }),
-            Message::AddOffsetsToTxnRequest { .. } => Some(Message::AddOffsetsToTxnResponse { result: not() }),
-            Message::EndTxnRequest { .. } => Some(Message::EndTxnResponse { result: not() }),
+            Message::AddPartitionsToTxnRequest { .. } => {
+                Some(Message::AddPartitionsToTxnResponse { result: Err(error) })
+            }
+            Message::AddOffsetsToTxnRequest { .. } => Some(Message::AddOffsetsToTxnResponse { result: Err(error) }),
+            Message::EndTxnRequest { .. } => Some(Message::EndTxnResponse { result: Err(error) }),
             // `GroupCoordinatorService`: a group whose `__consumer_offsets` partition this broker does not
             // own gets NOT_COORDINATOR on every request, per partition where the answer has partitions.
             Message::Group(request) => {
                 let per_partition = |offsets: &[(TopicPartition, CommittedOffset)]| {
-                    offsets.iter().map(|(tp, _)| (tp.clone(), not())).collect()
+                    offsets.iter().map(|(tp, _)| (tp.clone(), Err(error))).collect()
                 };
                 Some(Message::Group(match request {
                     GroupMessage::JoinGroupRequest { join, .. } => {
-                        GroupMessage::JoinGroupResponse { member_id: join.member_id.clone(), result: not() }
+                        GroupMessage::JoinGroupResponse { member_id: join.member_id.clone(), result: Err(error) }
                     }
-                    GroupMessage::SyncGroupRequest { .. } => GroupMessage::SyncGroupResponse { result: not() },
-                    GroupMessage::HeartbeatRequest { .. } => GroupMessage::HeartbeatResponse { result: not() },
+                    GroupMessage::SyncGroupRequest { .. } => GroupMessage::SyncGroupResponse { result: Err(error) },
+                    GroupMessage::HeartbeatRequest { .. } => GroupMessage::HeartbeatResponse { result: Err(error) },
                     GroupMessage::LeaveGroupRequest { member_ids, .. } => GroupMessage::LeaveGroupResponse {
-                        results: member_ids.iter().map(|m| (m.clone(), not())).collect(),
+                        results: member_ids.iter().map(|m| (m.clone(), Err(error))).collect(),
                     },
                     GroupMessage::OffsetCommitRequest { offsets, .. } => {
                         GroupMessage::OffsetCommitResponse { results: per_partition(offsets) }
@@ -712,7 +749,9 @@ impl Broker {
                     GroupMessage::TxnOffsetCommitRequest { offsets, .. } => {
                         GroupMessage::TxnOffsetCommitResponse { results: per_partition(offsets) }
                     }
-                    GroupMessage::OffsetFetchRequest { .. } => GroupMessage::OffsetFetchResponse { offsets: not() },
+                    GroupMessage::OffsetFetchRequest { .. } => {
+                        GroupMessage::OffsetFetchResponse { offsets: Err(error) }
+                    }
                     _ => return None,
                 }))
             }

@@ -82,14 +82,14 @@ impl Cluster {
             record_steps: false,
         };
         for id in 0..topology.brokers {
-            let start = cluster.broker_mut(id).expect("listed").on_start(0);
+            let start = cluster.broker_mut(id).expect("listed").start_loaded(0);
             cluster.apply(&NodeId::Broker(id), start);
         }
         cluster
     }
 
     /// Every broker, broker 0 first.
-    pub fn brokers(&self) -> impl Iterator<Item = &Broker> {
+    pub fn brokers(&self) -> impl Iterator<Item = &Broker> + Clone {
         std::iter::once(&self.broker).chain(self.peers.iter())
     }
 

@@ -1016,7 +1016,7 @@ impl Producer {
             }
             Timer::DeliveryTimeout { op } => self.expire_batch(op),
             Timer::Linger { .. } => {}
-            Timer::AbortTimedOutTransactions | Timer::ResendTxnMarkers { .. } => {
+            Timer::AbortTimedOutTransactions | Timer::ResendTxnMarkers { .. } | Timer::LoadTransactionLog { .. } => {
                 unreachable!("producers set only client timers")
             }
         }

@@ -259,13 +259,16 @@ pub enum Timer {
     Linger { op: u64 },
     /// The coordinator's marker channel retry for one decision (index into its decision log).
     ResendTxnMarkers { decision: usize },
+    /// `loadTransactionsForTxnTopicPartition`, scheduled when this broker became the leader of
+    /// `__transaction_state` at `leader_epoch`: until it runs, requests get COORDINATOR_LOAD_IN_PROGRESS.
+    LoadTransactionLog { leader_epoch: i32 },
 }
 
 impl Timer {
     /// Work that only matters when messages are lost or time passes: the in-process cluster, which loses
-    /// nothing, fires these only when told to advance time.
+    /// nothing, fires these only when told to advance time. A coordinator's load is not: it is due at once.
     pub fn is_background(&self) -> bool {
-        !matches!(self, Timer::RetryBackoff { .. })
+        !matches!(self, Timer::RetryBackoff { .. } | Timer::LoadTransactionLog { .. })
     }
 }
 

@@ -196,7 +196,7 @@ impl Driver {
             timeline: Timeline::default(),
         };
         for id in 0..n {
-            let start = driver.brokers[id as usize].on_start(now_ms);
+            let start = driver.brokers[id as usize].start_loaded(now_ms);
             driver.run(now_ms, id, start);
         }
         driver

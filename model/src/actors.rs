@@ -324,6 +324,7 @@ impl Node {
                 | Timer::RequestTimeout { .. }
                 | Timer::DeliveryTimeout { .. }
                 | Timer::Linger { .. } => unreachable!("brokers set no client timers"),
+                Timer::LoadTransactionLog { .. } => unreachable!("the model's one broker has no __transaction_state"),
             }
         }
         let (was, now) = (ongoing(before), ongoing(after));

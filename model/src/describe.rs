@@ -128,6 +128,9 @@ pub fn timer_text(t: &ModelTimer) -> String {
         ModelTimer::Engine(Timer::Linger { op }) => format!("batch #{op}'s linger ends"),
         ModelTimer::Engine(Timer::ResendTxnMarkers { decision }) => format!("marker retry for decision #{decision}"),
         ModelTimer::Engine(Timer::AbortTimedOutTransactions) => "timeout scan".into(),
+        ModelTimer::Engine(Timer::LoadTransactionLog { leader_epoch }) => {
+            format!("coordinator loads at epoch {leader_epoch}")
+        }
         ModelTimer::TxnTimeout(tid) => format!("coordinator times out '{tid}'"),
         ModelTimer::Crash => "CRASH".into(),
         ModelTimer::Poll { partition } => format!("readers poll t/{partition}"),

@@ -231,6 +231,9 @@ pub fn timer_name(t: &Timer) -> String {
         Timer::RetryBackoff { correlation_id } => format!("retry backoff of request {correlation_id}"),
         Timer::RequestTimeout { correlation_id } => format!("request timeout of request {correlation_id}"),
         Timer::ResendTxnMarkers { decision } => format!("marker resend for decision {decision}"),
+        Timer::LoadTransactionLog { leader_epoch } => {
+            format!("load __transaction_state at leader epoch {leader_epoch}")
+        }
         Timer::DeliveryTimeout { op } => format!("delivery timeout of batch {op}"),
         Timer::Linger { op } => format!("linger of batch {op} ends"),
     }

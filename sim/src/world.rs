@@ -534,9 +534,14 @@ impl World {
     /// `__transaction_state` leader epoch (a crashed one until another loads), broker `BROKER` on a
     /// single broker, and while none has loaded.
     pub fn coordinator_broker(&self) -> u32 {
+        self.standing_coordinator().unwrap_or(BROKER)
+    }
+
+    /// `broker::standing_coordinator`'s id: `None` on one broker, and while the newest coordinator loads.
+    fn standing_coordinator(&self) -> Option<u32> {
         match standing_coordinator(self.brokers.values()).map(|b| &b.id) {
-            Some(NodeId::Broker(id)) => *id,
-            _ => BROKER,
+            Some(NodeId::Broker(id)) => Some(*id),
+            _ => None,
         }
     }
 
@@ -837,14 +842,18 @@ impl World {
         }
         self.last_fingerprint = fp;
         let taken = self.take_leader_logs_as_observed();
+        // While the newest coordinator loads, none stands: the partitions are checked alone.
+        let standing = self.controller.is_none() || self.standing_coordinator().is_some();
         let view = ClusterView {
             partitions: &taken.logs,
-            coordinator: Some(&self.brokers[&coordinator].coordinator),
+            coordinator: standing.then(|| &self.brokers[&coordinator].coordinator),
             mutations: &self.config.mutations,
         };
         let mut violations = self.state.check(&view);
         violations.extend(self.mono.observe(&view));
-        violations.extend(txnsim_properties::check_timers(&self.brokers[&coordinator].coordinator));
+        if standing {
+            violations.extend(txnsim_properties::check_timers(&self.brokers[&coordinator].coordinator));
+        }
         self.put_back(taken);
         self.record_all(violations);
     }
@@ -1013,7 +1022,7 @@ impl World {
                 e
             } else {
                 self.brokers_started.insert(id);
-                self.step_broker(id, |b| b.on_start(now))
+                self.step_broker(id, |b| b.start_loaded(now))
             };
             self.after_broker_step(shared, id, &ends);
             out.extend(self.dispatch(shared, name, effects));

@@ -84,11 +84,11 @@ fn sweep_single_broker() {
 const REPLICATION_CATCHERS: [(Mutation, u64, &str); 7] = [
     (Mutation::LsoIgnoresUnreplicatedTxns, 1, "lso-is-first-unstable-offset"),
     (Mutation::LsoNotClampedToHw, 0, "lso-bounds"),
-    (Mutation::HwFromLeaderLeo, 2, "replica-log-matches-leader"),
-    (Mutation::TruncateToOwnLeo, 9, "replica-log-matches-leader"),
+    (Mutation::HwFromLeaderLeo, 3, "replica-log-matches-leader"),
+    (Mutation::TruncateToOwnLeo, 3, "replica-log-matches-leader"),
     (Mutation::NoRebuildAfterTruncation, 19, "replica-txn-state-from-own-log"),
-    (Mutation::NoMarkerResendOnFailover, 8, "decided-transactions-complete"),
-    (Mutation::DoubleComplete, 116, "decision-irrevocable"),
+    (Mutation::NoMarkerResendOnFailover, 12, "decided-transactions-complete"),
+    (Mutation::DoubleComplete, 377, "valid-coordinator-transitions"),
 ];
 
 #[test]

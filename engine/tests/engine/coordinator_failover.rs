@@ -8,7 +8,7 @@ use txnsim_engine::coordinator::{transaction_state_partition, TransactionState};
 use txnsim_engine::producer::OpOutput;
 use txnsim_engine::protocol::{Envelope, Message, NodeId};
 use txnsim_engine::{
-    Cluster, EngineConfig, IsolationLevel, Mutation, Mutations, ProducerKind, TopicPartition, Topology,
+    Cluster, EngineConfig, IsolationLevel, KafkaError, Mutation, Mutations, ProducerKind, TopicPartition, Topology,
 };
 
 fn tp() -> TopicPartition {
@@ -134,4 +134,40 @@ fn failover_keeps_coordinator_epoch_is_caught() {
         EngineConfig { mutations: Mutations::one(Mutation::FailoverKeepsCoordinatorEpoch), ..EngineConfig::default() };
     let mut c = late_marker_from_the_old_coordinator(config);
     assert_eq!(committed_values(&mut c), vec!["a", "b", "c"], "the old coordinator's marker commits it half-written");
+}
+
+/// `TransactionCoordinatorTest#shouldRespondWithCoordinatorLoadInProgressOnInitPidWhenCoordinatorLoading`:
+/// between its election and its scheduled load (`Timer::LoadTransactionLog`), the new coordinator answers
+/// COORDINATOR_LOAD_IN_PROGRESS; once loaded it serves the request.
+#[test]
+fn a_loading_coordinator_answers_load_in_progress() {
+    let mut c = cluster(EngineConfig::default());
+    c.crash_broker(0);
+    while let Some(env) = c.take_message() {
+        c.deliver_message(env);
+    }
+    let init = |correlation_id| Envelope {
+        from: NodeId::Client("q".into()),
+        to: NodeId::Broker(1),
+        correlation_id,
+        message: Message::InitProducerIdRequest {
+            transactional_id: Some("q".into()),
+            transaction_timeout_ms: 60_000,
+            producer_id_and_epoch: None,
+        },
+    };
+    let answer = |c: &mut Cluster| loop {
+        let env = c.take_message().expect("broker 1 answers");
+        match env.message {
+            Message::InitProducerIdResponse { result } => break result,
+            _ => c.deliver_message(env),
+        }
+    };
+    c.inject(init(1));
+    let env = c.take_message().expect("in flight");
+    c.deliver_message(env);
+    assert_eq!(answer(&mut c), Err(KafkaError::CoordinatorLoadInProgress), "elected, not loaded yet");
+    c.fire_timers_until(c.now_ms);
+    c.inject(init(2));
+    assert!(matches!(answer(&mut c), Ok(_)), "loaded, it serves the request");
 }
