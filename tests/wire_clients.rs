@@ -379,21 +379,25 @@ fn broker_crash(crash: u32) -> (String, String) {
     (out, server.stop_clean())
 }
 
+/// Runs `broker_crash(crash)` and checks the script's lines, the controller's election in serve's
+/// timeline, and which broker wrote the COMMIT marker of the script's producer.
+fn assert_commit_survives(crash: u32, lines: &str, election: &str, marker_writer: &str) {
+    let (out, timeline) = broker_crash(crash);
+    assert_eq!(out, lines, "the commit completes after crash {crash}; read_committed reads both records");
+    assert!(timeline.contains(election), "the controller's election ({election}) is in the timeline:\n{timeline}");
+    let pid = producer_id(&timeline);
+    let marker = format!("{marker_writer:<9} writes COMMIT marker for pid {pid} at crash-demo/0@2");
+    assert!(timeline.contains(&marker), "{marker_writer} wrote the COMMIT marker:\n{timeline}");
+}
+
 /// A broker killed over the wire: the script's transaction is on `crash-demo/0`, led by broker 1; once
 /// its records are acknowledged the test sends `crash 1` to serve's stdin, then lets the script commit.
 /// The controller elects broker 2, the coordinator's COMMIT marker lands there, and read_committed reads
 /// exactly the two records. Broker 1 restarts and serve reports no violation throughout.
 #[test]
 fn confluent_kafka_commits_after_the_partitions_leader_crashes() {
-    let (out, timeline) = broker_crash(1);
-    assert_eq!(out, BROKER_CRASH_LINES, "the commit completes on the new leader; read_committed reads both");
-    assert!(
-        timeline.contains("PartitionChange crash-demo/0 leader 2 epoch 1 isr [2, 0] from controller"),
-        "the controller fenced broker 1 and elected broker 2:\n{timeline}"
-    );
-    let pid = producer_id(&timeline);
-    let marker = format!("{:<9} writes COMMIT marker for pid {pid} at crash-demo/0@2", "broker-2");
-    assert!(timeline.contains(&marker), "the new leader wrote the COMMIT marker:\n{timeline}");
+    let election = "PartitionChange crash-demo/0 leader 2 epoch 1 isr [2, 0] from controller";
+    assert_commit_survives(1, BROKER_CRASH_LINES, election, "broker-2");
 }
 
 /// The transaction coordinator killed over the wire: broker 0 leads `__transaction_state` and dies with
@@ -402,15 +406,7 @@ fn confluent_kafka_commits_after_the_partitions_leader_crashes() {
 /// `crash-demo/0`. Broker 0 restarts before the read (it hosts the group coordinator).
 #[test]
 fn confluent_kafka_commits_after_the_coordinators_broker_crashes() {
-    let (out, timeline) = broker_crash(0);
-    let want = BROKER_CRASH_LINES.replace("crash-demo/0: 2", "crash-demo/0: 1");
-    assert_eq!(out, want, "the commit completes with the new coordinator; read_committed reads both");
-    assert!(
-        timeline.contains("PartitionChange __transaction_state/0 leader 1 epoch 1 isr [1, 2] from controller"),
-        "the controller elected broker 1 for the transaction log:\n{timeline}"
-    );
-    let pid = producer_id(&timeline);
-    let marker = format!("{:<9} writes COMMIT marker for pid {pid} at crash-demo/0@2", "broker-1");
-    assert!(timeline.contains(&marker), "broker 1, the new coordinator and the leader, wrote the marker:\n{timeline}");
-    assert!(timeline.contains("WriteTxnMarkers req COMMIT"), "{timeline}");
+    let lines = BROKER_CRASH_LINES.replace("crash-demo/0: 2", "crash-demo/0: 1");
+    let election = "PartitionChange __transaction_state/0 leader 1 epoch 1 isr [1, 2] from controller";
+    assert_commit_survives(0, &lines, election, "broker-1");
 }
