@@ -322,13 +322,14 @@ impl Broker {
     }
 
     /// Nothing in progress on this broker but KIP-890 verifications (`newest_verification_ms`): its
-    /// coordinator is settled (`TransactionCoordinator::is_settled`), no forwarded request waits for the
-    /// controller, no ISR change is pending, and every partition it leads has LSO = HW = LEO. What remains
-    /// is periodic: fetch long-polls and the coordinator's scans.
+    /// coordinator is settled (`TransactionCoordinator::is_settled`) and not loading, no forwarded request
+    /// waits for the controller, no ISR change is pending, and every partition it leads has LSO = HW = LEO.
+    /// What remains is periodic: fetch long-polls and the coordinator's scans.
     pub fn is_settled(&self) -> bool {
         let NodeId::Broker(me) = self.id else { unreachable!("a broker's id is a broker id") };
         let leads = |tp: &TopicPartition| self.replica_manager.partitions.get(tp).is_none_or(|p| p.leader == me);
         self.coordinator.is_settled()
+            && self.coordinator_loading.is_none()
             && self.forwarded.is_empty()
             && self.replica_manager.partitions.values().all(|p| p.pending_isr.is_none())
             && self.partitions.iter().filter(|(tp, _)| leads(tp)).all(|(_, log)| {
