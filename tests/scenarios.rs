@@ -381,3 +381,23 @@ fn an_absent_transactional_id_has_no_fields_to_expect() {
         "ops": [{"op": "expect", "coordinator": [{"transactional_id": "p", "state": null, "epoch": 0}]}]}]}"#;
     assert_input_error(text, &["scenario 's'", "op 0", "field 'coordinator[0]'", "state null"]);
 }
+
+/// `shows_violations`: a shown invariant that never breaks fails the scenario (exit 1), a name outside
+/// the catalogue is bad input (exit 2), and outside the network layer the field is refused.
+#[test]
+fn a_shown_violation_must_break() {
+    let net = |shows: &str| {
+        format!(
+            r#"{{"format": "txnsim-scenario/v1", "scenarios": [{{"name": "s", "layer": "network", "shows_violations": [{shows}], "ops": [{{"op": "init_producer", "producer": "p"}}, {{"op": "run"}}]}}]}}"#
+        )
+    };
+    let (code, stdout, _) = run_cli(&net("\"partition-coverage\""));
+    assert_eq!(code, 1, "a violation shown but never broken fails: {stdout}");
+    assert!(
+        stdout.contains("shows_violations: expected partition-coverage breaks, actual it held after every op"),
+        "{stdout}"
+    );
+    assert_input_error(&net("\"no-such-invariant\""), &["field 'shows_violations[0]'", "not an invariant"]);
+    let producer = format!(r#"{HEAD}[], "shows_violations": ["partition-coverage"]}}]}}"#);
+    assert_input_error(&producer, &["field 'shows_violations'", "only the network layer"]);
+}

@@ -82,6 +82,10 @@ pub struct ScenarioHeader {
     /// Network layer: `__transaction_state` records the coordinator starts with.
     #[serde(default)]
     pub transactional_ids: Option<Vec<Value>>,
+    /// Network layer: state invariants this scenario shows Kafka's behaviour breaking. They do not fail
+    /// an op, and each must break at least once.
+    #[serde(default)]
+    pub shows_violations: Option<Vec<String>>,
     pub ops: Vec<Value>,
     #[serde(default)]
     pub expect: Option<Value>,

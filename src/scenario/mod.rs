@@ -86,6 +86,8 @@ pub struct Scenario {
 pub struct NetworkScript {
     /// What `__transaction_state` holds before the first op (`transactional_ids`).
     pub transactional_ids: Vec<network::LoadedTransaction>,
+    /// The state invariants the scenario shows breaking (`shows_violations`).
+    pub shows: Vec<txnsim_properties::Invariant>,
     pub ops: Vec<network::NetOp>,
     pub expect: Option<network::Expect>,
 }
@@ -332,7 +334,16 @@ fn build(file: &str, h: ScenarioHeader) -> Result<Scenario, ScenarioError> {
     };
     check_topology(&sc)?;
     if sc.layer == Layer::Network {
-        return build_network(sc, h.transactional_ids.unwrap_or_default(), h.ops, h.expect);
+        return build_network(
+            sc,
+            h.transactional_ids.unwrap_or_default(),
+            h.shows_violations.unwrap_or_default(),
+            h.ops,
+            h.expect,
+        );
+    }
+    if h.shows_violations.is_some() {
+        return Err(sc.error(None, "shows_violations", "only the network layer shows violations"));
     }
     if h.transactional_ids.is_some() {
         return Err(sc.error(None, "transactional_ids", "only the network layer starts with coordinator records"));
@@ -366,10 +377,17 @@ fn build(file: &str, h: ScenarioHeader) -> Result<Scenario, ScenarioError> {
 fn build_network(
     mut sc: Scenario,
     loaded: Vec<Value>,
+    shows: Vec<String>,
     ops: Vec<Value>,
     expect: Option<Value>,
 ) -> Result<Scenario, ScenarioError> {
-    let mut script = NetworkScript { transactional_ids: Vec::new(), ops: Vec::new(), expect: None };
+    let mut script = NetworkScript { transactional_ids: Vec::new(), shows: Vec::new(), ops: Vec::new(), expect: None };
+    for (i, name) in shows.into_iter().enumerate() {
+        let invariant = txnsim_properties::Invariant::from_name(&name).ok_or_else(|| {
+            sc.error(None, &format!("shows_violations[{i}]"), format!("'{name}' is not an invariant of the catalogue"))
+        })?;
+        script.shows.push(invariant);
+    }
     for (i, value) in loaded.into_iter().enumerate() {
         let field =
             |f: Option<String>| format!("transactional_ids[{i}]{}", f.map(|f| format!(".{f}")).unwrap_or_default());

@@ -1239,8 +1239,8 @@ impl<'a> NetworkRunner<'a> {
         Ok(())
     }
 
-    /// Every state invariant of the catalogue, over the broker as it is now.
-    pub fn state_violation(&self) -> Option<txnsim_properties::Violation> {
+    /// Every state invariant of the catalogue over the cluster as it is now: what breaks.
+    pub fn state_violations(&self) -> Vec<txnsim_properties::Violation> {
         let broker = &self.cluster.broker;
         // A replicated cluster's partitions as their leaders hold them, as the coordinator that stands sees
         // them (the leaders move with a crash); one broker's are its own.
@@ -1269,7 +1269,7 @@ impl<'a> NetworkRunner<'a> {
         let sends =
             txnsim_properties::check_delivery_timeouts(&self.history, &delivery_timeout, &[], self.cluster.now_ms);
         let found = txnsim_properties::check_state(&view).into_iter().chain(replicas).chain(groups).chain(acked);
-        found.chain(timers).chain(sends).next()
+        found.chain(timers).chain(sends).collect()
     }
 
     pub fn topics(&self) -> &BTreeMap<String, u32> {

@@ -160,6 +160,8 @@ fn run_network(sc: &Scenario, script: &super::NetworkScript, opts: &RunOptions) 
     let mut table = Vec::new();
     let mut difference = None;
     let mut input_error = None;
+    // The violations the scenario shows, as they break.
+    let mut seen = std::collections::BTreeSet::new();
     for (i, op) in script.ops.iter().enumerate() {
         let outcome = runner.exec(i, op);
         if opts.show {
@@ -167,13 +169,18 @@ fn run_network(sc: &Scenario, script: &super::NetworkScript, opts: &RunOptions) 
             table.push(format!("{i:>3} {:<13} in flight: [{}]", op.name(), in_flight.join("; ")));
         }
         let found = match outcome {
-            Ok(()) => runner.state_violation().map(|v| Difference {
-                op_index: Some(i),
-                op: op.name().to_string(),
-                field: format!("invariant {}", v.invariant.name()),
-                expected: "holds".into(),
-                actual: v.witness,
-            }),
+            Ok(()) => {
+                let (shown, breaking): (Vec<_>, Vec<_>) =
+                    runner.state_violations().into_iter().partition(|v| script.shows.contains(&v.invariant));
+                seen.extend(shown.into_iter().map(|v| v.invariant));
+                breaking.into_iter().next().map(|v| Difference {
+                    op_index: Some(i),
+                    op: op.name().to_string(),
+                    field: format!("invariant {}", v.invariant.name()),
+                    expected: "holds".into(),
+                    actual: v.witness,
+                })
+            }
             Err(Failure::Differs(d)) => Some(Difference {
                 op_index: d.op_index,
                 op: d.op,
@@ -201,6 +208,15 @@ fn run_network(sc: &Scenario, script: &super::NetworkScript, opts: &RunOptions) 
                 actual: d.actual,
             });
         }
+    }
+    if difference.is_none() && input_error.is_none() {
+        difference = script.shows.iter().find(|inv| !seen.contains(*inv)).map(|inv| Difference {
+            op_index: None,
+            op: "final".into(),
+            field: "shows_violations".into(),
+            expected: format!("{} breaks", inv.name()),
+            actual: "it held after every op".into(),
+        });
     }
     if let Some(d) = &difference {
         table.push(format!("FAIL {d}"));
