@@ -199,6 +199,8 @@ impl Rename for PendingAppend {
 pub struct TransactionCoordinator {
     pub coordinator_epoch: CoordinatorEpoch,
     next_producer_id: ProducerId,
+    /// The end of this broker's producer id block (exclusive).
+    producer_id_block_end: ProducerId,
     pub txns: BTreeMap<String, TransactionMetadata>,
     /// Keyed by producer id: WriteTxnMarkers responses name the producer, not the transactional id.
     pub pending_completions: BTreeMap<ProducerId, PendingCompletion>,
@@ -268,6 +270,7 @@ impl TransactionCoordinator {
         TransactionCoordinator {
             coordinator_epoch: 0,
             next_producer_id: FIRST_PRODUCER_ID,
+            producer_id_block_end: FIRST_PRODUCER_ID + PRODUCER_ID_BLOCK_STRIDE,
             txns: BTreeMap::new(),
             pending_completions: BTreeMap::new(),
             decisions: Vec::new(),
@@ -284,6 +287,7 @@ impl TransactionCoordinator {
     pub fn for_broker(id: u32) -> Self {
         TransactionCoordinator {
             next_producer_id: FIRST_PRODUCER_ID + id as ProducerId * PRODUCER_ID_BLOCK_STRIDE,
+            producer_id_block_end: FIRST_PRODUCER_ID + (id as ProducerId + 1) * PRODUCER_ID_BLOCK_STRIDE,
             ..TransactionCoordinator::new()
         }
     }
@@ -348,7 +352,7 @@ impl TransactionCoordinator {
     fn allocate_producer_id(&mut self) -> ProducerId {
         let id = self.next_producer_id;
         self.next_producer_id += 1;
-        assert_ne!((id - FIRST_PRODUCER_ID + 1) % PRODUCER_ID_BLOCK_STRIDE, 0, "a broker's producer id block ran out");
+        assert!(id < self.producer_id_block_end, "a broker's producer id block ran out at {id}");
         id
     }
 
