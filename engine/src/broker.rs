@@ -56,6 +56,8 @@ pub struct Broker {
     forwarded: BTreeMap<u64, (NodeId, u64)>,
     /// Requests this broker sent to a coordinator, by correlation id.
     pending_verifications: BTreeMap<u64, PendingVerification>,
+    /// TxnOffsetCommits waiting for a transaction coordinator elsewhere, by correlation id.
+    pending_offset_verifications: BTreeMap<u64, PendingOffsetsVerification>,
     next_correlation_id: u64,
     /// On a replicated `__transaction_state`: the leader epoch its coordinator loaded the log at, while
     /// this broker leads it (`TransactionCoordinator.onElection`); `None` while another broker coordinates.
@@ -66,7 +68,29 @@ pub struct Broker {
     pub transaction_log_epoch: Option<i32>,
 }
 
+/// A verification's refusal as the group coordinator answers it: a stale epoch is the zombie's
+/// INVALID_PRODUCER_EPOCH.
+fn verification_error(e: KafkaError) -> KafkaError {
+    match e {
+        KafkaError::ProducerFenced => KafkaError::InvalidProducerEpoch,
+        e => e,
+    }
+}
+
+/// A TxnOffsetCommit waiting for the transaction coordinator on another broker to verify the group's
+/// offsets partition is in the transaction (`GroupCoordinator` through `AddPartitionsToTxnManager`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct PendingOffsetsVerification {
+    client: NodeId,
+    client_correlation_id: u64,
+    asked: TxnOffsetCommit,
+    offsets: Vec<(TopicPartition, CommittedOffset)>,
+    /// The answers already known: partitions of unknown topics.
+    unknown: Vec<(TopicPartition, Result<(), KafkaError>)>,
+}
+
 /// A TxnOffsetCommit's header: who commits, for which group, as which member.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct TxnOffsetCommit {
     transactional_id: String,
     group_id: String,
@@ -106,6 +130,8 @@ impl PartitionLeaders for CachedLeaders<'_> {
         match self.image.get(tp) {
             Some(r) if r.state.leader == NO_LEADER => None,
             Some(r) => Some(NodeId::Broker(r.state.leader)),
+            // `__consumer_offsets` is broker 0's alone, outside the controller's image (groups do not fail over).
+            None if tp.topic == GROUP_METADATA_TOPIC => Some(NodeId::Broker(COORDINATOR_BROKER)),
             None => self.partitions.contains_key(tp).then(|| self.id.clone()),
         }
     }
@@ -122,6 +148,10 @@ impl Rename for Broker {
         for pending in self.pending_verifications.values_mut() {
             pending.client.rename(names);
             pending.batch.rename(names);
+        }
+        for pending in self.pending_offset_verifications.values_mut() {
+            pending.client.rename(names);
+            names(&mut pending.asked.transactional_id);
         }
     }
 }
@@ -143,6 +173,7 @@ impl Broker {
             controller: None,
             forwarded: BTreeMap::new(),
             pending_verifications: BTreeMap::new(),
+            pending_offset_verifications: BTreeMap::new(),
             next_correlation_id: 0,
             coordinator_loaded_at: None,
             coordinator_loading: None,
@@ -405,6 +436,7 @@ impl Broker {
     /// The coordinator reloads under a new epoch and resends the markers of decided transactions.
     pub fn restart(&mut self, now_ms: TimeMs) -> Effects {
         self.pending_verifications.clear();
+        self.pending_offset_verifications.clear();
         for log in self.partitions.values_mut() {
             log.producer_state.verification_entries.clear();
         }
@@ -568,6 +600,17 @@ impl Broker {
                 });
                 None
             }
+            Message::AddPartitionsToTxnResponse { result } if self.pending_offset_verifications.contains_key(&corr) => {
+                let pending = self.pending_offset_verifications.remove(&corr).expect("checked above");
+                let outcome = result.map_err(verification_error).and_then(|()| {
+                    self.write_verified_txn_offsets(now_ms, &pending.asked, &pending.offsets, &mut effects)
+                });
+                let mut results = pending.unknown;
+                results.extend(pending.offsets.into_iter().map(|(tp, _)| (tp, outcome)));
+                let answer = Message::Group(GroupMessage::TxnOffsetCommitResponse { results });
+                effects.send(&self.id, &pending.client, pending.client_correlation_id, answer);
+                None
+            }
             Message::AddPartitionsToTxnResponse { result } => {
                 self.complete_verification(now_ms, corr, result, &mut effects);
                 None
@@ -670,8 +713,8 @@ impl Broker {
                 offsets,
             }) => {
                 let asked = TxnOffsetCommit { transactional_id, group_id, producer, generation_id, member_id };
-                let results = self.handle_txn_offset_commit(now_ms, asked, offsets, &reply_to, corr, &mut effects);
-                Some(Message::Group(GroupMessage::TxnOffsetCommitResponse { results }))
+                self.handle_txn_offset_commit(now_ms, asked, offsets, &reply_to, corr, &mut effects)
+                    .map(|results| Message::Group(GroupMessage::TxnOffsetCommitResponse { results }))
             }
             Message::Group(request) => {
                 self.groups.handle(now_ms, &self.config, &self.id, (reply_to.clone(), corr), request, &mut effects);
@@ -1015,51 +1058,89 @@ impl Broker {
         reply_to: &NodeId,
         corr: u64,
         effects: &mut Effects,
-    ) -> Vec<(TopicPartition, Result<(), KafkaError>)> {
+    ) -> Option<Vec<(TopicPartition, Result<(), KafkaError>)>> {
         let (known, unknown): (Vec<_>, Vec<_>) = offsets.into_iter().partition(|(tp, _)| self.knows_partition(tp));
         let mut results: Vec<_> =
             unknown.into_iter().map(|(tp, _)| (tp, Err(KafkaError::UnknownTopicOrPartition))).collect();
         if known.is_empty() {
-            return results;
+            return Some(results);
         }
-        let outcome = self.write_txn_offsets(now_ms, &asked, &known, reply_to, corr, effects);
+        let verify = self.config.partition_verification && !self.config.mutations.has(Mutation::NoTxnVerification);
+        let local = !self.has_transaction_log() || self.coordinator_loaded_at.is_some();
+        let outcome = if asked.group_id.is_empty() {
+            Err(KafkaError::InvalidGroupId)
+        } else if verify && !local {
+            // The transaction coordinator is on another broker: ask it, and answer when it has.
+            match self.transaction_coordinator() {
+                Some(coordinator) => {
+                    let partitions = vec![self.offsets_partition(&asked.group_id)];
+                    let request = Message::AddPartitionsToTxnRequest {
+                        transactional_id: asked.transactional_id.clone(),
+                        producer: asked.producer,
+                        partitions,
+                        verify_only: true,
+                        transaction_version: TransactionVersion::V1,
+                    };
+                    self.next_correlation_id += 1;
+                    let id = self.next_correlation_id;
+                    effects.send(&self.id, &coordinator, id, request);
+                    let pending = PendingOffsetsVerification {
+                        client: reply_to.clone(),
+                        client_correlation_id: corr,
+                        asked,
+                        offsets: known,
+                        unknown: results,
+                    };
+                    self.pending_offset_verifications.insert(id, pending);
+                    return None;
+                }
+                None => Err(KafkaError::CoordinatorNotAvailable),
+            }
+        } else {
+            let verified =
+                if verify { self.verify_txn_offsets_here(now_ms, &asked, reply_to, corr, effects) } else { Ok(()) };
+            verified.and_then(|()| self.write_verified_txn_offsets(now_ms, &asked, &known, effects))
+        };
         results.extend(known.into_iter().map(|(tp, _)| (tp, outcome)));
-        results
+        Some(results)
     }
 
-    fn write_txn_offsets(
+    /// The verification where this broker's own coordinator owns the transactional id: answered at once.
+    fn verify_txn_offsets_here(
         &mut self,
         now_ms: TimeMs,
         asked: &TxnOffsetCommit,
-        offsets: &[(TopicPartition, CommittedOffset)],
         reply_to: &NodeId,
         corr: u64,
         effects: &mut Effects,
     ) -> Result<(), KafkaError> {
-        if asked.group_id.is_empty() {
-            return Err(KafkaError::InvalidGroupId);
-        }
         let offsets_partition = self.offsets_partition(&asked.group_id);
-        if self.config.partition_verification && !self.config.mutations.has(Mutation::NoTxnVerification) {
-            let verified = self.coordinate(now_ms, effects, |c, ctx| {
-                let to = ReplyTo { to: reply_to.clone(), correlation_id: corr };
-                let partitions = std::slice::from_ref(&offsets_partition);
-                c.handle_add_partitions(
-                    &asked.transactional_id,
-                    asked.producer,
-                    partitions,
-                    true,
-                    TransactionVersion::V1,
-                    to,
-                    ctx,
-                )
-            });
-            match verified.expect("a verification is answered at once") {
-                Ok(()) => {}
-                Err(KafkaError::ProducerFenced) => return Err(KafkaError::InvalidProducerEpoch),
-                Err(e) => return Err(e),
-            }
-        }
+        let verified = self.coordinate(now_ms, effects, |c, ctx| {
+            let to = ReplyTo { to: reply_to.clone(), correlation_id: corr };
+            let partitions = std::slice::from_ref(&offsets_partition);
+            c.handle_add_partitions(
+                &asked.transactional_id,
+                asked.producer,
+                partitions,
+                true,
+                TransactionVersion::V1,
+                to,
+                ctx,
+            )
+        });
+        verified.expect("a verification is answered at once").map_err(verification_error)
+    }
+
+    /// Once verified: checked against the group (KIP-447), written to the group's `__consumer_offsets`
+    /// partition as a batch of the producer's transaction and staged until its marker.
+    fn write_verified_txn_offsets(
+        &mut self,
+        now_ms: TimeMs,
+        asked: &TxnOffsetCommit,
+        offsets: &[(TopicPartition, CommittedOffset)],
+        effects: &mut Effects,
+    ) -> Result<(), KafkaError> {
+        let offsets_partition = self.offsets_partition(&asked.group_id);
         self.groups.validate_txn_offset_commit(&asked.group_id, asked.generation_id, &asked.member_id)?;
         let batch = ProduceBatch {
             producer: Some(BatchProducer {

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use txnsim_engine::coordinator::{transaction_state_partition, TransactionState};
-use txnsim_engine::producer::OpOutput;
+use txnsim_engine::producer::{ConsumerGroupMetadata, OpOutput};
 use txnsim_engine::protocol::{Envelope, Message, NodeId};
 use txnsim_engine::{
     Cluster, EngineConfig, IsolationLevel, KafkaError, Mutation, Mutations, ProducerKind, TopicPartition, Topology,
@@ -170,4 +170,31 @@ fn a_loading_coordinator_answers_load_in_progress() {
     c.fire_timers_until(c.now_ms);
     c.inject(init(2));
     assert!(matches!(answer(&mut c), Ok(_)), "loaded, it serves the request");
+}
+
+/// `sendOffsetsToTransaction` after the transaction coordinator moved off broker 0, which still hosts the
+/// group coordinator: the group coordinator verifies the offsets partition with the coordinator on broker
+/// 1 over the network (`AddPartitionsToTxnManager`), and the offsets commit with the transaction.
+#[test]
+fn transactional_offsets_commit_once_the_coordinator_moved() {
+    let mut c = cluster(EngineConfig::default());
+    c.crash_broker(0);
+    c.run_until_quiet();
+    c.start_broker(0);
+    c.run_until_quiet();
+    c.fire_timers_until(c.now_ms);
+    c.run_until_quiet();
+    assert_eq!(c.broker_mut(1).unwrap().coordinator_loaded_at, Some(1), "broker 1 coordinates");
+    c.add_producer("p", ProducerKind::Transactional { transactional_id: "p".into() });
+    let r = c.call_producer("p", |p, now| p.init_transactions(now));
+    assert!(matches!(r, Ok(Some(OpOutput::Initialized(_)))), "init succeeds: {r:?}");
+    c.producers.get_mut("p").unwrap().begin_transaction().unwrap();
+    let group = ConsumerGroupMetadata { group_id: "g".into(), generation_id: -1, member_id: String::new() };
+    let offsets = vec![(tp(), (5, None))];
+    let r = c.call_producer("p", |p, now| p.send_offsets_to_transaction(now, offsets, group));
+    assert!(matches!(r, Ok(Some(OpOutput::OffsetsSent))), "the group coordinator took the offsets: {r:?}");
+    let r = c.call_producer("p", |p, now| p.commit_transaction(now));
+    assert!(matches!(r, Ok(Some(OpOutput::Committed))), "the transaction commits: {r:?}");
+    let fetched = c.broker_mut(0).unwrap().groups.fetch_offsets("g", Some(vec![tp()]), true);
+    assert_eq!(fetched, vec![(tp(), Ok(Some((5, None))))], "the COMMIT marker made the offset the group's");
 }
