@@ -278,22 +278,32 @@ impl Broker {
     /// the HW passes it, or fails with the append's error.
     fn append_txn_log(&mut self, now_ms: TimeMs, tid: &str, corr: u64, effects: &mut Effects) {
         let Some((value, timeout_ms)) = self.coordinator.txn_log_record(tid, corr) else { return };
-        let tp = transaction_state_partition();
-        let appended = self.replicate(now_ms, effects, |rm, ctx| rm.check_append(&tp, ctx)).and_then(|()| {
-            let batch = ProduceBatch { producer: None, is_transactional: false, values: vec![value] };
-            let log = self.partitions.get_mut(&tp).expect("a replicated partition has a log");
-            log.append_data(&batch, AppendOrigin::Coordinator, now_ms, &self.config.mutations)
-        });
-        match appended {
+        match self.write_transaction_log(now_ms, vec![value], effects) {
             Ok(info) => {
-                self.after_leader_append(now_ms, &tp, effects);
-                let waits = vec![AckWait::new(tp, info.last_offset + 1, 0)];
+                let waits = vec![AckWait::new(transaction_state_partition(), info.last_offset + 1, 0)];
                 let response = DelayedResponse::TxnLog { transactional_id: tid.to_string() };
                 let me = self.id.clone();
                 self.replicate(now_ms, effects, |rm, ctx| rm.await_acks(me, corr, waits, response, timeout_ms, ctx));
             }
             Err(e) => self.coordinate(now_ms, effects, |c, ctx| c.on_txn_log_append_failed(tid, corr, e, ctx)),
         }
+    }
+
+    /// Appends `values` to `__transaction_state` as its leader (`min.insync.replicas` checked), origin
+    /// coordinator.
+    fn write_transaction_log(
+        &mut self,
+        now_ms: TimeMs,
+        values: Vec<String>,
+        effects: &mut Effects,
+    ) -> Result<crate::log::LogAppendInfo, KafkaError> {
+        let tp = transaction_state_partition();
+        self.replicate(now_ms, effects, |rm, ctx| rm.check_append(&tp, ctx))?;
+        let batch = ProduceBatch { producer: None, is_transactional: false, values };
+        let log = self.partitions.get_mut(&tp).expect("a replicated partition has a log");
+        let info = log.append_data(&batch, AppendOrigin::Coordinator, now_ms, &self.config.mutations)?;
+        self.after_leader_append(now_ms, &tp, effects);
+        Ok(info)
     }
 
     /// Runs a replication step with this broker's logs, config and outbox.
@@ -333,21 +343,14 @@ impl Broker {
         self.coordinator.remove_expired_transactional_ids(&mut ctx);
         let result = handler(&mut self.coordinator, &mut ctx);
         let tombstones = std::mem::take(&mut self.coordinator.tombstones);
-        if self.has_transaction_log() && self.coordinator_loaded_at.is_some() {
-            // Written without waiting for the HW: nothing waits on a tombstone.
+        if !tombstones.is_empty() && self.coordinator_loaded_at.is_some() && self.has_transaction_log() {
+            // Written without waiting for the HW: nothing waits on a tombstone, and one lost with an
+            // unreplicated tail only leaves an id Kafka would expire again.
             let values = tombstones
                 .into_iter()
                 .map(|transactional_id| TxnLogValue::Tombstone { transactional_id }.encode())
                 .collect();
-            let tp = transaction_state_partition();
-            let batch = ProduceBatch { producer: None, is_transactional: false, values };
-            if !batch.values.is_empty() && self.replicate(now_ms, effects, |rm, ctx| rm.check_append(&tp, ctx)).is_ok()
-            {
-                let log = self.partitions.get_mut(&tp).expect("a replicated partition has a log");
-                if log.append_data(&batch, AppendOrigin::Coordinator, now_ms, &self.config.mutations).is_ok() {
-                    self.after_leader_append(now_ms, &tp, effects);
-                }
-            }
+            let _ = self.write_transaction_log(now_ms, values, effects);
         }
         result
     }
