@@ -501,7 +501,8 @@ impl World {
             Some([log.log_end_offset(), log.high_watermark(), log.last_stable_offset(m), aborted])
         });
         let coordinator = self.coordinator_broker();
-        {
+        // Another broker's step leaves the coordinator's state as it was, unless it changed who coordinates.
+        if id == coordinator || self.coordinator_fp[0] != coordinator as u64 {
             let host = &self.brokers[&coordinator];
             let c = &host.coordinator;
             self.coordinator_fp = [
