@@ -9,12 +9,13 @@ use stateright::actor::{model_timeout, Actor, Id, Out};
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use txnsim_engine::controller::CONTROLLER_ID;
 use txnsim_engine::coordinator::TransactionState;
 use txnsim_engine::producer::{Completion, OpId, OpOutput};
 use txnsim_engine::protocol::{Effects, Envelope, Message, NodeId, Timer};
 use txnsim_engine::{
-    filter_fetch, Broker, Consumer, EngineConfig, IsolationLevel, KafkaError, Offset, Producer, ProducerKind,
-    TopicPartition, TransactionResult, TxnManagerState,
+    filter_fetch, Broker, Consumer, Controller, EngineConfig, IsolationLevel, KafkaError, Offset, PartitionLog,
+    Producer, ProducerId, ProducerKind, TopicPartition, TransactionResult, TxnManagerState,
 };
 use txnsim_properties::{CallOutcome, Event, ProducerCall};
 
@@ -106,6 +107,10 @@ pub enum ModelTimer {
     TxnTimeout(String),
     /// Crash and restart this node (bounded by `Bounds::crashes` over the whole run).
     Crash,
+    /// On a replicated cluster: broker `broker` dies (its log survives) and the controller fences it...
+    BrokerCrash(u32),
+    /// ...and later starts again, loading the controller's image.
+    BrokerRestart(u32),
     /// The readers poll `partition`.
     Poll {
         partition: u32,
@@ -143,6 +148,80 @@ pub struct BrokerNode {
     /// Bit `p`: the broker's last engine step changed partition `p` (its end, HW or LSO). Under
     /// `Bounds::reduced` the readers poll a partition only then (see `reductions`).
     pub fresh: u16,
+    /// On a replicated cluster (`Bounds::brokers` > 1): the other brokers and the controller. `broker`
+    /// is then broker 0, the coordinator's host and the partitions' first leader.
+    pub replication: Option<Shared<Replication>>,
+}
+
+/// The rest of a replicated cluster. Messages between its nodes go over the model's network, from actor 0
+/// to itself, so every interleaving of replication, markers and metadata is explored.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Replication {
+    /// Brokers 1 and up.
+    pub peers: Vec<Broker>,
+    pub controller: Controller,
+    /// Crashed brokers not yet restarted: what reaches them is lost (a broker's request comes back to its
+    /// sender disconnected, a client's is refused), and what they sent before dying is lost too.
+    pub down: BTreeSet<u32>,
+    /// Control markers a replica's truncation removed: (partition, producer id, result).
+    pub truncated_markers: BTreeSet<(TopicPartition, ProducerId, TransactionResult)>,
+    /// A partition's leader changed while the coordinator had a transaction on it open.
+    pub leader_changed_mid_txn: bool,
+}
+
+impl Replication {
+    /// Whether a marker some truncation removed is in a replica's log again.
+    pub fn marker_rewritten(&self, brokers: &[&Broker]) -> bool {
+        self.truncated_markers.iter().any(|(tp, pid, result)| {
+            brokers.iter().any(|b| b.partition(tp).is_some_and(|log| markers(log).any(|m| m == (*pid, *result))))
+        })
+    }
+}
+
+/// The control markers of a log: (producer id, result).
+fn markers(log: &PartitionLog) -> impl Iterator<Item = (ProducerId, TransactionResult)> + '_ {
+    log.batches().filter_map(|b| Some((b.producer_id()?, b.marker()?.result)))
+}
+
+impl BrokerNode {
+    /// Every broker, broker 0 first.
+    pub fn brokers(&self) -> Vec<&Broker> {
+        let mut all = vec![&*self.broker];
+        if let Some(r) = &self.replication {
+            all.extend(r.peers.iter());
+        }
+        all
+    }
+
+    pub fn is_down(&self, id: u32) -> bool {
+        self.replication.as_ref().is_some_and(|r| r.down.contains(&id))
+    }
+
+    /// The broker whose replica of `tp` stands for the partition (`txnsim_properties::standing_leader`,
+    /// as the sim reads it): broker 0 on a single broker.
+    pub fn leader_of(&self, tp: &TopicPartition) -> &Broker {
+        let brokers = self.brokers();
+        if brokers.len() == 1 {
+            return brokers[0];
+        }
+        let known = brokers.iter().filter_map(|b| b.replica_manager.partitions.get(tp));
+        let id = txnsim_properties::standing_leader(known.map(|p| (p.leader, p.leader_epoch))).map_or(0, |(l, _)| l);
+        brokers[id as usize]
+    }
+
+    /// The standing leaders' logs, which the state and history invariants read.
+    pub fn leader_logs(&self) -> Cow<'_, std::collections::BTreeMap<TopicPartition, PartitionLog>> {
+        if self.replication.is_none() {
+            return Cow::Borrowed(&self.broker.partitions);
+        }
+        Cow::Owned(
+            self.broker
+                .partitions
+                .keys()
+                .filter_map(|tp| Some((tp.clone(), self.leader_of(tp).partition(tp)?.clone())))
+                .collect(),
+        )
+    }
 }
 
 /// The readers (`READERS` order; none when `Bounds::polls_per_reader` is 0) and their poll budget.
@@ -290,11 +369,24 @@ impl Node {
 
     fn broker_start(&self, o: &mut O) -> BrokerNode {
         let topics = [(crate::bounds::TOPIC.to_string(), self.ctx.bounds.partitions as u32)].into_iter().collect();
-        let mut broker = Broker::new(0, &topics, self.ctx.config.clone());
-        // Its only effect is the periodic timeout scan, which `ModelTimer::TxnTimeout` replaces.
-        let _ = broker.on_start(NOW_MS);
+        let (broker, replication) = if self.ctx.bounds.replicated_cluster() {
+            let (broker, replication) = self.cluster_start(&topics, o);
+            (broker, Some(Shared::new(replication)))
+        } else {
+            let mut broker = Broker::new(0, &topics, self.ctx.config.clone());
+            // Its only effect is the periodic timeout scan, which `ModelTimer::TxnTimeout` replaces.
+            let _ = broker.on_start(NOW_MS);
+            (broker, None)
+        };
         if self.may_crash(0) {
-            o.set_timer(ModelTimer::Crash, model_timeout());
+            match &replication {
+                None => o.set_timer(ModelTimer::Crash, model_timeout()),
+                Some(_) => {
+                    for id in 0..self.ctx.bounds.brokers as u32 {
+                        o.set_timer(ModelTimer::BrokerCrash(id), model_timeout());
+                    }
+                }
+            }
         }
         let readers = Shared::new(self.readers_start(o));
         BrokerNode {
@@ -305,7 +397,33 @@ impl Node {
             timeouts_left: if self.ctx.timeouts_modelled() { self.ctx.bounds.txn_timeouts as u8 } else { 0 },
             starved: false,
             fresh: 0,
+            replication,
         }
+    }
+
+    /// A replicated cluster as `Cluster::with_topology` starts one: the controller's registrations, each
+    /// broker started on them (followers send their first fetches).
+    fn cluster_start(&self, topics: &std::collections::BTreeMap<String, u32>, o: &mut O) -> (Broker, Replication) {
+        let config = &self.ctx.config;
+        let controller = Controller::new(topics, &self.ctx.bounds.topology(), config);
+        let mut brokers: Vec<Broker> = (0..self.ctx.bounds.brokers as u32)
+            .map(|id| Broker::with_registrations(id, &controller.partitions, config.clone()))
+            .collect();
+        for b in &mut brokers {
+            let effects = b.start_loaded(NOW_MS);
+            // The timers are the coordinator's periodic scan (`ModelTimer::TxnTimeout` replaces it); the
+            // replication deadlines are not timers the model fires (`on_msg`).
+            self.send_all(effects.sends, o);
+        }
+        let broker = brokers.remove(0);
+        let replication = Replication {
+            peers: brokers,
+            controller,
+            down: BTreeSet::new(),
+            truncated_markers: BTreeSet::new(),
+            leader_changed_mid_txn: false,
+        };
+        (broker, replication)
     }
 
     /// Maps a broker step's effects, and keeps the model's timers in step with the coordinator: a timeout
@@ -324,7 +442,7 @@ impl Node {
                 | Timer::RequestTimeout { .. }
                 | Timer::DeliveryTimeout { .. }
                 | Timer::Linger { .. } => unreachable!("brokers set no client timers"),
-                Timer::LoadTransactionLog { .. } => unreachable!("the model's one broker has no __transaction_state"),
+                Timer::LoadTransactionLog { .. } => unreachable!("the model's __transaction_state is not replicated"),
             }
         }
         let (was, now) = (ongoing(before), ongoing(after));
@@ -352,30 +470,158 @@ impl Node {
         }
     }
 
-    /// One step of the broker's engine code; `step` may also touch the model's counters in `node`.
+    /// One step of broker 0's engine code; `step` may also touch the model's counters in `node`.
     fn broker_step(
         &self,
         state: &mut Cow<NodeState>,
         o: &mut O,
         step: impl FnOnce(&mut Broker, &mut BrokerNode) -> Effects,
     ) {
+        self.broker_step_on(state, o, 0, step)
+    }
+
+    /// One step of broker `id`'s engine code.
+    fn broker_step_on(
+        &self,
+        state: &mut Cow<NodeState>,
+        o: &mut O,
+        id: u32,
+        step: impl FnOnce(&mut Broker, &mut BrokerNode) -> Effects,
+    ) {
         let before = state.broker().expect("actor 0 is the broker");
         let mut node = before.clone();
-        let mut broker = (*before.broker).clone();
+        let old = before.brokers()[id as usize];
+        let mut broker = old.clone();
         // The coordinator's `__transaction_state` appends complete within the step that makes them (see
         // the crate docs): a local write is never lost, and its window is the network scenarios' to explore.
         let effects = step(&mut broker, &mut node);
         let effects = broker.write_txn_log_now(NOW_MS, effects);
-        self.broker_effects(&before.broker, &broker, &mut node, effects, o);
-        if self.ctx.bounds.reduced {
-            node.fresh = changed_partitions(&before.broker, &broker);
+        self.broker_effects(old, &broker, &mut node, effects, o);
+        if broker != *old {
+            if let Some(r) = &mut node.replication {
+                r.update(|r| note_truncated_markers(old, &broker, r));
+            }
+            match id {
+                0 => node.broker = Shared::new(broker),
+                _ => node.replication.as_mut().expect("a peer").update(|r| r.peers[id as usize - 1] = broker),
+            }
         }
-        let broker = Shared::new(broker);
-        if broker != before.broker {
-            node.broker = broker;
+        if self.ctx.bounds.reduced {
+            node.fresh = changed_partitions(before, &node);
         }
         if !o.is_empty() || node != *before {
             *state = Cow::Owned(Shared::new(NodeKind::Broker(node)));
+        }
+    }
+
+    /// One step of the controller's; a leader change while the coordinator has a transaction open on
+    /// the partition is noted for the `leader-changes-mid-transaction` fact.
+    fn controller_step(&self, state: &mut Cow<NodeState>, o: &mut O, step: impl FnOnce(&mut Replication) -> Effects) {
+        let before = state.broker().expect("actor 0 is the broker");
+        let mut node = before.clone();
+        let coordinator = &before.broker.coordinator;
+        node.replication.as_mut().expect("a replicated cluster").update(|r| {
+            let was = r.controller.partitions.clone();
+            let effects = step(r);
+            let moved = r
+                .controller
+                .partitions
+                .iter()
+                .filter(|(tp, reg)| was.get(*tp).is_some_and(|w| w.state.leader_epoch != reg.state.leader_epoch));
+            let open = |tp: &TopicPartition| {
+                coordinator.txns.values().any(|m| {
+                    matches!(
+                        m.state,
+                        TransactionState::Ongoing | TransactionState::PrepareCommit | TransactionState::PrepareAbort
+                    ) && m.topic_partitions.contains(tp)
+                })
+            };
+            if moved.map(|(tp, _)| tp).any(open) {
+                r.leader_changed_mid_txn = true;
+            }
+            self.send_all(effects.sends, o);
+        });
+        if self.ctx.bounds.reduced {
+            node.fresh = changed_partitions(before, &node);
+        }
+        if !o.is_empty() || node != *before {
+            *state = Cow::Owned(Shared::new(NodeKind::Broker(node)));
+        }
+    }
+
+    /// A message to a node of a replicated cluster, as `Cluster` delivers it: to the controller or a live
+    /// broker. What a dead broker sent died with its connections. A request to a dead broker fails: a
+    /// broker's comes back to it at once as its disconnected answer (`Message::disconnected_answer`), a
+    /// client's is refused (the request returns to the client, which takes it as a disconnect).
+    fn cluster_msg(&self, state: &mut Cow<NodeState>, env: Envelope, o: &mut O) {
+        let node = state.broker().expect("actor 0 is the broker");
+        let NodeId::Broker(to) = env.to else { unreachable!("actor 0 hosts brokers and the controller") };
+        if matches!(env.from, NodeId::Broker(from) if node.is_down(from)) {
+            return;
+        }
+        if to == CONTROLLER_ID {
+            return self.controller_step(state, o, |r| r.controller.on_message(env));
+        }
+        if !node.is_down(to) {
+            return self.broker_step_on(state, o, to, |b, _| b.on_message(NOW_MS, env));
+        }
+        match &env.from {
+            NodeId::Client(_) if env.message.is_request() => {
+                let back =
+                    Envelope { from: env.to, to: env.from, correlation_id: env.correlation_id, message: env.message };
+                o.send(self.ctx.id_of(&back.to), Shared::new(back));
+            }
+            &NodeId::Broker(from) if from != CONTROLLER_ID => {
+                let Some(message) = env.message.disconnected_answer() else { return };
+                let back = Envelope { from: env.to, to: env.from, correlation_id: env.correlation_id, message };
+                self.broker_step_on(state, o, from, |b, _| b.on_message(NOW_MS, back));
+            }
+            _ => {} // The controller's word to a dead broker: it loads the image when it starts.
+        }
+    }
+
+    /// A broker of a replicated cluster dies: the controller fences it at once (its session timeout,
+    /// taken as instant, as `Cluster::crash_broker` does) and its restart is armed. The coordinator's
+    /// model timers stop with broker 0; its restart arms them again.
+    fn cluster_crash(&self, state: &mut Cow<NodeState>, id: u32, o: &mut O) {
+        let before = state.broker().expect("actor 0 is the broker");
+        let restarts = before.restarts + 1;
+        if id == 0 {
+            for d in 0..before.broker.coordinator.decisions.len() {
+                o.cancel_timer(ModelTimer::Engine(Timer::ResendTxnMarkers { decision: d }));
+            }
+            for tid in ongoing(&before.broker) {
+                o.cancel_timer(ModelTimer::TxnTimeout(tid));
+            }
+        }
+        if !self.may_crash(restarts) {
+            for b in 0..self.ctx.bounds.brokers as u32 {
+                o.cancel_timer(ModelTimer::BrokerCrash(b));
+            }
+        }
+        o.set_timer(ModelTimer::BrokerRestart(id), model_timeout());
+        self.controller_step(state, o, |r| {
+            r.down.insert(id);
+            r.controller.broker_fenced(id)
+        });
+        let mut node = state.broker().expect("actor 0 is the broker").clone();
+        node.restarts = restarts;
+        *state = Cow::Owned(Shared::new(NodeKind::Broker(node)));
+    }
+
+    /// A crashed broker starts again: the controller unfences it, and it loads its logs and the
+    /// controller's image (`Cluster::start_broker`).
+    fn cluster_restart(&self, state: &mut Cow<NodeState>, id: u32, o: &mut O) {
+        self.controller_step(state, o, |r| {
+            r.down.remove(&id);
+            r.controller.broker_unfenced(id)
+        });
+        let node = state.broker().expect("actor 0 is the broker");
+        let image = node.replication.as_ref().expect("a replicated cluster").controller.partitions.clone();
+        let again = self.may_crash(node.restarts);
+        self.broker_step_on(state, o, id, |b, _| b.restart_with_image(NOW_MS, &image));
+        if again {
+            o.set_timer(ModelTimer::BrokerCrash(id), model_timeout());
         }
     }
 
@@ -407,15 +653,20 @@ impl Node {
                     o.set_timer(ModelTimer::Crash, model_timeout());
                 }
             }
+            ModelTimer::BrokerCrash(id) => self.cluster_crash(state, *id, o),
+            ModelTimer::BrokerRestart(id) => self.cluster_restart(state, *id, o),
             ModelTimer::Poll { partition } => {
                 let before = state.broker().expect("actor 0 is the broker");
-                if self.polls_idle(&before.broker, &before.readers, *partition) {
+                let leader = before.leader_of(&self.ctx.partitions[*partition as usize]);
+                let NodeId::Broker(leader_id) = leader.id else { unreachable!("a broker's id is a broker id") };
+                // A dead leader answers no fetch: the poll waits, as an idle one does.
+                if before.is_down(leader_id) || self.polls_idle(leader, &before.readers, *partition) {
                     // Nothing new for any reader: re-arming the timer alone makes this a no-op.
                     o.set_timer(ModelTimer::Poll { partition: *partition }, model_timeout());
                     return;
                 }
                 let mut readers = before.readers.clone();
-                readers.update(|r| self.readers_poll(&before.broker, r, *partition, o));
+                readers.update(|r| self.readers_poll(leader, r, *partition, o));
                 // An idle poll that re-arms only itself changes nothing: stateright drops the step.
                 if readers != before.readers {
                     let node = BrokerNode { readers, ..before.clone() };
@@ -450,7 +701,12 @@ impl Node {
 
     fn new_producer(&self, index: usize, incarnation: u8) -> Producer {
         let kind = ProducerKind::Transactional { transactional_id: transactional_id(index) };
-        Producer::new(&producer_name(index, incarnation), kind, NodeId::Broker(0), self.ctx.config.clone())
+        let mut p = Producer::new(&producer_name(index, incarnation), kind, NodeId::Broker(0), self.ctx.config.clone());
+        if self.ctx.bounds.replicated_cluster() {
+            // It knows every broker, so it can ask another for metadata or its coordinator (`Cluster::bootstrap`).
+            p.set_bootstrap((0..self.ctx.bounds.brokers as u32).collect());
+        }
+        p
     }
 
     fn init_instance(&self, node: &mut ProducerNode, o: &mut O) {
@@ -531,7 +787,12 @@ impl Node {
             if n.timers.remove(&answered) {
                 o.cancel_timer(ModelTimer::Engine(answered));
             }
-            fx.extend(n.producer.on_message(NOW_MS, env));
+            if env.message.is_request() {
+                // Its own request, refused by a dead broker (`cluster_msg`): the connection failed.
+                fx.extend(n.producer.on_disconnect(NOW_MS, &env.from));
+            } else {
+                fx.extend(n.producer.on_message(NOW_MS, env));
+            }
         });
     }
 
@@ -579,7 +840,10 @@ impl Node {
                 n.producer = me.new_producer(index, n.incarnation);
                 me.init_instance(n, o);
             }),
-            ModelTimer::TxnTimeout(_) | ModelTimer::Poll { .. } => unreachable!("not a producer timer: {timer:?}"),
+            ModelTimer::TxnTimeout(_)
+            | ModelTimer::Poll { .. }
+            | ModelTimer::BrokerCrash(_)
+            | ModelTimer::BrokerRestart(_) => unreachable!("not a producer timer: {timer:?}"),
         }
     }
 
@@ -889,14 +1153,31 @@ fn stop(n: &mut ProducerNode, why: Stop, o: &mut O) {
     o.remove_random("end");
 }
 
-/// Bit `p` set when partition `p`'s log end, high watermark or LSO differs: what a fetch can see.
-fn changed_partitions(before: &Broker, after: &Broker) -> u16 {
-    let view = |b: &Broker| -> Vec<(Offset, Offset, Offset)> {
-        let m = &b.config.mutations;
-        b.partitions.values().map(|l| (l.log_end_offset(), l.high_watermark(), l.last_stable_offset(m))).collect()
+/// Bit `p` set when partition `p`'s log end, high watermark or LSO differs on its standing leader: what a
+/// fetch can see.
+fn changed_partitions(before: &BrokerNode, after: &BrokerNode) -> u16 {
+    let view = |n: &BrokerNode| -> Vec<(Offset, Offset, Offset)> {
+        let m = &n.broker.config.mutations;
+        let logs = n.leader_logs();
+        logs.values().map(|l| (l.log_end_offset(), l.high_watermark(), l.last_stable_offset(m))).collect()
     };
     let (was, now) = (view(before), view(after));
     (0..now.len()).filter(|p| was.get(*p) != now.get(*p)).fold(0, |bits, p| bits | 1 << p)
+}
+
+/// Markers a step's truncation removed from a replica (`Replication::truncated_markers`).
+fn note_truncated_markers(before: &Broker, after: &Broker, r: &mut Replication) {
+    for (tp, was) in &before.partitions {
+        let Some(end) = after.partition(tp).map(|l| l.log_end_offset()) else { continue };
+        if end >= was.log_end_offset() {
+            continue;
+        }
+        for b in was.batches().filter(|b| b.base_offset >= end) {
+            if let (Some(pid), Some(marker)) = (b.producer_id(), b.marker()) {
+                r.truncated_markers.insert((tp.clone(), pid, marker.result));
+            }
+        }
+    }
 }
 
 /// Transactional ids the timeout scan could abort now.
@@ -946,6 +1227,7 @@ impl Actor for Node {
     fn on_msg(&self, _id: Id, state: &mut Cow<NodeState>, _src: Id, msg: Msg, o: &mut Out<Self>) {
         let env = (*msg).clone();
         self.guarded(state, o, |state, o| match self.role {
+            Role::Broker if self.ctx.bounds.replicated_cluster() => self.cluster_msg(state, env, o),
             Role::Broker => self.broker_step(state, o, |broker, _| broker.on_message(NOW_MS, env)),
             Role::Producer(_) => self.producer_msg(state, env, o),
         })

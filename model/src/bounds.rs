@@ -2,7 +2,7 @@
 //! which transaction version, which injected bug. Everything the exploration depends on is here.
 
 use std::fmt;
-use txnsim_engine::{EngineConfig, Mutation, Mutations, TopicPartition, TransactionVersion};
+use txnsim_engine::{EngineConfig, Mutation, Mutations, TopicPartition, Topology, TransactionVersion};
 
 /// The topic every producer writes and every reader reads.
 pub const TOPIC: &str = "t";
@@ -16,6 +16,11 @@ pub struct Bounds {
     /// Records per transaction, one send each; record `r` goes to partition `r % partitions`.
     pub records_per_txn: usize,
     pub partitions: usize,
+    /// Brokers (1..=3). Above 1 every partition has a replica on each broker, broker 0 leads them at the
+    /// start, a controller elects leaders, and `__transaction_state` stays on broker 0 unreplicated (its
+    /// coordinator never moves): the leader changes are the data partitions'. A broker crash is then two
+    /// steps, down and up, as `Cluster::crash_broker` and `Cluster::start_broker` have it.
+    pub brokers: usize,
     /// The network may drop any message (stateright's lossy network)...
     pub lossy: bool,
     /// ...up to this many in a run (unbounded on a duplicating network, where a drop only ends redelivery).
@@ -66,6 +71,7 @@ impl Bounds {
             txns_per_producer: 1,
             records_per_txn: 2,
             partitions: 2,
+            brokers: 1,
             lossy: false,
             losses: 1,
             duplicating: false,
@@ -126,11 +132,37 @@ impl Bounds {
         }
     }
 
+    /// Two replicas of one partition: one producer's transaction of one record (commit or abort), one
+    /// broker crash (either broker, down then up), lossless FIFO delivery, one poll per reader. The
+    /// cluster's nodes share actor 0, so what they send one another is one FIFO: fewer interleavings than
+    /// Kafka's connection per pair of nodes, a subset of its behaviours (unordered, `--ordered=false`,
+    /// does not finish in minutes). It
+    /// reaches a leader change mid-transaction and a marker written on the old leader, truncated when it
+    /// rejoins as a follower, and written again by the coordinator's resend (`Fact`).
+    pub fn replicated() -> Self {
+        Bounds {
+            records_per_txn: 1,
+            partitions: 1,
+            brokers: 2,
+            ordered: true,
+            crashes: 1,
+            crash_producers: false,
+            backoff_retries: 1,
+            request_timeouts: 1,
+            marker_resends: 1,
+            txn_timeouts: 0,
+            polls_per_reader: 1,
+            reduced: true,
+            ..Bounds::small()
+        }
+    }
+
     pub fn by_name(name: &str) -> Option<Self> {
         match name {
             "small" => Some(Bounds::small()),
             "medium" => Some(Bounds::medium()),
             "standard" => Some(Bounds::standard()),
+            "replicated" => Some(Bounds::replicated()),
             _ => None,
         }
     }
@@ -147,6 +179,17 @@ impl Bounds {
 
     pub fn partitions(&self) -> Vec<TopicPartition> {
         (0..self.partitions as u32).map(|p| TopicPartition::new(TOPIC, p)).collect()
+    }
+
+    /// The cluster's layout: `brokers` brokers, every partition replicated on each, the coordinator's
+    /// log on broker 0 alone.
+    pub fn topology(&self) -> Topology {
+        let brokers = self.brokers as u32;
+        Topology { transaction_log_replication_factor: 1, ..Topology::new(brokers, brokers) }
+    }
+
+    pub fn replicated_cluster(&self) -> bool {
+        self.brokers > 1
     }
 
     /// The engine config every node of the model shares. Time never advances in the model, so the
@@ -178,6 +221,7 @@ impl Bounds {
         small("txns per producer", self.txns_per_producer, 9)?;
         small("records per txn", self.records_per_txn, 9)?;
         small("partitions", self.partitions, 9)?;
+        small("brokers", self.brokers, 3)?;
         if self.crashes > 9
             || self.losses > 9
             || self.txn_timeouts > 9
@@ -209,13 +253,14 @@ impl fmt::Display for Bounds {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} producer(s) x {} txn(s) x {} record(s), {} partition(s), TV{}, network {}{}{}, {} crash(es){}{}, txn timeouts {}, \
+            "{} producer(s) x {} txn(s) x {} record(s), {} partition(s){}, TV{}, network {}{}{}, {} crash(es){}{}, txn timeouts {}, \
              request timeouts {}/producer, backoff retries {}/producer, marker resends {}, delivery attempts {}, \
              {} polls/reader, {}{}{}, mutation {}",
             self.producers,
             self.txns_per_producer,
             self.records_per_txn,
             self.partitions,
+            if self.brokers > 1 { format!(" on {} brokers", self.brokers) } else { String::new() },
             self.transaction_version.number(),
             if self.lossy { format!("lossy ({} loss(es))", self.losses) } else { "lossless".to_string() },
             if self.duplicating { "+duplicating" } else { "" },

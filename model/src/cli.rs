@@ -21,9 +21,14 @@ pub struct BoundsArgs {
     /// Start from this config: small (the gate's), medium (2 producers x 1 txn x 1 record on 1 partition
     /// with the standard's loss, crash and recovery timers, 1 poll per reader: finishes in minutes) or standard (2
     /// producers x 2 txns x 2 records, lossy FIFO connections, 1 crash, reduced: about 3 x 10^11 states, it
-    /// does not finish on 2 cores, so give it --time-limit; BENCHMARKS.md has the estimate).
-    #[arg(long, default_value = "small", value_parser = ["small", "medium", "standard"])]
+    /// does not finish on 2 cores, so give it --time-limit; BENCHMARKS.md has the estimate) or replicated
+    /// (one transaction of one record on a partition with a replica on each of 2 brokers, one broker
+    /// crash: leader changes and truncation).
+    #[arg(long, default_value = "small", value_parser = ["small", "medium", "standard", "replicated"])]
     pub config: String,
+    /// Brokers, each with a replica of every partition (1 to 3; above 1 a controller elects leaders).
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=3))]
+    pub brokers: Option<usize>,
     /// Transactional producers.
     #[arg(long)]
     pub producers: Option<usize>,
@@ -117,6 +122,7 @@ impl BoundsArgs {
             ($($field:ident <- $arg:ident),*) => { $(if let Some(v) = self.$arg.clone() { b.$field = v; })* };
         }
         set!(producers <- producers, txns_per_producer <- txns, records_per_txn <- records, partitions <- partitions,
+             brokers <- brokers,
              lossy <- lossy, losses <- losses, duplicating <- duplicating, ordered <- ordered, crashes <- crashes,
              transaction_version <- transaction_version, txn_timeouts <- txn_timeouts,
              request_timeouts <- request_timeouts, backoff_retries <- backoff_retries,
@@ -581,6 +587,7 @@ pub fn main_job() -> Result<Vec<String>, Vec<String>> {
             txns: None,
             records: None,
             partitions: None,
+            brokers: None,
             lossy: None,
             losses: None,
             duplicating: None,

@@ -11,7 +11,7 @@ use stateright::Path;
 use txnsim_engine::coordinator::TransactionState;
 use txnsim_engine::protocol::{Message, NodeId, Timer};
 use txnsim_engine::record::BatchBody;
-use txnsim_engine::{Broker, KafkaError, ProducerIdAndEpoch, TransactionResult};
+use txnsim_engine::{Broker, KafkaError, ProducerIdAndEpoch, TopicPartition, TransactionResult};
 use txnsim_properties::{CallOutcome, Event, ProducerCall};
 
 /// The path as a person follows it: under symmetry reduction, the plain model's path with the same
@@ -53,9 +53,11 @@ fn actor_name(s: &TxnState, id: Id) -> String {
     }
 }
 
+/// Broker 0 is "broker", as on a single broker; a replicated cluster's others are "broker-1", ...
 pub fn node_name(n: &NodeId) -> String {
     match n {
-        NodeId::Broker(_) => "broker".into(),
+        NodeId::Broker(0) => "broker".into(),
+        NodeId::Broker(_) => n.to_string(),
         NodeId::Client(c) => c.clone(),
     }
 }
@@ -133,6 +135,8 @@ pub fn timer_text(t: &ModelTimer) -> String {
         }
         ModelTimer::TxnTimeout(tid) => format!("coordinator times out '{tid}'"),
         ModelTimer::Crash => "CRASH".into(),
+        ModelTimer::BrokerCrash(id) => format!("CRASH of {}", node_name(&NodeId::Broker(*id))),
+        ModelTimer::BrokerRestart(id) => format!("{} restarts", node_name(&NodeId::Broker(*id))),
         ModelTimer::Poll { partition } => format!("readers poll t/{partition}"),
     }
 }
@@ -240,26 +244,19 @@ pub fn message(m: &Message) -> String {
 }
 
 fn broker_changes(b0: &BrokerNode, b1: &BrokerNode, out: &mut Vec<String>) {
-    if b1.restarts > b0.restarts {
+    let replicated = b1.replication.is_some();
+    if b1.restarts > b0.restarts && !replicated {
         out.push(format!("broker restarted (coordinator epoch {})", b1.broker.coordinator.coordinator_epoch));
     }
-    for (tp, log) in &b1.broker.partitions {
-        let old = b0.broker.partitions.get(tp).map(|l| l.log_end_offset()).unwrap_or(0);
-        for b in log.batches().filter(|b| b.base_offset >= old) {
-            match &b.body {
-                BatchBody::Data(records) => out.push(format!(
-                    "appends {} at {tp}@{}",
-                    records.iter().map(|r| r.value.as_str()).collect::<Vec<_>>().join(","),
-                    b.base_offset
-                )),
-                BatchBody::Control(m) => out.push(format!(
-                    "writes {} marker for pid {} at {tp}@{}",
-                    m.map(|m| m.result.name()).unwrap_or("empty"),
-                    b.producer_id().unwrap_or(-1),
-                    b.base_offset
-                )),
-            }
+    let (old, new) = (b0.brokers(), b1.brokers());
+    for (i, (was, now)) in old.iter().zip(&new).enumerate() {
+        let who = if replicated { format!("{} ", node_name(&NodeId::Broker(i as u32))) } else { String::new() };
+        match (b0.is_down(i as u32), b1.is_down(i as u32)) {
+            (false, true) => out.push(format!("{who}is down; the controller fences it")),
+            (true, false) => out.push(format!("{who}is up (coordinator epoch {})", now.coordinator.coordinator_epoch)),
+            _ => {}
         }
+        log_changes(&who, was, now, out);
     }
     for (tid, m1) in &b1.broker.coordinator.txns {
         let was = b0.broker.coordinator.txns.get(tid).map(|m| (m.state, m.producer_epoch));
@@ -275,6 +272,31 @@ fn broker_changes(b0: &BrokerNode, b1: &BrokerNode, out: &mut Vec<String>) {
                 out.push(format!(
                     "{consumer} polls {partition} from {fetch_offset}: [{got}] → position {position_after}"
                 ));
+            }
+        }
+    }
+}
+
+/// What one broker's step appended to its logs, or cut from them.
+fn log_changes(who: &str, was: &Broker, now: &Broker, out: &mut Vec<String>) {
+    for (tp, log) in &now.partitions {
+        let old = was.partitions.get(tp).map(|l| l.log_end_offset()).unwrap_or(0);
+        if log.log_end_offset() < old {
+            out.push(format!("{who}truncates {tp} to {}", log.log_end_offset()));
+        }
+        for b in log.batches().filter(|b| b.base_offset >= old) {
+            match &b.body {
+                BatchBody::Data(records) => out.push(format!(
+                    "{who}appends {} at {tp}@{}",
+                    records.iter().map(|r| r.value.as_str()).collect::<Vec<_>>().join(","),
+                    b.base_offset
+                )),
+                BatchBody::Control(m) => out.push(format!(
+                    "{who}writes {} marker for pid {} at {tp}@{}",
+                    m.map(|m| m.result.name()).unwrap_or("empty"),
+                    b.producer_id().unwrap_or(-1),
+                    b.base_offset
+                )),
             }
         }
     }
@@ -332,33 +354,48 @@ fn producer_changes(p0: &ProducerNode, p1: &ProducerNode, out: &mut Vec<String>)
     }
 }
 
+/// One replica's log (offset:value, markers by result and pid) with its HW and LSO.
+fn log_text(broker: &Broker, tp: &TopicPartition) -> String {
+    let Some(log) = broker.partition(tp) else { return "not hosted".into() };
+    let entries: Vec<String> = log
+        .batches()
+        .flat_map(|b| match &b.body {
+            BatchBody::Data(records) => records.iter().map(|r| format!("{}:{}", r.offset, r.value)).collect::<Vec<_>>(),
+            BatchBody::Control(m) => vec![format!(
+                "{}:{}({})",
+                b.base_offset,
+                m.map(|m| m.result.name()).unwrap_or("EMPTY"),
+                b.producer_id().unwrap_or(-1)
+            )],
+        })
+        .collect();
+    format!(
+        "[{}] HW {} LSO {}",
+        entries.join(" "),
+        log.high_watermark(),
+        log.last_stable_offset(&broker.config.mutations)
+    )
+}
+
 /// The partition logs (offset:value, markers by result and pid) with HW and LSO, the coordinator's
 /// transactions, and each reader's deliveries per partition.
 pub fn snapshot(s: &TxnState) -> String {
     let node = broker_of(s);
     let broker: &Broker = &node.broker;
     let mut parts = Vec::new();
-    for (tp, log) in &broker.partitions {
-        let entries: Vec<String> = log
-            .batches()
-            .flat_map(|b| match &b.body {
-                BatchBody::Data(records) => {
-                    records.iter().map(|r| format!("{}:{}", r.offset, r.value)).collect::<Vec<_>>()
-                }
-                BatchBody::Control(m) => vec![format!(
-                    "{}:{}({})",
-                    b.base_offset,
-                    m.map(|m| m.result.name()).unwrap_or("EMPTY"),
-                    b.producer_id().unwrap_or(-1)
-                )],
-            })
-            .collect();
-        parts.push(format!(
-            "{tp} [{}] HW {} LSO {}",
-            entries.join(" "),
-            log.high_watermark(),
-            log.last_stable_offset(&broker.config.mutations)
-        ));
+    for tp in broker.partitions.keys() {
+        if node.replication.is_none() {
+            parts.push(format!("{tp} {}", log_text(broker, tp)));
+            continue;
+        }
+        // Each replica, the standing leader's marked, a dead broker's as it was when it died.
+        let leader = node.leader_of(tp).id.clone();
+        for b in node.brokers() {
+            let NodeId::Broker(id) = b.id else { unreachable!("a broker's id is a broker id") };
+            let role = if b.id == leader { " (leader)" } else { "" };
+            let down = if node.is_down(id) { " (down)" } else { "" };
+            parts.push(format!("{tp} on {}{role}{down} {}", node_name(&b.id), log_text(b, tp)));
+        }
     }
     let txns: Vec<String> = broker
         .coordinator

@@ -160,7 +160,7 @@ pub fn losses(s: &TxnState) -> usize {
 pub type TxnAction = ActorModelAction<Msg, ModelTimer, TransactionResult>;
 type PropFn = fn(&TxnModel, &TxnState) -> bool;
 
-const INVARIANTS: usize = Invariant::ALL.len();
+const INVARIANTS: usize = Invariant::ALL.len() + Invariant::REPLICA.len();
 /// The latch slot of `ENGINE_ASSERTIONS`, after the invariants and the facts.
 const ASSERTIONS: usize = INVARIANTS + Fact::ALL.len();
 const PROPERTIES: usize = ASSERTIONS + 1;
@@ -224,9 +224,8 @@ macro_rules! table {
     ($f:ident; $($i:literal)*) => { [$($f::<$i> as PropFn),*] };
 }
 
-const INVARIANT_FNS: [PropFn; INVARIANTS] =
-    table!(invariant_holds; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30);
-const FACT_FNS: [PropFn; 8] = table!(fact_seen; 0 1 2 3 4 5 6 7);
+const INVARIANT_FNS: [PropFn; INVARIANTS] = table!(invariant_holds; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34);
+const FACT_FNS: [PropFn; 10] = table!(fact_seen; 0 1 2 3 4 5 6 7 8 9);
 
 /// Builds the model for `bounds`; panics on bounds `Bounds::validate` rejects.
 pub fn build(bounds: &Bounds) -> TxnModel {
@@ -259,11 +258,15 @@ pub fn build(bounds: &Bounds) -> TxnModel {
         });
     assert_eq!(actors.actors.len(), ctx.actor_count());
     let mut properties = vec![Property::always(ENGINE_ASSERTIONS, assertions_hold)];
-    for (i, inv) in Invariant::ALL.iter().enumerate() {
-        properties.push(Property::always(inv.name(), INVARIANT_FNS[i]));
+    for (i, inv) in crate::verdict::model_invariants().enumerate() {
+        if i < Invariant::ALL.len() || bounds.replicated_cluster() {
+            properties.push(Property::always(inv.name(), INVARIANT_FNS[i]));
+        }
     }
     for (j, fact) in Fact::ALL.iter().enumerate() {
-        properties.push(Property::sometimes(fact.name(), FACT_FNS[j]));
+        if !fact.needs_replicas() || bounds.replicated_cluster() {
+            properties.push(Property::sometimes(fact.name(), FACT_FNS[j]));
+        }
     }
     TxnModel { canonical_states: bounds.symmetry, cfg, actors, properties }
 }

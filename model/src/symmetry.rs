@@ -230,6 +230,9 @@ fn renamed_node(node: &NodeState, names: &dyn Fn(&mut String)) -> NodeState {
         NodeKind::Broker(b) => {
             let mut b = b.clone();
             b.broker = renamed(&b.broker, names);
+            if let Some(r) = &mut b.replication {
+                r.update(|r| r.peers.iter_mut().for_each(|peer| peer.rename(names)));
+            }
             let mut readers = (*b.readers).clone();
             for r in &mut readers.list {
                 r.consumer.rename(names);

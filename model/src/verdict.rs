@@ -5,16 +5,18 @@
 //! invariants from `check_liveness` at quiescent states (nothing left to happen but reader polls and
 //! faults: the model's form of "after healing"). The model adds only reachability facts (`Fact`).
 
-use crate::actors::{reader_name, Ctx, ModelTimer, NodeState, Phase, ProducerNode, RetriedApi, Stop};
+use crate::actors::{reader_name, BrokerNode, Ctx, ModelTimer, NodeState, Phase, ProducerNode, RetriedApi, Stop};
 use crate::model::TxnState;
 use crate::shared::{digest, DigestMap, CACHE_ENTRIES_MAX};
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use txnsim_engine::coordinator::DecisionCause;
-use txnsim_engine::{read_to_end, Broker, IsolationLevel, Offset, TopicPartition, TransactionResult};
+use txnsim_engine::protocol::NodeId;
+use txnsim_engine::{read_to_end, IsolationLevel, Offset, PartitionLog, TopicPartition, TransactionResult};
 use txnsim_properties::{
-    check_committed_sends, check_failed_sends, check_history, check_liveness, check_read_superset, check_state,
-    intent_claimed, ClusterView, History, Invariant, Violation,
+    acked_writes, check_acked_writes, check_committed_sends, check_failed_sends, check_history, check_liveness,
+    check_read_superset, check_replicas, check_state, intent_claimed, ClusterView, History, Invariant, Violation,
 };
 
 /// Reachability facts from the seed document and the issue, checked as `sometimes` properties.
@@ -28,10 +30,12 @@ pub enum Fact {
     FenceAbort,
     InitProducerIdAnswerLostThenRetried,
     EndTxnAnswerLostThenRetried,
+    LeaderChangeMidTransaction,
+    MarkerTruncatedThenRewritten,
 }
 
 impl Fact {
-    pub const ALL: [Fact; 8] = [
+    pub const ALL: [Fact; 10] = [
         Fact::UncommittedReadsAhead,
         Fact::CommittedOffsetGap,
         Fact::Commit,
@@ -40,6 +44,8 @@ impl Fact {
         Fact::FenceAbort,
         Fact::InitProducerIdAnswerLostThenRetried,
         Fact::EndTxnAnswerLostThenRetried,
+        Fact::LeaderChangeMidTransaction,
+        Fact::MarkerTruncatedThenRewritten,
     ];
 
     pub fn name(self) -> &'static str {
@@ -52,6 +58,8 @@ impl Fact {
             Fact::FenceAbort => "fence-abort",
             Fact::InitProducerIdAnswerLostThenRetried => "init-producer-id-answer-lost-then-retried",
             Fact::EndTxnAnswerLostThenRetried => "end-txn-answer-lost-then-retried",
+            Fact::LeaderChangeMidTransaction => "leader-changes-mid-transaction",
+            Fact::MarkerTruncatedThenRewritten => "marker-truncated-then-rewritten",
         }
     }
 
@@ -71,7 +79,18 @@ impl Fact {
             Fact::EndTxnAnswerLostThenRetried => {
                 "the network loses a producer's EndTxn answer and the producer retries the request"
             }
+            Fact::LeaderChangeMidTransaction => {
+                "the controller elects a new leader for a partition while a transaction on it is open"
+            }
+            Fact::MarkerTruncatedThenRewritten => {
+                "a marker written on the old leader is truncated from its log and written again by the coordinator's resend"
+            }
         }
+    }
+
+    /// Reachable only on a replicated cluster: a property only there.
+    pub fn needs_replicas(self) -> bool {
+        matches!(self, Fact::LeaderChangeMidTransaction | Fact::MarkerTruncatedThenRewritten)
     }
 
     fn bit(self) -> u32 {
@@ -79,7 +98,7 @@ impl Fact {
     }
 }
 
-/// A state's property values as bits: invariant `i` of `Invariant::ALL` violated, fact `j` of `Fact::ALL` seen.
+/// A state's property values as bits: invariant `i` of `model_invariants` violated, fact `j` of `Fact::ALL` seen.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Verdict {
     pub violated: u64,
@@ -108,8 +127,14 @@ impl Evaluation {
     }
 }
 
+/// The invariants the model's properties judge: the catalogue's main list, then the replica invariants
+/// (properties only on a replicated cluster, where they can fail).
+pub fn model_invariants() -> impl Iterator<Item = Invariant> {
+    Invariant::ALL.into_iter().chain(Invariant::REPLICA)
+}
+
 pub fn invariant_index(i: Invariant) -> usize {
-    Invariant::ALL.iter().position(|x| *x == i).expect("listed")
+    model_invariants().position(|x| x == i).expect("listed")
 }
 
 pub fn broker_of(s: &TxnState) -> &crate::actors::BrokerNode {
@@ -139,7 +164,8 @@ pub fn quiescent(ctx: &Ctx, s: &TxnState) -> bool {
         return false;
     }
     for timers in &s.timers_set {
-        if timers.iter().any(|t| !matches!(t, ModelTimer::Crash | ModelTimer::Poll { .. })) {
+        if timers.iter().any(|t| !matches!(t, ModelTimer::Crash | ModelTimer::BrokerCrash(_) | ModelTimer::Poll { .. }))
+        {
             return false;
         }
     }
@@ -161,52 +187,76 @@ pub fn quiescent(ctx: &Ctx, s: &TxnState) -> bool {
     true
 }
 
-/// The state invariants and the read_uncommitted-superset check: functions of the broker alone.
-fn broker_violations(broker: &Broker) -> Vec<Violation> {
-    let mutations = &broker.config.mutations;
-    let mut violations = check_state(&ClusterView::of_broker(broker));
-    for (tp, log) in &broker.partitions {
+/// The view the state invariants read: the standing leaders' logs and broker 0's coordinator.
+fn view<'a>(node: &'a BrokerNode, logs: &'a BTreeMap<TopicPartition, PartitionLog>) -> ClusterView<'a> {
+    ClusterView {
+        partitions: logs,
+        coordinator: Some(&node.broker.coordinator),
+        mutations: &node.broker.config.mutations,
+    }
+}
+
+/// The state invariants, the read_uncommitted-superset check and on a replicated cluster the replica
+/// invariants over the live brokers: functions of the brokers alone.
+fn broker_violations(node: &BrokerNode) -> Vec<Violation> {
+    let mutations = &node.broker.config.mutations;
+    let logs = node.leader_logs();
+    let mut violations = check_state(&view(node, &logs));
+    for (tp, log) in logs.iter() {
         let (ru, _) = read_to_end(log, IsolationLevel::ReadUncommitted, 0, mutations);
         let (rc, _) = read_to_end(log, IsolationLevel::ReadCommitted, 0, mutations);
         violations.extend(check_read_superset(tp, 0, &ru, &rc));
     }
+    if node.replication.is_some() {
+        violations.extend(check_replicas(live_brokers(node)));
+    }
     violations
+}
+
+/// The brokers up now: a crashed broker's frozen state is no replica's word (as the sim has it).
+fn live_brokers(node: &BrokerNode) -> impl Iterator<Item = &txnsim_engine::Broker> {
+    node.brokers().into_iter().filter(|b| !matches!(b.id, NodeId::Broker(id) if node.is_down(id)))
 }
 
 /// The liveness invariants, judged at a quiescent state: the read_committed reader keeps polling from
 /// where it is, as the check assumes.
 fn liveness_violations(s: &TxnState) -> Vec<Violation> {
-    let broker = &broker_of(s).broker;
-    let mutations = &broker.config.mutations;
+    let node = broker_of(s);
+    let mutations = &node.broker.config.mutations;
+    let logs = node.leader_logs();
     let mut readers = Vec::new();
-    for r in broker_of(s).readers.list.iter().filter(|r| r.consumer.isolation == IsolationLevel::ReadCommitted) {
-        for (tp, log) in &broker.partitions {
+    for r in node.readers.list.iter().filter(|r| r.consumer.isolation == IsolationLevel::ReadCommitted) {
+        for (tp, log) in logs.iter() {
             let from = r.consumer.position(tp).expect("assigned");
             let (_, end) = read_to_end(log, IsolationLevel::ReadCommitted, from, mutations);
             readers.push((reader_name(IsolationLevel::ReadCommitted).to_string(), tp.clone(), end));
         }
     }
-    let mut out = check_liveness(&ClusterView::of_broker(broker), &readers);
-    if intent_claimed(broker.config.transaction_version) {
-        out.extend(check_committed_sends(&history(s), &broker.partitions));
+    let mut out = check_liveness(&view(node, &logs), &readers);
+    if intent_claimed(node.broker.config.transaction_version) {
+        out.extend(check_committed_sends(&history(s), &logs));
     }
     out
 }
 
 /// The history invariants, with the client-intent one where it is claimed (`intent_claimed`).
-fn history_violations(history: &History, broker: &Broker) -> Vec<Violation> {
-    let mut out = check_history(history, &broker.partitions);
-    if intent_claimed(broker.config.transaction_version) {
-        out.extend(check_failed_sends(history, &broker.partitions));
+fn history_violations(history: &History, node: &BrokerNode) -> Vec<Violation> {
+    let logs = node.leader_logs();
+    let mut out = check_history(history, &logs);
+    if node.replication.is_some() {
+        out.extend(check_acked_writes(&acked_writes(history), live_brokers(node)));
+    }
+    if intent_claimed(node.broker.config.transaction_version) {
+        out.extend(check_failed_sends(history, &logs));
     }
     out
 }
 
 /// Evaluates every property on one state, with witnesses (no caching; see `verdict`).
 pub fn evaluate(ctx: &Ctx, s: &TxnState) -> Evaluation {
-    let broker = &broker_of(s).broker;
-    let mut violations = broker_violations(broker);
-    violations.extend(history_violations(&history(s), broker));
+    let node = broker_of(s);
+    let mut violations = broker_violations(node);
+    violations.extend(history_violations(&history(s), node));
     let quiescent = quiescent(ctx, s);
     if quiescent {
         violations.extend(liveness_violations(s));
@@ -215,13 +265,15 @@ pub fn evaluate(ctx: &Ctx, s: &TxnState) -> Evaluation {
 }
 
 fn facts(s: &TxnState) -> Vec<Fact> {
-    let broker = &broker_of(s).broker;
+    let node = broker_of(s);
+    let broker = &node.broker;
+    let logs = node.leader_logs();
     let mut out = Vec::new();
-    for r in &broker_of(s).readers.list {
+    for r in &node.readers.list {
         match r.consumer.isolation {
             IsolationLevel::ReadUncommitted => {
                 let ahead = r.delivered().any(|(tp, o, _)| {
-                    broker.partitions.get(tp).is_some_and(|log| o >= log.last_stable_offset(&broker.config.mutations))
+                    logs.get(tp).is_some_and(|log| o >= log.last_stable_offset(&broker.config.mutations))
                 });
                 if ahead {
                     out.push(Fact::UncommittedReadsAhead);
@@ -261,6 +313,14 @@ fn facts(s: &TxnState) -> Vec<Fact> {
     if retried(RetriedApi::EndTxn) {
         out.push(Fact::EndTxnAnswerLostThenRetried);
     }
+    if let Some(r) = &node.replication {
+        if r.leader_changed_mid_txn {
+            out.push(Fact::LeaderChangeMidTransaction);
+        }
+        if r.marker_rewritten(&node.brokers()) {
+            out.push(Fact::MarkerTruncatedThenRewritten);
+        }
+    }
     out
 }
 
@@ -298,14 +358,14 @@ pub fn verdict(ctx: &Ctx, s: &TxnState) -> Verdict {
             }
         }
         let node = broker_of(s);
-        let broker = &node.broker;
-        let mut violated = *c.broker.entry(broker.digest()).or_insert_with(|| bits(&broker_violations(broker)));
+        let brokers = digest(&(node.broker.digest(), node.replication.as_ref().map(|r| r.digest())));
+        let mut violated = *c.broker.entry(brokers).or_insert_with(|| bits(&broker_violations(node)));
         let key = digest(&(
-            broker.digest(),
+            brokers,
             node.readers.digest(),
             s.actor_states[1..].iter().map(|a| a.producer().map(|p| p.events.digest())).collect::<Vec<_>>(),
         ));
-        violated |= *c.history.entry(key).or_insert_with(|| bits(&history_violations(&history(s), broker)));
+        violated |= *c.history.entry(key).or_insert_with(|| bits(&history_violations(&history(s), node)));
         if quiescent {
             violated |= bits(&liveness_violations(s));
         }

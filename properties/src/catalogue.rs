@@ -97,7 +97,7 @@ impl Invariant {
     ];
 
     /// The replica invariants (`replicas.rs`): checked wherever a cluster has followers (the scenario
-    /// runner, the replicated proptest). The model and the sim run one broker, where they cannot fail.
+    /// runner, the replicated proptest, the sim, the model's replicated configs).
     /// Unclean leader election may break `replica-log-matches-leader` and `acked-write-survives-election`.
     pub const REPLICA: [Invariant; 4] = [
         Invariant::ReplicaLogMatchesLeader,

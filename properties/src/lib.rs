@@ -22,6 +22,6 @@ pub use intent::{check_committed_sends, check_failed_sends, intent_claimed};
 pub use liveness::check_liveness;
 pub use log_facts::LogFacts;
 pub use reference::ReferenceModel;
-pub use replicas::{check_acked_writes, check_replicas, standing_leader, AckedWrite};
+pub use replicas::{acked_writes, check_acked_writes, check_replicas, standing_leader, AckedWrite};
 pub use state::{check_state, ClusterView, MonotonicityChecker, StateChecker};
 pub use timers::{check_delivery_timeouts, check_timers, Pause};

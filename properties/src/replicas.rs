@@ -27,6 +27,28 @@ pub struct AckedWrite {
     pub values: Vec<String>,
 }
 
+/// The sends a history's producers were told succeeded, with their acknowledged offsets.
+pub fn acked_writes(history: &crate::History) -> Vec<AckedWrite> {
+    use crate::history::{CallOutcome, Event, ProducerCall};
+    let mut sends: BTreeMap<(&str, u64), (&TopicPartition, &Vec<String>)> = BTreeMap::new();
+    let mut acked = Vec::new();
+    for e in &history.events {
+        match e {
+            Event::Invoke { process, call_id, call: ProducerCall::Send { partition, values }, .. } => {
+                sends.insert((process, *call_id), (partition, values));
+            }
+            Event::Complete { process, call_id, outcome: CallOutcome::Sent { first_offset, .. }, .. } => {
+                if let Some((partition, values)) = sends.get(&(process.as_str(), *call_id)) {
+                    let (partition, values) = ((*partition).clone(), (*values).clone());
+                    acked.push(AckedWrite { partition, first_offset: *first_offset, values });
+                }
+            }
+            _ => {}
+        }
+    }
+    acked
+}
+
 /// `replica-txn-state-from-own-log`: each replica of a replicated partition holds the LSO and aborted
 /// index its own batches and HW give (`LogFacts`, recomputed from nothing else but the HW's peak since
 /// its producer state was rebuilt, the one piece of history Kafka's LSO depends on).
