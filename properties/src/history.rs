@@ -94,6 +94,17 @@ pub enum Event {
     },
 }
 
+impl Event {
+    pub fn time_ms(&self) -> TimeMs {
+        match self {
+            Event::Invoke { time_ms, .. }
+            | Event::Complete { time_ms, .. }
+            | Event::Poll { time_ms, .. }
+            | Event::Seek { time_ms, .. } => *time_ms,
+        }
+    }
+}
+
 impl Rename for Event {
     fn rename(&mut self, names: Names<'_>) {
         match self {
@@ -117,6 +128,21 @@ impl Rename for Event {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct History {
     pub events: Vec<Event>,
+    /// What a driver that sees the leaders knows and no client saw: each rise of a partition's leader's
+    /// HW past every HW before it, in time order. A record below a leader's HW is on every ISR member and
+    /// stays committed under a clean election, though a later leader's HW may lag it for a while
+    /// (KIP-101): `precommitted-read` counts it from then. Drivers that cannot see the leaders leave it
+    /// empty, and the polls' HWs stand in.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub leader_high_watermarks: Vec<LeaderHighWatermark>,
+}
+
+/// A partition's leader's HW reached `high_watermark` at `time_ms` (`History::leader_high_watermarks`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaderHighWatermark {
+    pub time_ms: TimeMs,
+    pub partition: TopicPartition,
+    pub high_watermark: Offset,
 }
 
 impl History {
@@ -244,8 +270,15 @@ fn check_polls(history: &History, facts: &BTreeMap<&TopicPartition, LogFacts>, o
     // The highest HW any leader has reported per partition: what is committed stays committed under a
     // clean election, though a new leader's (or a follower's) HW may lag behind it for a while.
     let mut committed: BTreeMap<&TopicPartition, Offset> = BTreeMap::new();
+    let mut leader_hws = history.leader_high_watermarks.iter().peekable();
     let empty = LogFacts::default();
     for e in &history.events {
+        // The leaders' HWs up to this event's time (a poll's is when its answer arrived).
+        let now = e.time_ms();
+        while let Some(h) = leader_hws.next_if(|h| h.time_ms <= now) {
+            let hw = committed.entry(&h.partition).or_default();
+            *hw = (*hw).max(h.high_watermark);
+        }
         match e {
             Event::Seek { consumer, partition, offset, .. } => {
                 delivered.insert((consumer.clone(), partition.clone()), (*offset, Vec::new()));

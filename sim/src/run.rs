@@ -633,7 +633,10 @@ impl World {
     /// history first shows it (a binary search; a violation, once shown, stays in every longer prefix).
     fn history_violation_at(&self, v: &Violation, logs: &BTreeMap<TopicPartition, PartitionLog>) -> Option<usize> {
         let shows = |k: usize| {
-            let prefix = History { events: self.history.events[..k].to_vec() };
+            let prefix = History {
+                events: self.history.events[..k].to_vec(),
+                leader_high_watermarks: self.history.leader_high_watermarks.clone(),
+            };
             check_history(&prefix, logs).iter().any(|p| p.invariant == v.invariant && p.witness == v.witness)
         };
         let (mut lo, mut hi) = (1, self.history.events.len());

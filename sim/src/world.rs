@@ -23,8 +23,8 @@ use txnsim_engine::{
     TopicPartition, TxnManagerState,
 };
 use txnsim_properties::{
-    standing_leader, CallOutcome, ClusterView, Event, History, MonotonicityChecker, Pause, ProducerCall, StateChecker,
-    Violation,
+    standing_leader, CallOutcome, ClusterView, Event, History, LeaderHighWatermark, MonotonicityChecker, Pause,
+    ProducerCall, StateChecker, Violation,
 };
 
 pub type Shared = Arc<Mutex<World>>;
@@ -214,6 +214,9 @@ pub struct World {
     last_leaders: Vec<(u32, i32)>,
     /// Per partition, since when its leader's HW has been below its LEO.
     hw_lag_since: BTreeMap<TopicPartition, u64>,
+    /// Per partition (in `partitions`' order), the highest HW its leaders reached, as the history's
+    /// `leader_high_watermarks` last recorded it.
+    leader_hw_peaks: Vec<Offset>,
     pub producers: BTreeMap<String, ProducerSlot>,
     pub consumers: BTreeMap<String, ConsumerSlot>,
     pub partitions: Vec<TopicPartition>,
@@ -365,6 +368,7 @@ impl World {
             view: Vec::new(),
             last_leaders: Vec::new(),
             hw_lag_since: BTreeMap::new(),
+            leader_hw_peaks: vec![0; partitions.len()],
             producers,
             consumers,
             partitions,
@@ -644,6 +648,15 @@ impl World {
         }
         for (i, (tp, (id, _))) in self.partitions.iter().zip(&self.view).enumerate() {
             let [leo, hw, ..] = self.summaries[id].logs[i].expect("a leader hosts its log");
+            if hw > self.leader_hw_peaks[i] {
+                self.leader_hw_peaks[i] = hw;
+                let (time_ms, partition) = (self.now_ms(), tp.clone());
+                self.history.leader_high_watermarks.push(LeaderHighWatermark {
+                    time_ms,
+                    partition,
+                    high_watermark: hw,
+                });
+            }
             let lagging = hw < leo;
             match (lagging, self.hw_lag_since.get(tp)) {
                 (true, None) => {

@@ -320,3 +320,51 @@ fn no_mutation_no_violation() {
         panic!("with no mutation a leader failover broke a replica invariant:\n{e}");
     }
 }
+
+/// `precommitted-read` takes a record as committed once its marker is below the highest HW a leader
+/// reached (`History::leader_high_watermarks`), not only below the HW a poll saw: a new leader's HW may
+/// lag what the old one committed (KIP-101), and its LSO does not (the unreplicated transaction left
+/// producer state when the old HW passed it). Standard seeds 155244 and 235074 read so at first.
+#[test]
+fn a_read_below_a_former_leaders_hw_is_not_precommitted() {
+    use txnsim_engine::producer_state::AppendOrigin;
+    use txnsim_engine::record::{BatchProducer, EndTxnMarker, ProduceBatch};
+    use txnsim_engine::{IsolationLevel, PartitionLog, TopicPartition, TransactionResult, TransactionVersion};
+    use txnsim_properties::{check_history, Event, History, LeaderHighWatermark};
+    let m = Mutations::none();
+    let tp = TopicPartition::new("t", 0);
+    let mut log = PartitionLog::new();
+    let batch = ProduceBatch {
+        producer: Some(BatchProducer { producer_id: 7, epoch: 0, base_sequence: 0 }),
+        is_transactional: true,
+        values: vec!["a".into()],
+    };
+    log.append_data(&batch, AppendOrigin::Client, 0, &m).expect("a transaction begins");
+    let commit = EndTxnMarker { result: TransactionResult::Commit, coordinator_epoch: 0 };
+    log.append_marker(7, 0, commit, AppendOrigin::Coordinator, TransactionVersion::V1, 0, &m).expect("its marker");
+    log.update_high_watermark(2, &m);
+    let logs = [(tp.clone(), log)].into_iter().collect();
+    // The new leader answers with HW 1: the COMMIT at 1 is not below it, though its LSO (1) lets offset 0 out.
+    let poll = Event::Poll {
+        time_ms: 20,
+        consumer: "rc".into(),
+        isolation: IsolationLevel::ReadCommitted,
+        partition: tp.clone(),
+        fetch_offset: 0,
+        high_watermark: 1,
+        last_stable_offset: 1,
+        records: vec![(0, "a".into())],
+        position_after: 1,
+    };
+    let found = |rise_at: Option<u64>| {
+        let leader_high_watermarks = rise_at
+            .map(|time_ms| LeaderHighWatermark { time_ms, partition: tp.clone(), high_watermark: 2 })
+            .into_iter()
+            .collect();
+        let history = History { events: vec![poll.clone()], leader_high_watermarks };
+        check_history(&history, &logs).into_iter().map(|v| v.invariant).collect::<Vec<_>>()
+    };
+    assert_eq!(found(Some(10)), vec![], "the old leader's HW passed the marker before the poll");
+    assert_eq!(found(None), vec![Invariant::PrecommittedRead], "no leader's HW passed the marker");
+    assert_eq!(found(Some(30)), vec![Invariant::PrecommittedRead], "the HW passed it only after the poll");
+}
