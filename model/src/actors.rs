@@ -365,6 +365,12 @@ impl Node {
         target && (restarts as usize) < b.crashes
     }
 
+    /// Whether a marker request may fail and need the coordinator's resend: lost on a lossy network, or
+    /// sent to a dead leader on a replicated cluster (its disconnected answer waits for the resend).
+    fn markers_can_fail(&self) -> bool {
+        self.ctx.bounds.lossy || self.ctx.bounds.replicated_cluster()
+    }
+
     // ---------------------------------------------------------------- broker
 
     fn broker_start(&self, o: &mut O) -> BrokerNode {
@@ -437,7 +443,7 @@ impl Node {
                 Timer::ResendTxnMarkers { .. } if node.marker_resends_left > 0 => {
                     o.set_timer(ModelTimer::Engine(timer), model_timeout())
                 }
-                Timer::ResendTxnMarkers { .. } => node.starved |= self.ctx.bounds.lossy,
+                Timer::ResendTxnMarkers { .. } => node.starved |= self.markers_can_fail(),
                 Timer::RetryBackoff { .. }
                 | Timer::RequestTimeout { .. }
                 | Timer::DeliveryTimeout { .. }
@@ -631,7 +637,7 @@ impl Node {
                 node.marker_resends_left -= 1;
                 let effects = broker.on_timer(NOW_MS, t.clone());
                 if node.marker_resends_left == 0 && broker.coordinator.decisions.iter().any(|d| !d.completed) {
-                    node.starved |= self.ctx.bounds.lossy; // a lost marker may now never be resent
+                    node.starved |= self.markers_can_fail(); // a failed marker may now never be resent
                 }
                 effects
             }),

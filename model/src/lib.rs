@@ -11,6 +11,12 @@
 //! transactional id, or with `Bounds::restart_producers` off leaves it down for good), lost messages, coordinator timeout aborts, client request timeouts and retry
 //! backoffs, coordinator marker resends. Both transaction versions; any one `Mutation`.
 //!
+//! With `Bounds::brokers` above 1 (the `replicated` config) actor 0 is a cluster: broker 0 (the
+//! coordinator's host and the partitions' first leader), the other brokers, each with a replica of every
+//! partition, and the controller. Their messages to one another go from actor 0 to itself on the model's
+//! network; a broker crash is down, then up (`ModelTimer::BrokerCrash`, `BrokerRestart`); readers read
+//! the standing leader (`txnsim_properties::standing_leader`); the replica invariants become properties.
+//!
 //! Properties (`verdict`, `model`) come from `txnsim_properties` only: one `always` property per
 //! `Invariant` (state invariants over the broker, history invariants over the producers' sends and the
 //! readers' polls, the read_uncommitted-superset check over fresh reads, liveness invariants at

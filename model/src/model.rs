@@ -14,7 +14,7 @@ use stateright::actor::{ActorModel, ActorModelAction, ActorModelState, LossyNetw
 use stateright::{Model, Path, Property};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use txnsim_engine::protocol::{Message, Timer};
+use txnsim_engine::protocol::{Message, NodeId, Timer};
 use txnsim_engine::TransactionResult;
 use txnsim_properties::Invariant;
 
@@ -53,6 +53,14 @@ impl Model for TxnModel {
 
     fn actions(&self, state: &TxnState, actions: &mut Vec<TxnAction>) {
         self.actors.actions(state, actions);
+        if self.cfg.ctx.bounds.replicated_cluster() {
+            // Only clients' connections lose messages. Metadata comes from the controller's log, which a
+            // broker reads until it has it (the sim's controller traffic is reliable too), and a broker's
+            // requests to another are retried after `replica.socket.timeout.ms` or a disconnect, timers
+            // the model does not fire.
+            let between_brokers = |m: &Msg| matches!((&m.from, &m.to), (NodeId::Broker(_), NodeId::Broker(_)));
+            actions.retain(|a| !matches!(a, ActorModelAction::Drop(env) if between_brokers(&env.msg)));
+        }
         if self.cfg.ctx.bounds.reduced {
             actions.retain(|a| reductions::explored(state, a));
         }

@@ -231,7 +231,7 @@ impl Invariant {
             PartitionCoverage => "every partition holding an open transaction's data is in the coordinator's partition set for it (2.2 #16)",
             EpochBumpOnFenceAndTimeout => "an abort from a fence or a timeout writes markers with an epoch above the fenced producer's (2.2 #17)",
             AbortedRead => "no read_committed consumer delivers a record of an aborted transaction (2.3 #20, Jepsen G1a)",
-            PrecommittedRead => "no read_committed consumer delivers a record before its transaction's COMMIT marker is below the HW (2.3 #21)",
+            PrecommittedRead => "no read_committed consumer delivers a record before its transaction's COMMIT marker is below the HW (the highest a leader had reached by then, where the driver sees leaders) (2.3 #21)",
             PartialRead => "a read_committed consumer that passes a committed transaction on a partition delivers all of its records there (2.3 #22)",
             LostWrite => "an acknowledged, committed write is delivered by every consumer whose position passes it (2.3 #23)",
             Duplicate => "a value is stored at one offset only (2.3 #24, idempotence)",
