@@ -152,11 +152,15 @@ fn bad_input(msg: &str) -> ExitCode {
 }
 
 /// Sweep progress on stderr: an indicatif bar on a terminal; otherwise (a log, CI) one plain line at each
-/// tenth, without rates, so two runs write the same lines.
+/// tenth, or each hundredth from `FINE_PROGRESS_SEEDS` seeds on (a tenth of 10,000,000 standard seeds is
+/// about 40 minutes), without rates, so two runs write the same lines.
 pub enum Progress<W: Write> {
     Bar(ProgressBar),
-    Lines { out: W, total: u64, last_tenth: Option<u64> },
+    Lines { out: W, total: u64, steps: u64, last_step: Option<u64> },
 }
+
+/// From this many seeds a log's progress lines come at each hundredth.
+pub const FINE_PROGRESS_SEEDS: u64 = 100_000;
 
 impl Progress<std::io::Stderr> {
     pub fn stderr(total: u64) -> Self {
@@ -180,7 +184,8 @@ fn seed_bar(total: u64) -> ProgressBar {
 
 impl<W: Write> Progress<W> {
     pub fn lines(out: W, total: u64) -> Self {
-        Progress::Lines { out, total, last_tenth: None }
+        let steps = if total >= FINE_PROGRESS_SEEDS { 100 } else { 10 };
+        Progress::Lines { out, total, steps, last_step: None }
     }
 
     pub fn update(&mut self, done: u64, failed: u64) {
@@ -189,10 +194,10 @@ impl<W: Write> Progress<W> {
                 bar.set_position(done);
                 bar.set_message(format!("{failed} failed"));
             }
-            Progress::Lines { out, total, last_tenth } => {
-                let tenth = (done * 10).checked_div(*total).unwrap_or(10);
-                if *last_tenth != Some(tenth) {
-                    *last_tenth = Some(tenth);
+            Progress::Lines { out, total, steps, last_step } => {
+                let step = (done * *steps).checked_div(*total).unwrap_or(*steps);
+                if *last_step != Some(step) {
+                    *last_step = Some(step);
                     let percent = (done * 100).checked_div(*total).unwrap_or(100);
                     let _ = writeln!(out, "sweep: {done}/{total} seeds ({percent}%), {failed} failed");
                 }
@@ -508,6 +513,24 @@ mod tests {
              sweep: 39/40 seeds (97%), 3 failed\n\
              sweep: 40/40 seeds (100%), 3 failed\n",
             "a repeated or same-tenth update must not print again, and no line may carry a rate"
+        );
+    }
+
+    #[test]
+    fn a_long_sweeps_log_gets_a_line_per_hundredth() {
+        let mut buf = Vec::new();
+        let mut p = Progress::lines(&mut buf, 200_000);
+        for done in [0, 1_999, 2_000, 3_999, 4_000, 200_000] {
+            p.update(done, 0);
+        }
+        let text = String::from_utf8(buf).expect("utf-8");
+        assert_eq!(
+            text,
+            "sweep: 0/200000 seeds (0%), 0 failed\n\
+             sweep: 2000/200000 seeds (1%), 0 failed\n\
+             sweep: 4000/200000 seeds (2%), 0 failed\n\
+             sweep: 200000/200000 seeds (100%), 0 failed\n",
+            "from {FINE_PROGRESS_SEEDS} seeds on, a line at each hundredth and no other"
         );
     }
 
