@@ -1164,8 +1164,8 @@ fn stop(n: &mut ProducerNode, why: Stop, o: &mut O) {
 fn changed_partitions(before: &BrokerNode, after: &BrokerNode) -> u16 {
     let view = |n: &BrokerNode| -> Vec<(Offset, Offset, Offset)> {
         let m = &n.broker.config.mutations;
-        let logs = n.leader_logs();
-        logs.values().map(|l| (l.log_end_offset(), l.high_watermark(), l.last_stable_offset(m))).collect()
+        let logs = n.broker.partitions.keys().filter_map(|tp| n.leader_of(tp).partition(tp));
+        logs.map(|l| (l.log_end_offset(), l.high_watermark(), l.last_stable_offset(m))).collect()
     };
     let (was, now) = (view(before), view(after));
     (0..now.len()).filter(|p| was.get(*p) != now.get(*p)).fold(0, |bits, p| bits | 1 << p)
