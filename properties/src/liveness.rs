@@ -3,14 +3,21 @@
 
 use crate::catalogue::{Invariant, Violation};
 use crate::state::ClusterView;
-use txnsim_engine::coordinator::TransactionState;
+use std::collections::BTreeMap;
+use txnsim_engine::coordinator::{TransactionState, TxnDecision};
 use txnsim_engine::{Offset, TopicPartition};
 
 /// `readers`: each read_committed consumer that kept polling, with the partition and its final position.
 pub fn check_liveness(view: &ClusterView, readers: &[(String, TopicPartition, Offset)]) -> Vec<Violation> {
     let mut out = Vec::new();
     if let Some(c) = view.coordinator {
-        for (i, d) in c.decisions.iter().enumerate().filter(|(_, d)| !d.completed) {
+        // A decision followed by a later one of the same transactional id was superseded: its Prepare*
+        // record's append failed and the coordinator decided again, and a loader keeps only the newest
+        // record per id (`TransactionStateManager.loadTransactionMetadata`), as the engine's load does.
+        let newest: BTreeMap<&str, usize> =
+            c.decisions.iter().enumerate().map(|(i, d)| (d.transactional_id.as_str(), i)).collect();
+        let live = |i: usize, d: &TxnDecision| !d.completed && newest[d.transactional_id.as_str()] == i;
+        for (i, d) in c.decisions.iter().enumerate().filter(|(i, d)| live(*i, d)) {
             out.push(Violation::new(
                 Invariant::DecidedTransactionsComplete,
                 format!(
