@@ -107,7 +107,17 @@ impl Profile {
         match self {
             Profile::Standard => base,
             Profile::SingleBroker => {
-                ProfileParams { brokers: 1, replication_factor: 1, min_insync_replicas: (1, 1), ..base }
+                // One broker has no controller to fail over; a zero chance draws nothing, so the profile's
+                // seeds keep the draws they had before the fault existed.
+                let mut fault_enable_prob = base.fault_enable_prob;
+                fault_enable_prob[FaultKind::ControllerFailover as usize] = 0.0;
+                ProfileParams {
+                    brokers: 1,
+                    replication_factor: 1,
+                    min_insync_replicas: (1, 1),
+                    fault_enable_prob,
+                    ..base
+                }
             }
             Profile::Contention => ProfileParams {
                 topics: vec![("t".to_string(), 1)],
@@ -316,10 +326,13 @@ pub enum FaultKind {
     /// Cut both directions between a partition's leader and one of its followers for a while: the
     /// follower falls out of the ISR and rejoins once healed and caught up.
     IsolateFollower,
+    /// The active controller dies and the quorum elects another a little later: until then AlterPartition
+    /// requests wait, a broker that dies keeps its leaderships, and a restarted one waits to register.
+    ControllerFailover,
 }
 
 impl FaultKind {
-    pub const COUNT: usize = 14;
+    pub const COUNT: usize = 15;
     pub const ALL: [FaultKind; FaultKind::COUNT] = [
         FaultKind::BrokerRestart,
         FaultKind::ClogNode,
@@ -335,6 +348,7 @@ impl FaultKind {
         FaultKind::DisconnectClient,
         FaultKind::LeaderRestart,
         FaultKind::IsolateFollower,
+        FaultKind::ControllerFailover,
     ];
 
     pub fn name(self) -> &'static str {
@@ -353,6 +367,7 @@ impl FaultKind {
             FaultKind::DisconnectClient => "disconnect-client",
             FaultKind::LeaderRestart => "leader-restart",
             FaultKind::IsolateFollower => "isolate-follower",
+            FaultKind::ControllerFailover => "controller-failover",
         }
     }
 }

@@ -415,15 +415,23 @@ impl World {
                 let Some(b) = target else { return Vec::new() };
                 let down_ms = self.rng.range(5, 800);
                 let broker = broker_name(b);
-                let id = self.node_id(&broker);
                 self.trace(&broker, "fault", || format!("FAULT kill; restart in {down_ms} ms"));
                 self.count_fault(kind.name().to_string());
                 self.schedule(shared, down_ms, move |w| {
                     if w.brokers_down.contains(&b) && !w.healing {
-                        Handle::current().restart(id);
+                        w.restart_broker(b);
                     }
                 });
                 return self.crash_broker(shared, b);
+            }
+            FaultKind::ControllerFailover => {
+                // KRaft's `controller.quorum.election.timeout.ms` is 1 s; scaled down as the sim's
+                // replication timeouts are.
+                if !self.can_fail_over_controller() {
+                    return Vec::new();
+                }
+                let election_ms = self.rng.range(50, 1_000);
+                self.fail_over_controller(shared, election_ms);
             }
             FaultKind::IsolateFollower => {
                 // A leader and one follower in its ISR lose each other both ways (a network partition):
@@ -606,7 +614,7 @@ impl World {
             handle.resume(self.node_id(&name));
         }
         for b in self.brokers_down.clone() {
-            handle.restart(self.node_id(&broker_name(b)));
+            self.restart_broker(b);
         }
     }
 

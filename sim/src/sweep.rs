@@ -151,6 +151,7 @@ fn add_stats(total: &mut Stats, s: &Stats) {
     total.coordinator_moves += s.coordinator_moves;
     total.truncations += s.truncations;
     total.hw_below_leo_ms += s.hw_below_leo_ms;
+    total.controller_failovers += s.controller_failovers;
 }
 
 /// The replication activity per 1000 seeds.
@@ -158,12 +159,13 @@ pub fn replication_line(t: &Stats, seeds: u64) -> String {
     let per_k = |n: u64| n as f64 * 1000.0 / seeds.max(1) as f64;
     format!(
         "  replication per 1000 seeds: ISR shrinks {:.0}, ISR expands {:.0}, leader changes {:.0}, truncations \
-         {:.0}, coordinator moves {:.0}, HW < LEO for {} (summed over partitions)",
+         {:.0}, coordinator moves {:.0}, controller failovers {:.0}, HW < LEO for {} (summed over partitions)",
         per_k(t.isr_shrinks),
         per_k(t.isr_expands),
         per_k(t.leader_changes),
         per_k(t.truncations),
         per_k(t.coordinator_moves),
+        per_k(t.controller_failovers),
         human_ms(per_k(t.hw_below_leo_ms) as u64)
     )
 }

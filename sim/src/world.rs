@@ -110,6 +110,20 @@ pub struct Stats {
     pub coordinator_moves: u64,
     pub truncations: u64,
     pub hw_below_leo_ms: u64,
+    /// Controllers elected after the active one failed (`controller-failover`).
+    pub controller_failovers: u64,
+}
+
+/// What waits for the next controller while none is active (`World::controller_outage`).
+enum Held {
+    /// A broker's request (AlterPartition), with the sending broker's instance: `NodeToControllerChannel
+    /// Manager` resends it to the new controller unless that broker died meanwhile.
+    Request { env: Envelope, incarnation: u32 },
+    /// A broker died: the new controller's fresh heartbeat manager fences it
+    /// (`ClusterControlManager.activate`).
+    Fenced(u32),
+    /// A dead broker's restart: it registers with the new controller and serves only once unfenced.
+    Restart(u32),
 }
 
 pub struct NodeSlot {
@@ -195,6 +209,8 @@ pub struct World {
     pub brokers: BTreeMap<u32, Broker>,
     /// The controller of a replicated cluster (none on a single broker, which leads all it has).
     pub controller: Option<Controller>,
+    /// While no controller is active (a failover's election), what waits for the next one, in order.
+    controller_outage: Option<Vec<Held>>,
     pub brokers_started: BTreeSet<u32>,
     pub brokers_down: BTreeSet<u32>,
     /// Replication deadlines a wake-up task is already waiting for, per broker.
@@ -358,6 +374,7 @@ impl World {
             nodes,
             brokers,
             controller,
+            controller_outage: None,
             brokers_started: BTreeSet::new(),
             brokers_down: BTreeSet::new(),
             delays_until_ms: 0,
@@ -599,7 +616,7 @@ impl World {
         let arrived = |sent_ms: u64| now > sent_ms.max(self.delays_until_ms) + ARRIVED_MS;
         let idle = self.producers.values().all(|s| s.producer.as_ref().is_none_or(|p| p.is_idle()));
         let settled = self.brokers.values().all(|b| b.is_settled() && b.newest_verification_ms().is_none_or(arrived));
-        if !arrived(0) || !idle || !self.brokers_down.is_empty() || !settled {
+        if !arrived(0) || !idle || !self.brokers_down.is_empty() || !settled || self.controller_outage.is_some() {
             return false;
         }
         let Some(controller) = &self.controller else { return true };
@@ -779,7 +796,13 @@ impl World {
         self.brokers_down.insert(id);
         self.replication_wakeups.remove(&id);
         self.nodes.get_mut(&name).expect("known").endpoint = None;
-        let mut out = self.controller_do(shared, |c| c.broker_fenced(id));
+        let mut out = match &mut self.controller_outage {
+            Some(held) => {
+                held.push(Held::Fenced(id));
+                Vec::new()
+            }
+            None => self.controller_do(shared, |c| c.broker_fenced(id)),
+        };
         let now = self.now_ms();
         let names: Vec<String> = self.producers.keys().cloned().collect();
         for p in names {
@@ -787,6 +810,62 @@ impl World {
             let effects = producer.on_disconnect(now, &NodeId::Broker(id));
             self.collect_completions(&p);
             out.extend(self.dispatch(shared, &p, effects));
+        }
+        out
+    }
+
+    /// Restarts dead broker `id`, or holds its restart for the next controller while none is active.
+    pub fn restart_broker(&mut self, id: u32) {
+        match &mut self.controller_outage {
+            Some(held) => {
+                if !held.iter().any(|h| matches!(h, Held::Restart(b) if *b == id)) {
+                    held.push(Held::Restart(id));
+                }
+            }
+            None => Handle::current().restart(self.nodes[&broker_name(id)].id.expect("built")),
+        }
+    }
+
+    /// A failover starts from a whole cluster: a restart already on its way could not wait for it.
+    pub fn can_fail_over_controller(&self) -> bool {
+        self.controller.is_some() && self.controller_outage.is_none() && self.brokers_down.is_empty()
+    }
+
+    /// The active controller dies; `election_ms` later its successor, whose state is the committed
+    /// metadata log (all the engine's controller holds), takes over what waited.
+    pub fn fail_over_controller(&mut self, shared: &Shared, election_ms: u64) {
+        assert!(self.can_fail_over_controller(), "a controller failover during another or with a broker down");
+        self.controller_outage = Some(Vec::new());
+        self.trace(CONTROLLER, "fault", || format!("FAULT controller fails over; next elected in {election_ms} ms"));
+        // Spawned here, not through `later`, which locks the world this step already holds.
+        let Some(handle) = self.wire_node.and_then(|id| Handle::current().get_node(id)) else { return };
+        let shared = shared.clone();
+        handle.spawn(async move {
+            madsim::time::sleep(Duration::from_millis(election_ms)).await;
+            let out = lock(&shared).controller_elected(&shared);
+            send_all(&shared, out).await;
+        });
+    }
+
+    /// The new controller acts on what waited, in order: requests of brokers still on the instance that
+    /// sent them, fencings, then held restarts.
+    fn controller_elected(&mut self, shared: &Shared) -> Vec<Outgoing> {
+        let held = self.controller_outage.take().expect("an election ends an outage");
+        self.stats.controller_failovers += 1;
+        self.trace(CONTROLLER, "recover", || format!("controller elected; {} held", held.len()));
+        let mut out = Vec::new();
+        for h in held {
+            match h {
+                Held::Request { env, incarnation } => {
+                    let NodeId::Broker(from) = env.from else { unreachable!("only brokers ask the controller") };
+                    let current = self.nodes[broker_key(from).as_ref()].incarnation;
+                    if !self.brokers_down.contains(&from) && current == incarnation {
+                        out.extend(self.controller_do(shared, |c| c.on_message(env)));
+                    }
+                }
+                Held::Fenced(id) => out.extend(self.controller_do(shared, |c| c.broker_fenced(id))),
+                Held::Restart(id) => self.restart_broker(id),
+            }
         }
         out
     }
@@ -1014,6 +1093,7 @@ impl World {
             let ends = self.log_ends(id);
             let mut out = Vec::new();
             let effects = if self.brokers_started.contains(&id) {
+                assert!(self.controller_outage.is_none(), "broker {id} restarted with no controller to unfence it");
                 self.brokers_down.remove(&id);
                 // `Cluster::start_broker`: the controller unfences it, and it loads its logs and the
                 // controller's current image.
@@ -1106,6 +1186,11 @@ impl World {
                 let text = format!("recv {} from {}", describe(&env), env.from);
                 let fields = message_fields(&env);
                 self.trace_with(name, "recv", || (text, fields));
+            }
+            if let Some(held) = &mut self.controller_outage {
+                let incarnation = self.nodes[node_key(&env.from).as_ref()].incarnation;
+                held.push(Held::Request { env, incarnation });
+                return Vec::new();
             }
             return self.controller_do(shared, |c| c.on_message(env));
         }

@@ -37,6 +37,7 @@ fn sweep_standard() {
         ("leader changes", t.leader_changes),
         ("truncations", t.truncations),
         ("ms with HW < LEO", t.hw_below_leo_ms),
+        ("controller failovers", t.controller_failovers),
     ];
     for (what, n) in counts {
         assert!(n > 0, "the standard profile's faults should exercise replication, but it saw no {what}");
@@ -73,8 +74,8 @@ fn sweep_single_broker() {
     let result = sweep_profile(Profile::SingleBroker, 300);
     let t = &result.totals;
     assert_eq!(
-        (t.isr_shrinks, t.leader_changes, t.truncations, t.hw_below_leo_ms),
-        (0, 0, 0, 0),
+        (t.isr_shrinks, t.leader_changes, t.truncations, t.hw_below_leo_ms, t.controller_failovers),
+        (0, 0, 0, 0, 0),
         "one broker has no followers: nothing to replicate"
     );
 }
@@ -85,10 +86,10 @@ const REPLICATION_CATCHERS: [(Mutation, u64, &str); 7] = [
     (Mutation::LsoIgnoresUnreplicatedTxns, 1, "lso-is-first-unstable-offset"),
     (Mutation::LsoNotClampedToHw, 0, "lso-bounds"),
     (Mutation::HwFromLeaderLeo, 3, "replica-log-matches-leader"),
-    (Mutation::TruncateToOwnLeo, 3, "replica-log-matches-leader"),
-    (Mutation::NoRebuildAfterTruncation, 19, "replica-txn-state-from-own-log"),
-    (Mutation::NoMarkerResendOnFailover, 12, "decided-transactions-complete"),
-    (Mutation::DoubleComplete, 377, "valid-coordinator-transitions"),
+    (Mutation::TruncateToOwnLeo, 2, "replica-log-matches-leader"),
+    (Mutation::NoRebuildAfterTruncation, 11, "replica-txn-state-from-own-log"),
+    (Mutation::NoMarkerResendOnFailover, 56, "decided-transactions-complete"),
+    (Mutation::DoubleComplete, 359, "valid-coordinator-transitions"),
 ];
 
 #[test]
