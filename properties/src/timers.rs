@@ -24,13 +24,16 @@ pub fn check_timers(c: &TransactionCoordinator) -> Vec<Violation> {
         let tid = &d.transactional_id;
         let Some(meta) = c.txns.get(tid) else { continue };
         let t = &meta.transitions;
-        // The k-th Prepare* record of an id is its k-th decision (a decision is made once its record is written).
+        let is_prepare =
+            |r: &TxnTransition| matches!(r.state, TransactionState::PrepareCommit | TransactionState::PrepareAbort);
+        // A decision is made once its record is written, so the id's Prepare* transitions are its last
+        // decisions, one each. A loaded coordinator's transitions start at the newest record it loaded,
+        // while its decisions come from the whole log: a decision older than that record is not here.
         let k = c.decisions[..i].iter().filter(|e| &e.transactional_id == tid).count();
-        let mut prepares = t
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| matches!(r.state, TransactionState::PrepareCommit | TransactionState::PrepareAbort));
-        let Some((at, prepare)) = prepares.nth(k) else { continue };
+        let decided = c.decisions.iter().filter(|e| &e.transactional_id == tid).count();
+        let Some(j) = (k + t.iter().filter(|r| is_prepare(r)).count()).checked_sub(decided) else { continue };
+        let mut prepares = t.iter().enumerate().filter(|(_, r)| is_prepare(r));
+        let Some((at, prepare)) = prepares.nth(j) else { continue };
         let Some(open) = t[..=at].windows(2).rev().find(|w| opens(w)).map(|w| w[1]) else { continue };
         let open_for = prepare.timestamp_ms.saturating_sub(open.timestamp_ms);
         if open_for <= open.txn_timeout_ms {
