@@ -116,8 +116,8 @@ pub struct Stats {
 
 /// What waits for the next controller while none is active (`World::controller_outage`).
 enum Held {
-    /// A broker's request (AlterPartition), with the sending broker's instance: `NodeToControllerChannel
-    /// Manager` resends it to the new controller unless that broker died meanwhile.
+    /// A broker's request (AlterPartition), with the sending broker's instance: its channel to the
+    /// controller (`NodeToControllerChannelManager`) resends it to the new one unless that broker died.
     Request { env: Envelope, incarnation: u32 },
     /// A broker died: the new controller's fresh heartbeat manager fences it
     /// (`ClusterControlManager.activate`).
