@@ -65,3 +65,39 @@ fn paths_named_in_the_docs_exist() {
     }
     assert!(missing.is_empty(), "the docs name paths that do not exist:\n{}", missing.join("\n"));
 }
+
+/// A crate whose library says `test = false` in its Cargo.toml has its unit tests never built, so a
+/// `#[cfg(test)]` module in its sources would pass by not running: refuse one.
+#[test]
+fn no_unit_tests_hide_in_a_library_built_without_them() {
+    fn sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|x| x == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut checked = 0;
+    for krate in [".", "engine", "properties", "properties/suites", "model", "sim", "kafka"] {
+        let manifest = read(&format!("{krate}/Cargo.toml"));
+        if !manifest.contains("[lib]\ntest = false") {
+            continue;
+        }
+        checked += 1;
+        let mut files = Vec::new();
+        sources(&Path::new(ROOT).join(krate).join("src"), &mut files);
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+            assert!(
+                !text.contains("#[cfg(test)]"),
+                "{} has a #[cfg(test)] module, but {krate}/Cargo.toml builds its library with `test = false`, \
+                 so it never runs: move the test to {krate}/tests/ or drop `test = false`",
+                file.display()
+            );
+        }
+    }
+    assert!(checked >= 5, "expected five libraries built without unit tests, found {checked}");
+}
