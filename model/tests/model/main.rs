@@ -21,8 +21,8 @@ struct Outcome {
     unique: usize,
     /// Each violated `always` property with its counterexample, step by step.
     violations: BTreeMap<&'static str, Vec<String>>,
-    /// The `sometimes` properties with an example.
-    examples: Vec<&'static str>,
+    /// The `sometimes` properties with an example, and the example step by step.
+    examples: BTreeMap<&'static str, Vec<String>>,
 }
 
 fn check(bounds: &Bounds, finish: HasDiscoveries) -> Outcome {
@@ -30,15 +30,11 @@ fn check(bounds: &Bounds, finish: HasDiscoveries) -> Outcome {
     let checker = model.clone().checker().finish_when(finish).spawn_bfs().join();
     let found = checker.discoveries();
     let mut violations = BTreeMap::new();
-    let mut examples = Vec::new();
+    let mut examples = BTreeMap::new();
     for p in model.properties() {
         let Some(path) = found.get(p.name) else { continue };
-        match p.expectation {
-            Expectation::Sometimes => examples.push(p.name),
-            _ => {
-                violations.insert(p.name, step_texts(&model, path));
-            }
-        }
+        let found_in = if p.expectation == Expectation::Sometimes { &mut examples } else { &mut violations };
+        found_in.insert(p.name, step_texts(&model, path));
     }
     Outcome { unique: checker.unique_state_count(), violations, examples }
 }
@@ -75,7 +71,7 @@ fn small_tv1_holds_and_reaches_the_seed_facts() {
     // backoff after a request timeout, an abort waiting for its sends) on the asynchronous transaction log.
     assert_eq!(o.unique, 54_085);
     for fact in [Fact::UncommittedReadsAhead, Fact::Commit, Fact::Abort, Fact::TimeoutAbort] {
-        assert!(o.examples.contains(&fact.name()), "{} unreached; reached {:?}", fact.name(), o.examples);
+        assert!(o.examples.contains_key(fact.name()), "{} unreached; reached {:?}", fact.name(), o.examples.keys());
     }
 }
 
@@ -310,7 +306,7 @@ fn reduced_faulty_transaction_holds() {
     assert_eq!(o.unique, 124_232, "the reduced space, explored to the end");
     // `TransactionManagerTest`'s lost-answer retries: one loss and one request timeout reach both.
     for fact in [Fact::InitProducerIdAnswerLostThenRetried, Fact::EndTxnAnswerLostThenRetried] {
-        assert!(o.examples.contains(&fact.name()), "{} unreached; reached {:?}", fact.name(), o.examples);
+        assert!(o.examples.contains_key(fact.name()), "{} unreached; reached {:?}", fact.name(), o.examples.keys());
     }
 }
 
@@ -457,12 +453,9 @@ fn replicated_holds_and_reaches_the_replication_facts() {
     assert!(o.violations.is_empty(), "violated: {:?}", o.violations);
     assert_eq!(o.unique, 84_073, "the replicated space, explored to the end");
     for fact in [Fact::LeaderChangeMidTransaction, Fact::MarkerTruncatedThenRewritten, Fact::Commit, Fact::Abort] {
-        assert!(o.examples.contains(&fact.name()), "{} unreached; reached {:?}", fact.name(), o.examples);
+        assert!(o.examples.contains_key(fact.name()), "{} unreached; reached {:?}", fact.name(), o.examples.keys());
     }
-    let model = build(&bounds);
-    let checker = model.clone().checker().finish_when(HasDiscoveries::All).spawn_bfs().join();
-    let path = checker.discovery(Fact::MarkerTruncatedThenRewritten.name()).expect("reached above");
-    let steps = step_texts(&model, &path);
+    let steps = &o.examples[Fact::MarkerTruncatedThenRewritten.name()];
     let text = steps.join("\n");
     for want in [
         "broker → broker: WriteTxnMarkers(ABORT pid 1000 epoch 0 on [t/0], coordinator epoch 0) ⇒ broker writes ABORT marker for pid 1000 at t/0@0",
