@@ -4,6 +4,10 @@
 
 // One test binary for the model's suites: stateright's checker is instantiated (at opt-level 2) once,
 // not once per file, which is most of their compile time.
+// Cloning and dropping states is most of a walk's work; glibc's malloc took 45% of it (BENCHMARKS.md, Gate).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod common;
 mod explorer;
 mod por;
