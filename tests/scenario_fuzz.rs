@@ -7,19 +7,20 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
 use serde_json::{json, Value};
 use std::path::Path;
+use std::sync::LazyLock;
 use txnsim::scenario::{self, RunOptions, ScenarioError};
 
 const FILE: &str = "fuzz.json";
 
-/// The corpus files' JSON, the skeletons the mutations start from.
-fn skeletons() -> Vec<Value> {
+/// The corpus files' JSON, the skeletons the mutations start from (read once, not once a case).
+static SKELETONS: LazyLock<Vec<Value>> = LazyLock::new(|| {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds/scenarios");
     let files = scenario::collect_files(&root).expect("seeds/scenarios is readable");
     files
         .iter()
         .map(|f| serde_json::from_str(&std::fs::read_to_string(f).expect("corpus file reads")).expect("corpus JSON"))
         .collect()
-}
+});
 
 /// One step into a JSON value.
 #[derive(Clone, Debug)]
@@ -179,7 +180,7 @@ proptest! {
         replacement in prop_oneof![3 => arb_scalar(), 1 => arb_json()],
         remove in any::<bool>(),
     ) {
-        let mut root = file.get(&skeletons()).clone();
+        let mut root = file.get(&SKELETONS).clone();
         let mut all = Vec::new();
         paths(&root, &mut Vec::new(), &mut all);
         let path = spot.get(&all[1..]).clone();
