@@ -369,8 +369,6 @@ pub fn caught_by(m: Mutation) -> Vec<Invariant> {
         Mutation::DropPendingMarkersOnRestart => &[MarkerMatchesDecision],
         // A plain producer told to send once writes twice (seeds/retries-ignored-*.toml).
         Mutation::RetriesIgnored => &[Duplicate],
-        // A late first WriteTxnMarkers closes the producer's next transaction (seeds/marker-retry-*.toml).
-        Mutation::MarkerRetryResendsAllPartitions => &[MarkerMatchesDecision],
         // The sim catches it after a coordinator failover (sim/tests/sim.rs REPLICATION_CATCHERS).
         Mutation::NoMarkerResendOnFailover => &[DecidedTransactionsComplete],
         _ => &[],
