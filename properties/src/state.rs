@@ -651,8 +651,21 @@ fn check_decisions(
             .get(&(m.producer_id, m.result == TransactionResult::Commit, m.epoch))
             .and_then(|offsets| offsets.range(m.offset..).next())
             .is_some_and(|&o| next_close.is_none_or(|next| o < next));
-        if explained {
-            // Acknowledgements are never taken back; only a next close could bound this one (see `read_batch`).
+        // Or an abandoned decision wrote it: another leader answered that decision with a fencing error
+        // and the coordinator dropped the rest of its markers, this one's answer with them
+        // (`TransactionMarkerRequestCompletionHandler`, INVALID_PRODUCER_EPOCH).
+        let abandoned = || {
+            c.decisions.iter().any(|d| {
+                d.abandoned
+                    && d.producer_id == m.producer_id
+                    && d.result == m.result
+                    && d.marker_epoch == m.epoch
+                    && d.partitions.contains(tp)
+            })
+        };
+        if explained || abandoned() {
+            // Acknowledgements are never taken back, nor is abandoning; only a next close could bound an
+            // acknowledgement (see `read_batch`).
             explained_now.push(idx);
             continue;
         }

@@ -22,6 +22,7 @@ fn decision(tid: &str, marker_epoch: i16, completed: bool) -> TxnDecision {
         coordinator_epoch: 0,
         completed,
         markers: BTreeMap::new(),
+        abandoned: false,
     }
 }
 

@@ -26,6 +26,7 @@ fn decision(cause: DecisionCause, marker_epoch: i16) -> TxnDecision {
         coordinator_epoch: 0,
         completed: true,
         markers: BTreeMap::new(),
+        abandoned: false,
     }
 }
 

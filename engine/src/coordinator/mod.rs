@@ -109,6 +109,10 @@ pub struct TxnDecision {
     pub completed: bool,
     /// Where each partition's leader said it wrote this decision's marker (the first acknowledgement).
     pub markers: BTreeMap<TopicPartition, Offset>,
+    /// A leader answered INVALID_PRODUCER_EPOCH or TRANSACTION_COORDINATOR_FENCED, so the coordinator
+    /// stopped sending these markers (`removeMarkersForTxn`): a marker another leader wrote first is
+    /// acknowledged to no one. Volatile: a reload decides again from the Prepare* record.
+    pub abandoned: bool,
 }
 
 /// Markers of one decided transaction still to be acknowledged by partition leaders.
@@ -570,6 +574,7 @@ impl TransactionCoordinator {
                         coordinator_epoch: written_epoch,
                         completed: false,
                         markers: BTreeMap::new(),
+                        abandoned: false,
                     });
                 }
                 TransactionState::CompleteCommit | TransactionState::CompleteAbort => {
@@ -844,6 +849,7 @@ impl TransactionCoordinator {
             coordinator_epoch: self.coordinator_epoch,
             completed: false,
             markers: BTreeMap::new(),
+            abandoned: false,
         });
         let pending = PendingCompletion {
             transactional_id: tid.to_string(),
@@ -948,6 +954,7 @@ impl TransactionCoordinator {
                     // A newer coordinator owns this producer now: stop sending, complete nothing
                     // (`removeMarkersForTxn`); that coordinator finishes the transaction.
                     self.pending_completions.remove(&pid);
+                    self.decisions[decision].abandoned = true;
                     return;
                 }
                 Err(_) => {
