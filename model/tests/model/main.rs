@@ -2,12 +2,12 @@
 //! examples pin theirs. A changed count means the model or the engine changed what can happen: find out
 //! why before updating the number. Stateright spawns OS threads, so these are plain #[test]s.
 
-// One test binary for the model's suites: stateright's checker is instantiated (at opt-level 2) once,
-// not once per file, which is most of their compile time.
 // Cloning and dropping states is most of a walk's work; glibc's malloc took 45% of it (BENCHMARKS.md, Gate).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+// One test binary for the model's suites: stateright's checker is instantiated (at opt-level 2) once,
+// not once per file, which is most of their compile time.
 mod common;
 mod explorer;
 mod por;
