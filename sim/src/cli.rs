@@ -218,6 +218,8 @@ pub struct FailureJson<'a> {
     seed: u64,
     swarm: &'a str,
     found: &'a [Found],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lost_load: Option<&'a str>,
     replay: String,
 }
 
@@ -275,6 +277,7 @@ pub fn sweep_json(r: &SweepResult) -> SweepJson<'_> {
                 seed: f.seed,
                 swarm: &f.swarm,
                 found: &f.found,
+                lost_load: f.lost_load.as_deref(),
                 replay: RunSpec::new(f.seed, s.profile, s.mutation).replay_command(),
             })
             .collect(),

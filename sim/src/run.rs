@@ -63,6 +63,9 @@ pub struct RunReport {
     /// Violated invariants (first witness of each), or `engine-panic`.
     pub found: Vec<Found>,
     pub stats: Stats,
+    /// The first coordinator load whose records above the HW the next coordinator's log lacked.
+    #[serde(skip)]
+    pub lost_load: Option<String>,
     /// The trace (with `RunSpec::trace`), one event per step.
     pub events: Vec<TraceEvent>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -155,6 +158,7 @@ pub fn run_seed(spec: &RunSpec) -> RunReport {
                 count: 1,
             }],
             stats: Stats::default(),
+            lost_load: None,
             events: Vec::new(),
             history: None,
             broker: None,
@@ -212,6 +216,7 @@ fn run_on_this_thread(spec: &RunSpec) -> (RunReport, usize) {
             swarm: swarm_text,
             found: w.found.clone(),
             stats: w.stats.clone(),
+            lost_load: w.lost_load.clone(),
             events: w.trace.take().unwrap_or_default(),
             history: spec.keep_history.then(|| w.history.clone()),
             broker: spec.trace.then(|| w.leader_snapshot()),

@@ -41,6 +41,8 @@ pub struct SweepResult {
     pub wall: Duration,
     /// Failing seeds per invariant (a seed counts once for each invariant it violated).
     pub by_invariant: BTreeMap<String, u64>,
+    /// Failing seeds where a coordinator acted on loaded records the next coordinator's log lacked.
+    pub failed_after_lost_load: u64,
 }
 
 impl SweepResult {
@@ -66,6 +68,7 @@ struct Tally {
     failed: u64,
     first_failure: Option<u64>,
     by_invariant: BTreeMap<String, u64>,
+    failed_after_lost_load: u64,
     kept: BTreeMap<u64, RunReport>,
 }
 
@@ -76,6 +79,7 @@ impl Tally {
             return;
         }
         self.failed += 1;
+        self.failed_after_lost_load += u64::from(report.lost_load.is_some());
         self.first_failure = Some(self.first_failure.map_or(report.seed, |s| s.min(report.seed)));
         for f in &report.found {
             *self.by_invariant.entry(f.invariant.clone()).or_insert(0) += 1;
@@ -128,6 +132,7 @@ pub fn run_sweep(spec: &SweepSpec, mut progress: impl FnMut(u64, u64)) -> SweepR
         totals: tally.totals,
         wall: started.elapsed(),
         by_invariant: tally.by_invariant,
+        failed_after_lost_load: tally.failed_after_lost_load,
     }
 }
 
@@ -152,6 +157,8 @@ fn add_stats(total: &mut Stats, s: &Stats) {
     total.truncations += s.truncations;
     total.hw_below_leo_ms += s.hw_below_leo_ms;
     total.controller_failovers += s.controller_failovers;
+    total.loads_above_hw += s.loads_above_hw;
+    total.lost_loads += s.lost_loads;
 }
 
 /// The replication activity per 1000 seeds.
@@ -238,12 +245,22 @@ pub fn summary_lines(r: &SweepResult, max_failures: usize) -> Vec<String> {
             r.first_failure_index().unwrap_or(0),
             parts.join(", ")
         ));
+        if r.failed_after_lost_load > 0 {
+            out.push(format!(
+                "  {} of the {} failing seeds had a coordinator load __transaction_state records above its HW \
+                 that the next coordinator's log lacked (Kafka's load reads to the log end; docs/sim-output.md)",
+                r.failed_after_lost_load, r.failed
+            ));
+        }
     }
     for f in r.failures.iter().take(max_failures) {
         let spec = RunSpec::new(f.seed, s.profile, s.mutation);
         out.push(format!("FAIL seed {} ({})", f.seed, f.swarm));
         for v in &f.found {
             out.push(format!("  {}: {}", v.invariant, v.witness));
+        }
+        if let Some(lost) = &f.lost_load {
+            out.push(format!("  after: {lost}"));
         }
         out.push(format!("  replay: {}", spec.replay_command()));
     }

@@ -112,6 +112,23 @@ pub struct Stats {
     pub hw_below_leo_ms: u64,
     /// Controllers elected after the active one failed (`controller-failover`).
     pub controller_failovers: u64,
+    /// Coordinator loads that took in `__transaction_state` records above the log's HW: Kafka loads to
+    /// the log end (`TransactionStateManager.loadTransactionMetadata`, `FetchIsolation.LOG_END`).
+    pub loads_above_hw: u64,
+    /// Of those, loads whose records the next coordinator's log did not have: a coordinator acted on
+    /// records that were never committed (the hanging transactions' family, docs/sim-output.md).
+    pub lost_loads: u64,
+}
+
+/// A coordinator's load that took in records above its log's HW: the last such batch, to look for in
+/// the next coordinator's log.
+struct UncommittedLoad {
+    broker: u32,
+    leader_epoch: i32,
+    high_watermark: Offset,
+    log_end: Offset,
+    /// The last loaded batch's base offset and leader epoch.
+    last_batch: (Offset, i32),
 }
 
 /// What waits for the next controller while none is active (`World::controller_outage`).
@@ -233,6 +250,12 @@ pub struct World {
     /// Per partition (in `partitions`' order), the highest HW its leaders reached, as the history's
     /// `leader_high_watermarks` last recorded it.
     leader_hw_peaks: Vec<Offset>,
+    /// Each broker's coordinator load as last seen (`Broker::coordinator_loaded_at`).
+    loads_seen: BTreeMap<u32, i32>,
+    /// The newest load that took in records above the HW, until the next load judges it.
+    uncommitted_load: Option<UncommittedLoad>,
+    /// The first load whose uncommitted records the next coordinator's log lacked, in words.
+    pub lost_load: Option<String>,
     pub producers: BTreeMap<String, ProducerSlot>,
     pub consumers: BTreeMap<String, ConsumerSlot>,
     pub partitions: Vec<TopicPartition>,
@@ -386,6 +409,9 @@ impl World {
             last_leaders: Vec::new(),
             hw_lag_since: BTreeMap::new(),
             leader_hw_peaks: vec![0; partitions.len()],
+            loads_seen: BTreeMap::new(),
+            uncommitted_load: None,
+            lost_load: None,
             producers,
             consumers,
             partitions,
@@ -706,8 +732,47 @@ impl World {
             self.stats.truncations += truncated;
             self.check_replicas();
         }
+        self.observe_load(id);
         self.check_broker();
         self.schedule_replication(shared, id);
+    }
+
+    /// A coordinator load by broker `id`: judges the previous load that took in uncommitted records
+    /// (does this log have its last batch?), then notes this one if it reads past its own HW.
+    fn observe_load(&mut self, id: u32) {
+        let b = &self.brokers[&id];
+        let Some(epoch) = b.coordinator_loaded_at else { return };
+        if self.loads_seen.insert(id, epoch) == Some(epoch) {
+            return;
+        }
+        let Some(log) = b.partitions.get(&transaction_state_partition()) else { return };
+        if let Some(u) = self.uncommitted_load.take() {
+            let (base, batch_epoch) = u.last_batch;
+            let kept = log.batches().any(|b| b.base_offset == base && b.partition_leader_epoch == batch_epoch);
+            if !kept {
+                self.stats.lost_loads += 1;
+                self.lost_load.get_or_insert_with(|| {
+                    format!(
+                        "broker-{}'s coordinator (leader epoch {}) loaded __transaction_state to its log end {}, \
+                         above its HW {} (Kafka's load reads to the log end); broker-{}'s log, loaded next at leader \
+                         epoch {epoch}, lacks those records",
+                        u.broker, u.leader_epoch, u.log_end, u.high_watermark, id
+                    )
+                });
+            }
+        }
+        let (high_watermark, log_end) = (log.high_watermark(), log.log_end_offset());
+        if high_watermark < log_end {
+            self.stats.loads_above_hw += 1;
+            let last = log.batches().last().expect("a log end above the HW has a batch");
+            self.uncommitted_load = Some(UncommittedLoad {
+                broker: id,
+                leader_epoch: epoch,
+                high_watermark,
+                log_end,
+                last_batch: (last.base_offset, last.partition_leader_epoch),
+            });
+        }
     }
 
     /// Counts what a controller step changed (ISR shrinks and expands, leaders) and sends its records.

@@ -123,6 +123,41 @@ fn seed_corpus_passes_on_the_engine_and_fails_with_its_mutation() {
     assert!(problems.is_empty(), "seed files that are broken or stale:\n{}", problems.join("\n"));
 }
 
+/// Standard seed 209523 hangs a transaction after two coordinator moves: broker-0's coordinator loaded
+/// `__transaction_state` to its log end, above its HW, as Kafka's does, and broker-2, elected next,
+/// lacked those records. The sweep names that load; a passing seed with no coordinator move names none.
+#[test]
+fn a_hanging_transaction_names_the_load_of_records_the_next_coordinator_lacked() {
+    let spec = SweepSpec::new(209_523, 1, Profile::Standard, None, 1);
+    let r = run_sweep(&spec, |_, _| {});
+    let [f] = r.failures.as_slice() else {
+        panic!("seed 209523 should fail once:\n{}", summary_lines(&r, 1).join("\n"))
+    };
+    let found: Vec<&str> = f.found.iter().map(|v| v.invariant.as_str()).collect();
+    assert_eq!(
+        found,
+        ["partition-coverage", "lso-reaches-high-watermark", "reader-catches-up"],
+        "seed 209523's verdict"
+    );
+    assert_eq!(
+        f.lost_load.as_deref(),
+        Some(
+            "broker-0's coordinator (leader epoch 2) loaded __transaction_state to its log end 8, above its HW 6 \
+             (Kafka's load reads to the log end); broker-2's log, loaded next at leader epoch 3, lacks those records"
+        ),
+        "the failure should name the load whose records were lost"
+    );
+    assert_eq!((r.totals.lost_loads, r.failed_after_lost_load), (1, 1), "one lost load, one failing seed after one");
+    let lines = summary_lines(&r, 1);
+    assert!(
+        lines.iter().any(|l| l.starts_with("  after: broker-0's coordinator")),
+        "no after: line in\n{}",
+        lines.join("\n")
+    );
+    let passing = run_seed(&RunSpec::new(7, Profile::Standard, None));
+    assert!(passing.passed() && passing.lost_load.is_none(), "standard seed 7 passes with no lost load");
+}
+
 #[test]
 fn a_seed_replays_to_the_same_bytes() {
     let cases = [
