@@ -115,8 +115,8 @@ pub struct Stats {
     /// Coordinator loads that took in `__transaction_state` records above the log's HW: Kafka loads to
     /// the log end (`TransactionStateManager.loadTransactionMetadata`, `FetchIsolation.LOG_END`).
     pub loads_above_hw: u64,
-    /// Of those, loads whose records the next coordinator's log did not have: a coordinator acted on
-    /// records that were never committed (the hanging transactions' family, docs/sim-output.md).
+    /// Of those, loads whose records the next coordinator's log did not have: whatever the coordinator
+    /// did on them rested on records never committed (the hanging transactions' family, docs/sim-output.md).
     pub lost_loads: u64,
 }
 
