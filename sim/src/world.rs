@@ -732,13 +732,13 @@ impl World {
             self.stats.truncations += truncated;
             self.check_replicas();
         }
-        self.observe_load(id);
         self.check_broker();
         self.schedule_replication(shared, id);
     }
 
-    /// A coordinator load by broker `id`: judges the previous load that took in uncommitted records
-    /// (does this log have its last batch?), then notes this one if it reads past its own HW.
+    /// After broker `id`'s load timer, if it loaded (a stale timer does not): judges the previous load
+    /// that took in uncommitted records (does this log have its last batch?), then notes this one if it
+    /// reads past its own HW.
     fn observe_load(&mut self, id: u32) {
         let b = &self.brokers[&id];
         let Some(epoch) = b.coordinator_loaded_at else { return };
@@ -1313,12 +1313,16 @@ impl World {
             let text = self.trace.is_some().then(|| format!("timer: {}", timer_name(&timer)));
             let before = self.trace.is_some().then(|| self.fingerprint());
             let ends = self.log_ends(id);
+            let loads = matches!(timer, Timer::LoadTransactionLog { .. });
             let effects = self.step_broker(id, |b| b.on_timer(now, timer));
             // A scan that sent nothing and changed nothing is noise in a long replay: it folds.
             let idle = effects.sends.is_empty() && before.is_some_and(|fp| fp == self.fingerprint());
             let kind = if idle { IDLE_TIMER } else { "timer" };
             self.trace_broker(id, kind, || (text.unwrap_or_default(), Value::Null));
             self.after_broker_step(shared, id, &ends);
+            if loads {
+                self.observe_load(id);
+            }
             return self.dispatch(shared, name, effects);
         }
         if let Some(slot) = self.producers.get_mut(name) {
