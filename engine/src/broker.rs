@@ -16,6 +16,7 @@ use crate::log::PartitionLog;
 use crate::metadata::{MetadataMessage, NewTopic};
 use crate::mutation::Mutation;
 use crate::producer_state::AppendOrigin;
+use crate::proposal::Proposal;
 use crate::protocol::{Effects, Envelope, Message, NodeId, ProduceAck, Timer, TxnMarkerEntry};
 use crate::record::{BatchProducer, EndTxnMarker, ProduceBatch};
 use crate::rename::{Names, Rename};
@@ -249,13 +250,22 @@ impl Broker {
     }
 
     /// The scheduled load runs, unless leadership moved on since (`loadingPartitions` no longer holds it).
+    /// Kafka loads to the log end (`FetchIsolation.LOG_END`); under `Proposal::LoadWaitsForHw` a load that
+    /// finds HW < LEO is put off by `retry.backoff.ms` instead.
     fn load_transaction_log(&mut self, now_ms: TimeMs, epoch: i32, effects: &mut Effects) {
         if self.coordinator_loading != Some(epoch) {
             return;
         }
+        let log = &self.partitions[&transaction_state_partition()];
+        if self.config.proposal == Some(Proposal::LoadWaitsForHw) && log.high_watermark() < log.log_end_offset() {
+            // The proposal: still loading (COORDINATOR_LOAD_IN_PROGRESS) until the followers have it all.
+            effects
+                .timers
+                .push((now_ms + self.config.retry_backoff_ms, Timer::LoadTransactionLog { leader_epoch: epoch }));
+            return;
+        }
         self.coordinator_loading = None;
         self.coordinator_loaded_at = Some(epoch);
-        let log = &self.partitions[&transaction_state_partition()];
         let records: Vec<(i32, String)> = log
             .batches()
             .flat_map(|b| b.records().iter().map(move |r| (b.partition_leader_epoch, r.value.clone())))

@@ -1,6 +1,7 @@
 //! Cluster-wide configuration shared by every node.
 
 use crate::mutation::Mutations;
+use crate::proposal::Proposal;
 use crate::types::{TimeMs, TransactionVersion};
 use serde::{Deserialize, Serialize};
 
@@ -54,6 +55,8 @@ pub struct EngineConfig {
     pub unclean_leader_election_enable: bool,
     /// Historical bugs switched on; empty in every normal run.
     pub mutations: Mutations,
+    /// A fix Kafka has not made, switched on to try it; `None` in every run that follows Kafka 4.3.
+    pub proposal: Option<Proposal>,
 }
 
 impl Default for EngineConfig {
@@ -80,6 +83,7 @@ impl Default for EngineConfig {
             replica_fetch_backoff_ms: 1_000,
             unclean_leader_election_enable: false,
             mutations: Mutations::none(),
+            proposal: None,
         }
     }
 }

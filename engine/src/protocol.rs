@@ -261,6 +261,7 @@ pub enum Timer {
     ResendTxnMarkers { decision: usize },
     /// `loadTransactionsForTxnTopicPartition`, scheduled when this broker became the leader of
     /// `__transaction_state` at `leader_epoch`: until it runs, requests get COORDINATOR_LOAD_IN_PROGRESS.
+    /// `Proposal::LoadWaitsForHw` reschedules it while that partition's HW is below its log end.
     LoadTransactionLog { leader_epoch: i32 },
 }
 

@@ -8,7 +8,8 @@ use txnsim_engine::coordinator::{transaction_state_partition, TransactionState};
 use txnsim_engine::producer::{ConsumerGroupMetadata, OpOutput};
 use txnsim_engine::protocol::{Envelope, Message, NodeId};
 use txnsim_engine::{
-    Cluster, EngineConfig, IsolationLevel, KafkaError, Mutation, Mutations, ProducerKind, TopicPartition, Topology,
+    Cluster, EngineConfig, IsolationLevel, KafkaError, Mutation, Mutations, ProducerKind, Proposal, TopicPartition,
+    Topology,
 };
 
 fn tp() -> TopicPartition {
@@ -90,6 +91,58 @@ fn no_marker_resend_on_failover_leaves_the_transaction_open() {
     let new = c.broker_mut(1).unwrap();
     assert_eq!(new.coordinator.txns["p"].state, TransactionState::PrepareCommit, "nobody finishes the commit");
     assert_eq!(committed_values(&mut c), Vec::<String>::new(), "the LSO stays at the open transaction");
+}
+
+/// Broker 1 has fetched broker 0's PrepareCommit, but not yet the HW that covers it, when brokers 2 and 0
+/// crash: broker 1 leads `__transaction_state` alone, its ISR under `transaction.state.log.min.isr`, and
+/// its log holds a record above its HW. Its load has run (`Timer::LoadTransactionLog` fired).
+fn prepare_commit_above_the_new_leaders_hw(config: EngineConfig) -> Cluster {
+    let mut c = open_transaction(config);
+    let log_end =
+        |c: &mut Cluster| c.broker_mut(1).unwrap().partitions[&transaction_state_partition()].log_end_offset();
+    let before = log_end(&mut c);
+    let (_, effects) = c.producers.get_mut("p").unwrap().commit_transaction(c.now_ms).unwrap();
+    c.apply(&NodeId::Client("p".into()), effects);
+    while log_end(&mut c) == before {
+        assert!(c.step(), "broker 1 fetches the PrepareCommit");
+    }
+    assert!(c.crash_broker(2) && c.crash_broker(0), "brokers 2 and 0 crash");
+    while c.peek_message().is_some() {
+        c.step();
+    }
+    c.fire_timers_until(c.now_ms);
+    let b = c.broker_mut(1).unwrap();
+    assert_eq!(b.transaction_log_epoch, Some(1), "broker 1 leads the transaction log at epoch 1");
+    let log = &b.partitions[&transaction_state_partition()];
+    assert!(log.high_watermark() < log.log_end_offset(), "the PrepareCommit is above broker 1's HW");
+    c
+}
+
+/// Kafka 4.3's `TransactionStateManager` loads to `FetchIsolation.LOG_END` (`TransactionStateManagerTest`
+/// stubs every load's read with `LOG_END`): the new coordinator takes in and acts on the PrepareCommit,
+/// which a later clean election of broker 2 would lose.
+#[test]
+fn kafkas_coordinator_loads_records_above_its_hw() {
+    let mut c = prepare_commit_above_the_new_leaders_hw(EngineConfig::default());
+    let b = c.broker_mut(1).unwrap();
+    assert_eq!(b.coordinator_loaded_at, Some(1), "loaded, its HW below the log end");
+    assert_eq!(b.coordinator.txns["p"].state, TransactionState::PrepareCommit, "the unreplicated decision is loaded");
+}
+
+/// The `load-waits-for-hw` proposal: the load waits until the HW reaches the log end, so nothing a clean
+/// election may lose is acted on; once broker 2 is back and caught up, the commit completes.
+#[test]
+fn the_load_waits_for_hw_proposal_loads_only_replicated_records() {
+    let config = EngineConfig { proposal: Some(Proposal::LoadWaitsForHw), ..EngineConfig::default() };
+    let mut c = prepare_commit_above_the_new_leaders_hw(config);
+    c.fire_timers_until(c.now_ms + 10_000);
+    assert_eq!(c.broker_mut(1).unwrap().coordinator_loaded_at, None, "still loading: the HW cannot move below min.isr");
+    assert!(c.start_broker(2), "broker 2 comes back");
+    assert!(c.run_until_quiet(), "the cluster settles");
+    let b = c.broker_mut(1).unwrap();
+    assert_eq!(b.coordinator_loaded_at, Some(1), "loaded once broker 2 replicated the log");
+    assert_eq!(b.coordinator.txns["p"].state, TransactionState::CompleteCommit, "the replicated commit completed");
+    assert_eq!(committed_values(&mut c), vec!["a"], "the resent marker committed the record");
 }
 
 /// `UnifiedLogTest#testZombieCoordinatorFenced`, across a failover: the first commit's WriteTxnMarkers
