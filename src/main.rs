@@ -87,7 +87,7 @@ struct SweepCmd {
     /// Run the profile's workload against a real Kafka-protocol cluster through librdkafka instead (topics
     /// and transactional ids `txnsim-<run>-s<seed>-*` are created there; `--jobs` seeds at once, default 1);
     /// README "Your own cluster".
-    #[arg(long, value_name = "kafka://HOST:PORT[,HOST:PORT...]", conflicts_with_all = ["mutation", "save"])]
+    #[arg(long, value_name = "kafka://HOST:PORT[,HOST:PORT...]", conflicts_with_all = ["mutation", "proposal", "save"])]
     target: Option<String>,
     /// With --target: save every seed's history and the logs read back to this file, for `check-history`.
     #[arg(long, value_name = "FILE", requires = "target")]

@@ -170,6 +170,7 @@ fn the_replay_page_embeds_the_replays_steps() {
         seed: None,
         profile: txnsim_sim::Profile::Standard,
         mutation: None,
+        proposal: None,
         json: None,
         html: None,
     };

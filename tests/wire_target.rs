@@ -214,4 +214,12 @@ fn a_bad_target_or_history_file_is_one_line_and_exit_2() {
         let lines: Vec<&str> = err.lines().filter(|l| !l.starts_with("sweep: ")).collect();
         assert!(lines.len() == 1 && lines[0].starts_with("error: ") && lines[0].contains(want), "{args:?}: {err}");
     }
+    // A real cluster runs Kafka's own code: neither a mutation nor a proposal can be switched on there.
+    for flag in [["--mutation", "no-dedup"], ["--proposal", "load-waits-for-hw"]] {
+        let args = [&["sweep", "--target", "kafka://127.0.0.1:1"][..], &flag[..]].concat();
+        let out: Output = Command::new(env!("CARGO_BIN_EXE_txnsim")).args(&args).output().expect("run txnsim");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(&format!("'{} <", flag[0])) && err.contains("cannot be used with"), "{args:?}: {err}");
+    }
 }

@@ -15,7 +15,7 @@ use std::fs::File;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use txnsim_engine::Mutation;
+use txnsim_engine::{Mutation, Proposal};
 use txnsim_properties::History;
 
 /// The `format` field of `sweep --json` (schemas/sweep.schema.json).
@@ -34,6 +34,13 @@ pub fn parse_mutation(s: &str) -> Result<Mutation, String> {
     Mutation::from_name(s).ok_or_else(|| {
         let names: Vec<&str> = Mutation::ALL.iter().map(|m| m.name()).collect();
         format!("unknown mutation '{s}'; known: {}", names.join(", "))
+    })
+}
+
+pub fn parse_proposal(s: &str) -> Result<Proposal, String> {
+    Proposal::from_name(s).ok_or_else(|| {
+        let names: Vec<&str> = Proposal::ALL.iter().map(|p| p.name()).collect();
+        format!("unknown proposal '{s}'; known: {}", names.join(", "))
     })
 }
 
@@ -72,6 +79,9 @@ pub struct SweepArgs {
     /// Run with one injected historical bug (see `txnsim mutations`).
     #[arg(long, value_parser = parse_mutation)]
     pub mutation: Option<Mutation>,
+    /// Run with a fix Kafka has not made (load-waits-for-hw: docs/sim-output.md).
+    #[arg(long, value_parser = parse_proposal)]
+    pub proposal: Option<Proposal>,
     /// Parallel workers, 1 to 1024 (default: the number of cores).
     #[arg(long, value_parser = parse_jobs)]
     pub jobs: Option<usize>,
@@ -97,7 +107,7 @@ pub struct SweepArgs {
 #[command(group(ArgGroup::new("what").required(true).args(["seed", "file"])))]
 pub struct ReplayArgs {
     /// A saved seed file (seeds/*.toml): replays its seed, profile and mutation.
-    #[arg(conflicts_with_all = ["seed", "profile", "mutation"])]
+    #[arg(conflicts_with_all = ["seed", "profile", "mutation", "proposal"])]
     pub file: Option<PathBuf>,
     /// The seed to replay.
     #[arg(long)]
@@ -108,6 +118,9 @@ pub struct ReplayArgs {
     /// Run with one injected historical bug (see `txnsim mutations`).
     #[arg(long, value_parser = parse_mutation)]
     pub mutation: Option<Mutation>,
+    /// Run with a fix Kafka has not made (load-waits-for-hw: docs/sim-output.md).
+    #[arg(long, value_parser = parse_proposal)]
+    pub proposal: Option<Proposal>,
     /// Also write the run (events, verdict, history) as JSON, format txnsim-replay/v2, to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -231,6 +244,7 @@ pub struct SweepJson<'a> {
     exit_code: u8,
     profile: &'static str,
     mutation: Option<&'static str>,
+    proposal: Option<&'static str>,
     from: u64,
     seeds: u64,
     jobs: usize,
@@ -261,6 +275,7 @@ pub fn sweep_json(r: &SweepResult) -> SweepJson<'_> {
         exit_code,
         profile: s.profile.name(),
         mutation: s.mutation.map(|m| m.name()),
+        proposal: s.proposal.map(|p| p.name()),
         from: s.from,
         seeds: s.seeds,
         jobs: s.jobs,
@@ -278,7 +293,7 @@ pub fn sweep_json(r: &SweepResult) -> SweepJson<'_> {
                 swarm: &f.swarm,
                 found: &f.found,
                 lost_load: f.lost_load.as_deref(),
-                replay: RunSpec::new(f.seed, s.profile, s.mutation).replay_command(),
+                replay: s.run_spec(f.seed).replay_command(),
             })
             .collect(),
     }
@@ -294,6 +309,7 @@ pub fn sweep_spec(args: &SweepArgs) -> Result<SweepSpec, String> {
         seeds: args.seeds,
         profile: args.profile,
         mutation: args.mutation,
+        proposal: args.proposal,
         jobs: args.jobs.unwrap_or_else(default_jobs),
         keep_failures: args.keep_failures.max(args.show_failures),
     })
@@ -360,6 +376,7 @@ pub struct ReplayJson<'a> {
     pub seed: u64,
     pub profile: &'a str,
     pub mutation: Option<&'a str>,
+    pub proposal: Option<&'a str>,
     pub swarm: &'a str,
     pub replay: String,
     pub legend: Legend,
@@ -379,6 +396,7 @@ impl<'a> ReplayJson<'a> {
             seed: report.seed,
             profile: &report.profile,
             mutation: report.mutation.as_deref(),
+            proposal: report.proposal.as_deref(),
             swarm: &report.swarm,
             replay: spec.replay_command(),
             legend: Legend::of(&spec.profile.params()),
@@ -390,24 +408,24 @@ impl<'a> ReplayJson<'a> {
     }
 }
 
-/// What `args` ask to replay: a seed, or a seed file's seed, profile and mutation.
+/// What `args` ask to replay: a seed, or a seed file's seed, profile, mutation and proposal.
 pub fn replay_spec(args: &ReplayArgs) -> Result<RunSpec, String> {
-    let (seed, profile, mutation) = match (&args.file, args.seed) {
-        (Some(path), _) => {
-            let file = seeds::load_file(path)?;
-            (file.seed, file.profile()?, file.mutation()?)
-        }
-        (None, Some(seed)) => (seed, args.profile, args.mutation),
+    let spec = match (&args.file, args.seed) {
+        (Some(path), _) => seeds::load_file(path)?.run_spec()?,
+        (None, Some(seed)) => RunSpec { proposal: args.proposal, ..RunSpec::new(seed, args.profile, args.mutation) },
         (None, None) => return Err("give --seed S or a seed file".into()),
     };
-    Ok(RunSpec { seed, profile, mutation, trace: true, keep_history: args.json.is_some() })
+    Ok(RunSpec { trace: true, keep_history: args.json.is_some(), ..spec })
 }
 
 /// The replay as printed: header, legend, timeline, stats and verdict.
 pub fn replay_lines(spec: &RunSpec, report: &RunReport) -> Vec<String> {
     let mutation = spec.mutation.map(|m| m.name()).unwrap_or("none");
-    let mut out =
-        vec![format!("replay seed {} profile {} mutation {mutation}: {}", report.seed, report.profile, report.swarm)];
+    let proposal = spec.proposal.map(|p| format!(" proposal {}", p.name())).unwrap_or_default();
+    let mut out = vec![format!(
+        "replay seed {} profile {} mutation {mutation}{proposal}: {}",
+        report.seed, report.profile, report.swarm
+    )];
     out.push("nodes:".into());
     out.extend(Legend::of(&spec.profile.params()).lines());
     out.push("columns: simulated time, node, event; broker lines end with LEO/HW/LSO per partition".into());

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, Once};
 use txnsim_engine::controller::NO_LEADER;
 use txnsim_engine::coordinator::{DecisionCause, MARKER_RETRY_MS};
 use txnsim_engine::{
-    read_to_end, Broker, EngineConfig, IsolationLevel, Mutation, Mutations, Offset, PartitionLog, TimeMs,
+    read_to_end, Broker, EngineConfig, IsolationLevel, Mutation, Mutations, Offset, PartitionLog, Proposal, TimeMs,
     TopicPartition, TransactionResult,
 };
 use txnsim_properties::{
@@ -31,6 +31,8 @@ pub struct RunSpec {
     pub seed: u64,
     pub profile: Profile,
     pub mutation: Option<Mutation>,
+    /// A fix Kafka has not made, switched on (`--proposal`).
+    pub proposal: Option<Proposal>,
     /// Keep the one-line-per-event timeline (replay, determinism test).
     pub trace: bool,
     /// Keep the history in the report (replay --json).
@@ -39,7 +41,7 @@ pub struct RunSpec {
 
 impl RunSpec {
     pub fn new(seed: u64, profile: Profile, mutation: Option<Mutation>) -> Self {
-        RunSpec { seed, profile, mutation, trace: false, keep_history: false }
+        RunSpec { seed, profile, mutation, proposal: None, trace: false, keep_history: false }
     }
 
     /// The command that replays this run, as it runs when pasted at the repository root.
@@ -47,6 +49,9 @@ impl RunSpec {
         let mut cmd = format!("cargo run --release -- replay --seed {} --profile {}", self.seed, self.profile.name());
         if let Some(m) = self.mutation {
             cmd.push_str(&format!(" --mutation {}", m.name()));
+        }
+        if let Some(p) = self.proposal {
+            cmd.push_str(&format!(" --proposal {}", p.name()));
         }
         cmd
     }
@@ -58,6 +63,7 @@ pub struct RunReport {
     pub seed: u64,
     pub profile: String,
     pub mutation: Option<String>,
+    pub proposal: Option<String>,
     /// The fault mix and version the seed drew.
     pub swarm: String,
     /// Violated invariants (first witness of each), or `engine-panic`.
@@ -150,6 +156,7 @@ pub fn run_seed(spec: &RunSpec) -> RunReport {
             seed: spec.seed,
             profile: spec.profile.name().to_string(),
             mutation: spec.mutation.map(|m| m.name().to_string()),
+            proposal: spec.proposal.map(|p| p.name().to_string()),
             swarm: String::new(),
             found: vec![Found {
                 invariant: ENGINE_PANIC.into(),
@@ -166,8 +173,8 @@ pub fn run_seed(spec: &RunSpec) -> RunReport {
     }
 }
 
-fn engine_config(profile: Profile, swarm: &Swarm, mutation: Option<Mutation>) -> EngineConfig {
-    let p = profile.params();
+fn engine_config(spec: &RunSpec, swarm: &Swarm) -> EngineConfig {
+    let p = spec.profile.params();
     EngineConfig {
         transaction_version: swarm.transaction_version,
         transaction_timeout_ms: p.txn_timeout_ms,
@@ -175,7 +182,8 @@ fn engine_config(profile: Profile, swarm: &Swarm, mutation: Option<Mutation>) ->
         request_timeout_ms: p.request_timeout_ms,
         retry_backoff_ms: p.retry_backoff_ms,
         delivery_timeout_ms: p.delivery_timeouts * p.request_timeout_ms,
-        mutations: mutation.map(Mutations::one).unwrap_or_default(),
+        mutations: spec.mutation.map(Mutations::one).unwrap_or_default(),
+        proposal: spec.proposal,
         replica_lag_time_max_ms: swarm.replica_lag_time_max_ms,
         // Kafka's defaults have the socket timeout equal to the lag bound, 60 times the fetch wait; the
         // sim's lag bound is squeezed to a few fetch waits, so an idle long-poll gets the wait on top.
@@ -192,7 +200,7 @@ fn run_on_this_thread(spec: &RunSpec) -> (RunReport, usize) {
     let params = spec.profile.params();
     let mut rng = SimRng::new(spec.seed);
     let swarm = Swarm::draw(&params, &mut rng);
-    let config = engine_config(spec.profile, &swarm, spec.mutation);
+    let config = engine_config(spec, &swarm);
     let swarm_text = swarm.describe();
     let rt = Runtime::with_seed_and_config(spec.seed, madsim::Config::default());
     let trace = spec.trace;
@@ -213,6 +221,7 @@ fn run_on_this_thread(spec: &RunSpec) -> (RunReport, usize) {
             seed: spec.seed,
             profile: spec.profile.name().to_string(),
             mutation: spec.mutation.map(|m| m.name().to_string()),
+            proposal: spec.proposal.map(|p| p.name().to_string()),
             swarm: swarm_text,
             found: w.found.clone(),
             stats: w.stats.clone(),

@@ -6,7 +6,7 @@ use crate::profile::Profile;
 use crate::run::{run_seed, RunReport, RunSpec};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use txnsim_engine::Mutation;
+use txnsim_engine::{Mutation, Proposal};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SeedFile {
@@ -15,6 +15,9 @@ pub struct SeedFile {
     /// The mutation this seed catches; absent for a plain regression seed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mutation: Option<String>,
+    /// The fix Kafka has not made that the seed ran with (`--proposal`); absent for Kafka's behaviour.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proposal: Option<String>,
     pub note: String,
     /// The invariant it violated when found; with the mutation on, a run must still violate it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -32,6 +35,18 @@ impl SeedFile {
             None => Ok(None),
             Some(m) => Mutation::from_name(m).map(Some).ok_or_else(|| format!("unknown mutation '{m}'")),
         }
+    }
+
+    pub fn proposal(&self) -> Result<Option<Proposal>, String> {
+        match &self.proposal {
+            None => Ok(None),
+            Some(p) => Proposal::from_name(p).map(Some).ok_or_else(|| format!("unknown proposal '{p}'")),
+        }
+    }
+
+    /// The run this file replays (its mutation on).
+    pub fn run_spec(&self) -> Result<RunSpec, String> {
+        Ok(RunSpec { proposal: self.proposal()?, ..RunSpec::new(self.seed, self.profile()?, self.mutation()?) })
     }
 }
 
@@ -55,7 +70,7 @@ pub fn load_file(path: &Path) -> Result<SeedFile, String> {
         format!("{}: not a seed file: {msg}", path.display())
     })?;
     seed.profile().map_err(|e| format!("{}: {e}", path.display()))?;
-    seed.mutation().map_err(|e| format!("{}: {e}", path.display()))?;
+    seed.run_spec().map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(seed)
 }
 
@@ -66,10 +81,13 @@ pub fn save(dir: &Path, report: &RunReport) -> Result<PathBuf, String> {
         seed: report.seed,
         profile: report.profile.clone(),
         mutation: report.mutation.clone(),
+        proposal: report.proposal.clone(),
         note: format!("{}: {}", first.invariant, first.witness),
         invariant: Some(first.invariant.clone()),
     };
-    let name = format!("{}-{}-{}.toml", report.mutation.as_deref().unwrap_or("engine"), report.profile, report.seed);
+    let proposal = report.proposal.as_ref().map(|p| format!("+{p}")).unwrap_or_default();
+    let name =
+        format!("{}{proposal}-{}-{}.toml", report.mutation.as_deref().unwrap_or("engine"), report.profile, report.seed);
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let path = dir.join(name);
     let text = toml::to_string(&seed).map_err(|e| e.to_string())?;
@@ -79,20 +97,19 @@ pub fn save(dir: &Path, report: &RunReport) -> Result<PathBuf, String> {
 
 /// What replaying a seed file found: `Ok(())`, or why it is broken or stale.
 pub fn check(seed: &SeedFile) -> Result<(), String> {
-    let profile = seed.profile()?;
-    let mutation = seed.mutation()?;
-    let clean = run_seed(&RunSpec::new(seed.seed, profile, None));
+    let spec = seed.run_spec()?;
+    let clean_spec = RunSpec { mutation: None, ..spec.clone() };
+    let clean = run_seed(&clean_spec);
     if !clean.passed() {
         let f = &clean.found[0];
         return Err(format!(
             "fails on the engine without a mutation: {}: {} (replay: {})",
             f.invariant,
             f.witness,
-            RunSpec::new(seed.seed, profile, None).replay_command()
+            clean_spec.replay_command()
         ));
     }
-    let Some(m) = mutation else { return Ok(()) };
-    let spec = RunSpec::new(seed.seed, profile, Some(m));
+    let Some(m) = spec.mutation else { return Ok(()) };
     let mutated = run_seed(&spec);
     if mutated.passed() {
         return Err(format!(

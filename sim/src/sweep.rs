@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use txnsim_engine::Mutation;
+use txnsim_engine::{Mutation, Proposal};
 
 #[derive(Clone, Debug)]
 pub struct SweepSpec {
@@ -15,6 +15,7 @@ pub struct SweepSpec {
     pub seeds: u64,
     pub profile: Profile,
     pub mutation: Option<Mutation>,
+    pub proposal: Option<Proposal>,
     pub jobs: usize,
     /// How many failing runs (the lowest seeds) to keep in full; the counts cover every seed.
     pub keep_failures: usize,
@@ -23,7 +24,12 @@ pub struct SweepSpec {
 impl SweepSpec {
     /// A sweep of `seeds` seeds from `from`, keeping the first ten failures.
     pub fn new(from: u64, seeds: u64, profile: Profile, mutation: Option<Mutation>, jobs: usize) -> Self {
-        SweepSpec { from, seeds, profile, mutation, jobs, keep_failures: 10 }
+        SweepSpec { from, seeds, profile, mutation, proposal: None, jobs, keep_failures: 10 }
+    }
+
+    /// One seed of this sweep.
+    pub fn run_spec(&self, seed: u64) -> RunSpec {
+        RunSpec { proposal: self.proposal, ..RunSpec::new(seed, self.profile, self.mutation) }
     }
 }
 
@@ -106,7 +112,7 @@ pub fn run_sweep(spec: &SweepSpec, mut progress: impl FnMut(u64, u64)) -> SweepR
                 if i >= spec.seeds {
                     break;
                 }
-                let report = run_seed(&RunSpec::new(spec.from + i, spec.profile, spec.mutation));
+                let report = run_seed(&spec.run_spec(spec.from + i));
                 if !report.passed() {
                     failed.fetch_add(1, Ordering::Relaxed);
                 }
@@ -206,7 +212,10 @@ pub fn fault_lines(counts: &BTreeMap<String, u64>) -> Vec<String> {
 pub fn summary_lines(r: &SweepResult, max_failures: usize) -> Vec<String> {
     let s = &r.spec;
     let t = &r.totals;
-    let mutation = s.mutation.map(|m| format!("mutation {}", m.name())).unwrap_or_else(|| "no mutation".into());
+    let mut mutation = s.mutation.map(|m| format!("mutation {}", m.name())).unwrap_or_else(|| "no mutation".into());
+    if let Some(p) = s.proposal {
+        mutation.push_str(&format!(", proposal {}", p.name()));
+    }
     let wall_s = r.wall.as_secs_f64();
     let ratio = t.sim_ms as f64 / 1000.0 / wall_s.max(1e-9);
     let mut out = vec![
@@ -254,7 +263,7 @@ pub fn summary_lines(r: &SweepResult, max_failures: usize) -> Vec<String> {
         }
     }
     for f in r.failures.iter().take(max_failures) {
-        let spec = RunSpec::new(f.seed, s.profile, s.mutation);
+        let spec = s.run_spec(f.seed);
         out.push(format!("FAIL seed {} ({})", f.seed, f.swarm));
         for v in &f.found {
             out.push(format!("  {}: {}", v.invariant, v.witness));

@@ -5,7 +5,7 @@
 use clap::Parser;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use txnsim_engine::Mutation;
+use txnsim_engine::{Mutation, Proposal};
 use txnsim_sim::cli::{self, ReplayArgs, ReplayJson, SweepArgs};
 use txnsim_sim::sweep::{run_sweep, summary_lines, SweepSpec};
 use txnsim_sim::trace::render;
@@ -91,6 +91,22 @@ fn a_saved_seed_file_replays_by_path_with_its_own_profile_and_mutation() {
 }
 
 #[test]
+fn a_seed_file_with_a_proposal_replays_with_it_and_an_unknown_one_is_refused() {
+    let path = temp_path("proposal.toml");
+    std::fs::write(&path, "seed = 209523\nprofile = \"standard\"\nproposal = \"load-waits-for-hw\"\nnote = \"x\"\n")
+        .expect("write");
+    let spec = cli::replay_spec(&replay_args(&["replay", &path.to_string_lossy()])).expect("valid");
+    assert_eq!((spec.seed, spec.proposal), (209_523, Some(Proposal::LoadWaitsForHw)), "the file's proposal is on");
+    std::fs::write(&path, "seed = 1\nprofile = \"standard\"\nproposal = \"nope\"\nnote = \"x\"\n").expect("write");
+    let e = cli::replay_spec(&replay_args(&["replay", &path.to_string_lossy()])).expect_err("unknown proposal");
+    std::fs::remove_file(&path).ok();
+    assert!(!e.contains('\n') && e.ends_with("unknown proposal 'nope'"), "one line naming the value: {e}");
+    assert!(parse(&["sweep", "--proposal", "nope"]).is_err(), "an unknown --proposal is refused by the parser");
+    let args = replay_args(&["replay", "--seed", "3", "--proposal", "load-waits-for-hw"]);
+    assert_eq!(cli::replay_spec(&args).expect("valid").proposal, Some(Proposal::LoadWaitsForHw));
+}
+
+#[test]
 fn a_missing_or_malformed_seed_file_is_one_line_of_bad_input() {
     let missing = cli::replay_spec(&replay_args(&["replay", "seeds/no-such-file.toml"])).expect_err("missing file");
     assert!(missing.contains("no-such-file.toml"), "{missing}");
@@ -148,6 +164,22 @@ fn validate(file: &str, value: &serde_json::Value) {
     assert!(errors.is_empty(), "output does not match {file}:\n{}", errors.join("\n"));
 }
 
+/// A schema that names fewer profiles or proposals than the CLI takes would reject honest output.
+#[test]
+fn the_schemas_name_every_profile_and_proposal() {
+    let profiles: Vec<&str> = Profile::ALL.iter().map(|p| p.name()).collect();
+    for file in ["sweep.schema.json", "replay.schema.json", "target-sweep.schema.json", "target-history.schema.json"] {
+        let listed = schema(file)["properties"]["profile"]["enum"].clone();
+        assert_eq!(listed, serde_json::json!(profiles), "{file}'s profile enum");
+    }
+    let mut proposals: Vec<serde_json::Value> = Proposal::ALL.iter().map(|p| p.name().into()).collect();
+    proposals.push(serde_json::Value::Null);
+    for file in ["sweep.schema.json", "replay.schema.json"] {
+        let listed = schema(file)["properties"]["proposal"]["enum"].clone();
+        assert_eq!(listed, serde_json::Value::Array(proposals.clone()), "{file}'s proposal enum");
+    }
+}
+
 #[test]
 fn sweep_json_matches_its_schema_and_counts_every_failure() {
     let path = temp_path("sweep.json");
@@ -190,11 +222,9 @@ fn sweep_json_matches_its_schema_and_counts_every_failure() {
 #[test]
 fn replay_json_matches_its_schema_with_structured_events_and_a_verdict() {
     let spec = RunSpec {
-        seed: 1,
-        profile: Profile::Standard,
-        mutation: Some(Mutation::SkipAbortedIndexOnFetch),
         trace: true,
         keep_history: true,
+        ..RunSpec::new(1, Profile::Standard, Some(Mutation::SkipAbortedIndexOnFetch))
     };
     let report = run_seed(&spec);
     let value = serde_json::to_value(ReplayJson::of(&spec, &report)).expect("serializes");
@@ -212,11 +242,9 @@ fn replay_json_matches_its_schema_with_structured_events_and_a_verdict() {
 #[test]
 fn the_replay_reads_as_text_a_person_can_follow() {
     let spec = RunSpec {
-        seed: 1,
-        profile: Profile::Standard,
-        mutation: Some(Mutation::SkipAbortedIndexOnFetch),
         trace: true,
         keep_history: false,
+        ..RunSpec::new(1, Profile::Standard, Some(Mutation::SkipAbortedIndexOnFetch))
     };
     let report = run_seed(&spec);
     let lines = cli::replay_lines(&spec, &report);

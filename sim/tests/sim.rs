@@ -3,7 +3,7 @@
 //! same bytes.
 
 use std::path::Path;
-use txnsim_engine::Mutation;
+use txnsim_engine::{Mutation, Proposal};
 use txnsim_sim::seeds;
 use txnsim_sim::sweep::{run_sweep, summary_lines, SweepSpec};
 use txnsim_sim::trace::render;
@@ -158,6 +158,25 @@ fn a_hanging_transaction_names_the_load_of_records_the_next_coordinator_lacked()
     assert!(passing.passed() && passing.lost_load.is_none(), "standard seed 7 passes with no lost load");
 }
 
+/// The same seed with the `load-waits-for-hw` proposal: no coordinator loads above its HW, none loses a
+/// load, and the seed passes. The replay command it prints carries the proposal.
+#[test]
+fn the_load_waits_for_hw_proposal_passes_the_hanging_seed() {
+    let spec = SweepSpec {
+        proposal: Some(Proposal::LoadWaitsForHw),
+        ..SweepSpec::new(209_523, 1, Profile::Standard, None, 1)
+    };
+    let r = run_sweep(&spec, |_, _| {});
+    assert!(r.passed(), "seed 209523 should pass with the proposal:\n{}", summary_lines(&r, 1).join("\n"));
+    assert_eq!((r.totals.loads_above_hw, r.totals.lost_loads), (0, 0), "no load reads past its HW");
+    assert!(r.totals.coordinator_moves > 0, "the coordinator still moved");
+    assert_eq!(
+        spec.run_spec(209_523).replay_command(),
+        "cargo run --release -- replay --seed 209523 --profile standard --proposal load-waits-for-hw"
+    );
+    assert!(summary_lines(&r, 1)[0].contains("no mutation, proposal load-waits-for-hw"), "the summary names it");
+}
+
 #[test]
 fn a_seed_replays_to_the_same_bytes() {
     let cases = [
@@ -167,7 +186,7 @@ fn a_seed_replays_to_the_same_bytes() {
         (1, Profile::Standard, Some(Mutation::SkipAbortedIndexOnFetch)),
     ];
     for (seed, profile, mutation) in cases {
-        let spec = RunSpec { seed, profile, mutation, trace: true, keep_history: true };
+        let spec = RunSpec { trace: true, keep_history: true, ..RunSpec::new(seed, profile, mutation) };
         let a = run_seed(&spec);
         let b = run_seed(&spec);
         assert!(a.events.len() > 50, "seed {seed}: a trace of {} events is too short to mean much", a.events.len());
@@ -176,10 +195,8 @@ fn a_seed_replays_to_the_same_bytes() {
         assert_eq!(bytes(&a), bytes(&b), "seed {seed} {profile}: reports differ");
     }
     // And a different seed is a different run.
-    let a =
-        run_seed(&RunSpec { seed: 7, profile: Profile::Standard, mutation: None, trace: true, keep_history: false });
-    let c =
-        run_seed(&RunSpec { seed: 8, profile: Profile::Standard, mutation: None, trace: true, keep_history: false });
+    let a = run_seed(&RunSpec { trace: true, ..RunSpec::new(7, Profile::Standard, None) });
+    let c = run_seed(&RunSpec { trace: true, ..RunSpec::new(8, Profile::Standard, None) });
     assert_ne!(render(&a.events), render(&c.events));
 }
 
