@@ -69,7 +69,6 @@ pub fn load_file(path: &Path) -> Result<SeedFile, String> {
         let msg = e.message().lines().next().unwrap_or("invalid").to_string();
         format!("{}: not a seed file: {msg}", path.display())
     })?;
-    seed.profile().map_err(|e| format!("{}: {e}", path.display()))?;
     seed.run_spec().map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(seed)
 }
