@@ -349,6 +349,26 @@ fn a_cluster_the_engine_cannot_host_is_an_input_error() {
 }
 
 #[test]
+fn a_topic_too_large_to_build_is_an_input_error() {
+    // Once accepted: 2^32 - 1 partitions, each built up front, ran out of time and memory.
+    let text = r#"{"format": "txnsim-scenario/v1", "scenarios": [{"name": "s", "layer": "producer", "topics": {"t": 4294967295}, "ops": []}]}"#;
+    assert_input_error(text, &["field 'topics.t'", "4294967295 partitions", "1..=1024"]);
+}
+
+#[test]
+fn a_fetched_batch_whose_next_offset_is_no_int64_is_an_input_error() {
+    // Once a panic: the filter computes the batch's next offset, last_offset + 1.
+    let text = format!(
+        r#"{{"format": "txnsim-scenario/v1", "scenarios": [{{"name": "s", "layer": "consumer_fetch", "ops": [{{"op": "deliver_fetch", "isolation": "read_committed", "partition": 0, "fetch_offset": 0, "high_watermark": 1, "last_stable_offset": 1, "batches": [{{"base_offset": 0, "last_offset": {}, "transactional": false, "records": [[0, "a"]]}}], "aborted_transactions": [], "expect": {{"values": ["a"], "offsets": [0], "end_position": 1}}}}]}}]}}"#,
+        u64::MAX
+    );
+    assert_input_error(
+        &text,
+        &["op 0", "field 'batches[0].last_offset'", "18446744073709551615 is not below 9223372036854775807"],
+    );
+}
+
+#[test]
 fn a_bad_offset_in_the_final_expectation_names_its_path_under_expect() {
     // Found by `scenario_fuzz`: the scenario's own `expect` named the field as an `expect` op would.
     let text = r#"{"format": "txnsim-scenario/v1", "scenarios": [{"name": "s", "layer": "network", "ops": [

@@ -17,6 +17,7 @@ use serde_path_to_error::Segment;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
+use txnsim_engine::metadata::MAX_PARTITIONS_PER_TOPIC;
 use txnsim_engine::{KafkaError, Topology, TransactionVersion};
 
 /// Bad input: the file, scenario, op and field it is about, and what is wrong. Exit code 2.
@@ -507,8 +508,13 @@ fn check_topology(sc: &Scenario) -> Result<(), ScenarioError> {
 /// Checks what can be checked before running: layers, topics, producer lifecycles, error names.
 fn validate(sc: &Scenario) -> Result<(), ScenarioError> {
     for (t, n) in &sc.topics {
-        if *n == 0 {
-            return Err(sc.error(None, "topics", format!("topic '{t}' has no partitions")));
+        // The same bound as `txnsim serve --partitions`: a scenario's cluster is built whole, up front.
+        if !(1..=MAX_PARTITIONS_PER_TOPIC).contains(n) {
+            return Err(sc.error(
+                None,
+                &format!("topics.{t}"),
+                format!("topic '{t}' has {n} partitions; a topic has 1..={MAX_PARTITIONS_PER_TOPIC}"),
+            ));
         }
     }
     let check_partition = |i: Option<usize>, topic: Option<&str>, partition: u32| -> Result<(), ScenarioError> {
@@ -611,6 +617,14 @@ fn validate(sc: &Scenario) -> Result<(), ScenarioError> {
             Op::DeliverFetch { batches, .. } => {
                 for (b, batch) in batches.iter().enumerate() {
                     let field = format!("batches[{b}]");
+                    // Kafka's offsets are int64, and a batch's next offset must be one too.
+                    if batch.last_offset >= i64::MAX as u64 {
+                        return Err(sc.error(
+                            at,
+                            &format!("{field}.last_offset"),
+                            format!("{} is not below {}, so its next offset is no int64", batch.last_offset, i64::MAX),
+                        ));
+                    }
                     if batch.last_offset < batch.base_offset {
                         return Err(sc.error(at, &field, "last_offset is below base_offset"));
                     }

@@ -532,17 +532,17 @@ impl Runner<'_> {
                 }
                 Ok(result.map(|o| format!("log start offset {o}")).unwrap_or_else(error_name))
             }
+            // The partition only names the fetch: the filter reads the response alone.
             Op::DeliverFetch {
                 isolation,
-                partition,
                 fetch_offset,
                 high_watermark,
                 last_stable_offset,
                 batches,
                 aborted_transactions,
                 expect,
+                ..
             } => {
-                let tp = TopicPartition::new("t", *partition);
                 let data = FetchPartitionData {
                     high_watermark: *high_watermark,
                     last_stable_offset: *last_stable_offset,
@@ -556,7 +556,6 @@ impl Runner<'_> {
                     ),
                 };
                 let fetched = filter_fetch(isolation_level(*isolation), *fetch_offset, &data, self.mutations());
-                let _ = tp;
                 let values: Vec<String> = fetched.records.iter().map(|r| r.1.clone()).collect();
                 let offsets: Vec<u64> = fetched.records.iter().map(|r| r.0).collect();
                 self.check_read(Some(i), op.name(), "expect", expect, &values, &offsets, fetched.next_fetch_offset)?;
