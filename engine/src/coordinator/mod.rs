@@ -6,6 +6,7 @@ mod transaction_metadata;
 pub use transaction_metadata::{bumped, is_epoch_exhausted, TransactionMetadata, TransactionState, TxnTransition};
 
 use crate::config::EngineConfig;
+use crate::controller::MAX_BROKERS;
 use crate::error::KafkaError;
 use crate::mutation::Mutation;
 use crate::protocol::Timer;
@@ -36,7 +37,8 @@ pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
 /// `transaction.state.log.replication.factor` (default 3), capped by the broker count.
 pub const TRANSACTION_STATE_LOG_REPLICATION_FACTOR: u32 = 3;
 /// KIP-730 hands each broker blocks of producer ids from the controller; here broker `b`'s ids start at
-/// `FIRST_PRODUCER_ID + b * PRODUCER_ID_BLOCK_STRIDE`, so coordinators on different brokers never share one.
+/// `FIRST_PRODUCER_ID + b * PRODUCER_ID_BLOCK_STRIDE` and its next block `MAX_BROKERS` strides further on,
+/// so coordinators on different brokers never share one.
 pub const PRODUCER_ID_BLOCK_STRIDE: ProducerId = 1_000_000;
 
 /// The `__transaction_state` partition every transactional id maps to (`partitionFor`).
@@ -300,7 +302,11 @@ impl TransactionCoordinator {
     /// a transactional id far into its life (at a high epoch, say). Ids handed out later are above it.
     pub fn load_transaction(&mut self, meta: TransactionMetadata) {
         assert!(meta.pending_state.is_none(), "{}: a loaded record has no pending transition", meta.transactional_id);
-        self.next_producer_id = self.next_producer_id.max(meta.producer_id + 1);
+        // An id of this broker's current block was handed out already, so later ones go above it; an id of
+        // another block never meets this one's (KIP-730 blocks are disjoint).
+        if (self.next_producer_id..self.producer_id_block_end).contains(&meta.producer_id) {
+            self.next_producer_id = meta.producer_id + 1;
+        }
         self.txns.insert(meta.transactional_id.clone(), meta);
     }
 
@@ -354,9 +360,15 @@ impl TransactionCoordinator {
     }
 
     fn allocate_producer_id(&mut self) -> ProducerId {
+        if self.next_producer_id == self.producer_id_block_end {
+            // The block ran out: the controller grants this broker its next one (`ProducerIdManager`). Blocks
+            // go round the brokers, so broker b's k-th block starts (b + k * MAX_BROKERS) strides up.
+            self.next_producer_id += (MAX_BROKERS as ProducerId - 1) * PRODUCER_ID_BLOCK_STRIDE;
+            self.producer_id_block_end = self.next_producer_id + PRODUCER_ID_BLOCK_STRIDE;
+        }
         let id = self.next_producer_id;
         self.next_producer_id += 1;
-        assert!(id < self.producer_id_block_end, "a broker's producer id block ran out at {id}");
+        assert!(id < self.producer_id_block_end, "an id {id} outside the broker's block");
         id
     }
 
