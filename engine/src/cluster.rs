@@ -337,7 +337,7 @@ impl Cluster {
     }
 
     /// Every message in flight, oldest first: the network scenario layer picks one by API and endpoints.
-    pub fn in_flight(&self) -> impl Iterator<Item = &Envelope> {
+    pub fn in_flight(&self) -> impl ExactSizeIterator<Item = &Envelope> {
         self.network.iter()
     }
 

@@ -711,6 +711,13 @@ impl<'a> NetworkRunner<'a> {
 
     /// Collects every producer's completed calls and loses answers to broken connections.
     fn settle(&mut self) {
+        self.settle_from(0);
+    }
+
+    /// `settle`, judging against clogs and dead links only the messages in flight from index `judged` on:
+    /// those before it were judged already, and clogs and dead links change only between ops. Timers and
+    /// deliveries only append to the network, so a long `advance_time` or `run` stays linear in what it sends.
+    fn settle_from(&mut self, judged: usize) {
         let now = self.cluster.now_ms;
         for (name, p) in self.cluster.producers.iter_mut() {
             for c in p.take_completions() {
@@ -735,6 +742,7 @@ impl<'a> NetworkRunner<'a> {
                 .cluster
                 .in_flight()
                 .enumerate()
+                .skip(judged)
                 .filter(|(_, e)| self.clogs.iter().any(|c| c.matches(e)))
                 .map(|(i, _)| i)
                 .collect();
@@ -748,6 +756,7 @@ impl<'a> NetworkRunner<'a> {
                 .cluster
                 .in_flight()
                 .enumerate()
+                .skip(judged)
                 .filter(|(_, e)| !e.message.is_request() && self.dead.contains(&(e.to.clone(), e.correlation_id)))
                 .map(|(i, _)| i)
                 .collect();
@@ -981,20 +990,23 @@ impl<'a> NetworkRunner<'a> {
             NetOp::AdvanceTime(t) => {
                 // Settled timer by timer: a call a timer completes is recorded at that timer's instant.
                 let until = now + t.ms;
+                self.settle();
+                let mut judged = self.cluster.in_flight().len();
                 while self.cluster.next_timer_due_ms().is_some_and(|due| due <= until) {
                     self.cluster.fire_next_timer();
-                    self.settle();
+                    self.settle_from(judged);
+                    judged = self.cluster.in_flight().len();
                 }
                 self.cluster.fire_timers_until(until);
             }
             NetOp::Run => {
                 // Each delivery answers or forwards; a cluster with nothing held goes quiet well inside this.
+                let mut judged = 0;
                 for _ in 0..txnsim_engine::cluster::MAX_STEPS_PER_RUN {
-                    self.settle();
-                    if self.cluster.in_flight().next().is_none() {
-                        break;
-                    }
-                    let env = self.cluster.remove_in_flight(0).expect("checked above");
+                    self.settle_from(judged);
+                    judged = self.cluster.in_flight().len();
+                    let Some(env) = self.cluster.remove_in_flight(0) else { break };
+                    judged -= 1;
                     self.cluster.deliver_message(env);
                 }
             }
