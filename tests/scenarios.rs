@@ -369,6 +369,12 @@ fn a_fetched_batch_whose_next_offset_is_no_int64_is_an_input_error() {
 }
 
 #[test]
+fn a_wait_longer_than_kafkas_longest_timeout_is_an_input_error() {
+    let text = r#"{"format": "txnsim-scenario/v1", "scenarios": [{"name": "s", "layer": "network", "ops": [{"op": "advance_time", "ms": 4294967296}]}]}"#;
+    assert_input_error(text, &["op 0", "field 'ms'", "4294967296 is above 2147483647"]);
+}
+
+#[test]
 fn a_bad_offset_in_the_final_expectation_names_its_path_under_expect() {
     // Found by `scenario_fuzz`: the scenario's own `expect` named the field as an `expect` op would.
     let text = r#"{"format": "txnsim-scenario/v1", "scenarios": [{"name": "s", "layer": "network", "ops": [

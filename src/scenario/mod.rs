@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use txnsim_engine::metadata::MAX_PARTITIONS_PER_TOPIC;
-use txnsim_engine::{KafkaError, Topology, TransactionVersion};
+use txnsim_engine::{KafkaError, TimeMs, Topology, TransactionVersion};
 
 /// Bad input: the file, scenario, op and field it is about, and what is wrong. Exit code 2.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -426,6 +426,15 @@ fn build_network(
         match &op {
             network::NetOp::CrashBroker(b) => check_broker_fault(&sc, i, b.broker, true, &mut down)?,
             network::NetOp::StartBroker(b) => check_broker_fault(&sc, i, b.broker, false, &mut down)?,
+            // Kafka's timeouts are int32 milliseconds: a longer wait reaches no timer a shorter one misses,
+            // and while it lasts every resend stays in flight.
+            network::NetOp::AdvanceTime(t) if t.ms > i32::MAX as TimeMs => {
+                return Err(sc.error(
+                    Some(i),
+                    "ms",
+                    format!("{} is above {}, Kafka's longest timeout", t.ms, i32::MAX),
+                ));
+            }
             _ => {}
         }
         script.ops.push(op);
