@@ -351,8 +351,12 @@ fn a_cluster_the_engine_cannot_host_is_an_input_error() {
 #[test]
 fn a_topic_too_large_to_build_is_an_input_error() {
     // Once accepted: 2^32 - 1 partitions, each built up front, ran out of time and memory.
-    let text = r#"{"format": "txnsim-scenario/v1", "scenarios": [{"name": "s", "layer": "producer", "topics": {"t": 4294967295}, "ops": []}]}"#;
-    assert_input_error(text, &["field 'topics.t'", "4294967295 partitions", "1..=1024"]);
+    for layer in ["producer", "log", "network"] {
+        let text = format!(
+            r#"{{"format": "txnsim-scenario/v1", "scenarios": [{{"name": "s", "layer": "{layer}", "topics": {{"t": 4294967295}}, "ops": []}}]}}"#
+        );
+        assert_input_error(&text, &["field 'topics.t'", "4294967295 partitions", "1..=1024"]);
+    }
 }
 
 #[test]

@@ -489,9 +489,20 @@ fn check_error_name(sc: &Scenario, i: Option<usize>, field: &str, name: Option<&
     }
 }
 
-/// Replication runs where clients do (the producer and network layers), on brokers the cluster can host;
+/// Every layer's cluster can be built: topics of 1..=1024 partitions, brokers the engine can host.
+/// Replication runs where clients do (the producer and network layers);
 /// a hand-moved HW stands for a follower outside the engine, so it needs partitions hosted alone.
 fn check_topology(sc: &Scenario) -> Result<(), ScenarioError> {
+    for (t, n) in &sc.topics {
+        // The same bound as `txnsim serve --partitions`: a scenario's cluster is built whole, up front.
+        if !(1..=MAX_PARTITIONS_PER_TOPIC).contains(n) {
+            return Err(sc.error(
+                None,
+                &format!("topics.{t}"),
+                format!("topic '{t}' has {n} partitions; a topic has 1..={MAX_PARTITIONS_PER_TOPIC}"),
+            ));
+        }
+    }
     let t = &sc.topology;
     let field = if t.replication_factor == 0 {
         "replication_factor"
@@ -516,16 +527,6 @@ fn check_topology(sc: &Scenario) -> Result<(), ScenarioError> {
 
 /// Checks what can be checked before running: layers, topics, producer lifecycles, error names.
 fn validate(sc: &Scenario) -> Result<(), ScenarioError> {
-    for (t, n) in &sc.topics {
-        // The same bound as `txnsim serve --partitions`: a scenario's cluster is built whole, up front.
-        if !(1..=MAX_PARTITIONS_PER_TOPIC).contains(n) {
-            return Err(sc.error(
-                None,
-                &format!("topics.{t}"),
-                format!("topic '{t}' has {n} partitions; a topic has 1..={MAX_PARTITIONS_PER_TOPIC}"),
-            ));
-        }
-    }
     let check_partition = |i: Option<usize>, topic: Option<&str>, partition: u32| -> Result<(), ScenarioError> {
         let topic = topic.unwrap_or("t");
         match sc.topics.get(topic) {
