@@ -718,6 +718,12 @@ impl ReplicaManager {
         }
     }
 
+    /// Whether this follower still waits for its fetch `correlation_id` of `tp`: one it gave up on
+    /// (`replica.socket.timeout.ms`) went with the connection `NetworkClient` closed.
+    pub fn awaits_fetch(&self, tp: &TopicPartition, correlation_id: u64) -> bool {
+        self.partitions.get(tp).and_then(|p| p.fetch_in_flight).is_some_and(|(id, _)| id == correlation_id)
+    }
+
     fn send_fetch(&mut self, tp: &TopicPartition, ctx: &mut ReplicaCtx<'_>) {
         let id = self.next_id();
         let p = self.partitions.get_mut(tp).expect("a followed partition");

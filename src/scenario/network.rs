@@ -767,6 +767,20 @@ impl<'a> NetworkRunner<'a> {
         }
     }
 
+    /// A live follower's fetch it gave up on: lost with the connection its socket timeout closed
+    /// (`NetworkClient.handleTimedOutRequests`), so the leader never answers it with its log's tail.
+    fn abandoned_fetch(&self, env: &Envelope) -> bool {
+        let (NodeId::Broker(f), Message::ReplicaFetchRequest { partition, .. }) = (&env.from, &env.message) else {
+            return false;
+        };
+        !self.cluster.down.contains(f)
+            && self
+                .cluster
+                .brokers()
+                .find(|b| b.id == env.from)
+                .is_some_and(|b| !b.replica_manager.awaits_fetch(partition, env.correlation_id))
+    }
+
     fn producer(&mut self, name: &str) -> &mut Producer {
         self.cluster.producers.get_mut(name).expect("validated: init_producer came first")
     }
@@ -1007,7 +1021,9 @@ impl<'a> NetworkRunner<'a> {
                     judged = self.cluster.in_flight().len();
                     let Some(env) = self.cluster.remove_in_flight(0) else { break };
                     judged -= 1;
-                    self.cluster.deliver_message(env);
+                    if !self.abandoned_fetch(&env) {
+                        self.cluster.deliver_message(env);
+                    }
                 }
             }
             NetOp::RestartBroker => {
