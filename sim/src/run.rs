@@ -249,7 +249,8 @@ fn run_on_this_thread(spec: &RunSpec) -> (RunReport, usize) {
 /// freed, and with it its clone of the world: about 275 KB a seed, until a long sweep ran out of memory.
 fn release_tasks(rt: &Runtime, shared: &Shared) {
     let ids: Vec<madsim::task::NodeId> = {
-        let w = lock(shared);
+        let mut w = lock(shared);
+        w.runtime = None;
         w.nodes.values().filter_map(|n| n.id).chain(w.wire_node).collect()
     };
     // Killing wakes each task; the runtime drops a killed node's tasks as it dequeues them, before this

@@ -220,6 +220,12 @@ pub struct World {
     pub swarm: Swarm,
     pub config: EngineConfig,
     pub rng: SimRng,
+    /// The runtime's clock, read directly: `Instant::now` reaches it through madsim's `clock_gettime`
+    /// hook, which looks up the runtime and clones its handle on every call.
+    clock: madsim::time::TimeHandle,
+    /// The runtime, kept while the run lasts (`Handle::current` clones it from a thread-local on every
+    /// call). `release_tasks` drops it: the runtime's tasks hold the world, so keeping it would leak both.
+    pub runtime: Option<Handle>,
     pub start: Instant,
     pub nodes: BTreeMap<String, NodeSlot>,
     /// Every broker by id; `coordinator_broker` names the transaction coordinator's.
@@ -388,12 +394,15 @@ impl World {
             consumers.insert(c.name.clone(), ConsumerSlot { consumer, seeks: c.seeks, polls: BTreeMap::new() });
         }
         let initial_events = history.events.len();
+        let clock = madsim::time::TimeHandle::current();
         let mut world = World {
             params,
             swarm,
             config,
             rng,
-            start: Instant::now(),
+            start: clock.now_instant(),
+            clock,
+            runtime: Some(Handle::current()),
             nodes,
             brokers,
             controller,
@@ -450,8 +459,12 @@ impl World {
         self.paused.remove(name)
     }
 
+    fn runtime(&self) -> &Handle {
+        self.runtime.as_ref().expect("the run has not released its tasks")
+    }
+
     pub fn now_ms(&self) -> u64 {
-        (Instant::now() - self.start).as_millis() as u64
+        (self.clock.now_instant() - self.start).as_millis() as u64
     }
 
     // ---------------------------------------------------------------- trace
@@ -463,7 +476,7 @@ impl World {
     /// A trace event with fields; `event` runs only when tracing.
     pub fn trace_with(&mut self, node: &str, kind: &'static str, event: impl FnOnce() -> (String, Value)) {
         let Some(trace) = self.trace.as_mut() else { return };
-        let time_us = (Instant::now() - self.start).as_micros() as u64;
+        let time_us = (self.clock.now_instant() - self.start).as_micros() as u64;
         let (text, fields) = event();
         trace.push(TraceEvent { time_us, node: node.to_string(), kind, text, fields });
     }
@@ -537,11 +550,8 @@ impl World {
     fn refresh_summary(&mut self, id: u32) {
         let m = &self.config.mutations;
         let b = &self.brokers[&id];
-        let claims: Vec<Option<(u32, i32)>> = self
-            .partitions
-            .iter()
-            .map(|tp| b.replica_manager.partitions.get(tp).map(|p| (p.leader, p.leader_epoch)))
-            .collect();
+        let claims =
+            self.partitions.iter().map(|tp| b.replica_manager.partitions.get(tp).map(|p| (p.leader, p.leader_epoch)));
         let logs = self.partitions.iter().map(|tp| {
             let log = b.partitions.get(tp)?;
             let aborted = log.aborted_index().count() as u64;
@@ -566,10 +576,12 @@ impl World {
         let summary = self.summaries.entry(id).or_default();
         summary.logs.clear();
         summary.logs.extend(logs);
-        if summary.claims == claims && self.view.len() == self.partitions.len() {
+        // Compared in place: claims change only with leadership.
+        if summary.claims.iter().copied().eq(claims.clone()) && self.view.len() == self.partitions.len() {
             return;
         }
-        summary.claims = claims;
+        summary.claims.clear();
+        summary.claims.extend(claims);
         // As `scan_view_broker` picks: the leader named at the newest leader epoch any broker knows.
         self.view.clear();
         for i in 0..self.partitions.len() {
@@ -726,8 +738,8 @@ impl World {
     /// After a broker step: a log end that moved back is a truncation (checked at once), then the state
     /// checks, and a wake-up for the broker's next replication deadline.
     fn after_broker_step(&mut self, shared: &Shared, id: u32, ends_before: &[Offset]) {
-        let ends = self.log_ends(id);
-        let truncated = ends.iter().zip(ends_before).filter(|(a, b)| a < b).count() as u64;
+        let ends = self.brokers[&id].partitions.values().map(|l| l.log_end_offset());
+        let truncated = ends.zip(ends_before).filter(|(a, b)| a < *b).count() as u64;
         if truncated > 0 {
             self.stats.truncations += truncated;
             self.check_replicas();
@@ -816,7 +828,7 @@ impl World {
             return;
         }
         let slot = &self.nodes[broker_key(id).as_ref()];
-        let Some(handle) = slot.id.and_then(|n| Handle::current().get_node(n)) else { return };
+        let Some(handle) = slot.id.and_then(|n| self.runtime().get_node(n)) else { return };
         let incarnation = slot.incarnation;
         let at = self.start + Duration::from_millis(due);
         let shared = shared.clone();
@@ -826,7 +838,7 @@ impl World {
                 let mut w = lock(&shared);
                 w.on_replication_due(&shared, id, incarnation, due)
             };
-            send_all(&shared, out).await;
+            Box::pin(send_all(&shared, out)).await;
         });
     }
 
@@ -844,9 +856,9 @@ impl World {
             return Vec::new();
         }
         let ends = self.log_ends(id);
-        let before = self.trace.is_some().then(|| self.fingerprint());
+        let before = self.trace.is_some().then(|| self.fingerprint().collect::<Vec<u64>>());
         let effects = self.step_broker(id, |b| b.tick_replication(now));
-        let idle = effects.sends.is_empty() && before.is_some_and(|fp| fp == self.fingerprint());
+        let idle = effects.sends.is_empty() && before.is_some_and(|fp| self.fingerprint().eq(fp));
         let kind = if idle { IDLE_TIMER } else { "timer" };
         self.trace_broker(id, kind, || ("replication deadline".to_string(), Value::Null));
         self.after_broker_step(shared, id, &ends);
@@ -972,23 +984,20 @@ impl World {
     /// A cheap summary of everything the state invariants read: unchanged means nothing to re-check.
     /// Per leader log its LEO, HW, LSO and aborted-index length, then the coordinator's epoch, decisions
     /// (all, completed), pending completions, transitions and partitions; read from `summaries`.
-    fn fingerprint(&self) -> Vec<u64> {
-        let mut fp = Vec::with_capacity(self.partitions.len() * 4 + 6);
+    fn fingerprint(&self) -> impl Iterator<Item = u64> + '_ {
         // `observe_replication` ran first: `last_leaders` is current, and a leader change cleared the
         // last fingerprint.
-        for (i, (id, _)) in self.last_leaders.iter().enumerate() {
-            fp.extend(self.summaries[id].logs[i].expect("a leader hosts its log"));
-        }
-        fp.extend(self.coordinator_fp);
-        fp
+        let logs = self.last_leaders.iter().enumerate();
+        logs.flat_map(|(i, (id, _))| self.summaries[id].logs[i].expect("a leader hosts its log"))
+            .chain(self.coordinator_fp)
     }
 
     /// State invariants and LSO/HW monotonicity on the partition leaders' logs and the coordinator,
     /// after a broker step.
     pub fn check_broker(&mut self) {
         self.observe_replication();
-        let fp = self.fingerprint();
-        if fp == self.last_fingerprint {
+        // Compared in place: most steps change nothing the checks read.
+        if self.fingerprint().eq(self.last_fingerprint.iter().copied()) {
             return;
         }
         let coordinator = self.coordinator_broker();
@@ -998,7 +1007,7 @@ impl World {
             self.state = StateChecker::default();
             self.checked_coordinator.copy_from_slice(&self.coordinator_fp[..2]);
         }
-        self.last_fingerprint = fp;
+        self.last_fingerprint = self.fingerprint().collect();
         let taken = self.take_leader_logs_as_observed();
         // While the newest coordinator loads, none stands: the partitions are checked alone.
         let standing = self.controller.is_none() || self.standing_coordinator().is_some();
@@ -1129,7 +1138,7 @@ impl World {
     fn spawn_timer(&mut self, shared: &Shared, node: &str, due_ms: u64, timer: Timer) {
         let slot = &self.nodes[node];
         let Some(id) = slot.id else { return };
-        let Some(handle) = Handle::current().get_node(id) else { return };
+        let Some(handle) = self.runtime().get_node(id) else { return };
         let incarnation = slot.incarnation;
         let at = self.start + Duration::from_millis(due_ms);
         let shared = shared.clone();
@@ -1140,7 +1149,7 @@ impl World {
                 let mut w = lock(&shared);
                 w.on_timer(&shared, &node, incarnation, timer)
             };
-            send_all(&shared, out).await;
+            Box::pin(send_all(&shared, out)).await;
         });
     }
 
@@ -1311,12 +1320,12 @@ impl World {
                 return Vec::new();
             }
             let text = self.trace.is_some().then(|| format!("timer: {}", timer_name(&timer)));
-            let before = self.trace.is_some().then(|| self.fingerprint());
+            let before = self.trace.is_some().then(|| self.fingerprint().collect::<Vec<u64>>());
             let ends = self.log_ends(id);
             let loads = matches!(timer, Timer::LoadTransactionLog { .. });
             let effects = self.step_broker(id, |b| b.on_timer(now, timer));
             // A scan that sent nothing and changed nothing is noise in a long replay: it folds.
-            let idle = effects.sends.is_empty() && before.is_some_and(|fp| fp == self.fingerprint());
+            let idle = effects.sends.is_empty() && before.is_some_and(|fp| self.fingerprint().eq(fp));
             let kind = if idle { IDLE_TIMER } else { "timer" };
             self.trace_broker(id, kind, || (text.unwrap_or_default(), Value::Null));
             self.after_broker_step(shared, id, &ends);
@@ -1700,7 +1709,8 @@ impl World {
     }
 }
 
-/// Sends what a step produced, through the sender's endpoint on madsim's network.
+/// Sends what a step produced, through the sender's endpoint on madsim's network. A spawned task awaits
+/// it boxed: madsim copies a task's whole future as it spawns it, and this one is most of a timer's size.
 pub async fn send_all(shared: &Shared, out: Vec<Outgoing>) {
     for o in out {
         if o.refused {
@@ -1717,7 +1727,7 @@ pub async fn send_all(shared: &Shared, out: Vec<Outgoing>) {
             let shared = shared.clone();
             handle.spawn(async move {
                 madsim::time::sleep(delay).await;
-                send_one(&shared, &o.from, o.env, o.dst_incarnation).await;
+                Box::pin(send_one(&shared, &o.from, o.env, o.dst_incarnation)).await;
             });
             continue;
         }
@@ -1747,12 +1757,16 @@ fn disconnected(env: Envelope) -> Option<Envelope> {
 
 /// Runs `step` on the world `delay` from now on the network's host, and sends what it returns.
 fn later(shared: &Shared, delay: Duration, step: impl FnOnce(&mut World, &Shared) -> Vec<Outgoing> + Send + 'static) {
-    let Some(handle) = lock(shared).wire_node.and_then(|id| Handle::current().get_node(id)) else { return };
+    let handle = {
+        let w = lock(shared);
+        w.wire_node.and_then(|id| w.runtime().get_node(id))
+    };
+    let Some(handle) = handle else { return };
     let shared = shared.clone();
     handle.spawn(async move {
         madsim::time::sleep(delay).await;
         let out = step(&mut lock(&shared), &shared);
-        send_all(&shared, out).await;
+        Box::pin(send_all(&shared, out)).await;
     });
 }
 
