@@ -186,35 +186,74 @@ pub fn check_history(history: &History, logs: &BTreeMap<TopicPartition, Partitio
     out
 }
 
-/// `duplicate` and `inconsistent-offsets`: one offset per value, one value per offset.
-fn check_offsets_and_values(history: &History, facts: &BTreeMap<&TopicPartition, LogFacts>, out: &mut Vec<Violation>) {
-    let mut at: BTreeMap<(TopicPartition, Offset), (String, String)> = BTreeMap::new();
-    let mut claim = |tp: &TopicPartition, offset: Offset, value: &str, who: String, out: &mut Vec<Violation>| match at
-        .get(&(tp.clone(), offset))
-    {
-        Some((v, by)) if v != value => out.push(Violation::new(
-            Invariant::InconsistentOffsets,
-            format!("{tp} offset {offset}: {by} says {v:?}, {who} says {value:?}"),
-        )),
-        Some(_) => {}
-        None => {
-            at.insert((tp.clone(), offset), (value.to_string(), who));
-        }
-    };
-    for (tp, f) in facts {
-        for (o, v) in &f.values {
-            claim(tp, *o, v, "the log".into(), out);
+/// Who said which value an offset holds, named only when two disagree.
+enum Claimant<'a> {
+    Log,
+    Ack(&'a str),
+    Poll(&'a str),
+}
+
+impl std::fmt::Display for Claimant<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Claimant::Log => write!(f, "the log"),
+            Claimant::Ack(process) => write!(f, "{process}'s ack"),
+            Claimant::Poll(consumer) => write!(f, "{consumer}'s poll"),
         }
     }
-    for (process, tp, values, first, _) in history.acks() {
+}
+
+/// A consumer on a partition, as a witness names it (formatted only into a violation).
+struct Reader<'a> {
+    consumer: &'a str,
+    isolation: IsolationLevel,
+    partition: &'a TopicPartition,
+}
+
+impl std::fmt::Display for Reader<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({}) on {}", self.consumer, self.isolation.name(), self.partition)
+    }
+}
+
+/// `duplicate` and `inconsistent-offsets`: one offset per value, one value per offset.
+fn check_offsets_and_values(history: &History, facts: &BTreeMap<&TopicPartition, LogFacts>, out: &mut Vec<Violation>) {
+    type Claims<'c> = BTreeMap<(TopicPartition, Offset), (String, Claimant<'c>)>;
+    fn claim<'c>(
+        at: &mut Claims<'c>,
+        tp: &TopicPartition,
+        offset: Offset,
+        value: &str,
+        who: Claimant<'c>,
+        out: &mut Vec<Violation>,
+    ) {
+        match at.get(&(tp.clone(), offset)) {
+            Some((v, by)) if v != value => out.push(Violation::new(
+                Invariant::InconsistentOffsets,
+                format!("{tp} offset {offset}: {by} says {v:?}, {who} says {value:?}"),
+            )),
+            Some(_) => {}
+            None => {
+                at.insert((tp.clone(), offset), (value.to_string(), who));
+            }
+        }
+    }
+    let acks = history.acks();
+    let mut at = Claims::new();
+    for (tp, f) in facts {
+        for (o, v) in &f.values {
+            claim(&mut at, tp, *o, v, Claimant::Log, out);
+        }
+    }
+    for (process, tp, values, first, _) in &acks {
         for (i, v) in values.iter().enumerate() {
-            claim(&tp, first + i as u64, v, format!("{process}'s ack"), out);
+            claim(&mut at, tp, first + i as u64, v, Claimant::Ack(process), out);
         }
     }
     for e in &history.events {
         if let Event::Poll { consumer, partition, records, .. } = e {
             for (o, v) in records {
-                claim(partition, *o, v, format!("{consumer}'s poll"), out);
+                claim(&mut at, partition, *o, v, Claimant::Poll(consumer), out);
             }
         }
     }
@@ -295,7 +334,7 @@ fn check_polls(history: &History, facts: &BTreeMap<&TopicPartition, LogFacts>, o
                 ..
             } => {
                 let f = facts.get(partition).unwrap_or(&empty);
-                let who = format!("{consumer} ({}) on {partition}", isolation.name());
+                let who = Reader { consumer, isolation: *isolation, partition };
                 let hw = committed.entry(partition).or_default();
                 *hw = (*hw).max(*high_watermark);
                 let committed_hw = *hw;
@@ -349,7 +388,7 @@ fn check_polls(history: &History, facts: &BTreeMap<&TopicPartition, LogFacts>, o
 
 /// `aborted-read` and `precommitted-read` for one record a read_committed consumer delivered.
 fn check_committed_read(
-    who: &str,
+    who: &Reader,
     offset: Offset,
     value: &str,
     hw: Offset,
@@ -415,7 +454,7 @@ fn check_passed_transactions(history: &History, facts: &BTreeMap<&TopicPartition
     let empty = LogFacts::default();
     for ((consumer, tp), (isolation, start, end, got)) in finished {
         let f = facts.get(&tp).unwrap_or(&empty);
-        let who = format!("{consumer} ({}) on {tp}", isolation.name());
+        let who = Reader { consumer: &consumer, isolation, partition: &tp };
         if isolation == IsolationLevel::ReadCommitted {
             for t in f.txns.iter().filter(|t| t.outcome() == Some(TransactionResult::Commit)) {
                 let want: Vec<Offset> = t.record_offsets.iter().copied().filter(|o| *o >= start && *o < end).collect();
