@@ -1074,8 +1074,8 @@ impl World {
                 let delay = self.draw_delay(&env);
                 if let Some(d) = delay {
                     self.delays_until_ms = self.delays_until_ms.max(self.now_ms() + d.as_millis() as u64);
-                    let text = format!("FAULT hold {} to {} for {} ms", describe(&env), env.to, d.as_millis());
-                    self.trace("net", "fault", || text);
+                    let ms = d.as_millis();
+                    self.trace("net", "fault", || format!("FAULT hold {} to {} for {ms} ms", describe(&env), env.to));
                 }
                 let dst_incarnation = self.nodes.get(node_key(&env.to).as_ref()).map(|n| n.incarnation).unwrap_or(0);
                 let refused = is_broker(from)
@@ -1101,8 +1101,7 @@ impl World {
         {
             return false;
         }
-        let text = format!("FAULT lose {} to {}", describe(env), env.to);
-        self.trace("net", "fault", || text);
+        self.trace("net", "fault", || format!("FAULT lose {} to {}", describe(env), env.to));
         self.count_fault(format!("{} {}", FaultKind::LoseAnswer.name(), env.message.api_name()));
         true
     }
