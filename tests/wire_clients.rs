@@ -396,7 +396,8 @@ fn assert_commit_survives(crash: u32, lines: &str, election: &str, marker_writer
 /// exactly the two records. Broker 1 restarts and serve reports no violation throughout.
 #[test]
 fn confluent_kafka_commits_after_the_partitions_leader_crashes() {
-    let election = "PartitionChange crash-demo/0 leader 2 epoch 1 isr [2, 0] from controller";
+    // One metadata delta: broker 1 leaves both ISRs, and crash-demo/0 gets a new leader.
+    let election = "PartitionChange __transaction_state/0 leader 0 epoch 0 isr [0, 2]; crash-demo/0 leader 2 epoch 1 isr [2, 0] from controller";
     assert_commit_survives(1, BROKER_CRASH_LINES, election, "broker-2");
 }
 
@@ -407,6 +408,6 @@ fn confluent_kafka_commits_after_the_partitions_leader_crashes() {
 #[test]
 fn confluent_kafka_commits_after_the_coordinators_broker_crashes() {
     let lines = BROKER_CRASH_LINES.replace("crash-demo/0: 2", "crash-demo/0: 1");
-    let election = "PartitionChange __transaction_state/0 leader 1 epoch 1 isr [1, 2] from controller";
+    let election = "PartitionChange __transaction_state/0 leader 1 epoch 1 isr [1, 2]; crash-demo/0 leader 1 epoch 0 isr [1, 2] from controller";
     assert_commit_survives(0, &lines, election, "broker-1");
 }

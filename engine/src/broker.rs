@@ -628,16 +628,16 @@ impl Broker {
                 self.complete_verification(now_ms, corr, result, &mut effects);
                 None
             }
-            Message::ReplicaFetchRequest { partition, fetch_offset, current_leader_epoch, last_fetched_epoch } => {
+            Message::ReplicaFetchRequest { partitions } => {
                 let NodeId::Broker(follower) = reply_to else { unreachable!("only brokers fetch as replicas") };
                 self.replicate(now_ms, &mut effects, |rm, ctx| {
-                    let (epoch, last) = (current_leader_epoch, last_fetched_epoch);
-                    rm.handle_follower_fetch(follower, corr, partition, fetch_offset, epoch, last, ctx)
+                    rm.handle_follower_fetch(follower, corr, partitions, ctx)
                 });
                 None
             }
-            Message::ReplicaFetchResponse { partition, result, .. } => {
-                self.replicate(now_ms, &mut effects, |rm, ctx| rm.handle_fetch_response(corr, &partition, result, ctx));
+            Message::ReplicaFetchResponse { partitions } => {
+                let NodeId::Broker(leader) = reply_to else { unreachable!("only brokers answer replica fetches") };
+                self.replicate(now_ms, &mut effects, |rm, ctx| rm.handle_fetch_response(corr, leader, partitions, ctx));
                 None
             }
             Message::Metadata(MetadataMessage::AlterPartitionResponse { partition, result }) => {
@@ -646,18 +646,18 @@ impl Broker {
                 });
                 None
             }
-            Message::Metadata(MetadataMessage::PartitionChangeRecord { partition, registration }) => {
+            Message::Metadata(MetadataMessage::PartitionChanges { changes }) => {
                 let NodeId::Broker(me) = self.id else { unreachable!("a broker's id is a broker id") };
-                if registration.replicas.contains(&me) && !self.partitions.contains_key(&partition) {
-                    // A partition created at run time: this broker hosts one of its replicas from now on.
-                    self.partitions.insert(partition.clone(), PartitionLog::new());
-                    self.replicate(now_ms, &mut effects, |rm, ctx| rm.add_partition(&partition, &registration, ctx));
+                for (tp, reg) in &changes {
+                    if reg.replicas.contains(&me) && !self.partitions.contains_key(tp) {
+                        // A partition created at run time: this broker hosts one of its replicas from now on.
+                        self.partitions.insert(tp.clone(), PartitionLog::new());
+                    }
                 }
-                self.replicate(now_ms, &mut effects, |rm, ctx| {
-                    rm.apply_partition_change(&partition, &registration, ctx)
-                });
-                let coordinator_log = partition == transaction_state_partition();
-                self.metadata_image.insert(partition, registration);
+                self.replicate(now_ms, &mut effects, |rm, ctx| rm.apply_delta(&changes, ctx));
+                let coordinator_log = changes.iter().any(|(tp, _)| *tp == transaction_state_partition());
+                self.metadata_image.extend(changes);
+                // After the whole delta, so that a new coordinator's first markers go to its new leaders.
                 if coordinator_log {
                     self.take_coordinator_role(now_ms, &mut effects);
                 }

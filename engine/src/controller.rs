@@ -4,7 +4,7 @@
 //! leader, leader epoch, ISR, partition epoch), commits the ISR changes leaders ask for with
 //! AlterPartition (KIP-497; `ReplicationControlManager.alterPartition`), and elects a new leader when a
 //! broker is fenced (`handleBrokerFenced`) or comes back to a partition left without one
-//! (`handleBrokerUnfenced`), telling every live broker with a `PartitionChangeRecord`. It is one node with
+//! (`handleBrokerUnfenced`), telling every live broker each event's records as one metadata delta. It is one node with
 //! its own id, not a quorum, and it never fails.
 
 use crate::config::EngineConfig;
@@ -35,13 +35,6 @@ pub fn leader_name(leader: u32) -> String {
     } else {
         leader.to_string()
     }
-}
-
-/// A broker applies a metadata delta whole (`BrokerMetadataPublisher`), so a coordinator elected by it
-/// sends its first markers to the delta's new leaders; the changes go out one by one here, so the
-/// `__transaction_state` one goes last.
-fn coordinator_log_last(tps: &mut [TopicPartition]) {
-    tps.sort_by_key(|tp| tp.topic == TRANSACTION_STATE_TOPIC);
 }
 
 /// A partition's leadership and ISR as the controller committed it (`LeaderAndIsr`).
@@ -233,6 +226,7 @@ impl Controller {
     ) -> Vec<(String, Result<u32, KafkaError>)> {
         let live = self.brokers - self.fenced.len() as u32;
         let mut results = Vec::new();
+        let mut created = Vec::new();
         for t in topics {
             let exists = self.partitions.keys().any(|tp| tp.topic == t.name);
             let checked = crate::metadata::check_new_topic(exists, &t, 1, self.default_replication_factor, live);
@@ -243,16 +237,14 @@ impl Controller {
                     let placed = self.partitions.keys().filter(|tp| tp.topic != TRANSACTION_STATE_TOPIC).count();
                     let replicas = self.placement.replicas(p, placed, rf, self.brokers, &self.fenced);
                     let registration = PartitionRegistration::new(replicas);
-                    self.partitions.insert(tp.clone(), registration.clone());
                     // Kafka's `PartitionRecord`; brokers apply it as the first change of a partition they lack.
-                    let record = MetadataMessage::PartitionChangeRecord { partition: tp, registration };
-                    for b in (0..self.brokers).filter(|b| !self.fenced.contains(b)) {
-                        effects.send(&self.id, &NodeId::Broker(b), 0, Message::Metadata(record.clone()));
-                    }
+                    self.partitions.insert(tp.clone(), registration);
+                    created.push(tp);
                 }
             }
             results.push((t.name, checked.map(|(n, _)| n)));
         }
+        self.publish(&created, effects);
         results
     }
 
@@ -264,17 +256,17 @@ impl Controller {
         self.fenced.insert(broker);
         let mut tps: Vec<TopicPartition> =
             self.partitions.iter().filter(|(_, r)| r.replicas.contains(&broker)).map(|(tp, _)| tp.clone()).collect();
-        coordinator_log_last(&mut tps);
-        let mut effects = Effects::default();
-        for tp in tps {
-            let reg = self.partitions.get_mut(&tp).expect("listed above");
+        tps.retain(|tp| {
+            let reg = &self.partitions[tp];
             let mut isr = reg.state.isr.clone();
             if isr.len() > 1 {
                 isr.retain(|r| *r != broker);
             }
             let leader = if reg.state.leader == broker { None } else { Some(reg.state.leader) };
-            self.change(&tp, leader, isr, &mut effects);
-        }
+            self.change(tp, leader, isr)
+        });
+        let mut effects = Effects::default();
+        self.publish(&tps, &mut effects);
         effects
     }
 
@@ -289,18 +281,18 @@ impl Controller {
             .filter(|(_, r)| r.state.leader == NO_LEADER && r.replicas.contains(&broker))
             .map(|(tp, _)| tp.clone())
             .collect();
-        coordinator_log_last(&mut tps);
+        tps.retain(|tp| {
+            let isr = self.partitions[tp].state.isr.clone();
+            self.change(tp, None, isr)
+        });
         let mut effects = Effects::default();
-        for tp in tps {
-            let isr = self.partitions[&tp].state.isr.clone();
-            self.change(&tp, None, isr, &mut effects);
-        }
+        self.publish(&tps, &mut effects);
         effects
     }
 
-    /// Commits `isr` and a leader (`Some` keeps that one; `None` elects one) if anything changed, and
-    /// tells every live broker. Returns whether it changed.
-    fn change(&mut self, tp: &TopicPartition, keep: Option<u32>, isr: Vec<u32>, effects: &mut Effects) -> bool {
+    /// Commits `isr` and a leader (`Some` keeps that one; `None` elects one) if anything changed. Returns
+    /// whether it changed.
+    fn change(&mut self, tp: &TopicPartition, keep: Option<u32>, isr: Vec<u32>) -> bool {
         let reg = &self.partitions[tp];
         let (leader, isr) = match keep {
             Some(l) => (l, isr),
@@ -316,14 +308,16 @@ impl Controller {
         reg.state.leader = leader;
         reg.state.isr = isr;
         reg.state.partition_epoch += 1;
-        self.publish(tp, effects);
         true
     }
 
-    /// Tells every live broker the partition's registration as it now stands (a PartitionChangeRecord).
-    fn publish(&self, tp: &TopicPartition, effects: &mut Effects) {
-        let record =
-            MetadataMessage::PartitionChangeRecord { partition: tp.clone(), registration: self.partitions[tp].clone() };
+    /// Tells every live broker the registrations of `tps` as they now stand, as one committed batch.
+    fn publish(&self, tps: &[TopicPartition], effects: &mut Effects) {
+        if tps.is_empty() {
+            return;
+        }
+        let changes = tps.iter().map(|tp| (tp.clone(), self.partitions[tp].clone())).collect();
+        let record = MetadataMessage::PartitionChanges { changes };
         for b in (0..self.brokers).filter(|b| !self.fenced.contains(b)) {
             effects.send(&self.id, &NodeId::Broker(b), 0, Message::Metadata(record.clone()));
         }
@@ -356,7 +350,7 @@ impl Controller {
                 if result.is_ok() && !self.mutations.has(Mutation::IsrChangeToldToLeaderOnly) {
                     // The change is a PartitionChangeRecord in the metadata log, which every broker replays
                     // (`KRaftMetadataCache`): followers' Metadata answers show the new ISR too.
-                    self.publish(&partition, &mut effects);
+                    self.publish(std::slice::from_ref(&partition), &mut effects);
                 }
                 MetadataMessage::AlterPartitionResponse { partition, result }
             }

@@ -85,11 +85,11 @@ pub enum MetadataMessage {
         partition: TopicPartition,
         result: Result<LeaderAndIsr, KafkaError>,
     },
-    /// A leader or ISR change the controller committed, as every broker learns it from the metadata log
-    /// (`PartitionChangeRecord`, applied by `ReplicaManager.applyDelta`).
-    PartitionChangeRecord {
-        partition: TopicPartition,
-        registration: PartitionRegistration,
+    /// The partitions the controller created or changed (leader, ISR) in one committed batch of the
+    /// metadata log (`PartitionRecord`, `PartitionChangeRecord`), as every broker applies it: whole, as one
+    /// `MetadataDelta` (`ReplicaManager.applyDelta`).
+    PartitionChanges {
+        changes: Vec<(TopicPartition, PartitionRegistration)>,
     },
 }
 
@@ -109,7 +109,7 @@ impl MetadataMessage {
             MetadataMessage::AlterPartitionRequest { .. } | MetadataMessage::AlterPartitionResponse { .. } => {
                 "AlterPartition"
             }
-            MetadataMessage::PartitionChangeRecord { .. } => "PartitionChange",
+            MetadataMessage::PartitionChanges { .. } => "PartitionChange",
         }
     }
 
@@ -122,7 +122,7 @@ impl MetadataMessage {
                 | MetadataMessage::EarliestOffsetRequest { .. }
                 | MetadataMessage::AlterPartitionRequest { .. }
                 // Pushed by the controller, answered by nothing.
-                | MetadataMessage::PartitionChangeRecord { .. }
+                | MetadataMessage::PartitionChanges { .. }
         )
     }
 }
@@ -180,13 +180,15 @@ impl fmt::Display for MetadataMessage {
                 Ok(s) => write!(f, "{api} resp {partition} isr {:?} partition epoch {}", s.isr, s.partition_epoch),
                 Err(e) => write!(f, "{api} resp {partition} {e}"),
             },
-            MetadataMessage::PartitionChangeRecord { partition, registration: r } => write!(
-                f,
-                "{api} {partition} leader {} epoch {} isr {:?}",
-                crate::controller::leader_name(r.state.leader),
-                r.state.leader_epoch,
-                r.state.isr
-            ),
+            MetadataMessage::PartitionChanges { changes } => {
+                write!(f, "{api}")?;
+                for (i, (partition, r)) in changes.iter().enumerate() {
+                    let leader = crate::controller::leader_name(r.state.leader);
+                    let sep = if i == 0 { " " } else { "; " };
+                    write!(f, "{sep}{partition} leader {leader} epoch {} isr {:?}", r.state.leader_epoch, r.state.isr)?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -303,7 +305,7 @@ pub fn handle(
         | MetadataMessage::EarliestOffsetResponse { .. }
         | MetadataMessage::AlterPartitionRequest { .. }
         | MetadataMessage::AlterPartitionResponse { .. }
-        | MetadataMessage::PartitionChangeRecord { .. } => return None,
+        | MetadataMessage::PartitionChanges { .. } => return None,
     };
     Some(reply)
 }

@@ -135,19 +135,14 @@ pub enum Message {
         fetch_offset: Offset,
         result: Result<FetchPartitionData, KafkaError>,
     },
-    /// A follower's fetch from its leader (Fetch v12+ with a replica id): the leader epoch it follows
-    /// (`currentLeaderEpoch`) and the epoch of the last batch it holds (`lastFetchedEpoch`), against which
-    /// the leader checks that the follower's log has not diverged from its own.
+    /// A follower's fetch from one leader (Fetch v12+ with a replica id): one request covers every
+    /// partition it follows on that broker, as `ReplicaFetcherThread` builds it.
     ReplicaFetchRequest {
-        partition: TopicPartition,
-        fetch_offset: Offset,
-        current_leader_epoch: i32,
-        last_fetched_epoch: Option<i32>,
+        partitions: Vec<ReplicaFetchPartition>,
     },
+    /// The leader's answer, one entry per partition of the request.
     ReplicaFetchResponse {
-        partition: TopicPartition,
-        fetch_offset: Offset,
-        result: Result<ReplicaFetchData, KafkaError>,
+        partitions: Vec<ReplicaFetchPartitionResponse>,
     },
     ListOffsetsRequest {
         partition: TopicPartition,
@@ -189,10 +184,15 @@ impl Message {
     pub fn disconnected_answer(&self) -> Option<Message> {
         let e = KafkaError::NetworkException;
         Some(match self {
-            Message::ReplicaFetchRequest { partition, fetch_offset, .. } => Message::ReplicaFetchResponse {
-                partition: partition.clone(),
-                fetch_offset: *fetch_offset,
-                result: Err(e),
+            Message::ReplicaFetchRequest { partitions } => Message::ReplicaFetchResponse {
+                partitions: partitions
+                    .iter()
+                    .map(|p| ReplicaFetchPartitionResponse {
+                        partition: p.partition.clone(),
+                        fetch_offset: p.fetch_offset,
+                        result: Err(e),
+                    })
+                    .collect(),
             },
             Message::WriteTxnMarkersRequest { markers } => Message::WriteTxnMarkersResponse {
                 results: markers
@@ -228,7 +228,26 @@ impl Message {
     }
 }
 
-/// A leader's answer to a follower's fetch: the data, or (with no data) where the follower's last fetched
+/// One partition of a follower's fetch (`FetchRequest.FetchPartition`): where the follower's log ends,
+/// the leader epoch it follows (`currentLeaderEpoch`) and the epoch of the last batch it holds
+/// (`lastFetchedEpoch`), against which the leader checks that the follower's log has not diverged.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ReplicaFetchPartition {
+    pub partition: TopicPartition,
+    pub fetch_offset: Offset,
+    pub current_leader_epoch: i32,
+    pub last_fetched_epoch: Option<i32>,
+}
+
+/// One partition of a leader's answer to a follower's fetch.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ReplicaFetchPartitionResponse {
+    pub partition: TopicPartition,
+    pub fetch_offset: Offset,
+    pub result: Result<ReplicaFetchData, KafkaError>,
+}
+
+/// A leader's answer to one partition of a follower's fetch: the data, or (with no data) where the follower's last fetched
 /// epoch ends in the leader's log, when the two logs diverge there (`FetchResponse.DivergingEpoch`).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ReplicaFetchData {

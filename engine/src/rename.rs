@@ -88,7 +88,11 @@ impl Rename for Message {
                 batch.rename(names);
             }
             Message::FetchResponse { result: Ok(data), .. } => data.batches.rename(names),
-            Message::ReplicaFetchResponse { result: Ok(r), .. } => r.data.batches.rename(names),
+            Message::ReplicaFetchResponse { partitions } => {
+                for r in partitions.iter_mut().filter_map(|p| p.result.as_mut().ok()) {
+                    r.data.batches.rename(names);
+                }
+            }
             Message::InitProducerIdResponse { .. }
             | Message::AddPartitionsToTxnResponse { .. }
             | Message::AddOffsetsToTxnResponse { .. }
@@ -99,7 +103,6 @@ impl Rename for Message {
             | Message::FetchRequest { .. }
             | Message::FetchResponse { result: Err(_), .. }
             | Message::ReplicaFetchRequest { .. }
-            | Message::ReplicaFetchResponse { result: Err(_), .. }
             | Message::ListOffsetsRequest { .. }
             | Message::ListOffsetsResponse { .. }
             | Message::Metadata(_)

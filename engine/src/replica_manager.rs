@@ -6,8 +6,9 @@
 //! appended, which is how Kafka's single-replica partition behaves and how the engine behaved before
 //! replication, byte for byte.
 //!
-//! Followers fetch from the leader (`ReplicaFetcherThread`): a fetch with nothing new waits at the
-//! leader until data arrives or `replica.fetch.wait.max.ms` passes, so an idle cluster sends nothing.
+//! Followers fetch from the leader (`ReplicaFetcherThread`), one fetch at a time per leader broker covering
+//! every partition followed there: a fetch with nothing new waits at the leader until data arrives for
+//! one of them or `replica.fetch.wait.max.ms` passes, so an idle cluster sends nothing.
 //! The leader records each fetch offset as that follower's LEO, moves followers into and out of the ISR
 //! through the controller (AlterPartition), and raises the HW to the least LEO of the maximal ISR
 //! (`Partition.maybeIncrementLeaderHW`). acks=all writes wait in `DelayedProduce` until the HW passes them.
@@ -19,7 +20,9 @@ use crate::error::KafkaError;
 use crate::log::{FetchPartitionData, PartitionLog};
 use crate::metadata::MetadataMessage;
 use crate::mutation::Mutation;
-use crate::protocol::{Effects, Message, NodeId, ProduceAck, ReplicaFetchData};
+use crate::protocol::{
+    Effects, Message, NodeId, ProduceAck, ReplicaFetchData, ReplicaFetchPartition, ReplicaFetchPartitionResponse,
+};
 use crate::rename::{Names, Rename};
 use crate::types::{Offset, ProducerId, TimeMs, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
@@ -77,9 +80,9 @@ pub struct Partition {
     pub remote_replicas: BTreeMap<u32, ReplicaState>,
     /// Leader only: its log end when it took this leader epoch (`leaderEpochStartOffsetOpt`).
     leader_epoch_start_offset: Option<Offset>,
-    /// Follower only: its fetch in flight to the leader (correlation id, when it is given up).
-    fetch_in_flight: Option<(u64, TimeMs)>,
-    /// Follower only: after a failed fetch, when the next one goes.
+    /// Follower only: the correlation id of its fetcher's request in flight that covers this partition.
+    fetch_in_flight: Option<u64>,
+    /// Follower only: after a failed fetch, when this partition is fetched again (`PartitionFetchState.delay`).
     fetch_backoff_until_ms: Option<TimeMs>,
     /// Follower only: the epoch of the last batch it fetched (`PartitionFetchState.lastFetchedEpoch`),
     /// sent with each fetch so the leader can tell whether the two logs diverge.
@@ -254,15 +257,13 @@ struct DelayedProduce {
     response: DelayedResponse,
 }
 
-/// `DelayedFetch`: a follower's fetch at the log end, answered when data arrives or at its max wait.
+/// `DelayedFetch`: a follower's fetch at the log end of every partition it asked for, answered when one
+/// has data, when this broker no longer leads one at the epoch asked, or at its max wait.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct DelayedFetch {
     follower: NodeId,
     correlation_id: u64,
-    partition: TopicPartition,
-    fetch_offset: Offset,
-    /// The leader epoch the follower fetched under: the answer is an error if this broker no longer leads it.
-    leader_epoch: i32,
+    partitions: Vec<ReplicaFetchPartition>,
     expires_ms: TimeMs,
 }
 
@@ -291,6 +292,9 @@ pub struct ReplicaManager {
     pub partitions: BTreeMap<TopicPartition, Partition>,
     delayed_produces: BTreeMap<u64, DelayedProduce>,
     delayed_fetches: BTreeMap<u64, DelayedFetch>,
+    /// Follower side: each leader broker's fetcher request in flight (correlation id, when it is given up),
+    /// one at a time (`ReplicaFetcherManager` with `num.replica.fetchers` 1).
+    fetchers: BTreeMap<u32, (u64, TimeMs)>,
     next_id: u64,
     /// When the `isr-expiration` task next runs (every `replica.lag.time.max.ms / 2` on a leader).
     next_isr_expiration_ms: Option<TimeMs>,
@@ -343,6 +347,34 @@ impl ReplicaManager {
         for tp in tps {
             self.take_role(&tp, ctx);
         }
+        self.maybe_fetch_all(ctx);
+    }
+
+    /// `ReplicaManager.applyDelta`: the partition changes of one metadata delta, applied whole; then the
+    /// fetchers start on every partition this broker now follows (`addFetcherForPartitions`), so a
+    /// failover's new leaders are fetched from in one request each.
+    pub fn apply_delta(&mut self, changes: &[(TopicPartition, PartitionRegistration)], ctx: &mut ReplicaCtx<'_>) {
+        for (tp, reg) in changes {
+            if reg.replicas.len() > 1 && reg.replicas.contains(&ctx.me) && !self.partitions.contains_key(tp) {
+                // A partition created at run time: it takes its role as `start` gives every partition its own.
+                self.partitions.insert(tp.clone(), Partition::new(ctx.me, tp, reg, ctx.now_ms));
+                self.take_role(tp, ctx);
+            } else {
+                self.apply_partition_change(tp, reg, ctx);
+            }
+        }
+        // `shutdownIdleFetcherThreads`: a fetcher left with no partition to follow goes, and with it the
+        // request it waited on; a later leader on that broker gets a new one, which fetches at once.
+        let partitions = &self.partitions;
+        self.fetchers.retain(|leader, _| partitions.values().any(|p| p.leader == *leader));
+        self.maybe_fetch_all(ctx);
+    }
+
+    fn maybe_fetch_all(&mut self, ctx: &mut ReplicaCtx<'_>) {
+        let leaders: BTreeSet<u32> = self.partitions.values().map(|p| p.leader).collect();
+        for leader in leaders {
+            self.maybe_fetch(leader, ctx);
+        }
     }
 
     fn take_role(&mut self, tp: &TopicPartition, ctx: &mut ReplicaCtx<'_>) {
@@ -369,20 +401,14 @@ impl ReplicaManager {
                 "{tp}: a follower's log holds data up to {} but no leader epoch",
                 log.log_end_offset()
             );
-            self.send_fetch(tp, ctx);
         }
     }
 
-    /// `ReplicaManager.applyDelta` for one partition: a committed ISR change under the same leader replaces
+    /// `applyDelta` for one partition: a committed ISR change under the same leader replaces
     /// the ISR (and any pending proposal); a new leader epoch makes this broker the leader or a follower of
     /// the new leader, with fresh replica states. Writes waiting here as the old leader fail with
     /// NOT_LEADER_OR_FOLLOWER, and follower fetches waiting here are answered so.
-    pub fn apply_partition_change(
-        &mut self,
-        tp: &TopicPartition,
-        reg: &PartitionRegistration,
-        ctx: &mut ReplicaCtx<'_>,
-    ) {
+    fn apply_partition_change(&mut self, tp: &TopicPartition, reg: &PartitionRegistration, ctx: &mut ReplicaCtx<'_>) {
         let Some(p) = self.partitions.get_mut(tp) else { return };
         if reg.state.leader_epoch < p.leader_epoch || reg.state.partition_epoch <= p.partition_epoch {
             return; // Already applied, or older than what this broker holds.
@@ -411,17 +437,7 @@ impl ReplicaManager {
         }
         *p = Partition::new(ctx.me, tp, reg, ctx.now_ms);
         self.complete_delayed_produces(ctx, false);
-        self.complete_delayed_fetches(tp, ctx, true);
-        self.take_role(tp, ctx);
-    }
-
-    /// A partition created at run time that this broker hosts with others (`applyDelta` of a new
-    /// partition): it takes its role at once, as `start` gives every partition of a new cluster its own.
-    pub fn add_partition(&mut self, tp: &TopicPartition, reg: &PartitionRegistration, ctx: &mut ReplicaCtx<'_>) {
-        if reg.replicas.len() < 2 || self.partitions.contains_key(tp) {
-            return;
-        }
-        self.partitions.insert(tp.clone(), Partition::new(ctx.me, tp, reg, ctx.now_ms));
+        self.complete_delayed_fetches(ctx, false);
         self.take_role(tp, ctx);
     }
 
@@ -451,7 +467,7 @@ impl ReplicaManager {
         if p.maybe_increment_leader_hw(log, ctx.now_ms, ctx.config) {
             self.complete_delayed_produces(ctx, false);
         }
-        self.complete_delayed_fetches(tp, ctx, false);
+        self.complete_delayed_fetches(ctx, false);
     }
 
     /// `ReplicaManager.appendRecords` with acks=all: answers now if every partition's HW already passed its
@@ -536,28 +552,38 @@ impl ReplicaManager {
         }
     }
 
-    /// Answers the follower fetches waiting on `tp` that have data now (or, with `expired`, whose max wait
-    /// passed): `DelayedFetch.tryComplete` with `replica.fetch.min.bytes` 1.
-    fn complete_delayed_fetches(&mut self, tp: &TopicPartition, ctx: &mut ReplicaCtx<'_>, expired: bool) {
-        let leader_end = ctx.logs.get(tp).map(PartitionLog::log_end_offset);
+    /// Answers the follower fetches waiting here that can complete (`DelayedFetch.tryComplete` with
+    /// `replica.fetch.min.bytes` 1): one of their partitions has data past its fetch offset or is no longer
+    /// led here at the epoch asked; with `expired`, also those whose max wait passed.
+    fn complete_delayed_fetches(&mut self, ctx: &mut ReplicaCtx<'_>, expired: bool) {
+        let leadership_checked = !ctx.config.mutations.has(Mutation::DelayedFetchIgnoresLeaderChange);
         let due: Vec<u64> = self
             .delayed_fetches
             .iter()
             .filter(|(_, f)| {
-                &f.partition == tp
-                    && (leader_end.is_none_or(|end| f.fetch_offset < end) || (expired && f.expires_ms <= ctx.now_ms))
+                (expired && f.expires_ms <= ctx.now_ms)
+                    || f.partitions.iter().any(|r| {
+                        (leadership_checked
+                            && self.check_leader_epoch(&r.partition, r.current_leader_epoch, ctx).is_err())
+                            || ctx.logs.get(&r.partition).is_some_and(|log| r.fetch_offset < log.log_end_offset())
+                    })
             })
             .map(|(id, _)| *id)
             .collect();
         for id in due {
             let f = self.delayed_fetches.remove(&id).expect("listed above");
-            let result = self
-                .check_leader_epoch(&f.partition, f.leader_epoch, ctx)
-                .and_then(|()| ctx.logs[&f.partition].read(f.fetch_offset, None, &ctx.config.mutations))
-                .map(|data| ReplicaFetchData { data, diverging_epoch: None });
-            let message =
-                Message::ReplicaFetchResponse { partition: f.partition, fetch_offset: f.fetch_offset, result };
-            ctx.send(&f.follower, f.correlation_id, message);
+            let partitions = f
+                .partitions
+                .into_iter()
+                .map(|r| {
+                    let result = self
+                        .check_leader_epoch(&r.partition, r.current_leader_epoch, ctx)
+                        .and_then(|()| ctx.logs[&r.partition].read(r.fetch_offset, None, &ctx.config.mutations))
+                        .map(|data| ReplicaFetchData { data, diverging_epoch: None });
+                    ReplicaFetchPartitionResponse { partition: r.partition, fetch_offset: r.fetch_offset, result }
+                })
+                .collect();
+            ctx.send(&f.follower, f.correlation_id, Message::ReplicaFetchResponse { partitions });
         }
     }
 
@@ -598,43 +624,49 @@ impl ReplicaManager {
         Ok(ReplicaFetchData { data, diverging_epoch: None })
     }
 
-    /// A follower's fetch at the leader (`ReplicaManager.fetchMessages` from a replica): read first (the
-    /// answer carries the HW from before this fetch), then record the fetch offset as the follower's LEO,
-    /// which may add it to the ISR and move the HW. With nothing to return, the fetch waits in purgatory.
-    #[allow(clippy::too_many_arguments)]
+    /// A follower's fetch at the leader (`ReplicaManager.fetchMessages` from a replica): read every
+    /// partition first (the answer carries the HWs from before this fetch), then record each fetch offset as
+    /// the follower's LEO, which may add it to the ISR and move the HW. With nothing to return for any
+    /// partition, the fetch waits in purgatory.
     pub fn handle_follower_fetch(
         &mut self,
         follower: u32,
         correlation_id: u64,
-        tp: TopicPartition,
-        fetch_offset: Offset,
-        leader_epoch: i32,
-        last_fetched_epoch: Option<i32>,
+        partitions: Vec<ReplicaFetchPartition>,
         ctx: &mut ReplicaCtx<'_>,
     ) {
         let from = NodeId::Broker(follower);
-        let known = self.partitions.get(&tp).is_some_and(|p| p.remote_replicas.contains_key(&follower));
-        let result = if known {
-            self.read_for_follower(&tp, fetch_offset, leader_epoch, last_fetched_epoch, ctx)
-        } else {
-            Err(KafkaError::NotLeaderOrFollower)
-        };
-        let data_now = match &result {
-            Ok(r) => !r.data.batches.is_empty() || r.diverging_epoch.is_some(),
-            Err(_) => true,
-        };
-        // A diverging follower's fetch offset is not its LEO on this log: its state is not updated.
-        if result.as_ref().is_ok_and(|r| r.diverging_epoch.is_none()) {
-            self.update_follower_fetch_state(&tp, follower, fetch_offset, ctx);
+        let results: Vec<ReplicaFetchPartitionResponse> = partitions
+            .iter()
+            .map(|r| {
+                let known =
+                    self.partitions.get(&r.partition).is_some_and(|p| p.remote_replicas.contains_key(&follower));
+                let result = if known {
+                    let (epoch, last) = (r.current_leader_epoch, r.last_fetched_epoch);
+                    self.read_for_follower(&r.partition, r.fetch_offset, epoch, last, ctx)
+                } else {
+                    Err(KafkaError::NotLeaderOrFollower)
+                };
+                ReplicaFetchPartitionResponse { partition: r.partition.clone(), fetch_offset: r.fetch_offset, result }
+            })
+            .collect();
+        let mut data_now = false;
+        for r in &results {
+            match &r.result {
+                // A diverging follower's fetch offset is not its LEO on this log: its state is not updated.
+                Ok(d) if d.diverging_epoch.is_none() => {
+                    data_now |= !d.data.batches.is_empty();
+                    self.update_follower_fetch_state(&r.partition, follower, r.fetch_offset, ctx);
+                }
+                Ok(_) | Err(_) => data_now = true,
+            }
         }
         if data_now {
-            let message = Message::ReplicaFetchResponse { partition: tp, fetch_offset, result };
-            ctx.send(&from, correlation_id, message);
+            ctx.send(&from, correlation_id, Message::ReplicaFetchResponse { partitions: results });
         } else {
             let id = self.next_id();
             let expires_ms = ctx.now_ms + ctx.config.replica_fetch_wait_max_ms;
-            let delayed =
-                DelayedFetch { follower: from, correlation_id, partition: tp, fetch_offset, leader_epoch, expires_ms };
+            let delayed = DelayedFetch { follower: from, correlation_id, partitions, expires_ms };
             self.delayed_fetches.insert(id, delayed);
         }
     }
@@ -718,103 +750,137 @@ impl ReplicaManager {
         }
     }
 
-    /// Whether this follower still waits for its fetch `correlation_id` of `tp`: one it gave up on
+    /// Whether this follower still waits for its fetch `correlation_id` from `leader`: one it gave up on
     /// (`replica.socket.timeout.ms`) went with the connection `NetworkClient` closed.
-    pub fn awaits_fetch(&self, tp: &TopicPartition, correlation_id: u64) -> bool {
-        self.partitions.get(tp).and_then(|p| p.fetch_in_flight).is_some_and(|(id, _)| id == correlation_id)
+    pub fn awaits_fetch(&self, leader: u32, correlation_id: u64) -> bool {
+        self.fetchers.get(&leader).is_some_and(|(id, _)| *id == correlation_id)
     }
 
-    fn send_fetch(&mut self, tp: &TopicPartition, ctx: &mut ReplicaCtx<'_>) {
+    /// Whether `p` is this broker's follower of `leader`'s partition and ready to fetch from it now
+    /// (`PartitionFetchState.isReadyForFetch`): not in a fetch already and not delayed after an error.
+    fn ready_to_fetch(p: &Partition, leader: u32, now_ms: TimeMs) -> bool {
+        p.leader == leader && p.fetch_in_flight.is_none() && p.fetch_backoff_until_ms.is_none_or(|t| t <= now_ms)
+    }
+
+    /// `AbstractFetcherThread.maybeFetch`: unless `leader`'s fetcher already waits for an answer, one
+    /// request for every partition ready to fetch from it.
+    fn maybe_fetch(&mut self, leader: u32, ctx: &mut ReplicaCtx<'_>) {
+        if leader == ctx.me || leader == NO_LEADER || self.fetchers.contains_key(&leader) {
+            return;
+        }
+        let now = ctx.now_ms;
+        if !self.partitions.values().any(|p| Self::ready_to_fetch(p, leader, now)) {
+            return;
+        }
         let id = self.next_id();
-        let p = self.partitions.get_mut(tp).expect("a followed partition");
-        p.fetch_in_flight = Some((id, ctx.now_ms + ctx.config.replica_socket_timeout_ms));
-        p.fetch_backoff_until_ms = None;
-        let leader = NodeId::Broker(p.leader);
-        let fetch_offset = ctx.logs.get(tp).expect("a hosted partition has a log").log_end_offset();
-        let message = Message::ReplicaFetchRequest {
-            partition: tp.clone(),
-            fetch_offset,
-            current_leader_epoch: p.leader_epoch,
-            last_fetched_epoch: p.last_fetched_epoch,
-        };
-        ctx.send(&leader, id, message);
+        let mut partitions = Vec::new();
+        for (tp, p) in self.partitions.iter_mut().filter(|(_, p)| Self::ready_to_fetch(p, leader, now)) {
+            p.fetch_in_flight = Some(id);
+            p.fetch_backoff_until_ms = None;
+            partitions.push(ReplicaFetchPartition {
+                partition: tp.clone(),
+                fetch_offset: ctx.logs.get(tp).expect("a hosted partition has a log").log_end_offset(),
+                current_leader_epoch: p.leader_epoch,
+                last_fetched_epoch: p.last_fetched_epoch,
+            });
+        }
+        self.fetchers.insert(leader, (id, now + ctx.config.replica_socket_timeout_ms));
+        ctx.send(&NodeId::Broker(leader), id, Message::ReplicaFetchRequest { partitions });
     }
 
-    /// The leader's answer to this follower's fetch (`ReplicaFetcherThread.processPartitionData`): append
-    /// its batches, take the leader's HW (capped by this log's end), fetch again; after an error, fetch
-    /// again once `replica.fetch.backoff.ms` has passed.
+    /// The partitions of `leader`'s fetch `id` leave it; with `failed`, each is fetched again only after
+    /// `replica.fetch.backoff.ms` (`AbstractFetcherThread.handlePartitionsWithErrors`).
+    fn end_fetch(&mut self, id: u64, failed: bool, now_ms: TimeMs, backoff_ms: TimeMs) -> BTreeSet<TopicPartition> {
+        let mut asked = BTreeSet::new();
+        for (tp, p) in self.partitions.iter_mut().filter(|(_, p)| p.fetch_in_flight == Some(id)) {
+            p.fetch_in_flight = None;
+            if failed {
+                p.fetch_backoff_until_ms = Some(now_ms + backoff_ms);
+            }
+            asked.insert(tp.clone());
+        }
+        asked
+    }
+
+    /// The leader's answer to this follower's fetch (`AbstractFetcherThread.processFetchRequest`): for each
+    /// partition still in that fetch, `processPartitionData` appends its batches and takes the leader's HW
+    /// (capped by this log's end), or truncates to the diverging epoch; a partition with an error is
+    /// delayed by `replica.fetch.backoff.ms`. Then the fetcher fetches again.
     pub fn handle_fetch_response(
         &mut self,
         correlation_id: u64,
-        tp: &TopicPartition,
-        result: Result<ReplicaFetchData, KafkaError>,
+        leader: u32,
+        partitions: Vec<ReplicaFetchPartitionResponse>,
         ctx: &mut ReplicaCtx<'_>,
     ) {
-        let Some(p) = self.partitions.get_mut(tp) else { return };
-        if p.leader == ctx.me || p.fetch_in_flight.map(|(id, _)| id) != Some(correlation_id) {
+        if !self.awaits_fetch(leader, correlation_id) {
             return; // Not the fetch this follower waits for (a duplicate, or one it gave up).
         }
-        p.fetch_in_flight = None;
-        let Ok(ReplicaFetchData { data, diverging_epoch }) = result else {
-            p.fetch_backoff_until_ms = Some(ctx.now_ms + ctx.config.replica_fetch_backoff_ms);
-            return;
-        };
-        let log = ctx.logs.get_mut(tp).expect("a hosted partition has a log");
-        let mutations = &ctx.config.mutations;
-        if let Some(diverging) = diverging_epoch {
-            let offset = if mutations.has(Mutation::TruncateToOwnLeo) {
-                log.log_end_offset()
-            } else {
-                truncation_offset(log, diverging)
+        self.fetchers.remove(&leader);
+        // A partition whose leader changed meanwhile has left the fetch: its part of the answer is stale.
+        let asked = self.end_fetch(correlation_id, false, ctx.now_ms, ctx.config.replica_fetch_backoff_ms);
+        for r in partitions.into_iter().filter(|r| asked.contains(&r.partition)) {
+            let p = self.partitions.get_mut(&r.partition).expect("in the fetch");
+            let Ok(ReplicaFetchData { data, diverging_epoch }) = r.result else {
+                p.fetch_backoff_until_ms = Some(ctx.now_ms + ctx.config.replica_fetch_backoff_ms);
+                continue;
             };
-            log.truncate_to(offset, ctx.now_ms, mutations);
-            // The bug takes its own log end for the reconciled point and fetches on without the check.
-            p.last_fetched_epoch =
-                if mutations.has(Mutation::TruncateToOwnLeo) { None } else { log.leader_epoch_cache.latest_epoch() };
-        } else {
-            for batch in &data.batches {
-                if batch.base_offset >= log.log_end_offset() {
-                    log.append_as_follower(batch, ctx.now_ms, mutations);
-                    p.last_fetched_epoch = Some(batch.partition_leader_epoch);
+            let log = ctx.logs.get_mut(&r.partition).expect("a hosted partition has a log");
+            let mutations = &ctx.config.mutations;
+            if let Some(diverging) = diverging_epoch {
+                let offset = if mutations.has(Mutation::TruncateToOwnLeo) {
+                    log.log_end_offset()
+                } else {
+                    truncation_offset(log, diverging)
+                };
+                log.truncate_to(offset, ctx.now_ms, mutations);
+                // The bug takes its own log end for the reconciled point and fetches on without the check.
+                p.last_fetched_epoch = if mutations.has(Mutation::TruncateToOwnLeo) {
+                    None
+                } else {
+                    log.leader_epoch_cache.latest_epoch()
+                };
+            } else {
+                for batch in &data.batches {
+                    if batch.base_offset >= log.log_end_offset() {
+                        log.append_as_follower(batch, ctx.now_ms, mutations);
+                        p.last_fetched_epoch = Some(batch.partition_leader_epoch);
+                    }
                 }
+                log.update_high_watermark(data.high_watermark, mutations);
             }
-            log.update_high_watermark(data.high_watermark, mutations);
         }
-        self.send_fetch(tp, ctx);
+        self.maybe_fetch(leader, ctx);
     }
 
-    /// When the next delayed operation expires or the ISR expiration task runs.
+    /// When the next delayed operation expires, a fetch is given up, a delayed partition is ready to fetch
+    /// from an idle fetcher, or the ISR expiration task runs.
     pub fn next_deadline_ms(&self) -> Option<TimeMs> {
         let fetches = self.delayed_fetches.values().map(|f| f.expires_ms);
         let produces = self.delayed_produces.values().map(|d| d.expires_ms);
-        let fetchers =
-            self.partitions.values().filter_map(|p| p.fetch_in_flight.map(|(_, t)| t).or(p.fetch_backoff_until_ms));
-        fetches.chain(produces).chain(fetchers).chain(self.next_isr_expiration_ms).min()
+        let given_up = self.fetchers.values().map(|(_, t)| *t);
+        let delayed = self
+            .partitions
+            .values()
+            .filter(|p| !self.fetchers.contains_key(&p.leader))
+            .filter_map(|p| p.fetch_backoff_until_ms);
+        fetches.chain(produces).chain(given_up).chain(delayed).chain(self.next_isr_expiration_ms).min()
     }
 
     /// Runs what is due at `now`: expired fetches and writes are answered, a follower gives up a fetch
-    /// unanswered for `replica.socket.timeout.ms` (and fetches again after its backoff), and the ISR
-    /// expiration task (`ReplicaManager.maybeShrinkIsr`) proposes dropping followers that stopped catching up.
+    /// unanswered for `replica.socket.timeout.ms` (its partitions fetch again after their backoff), idle
+    /// fetchers fetch the partitions whose backoff ended, and the ISR expiration task
+    /// (`ReplicaManager.maybeShrinkIsr`) proposes dropping followers that stopped catching up.
     pub fn tick(&mut self, ctx: &mut ReplicaCtx<'_>) {
         let now = ctx.now_ms;
-        let mut refetch = Vec::new();
-        for (tp, p) in self.partitions.iter_mut() {
-            if p.fetch_in_flight.is_some_and(|(_, t)| t <= now) {
-                p.fetch_in_flight = None;
-                p.fetch_backoff_until_ms = Some(now + ctx.config.replica_fetch_backoff_ms);
-            }
-            if p.fetch_backoff_until_ms.is_some_and(|t| t <= now) {
-                refetch.push(tp.clone());
-            }
+        let given_up: Vec<(u32, u64)> =
+            self.fetchers.iter().filter(|(_, (_, t))| *t <= now).map(|(leader, (id, _))| (*leader, *id)).collect();
+        for (leader, id) in given_up {
+            self.fetchers.remove(&leader);
+            self.end_fetch(id, true, now, ctx.config.replica_fetch_backoff_ms);
         }
-        for tp in refetch {
-            self.send_fetch(&tp, ctx);
-        }
-        let expired: BTreeSet<TopicPartition> =
-            self.delayed_fetches.values().filter(|f| f.expires_ms <= ctx.now_ms).map(|f| f.partition.clone()).collect();
-        for tp in &expired {
-            self.complete_delayed_fetches(tp, ctx, true);
-        }
+        self.maybe_fetch_all(ctx);
+        self.complete_delayed_fetches(ctx, true);
         self.complete_delayed_produces(ctx, true);
         if self.next_isr_expiration_ms.is_some_and(|t| t <= ctx.now_ms) {
             self.next_isr_expiration_ms = Some(ctx.now_ms + ctx.config.replica_lag_time_max_ms / 2);

@@ -230,11 +230,15 @@ pub fn message(m: &Message) -> String {
         Message::FetchResponse { partition, fetch_offset, .. } => {
             format!("Fetch {partition} from {fetch_offset} answered")
         }
-        Message::ReplicaFetchRequest { partition, fetch_offset, .. } => {
-            format!("ReplicaFetch({partition} from {fetch_offset})")
+        Message::ReplicaFetchRequest { partitions } => {
+            let parts: Vec<String> =
+                partitions.iter().map(|p| format!("{} from {}", p.partition, p.fetch_offset)).collect();
+            format!("ReplicaFetch({})", parts.join(", "))
         }
-        Message::ReplicaFetchResponse { partition, fetch_offset, .. } => {
-            format!("ReplicaFetch {partition} from {fetch_offset} answered")
+        Message::ReplicaFetchResponse { partitions } => {
+            let parts: Vec<String> =
+                partitions.iter().map(|p| format!("{} from {}", p.partition, p.fetch_offset)).collect();
+            format!("ReplicaFetch {} answered", parts.join(", "))
         }
         Message::ListOffsetsRequest { partition, .. } => format!("ListOffsets({partition})"),
         Message::ListOffsetsResponse { partition, .. } => format!("ListOffsets {partition} answered"),

@@ -407,9 +407,11 @@ pub const SCENARIO_CATCHER: &str = "a ported network scenario's exact expectatio
 /// follower taking its previous life's fetch answer (the sim met it only while it drew a fetch wait above
 /// the lag bound, which Kafka refuses), an ISR change the other brokers' metadata caches never hear of
 /// (nothing but a Metadata answer reads them), a fenced follower holding the HW (it costs only time),
-/// and a new coordinator taking its predecessor's epoch (the sim needs a late marker of the old one to
-/// land after the new one's, beyond every other fault: 1 standard seed in 3,000 caught it).
-pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 10] = [
+/// a new coordinator taking its predecessor's epoch (the sim needs a late marker of the old one to
+/// land after the new one's, beyond every other fault: 1 standard seed in 3,000 caught it), and a parked
+/// follower fetch waiting out a leader change (the sim moves leadership only off a dead broker, whose
+/// purgatory dies with it; elsewhere it costs only time).
+pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 11] = [
     (
         Mutation::OffsetCommitRefusedWhilePreparingRebalance,
         "a ported Kafka test's exact expectation (engine/tests/engine/txn_offsets.rs)",
@@ -433,6 +435,10 @@ pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 10] = [
         "a ported Kafka test's exact expectation (engine/tests/engine/coordinator_failover.rs)",
     ),
     (Mutation::FencedReplicaHoldsHw, "a ported Kafka test's exact expectation (engine/tests/engine/replication.rs)"),
+    (
+        Mutation::DelayedFetchIgnoresLeaderChange,
+        "a ported Kafka test's exact expectation (engine/tests/engine/replication.rs)",
+    ),
     (Mutation::HostedPartitionsOnly, "the wire driver's exact answers (kafka/tests/driver.rs)"),
     (Mutation::AnyBrokerCoordinates, "the wire driver's exact answers (kafka/tests/driver.rs)"),
 ];

@@ -1894,13 +1894,23 @@ pub fn describe_with(env: &Envelope, marker: &dyn Fn(&TopicPartition, Offset) ->
             Ok(d) => format!("{api} resp {partition} from offset {fetch_offset}: {} batches", d.batches.len()),
             Err(e) => format!("{api} resp {partition} from offset {fetch_offset}: {e}"),
         },
-        Message::ReplicaFetchRequest { partition, fetch_offset, .. } => {
-            format!("{api} req {partition} from offset {fetch_offset} replica")
+        Message::ReplicaFetchRequest { partitions } => {
+            let parts: Vec<String> =
+                partitions.iter().map(|p| format!("{} from offset {}", p.partition, p.fetch_offset)).collect();
+            format!("{api} req replica {}", parts.join(", "))
         }
-        Message::ReplicaFetchResponse { partition, fetch_offset, result } => match result {
-            Ok(r) => format!("{api} resp {partition} from offset {fetch_offset}: {} batches", r.data.batches.len()),
-            Err(e) => format!("{api} resp {partition} from offset {fetch_offset}: {e}"),
-        },
+        Message::ReplicaFetchResponse { partitions } => {
+            let parts: Vec<String> = partitions
+                .iter()
+                .map(|p| match &p.result {
+                    Ok(r) => {
+                        format!("{} from offset {}: {} batches", p.partition, p.fetch_offset, r.data.batches.len())
+                    }
+                    Err(e) => format!("{} from offset {}: {e}", p.partition, p.fetch_offset),
+                })
+                .collect();
+            format!("{api} resp replica {}", parts.join(", "))
+        }
         Message::ListOffsetsRequest { partition, isolation } => format!("{api} req {partition} {}", isolation.name()),
         Message::ListOffsetsResponse { partition, result } => match result {
             Ok(o) => format!("{api} resp {partition} offset {o}"),

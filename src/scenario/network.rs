@@ -770,7 +770,9 @@ impl<'a> NetworkRunner<'a> {
     /// A live follower's fetch it gave up on: lost with the connection its socket timeout closed
     /// (`NetworkClient.handleTimedOutRequests`), so the leader never answers it with its log's tail.
     fn abandoned_fetch(&self, env: &Envelope) -> bool {
-        let (NodeId::Broker(f), Message::ReplicaFetchRequest { partition, .. }) = (&env.from, &env.message) else {
+        let (NodeId::Broker(f), NodeId::Broker(leader), Message::ReplicaFetchRequest { .. }) =
+            (&env.from, &env.to, &env.message)
+        else {
             return false;
         };
         !self.cluster.down.contains(f)
@@ -778,7 +780,7 @@ impl<'a> NetworkRunner<'a> {
                 .cluster
                 .brokers()
                 .find(|b| b.id == env.from)
-                .is_some_and(|b| !b.replica_manager.awaits_fetch(partition, env.correlation_id))
+                .is_some_and(|b| !b.replica_manager.awaits_fetch(*leader, env.correlation_id))
     }
 
     fn producer(&mut self, name: &str) -> &mut Producer {

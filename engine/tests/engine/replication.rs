@@ -7,7 +7,7 @@ use txnsim_engine::controller::{LeaderAndIsr, PartitionRegistration};
 use txnsim_engine::metadata::MetadataMessage;
 use txnsim_engine::producer::OpOutput;
 use txnsim_engine::producer_state::AppendOrigin;
-use txnsim_engine::protocol::{Envelope, Message, NodeId};
+use txnsim_engine::protocol::{Envelope, Message, NodeId, ReplicaFetchPartition};
 use txnsim_engine::record::ProduceBatch;
 use txnsim_engine::{
     Cluster, Controller, EngineConfig, KafkaError, Mutation, Mutations, ProducerKind, TopicPartition, Topology,
@@ -36,20 +36,30 @@ fn offsets(c: &Cluster, broker: usize) -> (u64, u64) {
     (log.log_end_offset(), log.high_watermark())
 }
 
-/// Runs until quiet, dropping every `t-0` fetch broker `lost` sends or is sent (a follower cut off the leader).
+/// Runs until quiet, taking `t-0` out of every fetch broker `lost` sends or is sent (a follower cut off
+/// the leader for that partition): the coordinator's `__transaction_state`, fetched in the same requests,
+/// keeps its quorum.
 fn run_isolating(c: &mut Cluster, lost: u32) {
     loop {
         let cut = match c.peek_message() {
             None => break,
             Some(e) => {
-                // Only `t-0`'s replication: the coordinator's `__transaction_state` keeps its quorum.
-                let data = matches!(&e.message, Message::ReplicaFetchRequest { partition, .. }
-                    | Message::ReplicaFetchResponse { partition, .. } if *partition == tp());
+                let data = match &e.message {
+                    Message::ReplicaFetchRequest { partitions } => partitions.iter().any(|p| p.partition == tp()),
+                    Message::ReplicaFetchResponse { partitions } => partitions.iter().any(|p| p.partition == tp()),
+                    _ => false,
+                };
                 data && (e.from == NodeId::Broker(lost) || e.to == NodeId::Broker(lost))
             }
         };
         if cut {
-            c.take_message();
+            let mut env = c.take_message().expect("peeked");
+            match &mut env.message {
+                Message::ReplicaFetchRequest { partitions } => partitions.retain(|p| p.partition != tp()),
+                Message::ReplicaFetchResponse { partitions } => partitions.retain(|p| p.partition != tp()),
+                _ => unreachable!("peeked"),
+            }
+            c.deliver_message(env);
         } else {
             c.step();
         }
@@ -245,6 +255,11 @@ fn an_unclean_election_takes_a_replica_outside_the_isr() {
     assert_eq!(offsets(&c, 2), (0, 0), "and lacks the record brokers 0 and 1 held");
 }
 
+/// A follower's fetch of `t-0` alone.
+fn fetch(fetch_offset: u64, current_leader_epoch: i32, last_fetched_epoch: Option<i32>) -> Vec<ReplicaFetchPartition> {
+    vec![ReplicaFetchPartition { partition: tp(), fetch_offset, current_leader_epoch, last_fetched_epoch }]
+}
+
 /// The leader's view of follower 1 in `PartitionTest#testFollowerDoesNotJoinISRUntilCaughtUpToOffsetWithinCurrentLeaderEpoch`
 /// (KAFKA-7128): broker 0 leads at epoch 8 with ISR [0, 2], appends two batches (offsets 0..1, 2..4), and
 /// follower 2's fetches move the HW to 1; it follows at epoch 9 and leads again at epoch 10 from offset
@@ -275,18 +290,18 @@ fn isr_proposals_of_a_follower_below_the_epoch_start(mutations: Mutations) -> Ve
     };
     append(&mut ctx, &["k1", "k2"]);
     append(&mut ctx, &["k3", "k4", "k5"]);
-    rm.handle_follower_fetch(2, 1, tp(), 0, 8, None, &mut ctx);
-    rm.handle_follower_fetch(2, 2, tp(), 1, 8, Some(8), &mut ctx);
+    rm.handle_follower_fetch(2, 1, fetch(0, 8, None), &mut ctx);
+    rm.handle_follower_fetch(2, 2, fetch(1, 8, Some(8)), &mut ctx);
     assert_eq!(ctx.logs[&tp()].high_watermark(), 1, "follower 2 in the ISR moved the HW below the LEO");
-    rm.apply_partition_change(&tp(), &reg(2, 9, 2), &mut ctx);
-    rm.apply_partition_change(&tp(), &reg(0, 10, 3), &mut ctx);
+    rm.apply_delta(&[(tp(), reg(2, 9, 2))], &mut ctx);
+    rm.apply_delta(&[(tp(), reg(0, 10, 3))], &mut ctx);
     assert_eq!(ctx.logs[&tp()].log_end_offset(), 5, "the leader epoch 10 starts at offset 5");
     append(&mut ctx, &["k6", "k7"]);
     [(0, None), (1, Some(8)), (5, Some(8))]
         .into_iter()
         .enumerate()
         .map(|(k, (offset, last_epoch))| {
-            rm.handle_follower_fetch(1, 10 + k as u64, tp(), offset, 10, last_epoch, &mut ctx);
+            rm.handle_follower_fetch(1, 10 + k as u64, fetch(offset, 10, last_epoch), &mut ctx);
             rm.partitions[&tp()].pending_isr.as_ref().map(|isr| isr.iter().copied().collect())
         })
         .collect()
@@ -344,7 +359,7 @@ fn alter_partition_answers_around_a_fenced_broker(config: EngineConfig) -> Vec<M
             matches!(answer.message, Message::Metadata(MetadataMessage::AlterPartitionResponse { result: Ok(_), .. }));
         let records: Vec<&NodeId> = sends
             .iter()
-            .filter(|e| matches!(e.message, Message::Metadata(MetadataMessage::PartitionChangeRecord { .. })))
+            .filter(|e| matches!(e.message, Message::Metadata(MetadataMessage::PartitionChanges { .. })))
             .map(|e| &e.to)
             .collect();
         let live: Vec<NodeId> = (0..5).filter(|b| !controller.fenced.contains(b)).map(NodeId::Broker).collect();
@@ -467,4 +482,81 @@ fn fenced_replica_holds_hw_is_caught() {
     let config = EngineConfig { mutations: Mutations::one(Mutation::FencedReplicaHoldsHw), ..EngineConfig::default() };
     let c = write_after_a_follower_is_fenced(config);
     assert_eq!(offsets(&c, 0), (2, 1), "the dead follower, caught up 0 ms ago, holds the HW");
+}
+
+/// Follower 1's fetch of `t-0` from its log end waits in leader 0's purgatory (epoch 10, nothing new);
+/// then the controller's delta makes broker 2 the leader at epoch 11. The answers broker 0 sends
+/// broker 1 from then on, as (correlation id, `t-0`'s result).
+fn answers_to_a_parked_fetch_when_leadership_moves(config: EngineConfig) -> Vec<(u64, Result<(), KafkaError>)> {
+    use txnsim_engine::controller::{LeaderAndIsr, PartitionRegistration};
+    use txnsim_engine::protocol::Effects;
+    use txnsim_engine::replica_manager::{ReplicaCtx, ReplicaManager};
+    let reg = |leader, leader_epoch, partition_epoch| {
+        let state = LeaderAndIsr { leader, leader_epoch, isr: vec![0, 1, 2], partition_epoch };
+        PartitionRegistration { replicas: vec![0, 1, 2], state }
+    };
+    let mut logs = BTreeMap::from([(tp(), txnsim_engine::PartitionLog::new())]);
+    let mut effects = Effects::default();
+    let mut rm = ReplicaManager::new(0, &BTreeMap::from([(tp(), reg(0, 10, 1))]), 0);
+    let mut ctx = ReplicaCtx { me: 0, now_ms: 0, config: &config, logs: &mut logs, effects: &mut effects };
+    rm.start(&mut ctx);
+    rm.handle_follower_fetch(1, 7, fetch(0, 10, None), &mut ctx);
+    assert!(ctx.effects.sends.iter().all(|e| e.to != NodeId::Broker(1)), "nothing to return yet: the fetch waits");
+    rm.apply_delta(&[(tp(), reg(2, 11, 2))], &mut ctx);
+    effects
+        .sends
+        .iter()
+        .filter(|e| e.to == NodeId::Broker(1))
+        .map(|e| {
+            let Message::ReplicaFetchResponse { partitions } = &e.message else { panic!("not a fetch answer: {e:?}") };
+            let [p] = partitions.as_slice() else { panic!("one partition asked, one answered: {partitions:?}") };
+            (e.correlation_id, p.result.as_ref().map(|_| ()).map_err(|e| *e))
+        })
+        .collect()
+}
+
+/// `DelayedFetchTest#testNotLeaderOrFollower` @ 1eb7644349cb: a delayed follower fetch of a partition this
+/// broker no longer leads completes with NOT_LEADER_OR_FOLLOWER; the broker checks the fetch purgatory as
+/// it becomes a follower (`ReplicaManager.completeDelayedOperationsWhenNotPartitionLeader`), so broker 1
+/// hears at once instead of after `replica.fetch.wait.max.ms`.
+#[test]
+fn a_parked_fetch_is_answered_not_leader_when_leadership_moves() {
+    let answers = answers_to_a_parked_fetch_when_leadership_moves(EngineConfig::default());
+    assert_eq!(answers, vec![(7, Err(KafkaError::NotLeaderOrFollower))], "answered at the leader change");
+}
+
+/// Under `delayed-fetch-ignores-leader-change` the fetch stays parked until its max wait: the port above
+/// catches it.
+#[test]
+fn delayed_fetch_ignoring_the_leader_change_is_caught_by_the_port() {
+    let m = Mutations::one(Mutation::DelayedFetchIgnoresLeaderChange);
+    let answers =
+        answers_to_a_parked_fetch_when_leadership_moves(EngineConfig { mutations: m, ..EngineConfig::default() });
+    assert_eq!(answers, vec![], "still parked after the leader change");
+}
+
+/// `ReplicaFetcherManager` with `num.replica.fetchers` 1 runs one fetcher per leader broker, and each of
+/// its requests covers every partition it follows there (`AbstractFetcherThread.maybeFetch`): a new
+/// cluster of three brokers, where broker 0 leads `t-0`..`t-2` and `__transaction_state-0`, sends two
+/// fetches, not eight, each naming all four partitions.
+#[test]
+fn a_follower_sends_one_fetch_per_leader_for_all_its_partitions() {
+    let topics: BTreeMap<String, u32> = [("t".to_string(), 3)].into_iter().collect();
+    let c = Cluster::with_topology(&topics, EngineConfig::default(), &Topology::new(3, 3));
+    let fetches: Vec<(NodeId, NodeId, Vec<String>)> = c
+        .in_flight()
+        .filter_map(|e| match &e.message {
+            Message::ReplicaFetchRequest { partitions } => Some((
+                e.from.clone(),
+                e.to.clone(),
+                partitions.iter().map(|p| format!("{}@{}", p.partition, p.fetch_offset)).collect(),
+            )),
+            _ => None,
+        })
+        .collect();
+    let all: Vec<String> =
+        ["__transaction_state/0@0", "t/0@0", "t/1@0", "t/2@0"].into_iter().map(String::from).collect();
+    let expected =
+        vec![(NodeId::Broker(1), NodeId::Broker(0), all.clone()), (NodeId::Broker(2), NodeId::Broker(0), all)];
+    assert_eq!(fetches, expected, "one fetch per follower and leader, covering all its partitions");
 }

@@ -195,20 +195,27 @@ pub fn failover_case_strategy() -> impl Strategy<Value = FailoverCase> {
     (1u8..4, 0u8..3, 0u8..4).prop_map(|(records, tail, after)| FailoverCase { records, tail, after })
 }
 
-/// Runs until quiet, losing every fetch answer of `tp` broker 0 sends: what it appends there stays its
-/// own (the coordinator's `__transaction_state` still replicates).
+/// Runs until quiet, losing `tp`'s part of every fetch answer broker 0 sends (the follower takes it as a
+/// failed partition and backs off): what broker 0 appends there stays its own, while the coordinator's
+/// `__transaction_state`, in the same fetches, still replicates.
 fn run_cut_off(c: &mut Cluster, tp: &TopicPartition) {
+    use txnsim_engine::protocol::Message;
     loop {
         let cut = match c.peek_message() {
             None => break,
             Some(e) => {
-                matches!(&e.message, txnsim_engine::protocol::Message::ReplicaFetchResponse { partition, .. }
-                    if partition == tp)
-                    && e.from == NodeId::Broker(0)
+                e.from == NodeId::Broker(0)
+                    && matches!(&e.message, Message::ReplicaFetchResponse { partitions }
+                        if partitions.iter().any(|p| &p.partition == tp && p.result.is_ok()))
             }
         };
         if cut {
-            c.take_message();
+            let mut env = c.take_message().expect("peeked");
+            let Message::ReplicaFetchResponse { partitions } = &mut env.message else { unreachable!("peeked") };
+            for p in partitions.iter_mut().filter(|p| &p.partition == tp) {
+                p.result = Err(txnsim_engine::KafkaError::NetworkException);
+            }
+            c.deliver_message(env);
         } else {
             c.step();
         }
