@@ -4,7 +4,7 @@
 
 use crate::profile::{FaultKind, Profile, Swarm};
 use crate::rng::SimRng;
-use crate::trace::{state_name, TraceEvent};
+use crate::trace::{state_name, LogSnapshot, TraceEvent};
 use crate::world::{broker_name, is_broker, lock, send_all, Found, Outgoing, Shared, Stats, World};
 use madsim::net::{Endpoint, NetSim};
 use madsim::runtime::{Handle, Runtime};
@@ -77,9 +77,12 @@ pub struct RunReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub history: Option<History>,
     /// The coordinator's broker as the run left it, with the partition leaders' logs (with
-    /// `RunSpec::trace`): the replay's page rebuilds each step's logs from it (`trace::broker_steps`).
+    /// `RunSpec::trace`): the replay's page draws each step as it (`trace::broker_steps`).
     #[serde(skip)]
     pub broker: Option<Broker>,
+    /// The leaders' logs after each event that changed them (with `RunSpec::trace`).
+    #[serde(skip)]
+    pub log_snapshots: Vec<LogSnapshot>,
 }
 
 impl RunReport {
@@ -169,6 +172,7 @@ pub fn run_seed(spec: &RunSpec) -> RunReport {
             events: Vec::new(),
             history: None,
             broker: None,
+            log_snapshots: Vec::new(),
         },
     }
 }
@@ -229,6 +233,7 @@ fn run_on_this_thread(spec: &RunSpec) -> (RunReport, usize) {
             events: w.trace.take().unwrap_or_default(),
             history: spec.keep_history.then(|| w.history.clone()),
             broker: spec.trace.then(|| w.leader_snapshot()),
+            log_snapshots: std::mem::take(&mut w.log_snapshots),
         }
     };
     if panicked {
@@ -685,6 +690,10 @@ impl World {
         for (at, v) in flags {
             let time_us = at.checked_sub(1).and_then(|i| trace.get(i)).map_or(0, |e| e.time_us);
             let name = v.invariant.name();
+            // The snapshots name events by index: those at or after the inserted line move down one.
+            for s in self.log_snapshots.iter_mut().filter(|s| s.event >= at) {
+                s.event += 1;
+            }
             trace.insert(
                 at,
                 TraceEvent {

@@ -5,10 +5,8 @@ use crate::profile::ProfileParams;
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use txnsim_engine::producer_state::AppendOrigin;
 use txnsim_engine::protocol::Timer;
-use txnsim_engine::record::{BatchBody, ProduceBatch};
-use txnsim_engine::{Broker, Offset, PartitionLog, ProducerKind, TopicPartition, TxnManagerState};
+use txnsim_engine::{Broker, PartitionLog, ProducerKind, TopicPartition, TxnManagerState};
 
 /// One timeline event. `fields` holds the values the line is about (partition, offsets, call id, the
 /// broker's LEO/HW/LSO), so a tool need not parse `text`.
@@ -68,77 +66,51 @@ pub struct BrokerStep {
     pub broker: Broker,
 }
 
-/// A broker event's `LEO/HW/LSO` per partition, as `World::partitions_summary` wrote them.
-fn offsets_of(e: &TraceEvent) -> Option<BTreeMap<String, (Offset, Offset, Offset)>> {
-    let parts = e.fields.get("partitions")?.as_object()?;
-    let n = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64);
-    parts.iter().map(|(tp, v)| Some((tp.clone(), (n(v, "leo")?, n(v, "hw")?, n(v, "lso")?)))).collect()
+/// The partition leaders' logs as a broker event left them, kept while tracing whenever an event changed
+/// a leader's LEO, HW, LSO or batches. They cannot be rebuilt from the final logs: a new leader may hold
+/// less than the old one did, or other batches at the same offsets (an election loses what the ISR lacked).
+#[derive(Clone, Debug)]
+pub struct LogSnapshot {
+    /// Index into the run's events.
+    pub event: usize,
+    /// The event's `partitions` field: each leader's LEO, HW and LSO.
+    pub partitions: Value,
+    pub logs: BTreeMap<TopicPartition, PartitionLog>,
 }
 
-/// The broker after every event that moved a partition's LEO, HW or LSO, and at every violation. A run's
-/// logs only grow (a restart keeps them), so each step's log is a prefix of the final one: a follower
-/// copies it batch by batch up to the event's LEO and takes its HW, as Kafka's replication does
-/// (`AppendOrigin::Replication`, no producer checks). The rebuilt LSO must be the one the event
-/// recorded, or the picture would show a state the run never had: that is an error, not a page.
-pub fn broker_steps(events: &[TraceEvent], last: &Broker) -> Result<Vec<BrokerStep>, String> {
-    let m = &last.config.mutations;
-    let mut follower: BTreeMap<TopicPartition, PartitionLog> =
+impl LogSnapshot {
+    /// Whether `logs`, with numbers `partitions`, show something this snapshot does not.
+    pub fn differs<'a>(
+        &self,
+        partitions: &Value,
+        mut logs: impl Iterator<Item = (&'a TopicPartition, &'a PartitionLog)>,
+    ) -> bool {
+        self.partitions != *partitions
+            || logs.any(|(tp, log)| self.logs.get(tp).is_none_or(|s| s.batches().ne(log.batches())))
+    }
+}
+
+/// The broker after every event that changed a leader's log, and at every violation: the coordinator's
+/// broker as the run left it, with each step's leader logs (before the first snapshot, empty ones).
+pub fn broker_steps(events: &[TraceEvent], last: &Broker, snapshots: &[LogSnapshot]) -> Vec<BrokerStep> {
+    let empty: BTreeMap<TopicPartition, PartitionLog> =
         last.partitions.keys().map(|tp| (tp.clone(), PartitionLog::new())).collect();
-    let mut shown: Option<BTreeMap<String, (Offset, Offset, Offset)>> = None;
+    let mut snapshots = snapshots.iter().peekable();
+    let mut logs = &empty;
     let mut steps = Vec::new();
     for (i, e) in events.iter().enumerate() {
-        let changed = match offsets_of(e) {
-            Some(now) if shown.as_ref() != Some(&now) => {
-                for (tp, log) in &mut follower {
-                    let &(leo, hw, lso) = now.get(&tp.to_string()).ok_or_else(|| format!("event {i}: no {tp}"))?;
-                    catch_up(log, &last.partitions[tp], leo, last)?;
-                    log.update_high_watermark(hw, m);
-                    let rebuilt = (log.log_end_offset(), log.high_watermark(), log.last_stable_offset(m));
-                    if rebuilt != (leo, hw, lso) {
-                        return Err(format!(
-                            "event {i}: {tp} rebuilt as LEO/HW/LSO {rebuilt:?}, the run had {:?}",
-                            (leo, hw, lso)
-                        ));
-                    }
-                }
-                shown = Some(now);
-                true
-            }
-            _ => false,
-        };
-        if changed || e.kind == "violation" {
+        let snapshot = snapshots.next_if(|s| s.event == i);
+        if let Some(s) = snapshot {
+            logs = &s.logs;
+        }
+        if snapshot.is_some() || e.kind == "violation" {
             let mut broker = last.clone();
-            broker.partitions = follower.clone();
+            broker.partitions = logs.clone();
             steps.push(BrokerStep { event: i, broker });
         }
     }
-    Ok(steps)
-}
-
-/// Appends `leader`'s batches below `leo` that `log` lacks.
-fn catch_up(log: &mut PartitionLog, leader: &PartitionLog, leo: Offset, broker: &Broker) -> Result<(), String> {
-    let (m, version) = (&broker.config.mutations, broker.config.transaction_version);
-    let from = log.log_end_offset();
-    for b in leader.batches().filter(|b| b.base_offset >= from && b.next_offset() <= leo) {
-        let appended = match (&b.body, b.producer) {
-            (BatchBody::Data(records), producer) => {
-                let values = records.iter().map(|r| r.value.clone()).collect();
-                let batch = ProduceBatch { producer, is_transactional: b.is_transactional, values };
-                log.append_data(&batch, AppendOrigin::Replication, 0, m).map(|info| info.first_offset)
-            }
-            (BatchBody::Control(Some(marker)), Some(p)) => {
-                log.append_marker(p.producer_id, p.epoch, *marker, AppendOrigin::Replication, version, 0, m)
-            }
-            (BatchBody::Control(_), _) => {
-                return Err(format!("offset {}: a control batch without a marker", b.base_offset))
-            }
-        };
-        match appended {
-            Ok(offset) if offset == b.base_offset => {}
-            other => return Err(format!("offset {}: the copy appended {other:?}", b.base_offset)),
-        }
-    }
-    Ok(())
+    assert!(snapshots.next().is_none(), "every log snapshot names an event of the run");
+    steps
 }
 
 /// Who each node is: the broker, each producer (and which share a transactional id), each consumer.

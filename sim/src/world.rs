@@ -4,7 +4,7 @@
 
 use crate::profile::{FaultKind, ProducerSpec, ProfileParams, Swarm};
 use crate::rng::SimRng;
-use crate::trace::{timer_name, TraceEvent, IDLE_TIMER};
+use crate::trace::{timer_name, LogSnapshot, TraceEvent, IDLE_TIMER};
 use madsim::net::Endpoint;
 use madsim::runtime::Handle;
 use madsim::time::{Duration, Instant};
@@ -279,6 +279,8 @@ pub struct World {
     /// With a trace: for each history event, how many trace events preceded it (to flag a history
     /// violation at the event where it happened).
     pub history_marks: Vec<usize>,
+    /// While tracing: the leaders' logs after each broker event that changed them (`replay --html`).
+    pub log_snapshots: Vec<LogSnapshot>,
     pub healing: bool,
     pub wire_node: Option<madsim::task::NodeId>,
     pub clogged_nodes: BTreeSet<String>,
@@ -434,6 +436,7 @@ impl World {
             stats: Stats::default(),
             trace: trace.then(Vec::new),
             history_marks: if trace { vec![0; initial_events] } else { Vec::new() },
+            log_snapshots: Vec::new(),
             healing: false,
             wire_node: None,
             clogged_nodes: BTreeSet::new(),
@@ -509,6 +512,15 @@ impl World {
             return;
         }
         let (summary, partitions) = self.partitions_summary();
+        let changed = self
+            .log_snapshots
+            .last()
+            .is_none_or(|s| s.differs(&partitions, self.partitions.iter().map(|tp| (tp, self.view_log(tp)))));
+        if changed {
+            let event = self.trace.as_ref().map_or(0, Vec::len);
+            let logs = self.partitions.iter().map(|tp| (tp.clone(), self.view_log(tp).clone())).collect();
+            self.log_snapshots.push(LogSnapshot { event, partitions: partitions.clone(), logs });
+        }
         let (text, mut fields) = what();
         if fields.is_null() {
             fields = json!({});

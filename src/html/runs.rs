@@ -16,7 +16,7 @@ const NUMBERS: &str = " | LEO/HW/LSO ";
 /// differing), each with the broker as it stood after the event.
 pub fn replay_story(spec: &RunSpec, report: &RunReport) -> Result<Story, String> {
     let broker = report.broker.as_ref().ok_or("the run kept no broker to draw (it ran without a trace)")?;
-    let steps = broker_steps(&report.events, broker)?
+    let steps = broker_steps(&report.events, broker, &report.log_snapshots)
         .into_iter()
         .enumerate()
         .map(|(k, s)| {
