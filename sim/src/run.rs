@@ -77,7 +77,7 @@ pub struct RunReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub history: Option<History>,
     /// The coordinator's broker as the run left it, with the partition leaders' logs (with
-    /// `RunSpec::trace`): the replay's page draws each step as it (`trace::broker_steps`).
+    /// `RunSpec::trace`): the replay's page draws each step from it and `log_snapshots` (`trace::broker_steps`).
     #[serde(skip)]
     pub broker: Option<Broker>,
     /// The leaders' logs after each event that changed them (with `RunSpec::trace`).
