@@ -7,8 +7,10 @@
 //! and encodes the engine's answers. One broker keeps its own metadata; more get the engine's controller.
 //!
 //! A connection is served one request at a time, as Kafka's `SocketServer` mutes a channel until its
-//! response is sent: a Fetch with nothing to return waits (up to `max_wait_ms`, Kafka's fetch purgatory)
-//! and the requests behind it on that connection wait with it.
+//! response is sent: a Fetch with nothing to return waits (up to `max_wait_ms`, Kafka's fetch purgatory),
+//! a request the engine answers later (an acks=all Produce in `DelayedProduce`, a coordinator's replicated
+//! `__transaction_state` write, a JoinGroup) waits for the answer, and the requests behind either on that
+//! connection wait with it.
 
 use crate::api::{self, code};
 use crate::frame;
@@ -31,14 +33,14 @@ use kafka_protocol::messages::txn_offset_commit_response::{
 };
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use txnsim_engine::broker::standing_coordinator;
 use txnsim_engine::controller::{Controller, Topology, CONTROLLER_ID, NO_LEADER};
 use txnsim_engine::group_coordinator::{GroupMessage, GROUP_METADATA_TOPIC};
 use txnsim_engine::metadata::{CoordinatorType, MetadataMessage, NewTopic};
 use txnsim_engine::protocol::{Effects, Envelope, Message, NodeId, Timer};
 use txnsim_engine::{
-    Broker, EngineConfig, IsolationLevel, KafkaError, Offset, ProducerIdAndEpoch, TimeMs, TopicPartition,
+    Broker, EngineConfig, IsolationLevel, KafkaError, Mutation, Offset, ProducerIdAndEpoch, TimeMs, TopicPartition,
     TransactionResult, TransactionVersion,
 };
 use txnsim_properties::{
@@ -81,12 +83,24 @@ struct ProducePartition {
     sent: Vec<(usize, Vec<StoredRecord>)>,
 }
 
+/// Builds a request's response from the engine's answers to its messages, in their order; `None` for a
+/// request that gets none (`acks=0`).
+type Finish = Box<dyn FnOnce(&mut Driver, Vec<Message>) -> Option<ResponseKind>>;
+
+/// A request some of whose engine messages are not answered yet: an acks=all write waiting for the HW
+/// (`DelayedProduce`), a coordinator's `__transaction_state` write waiting for its followers, a JoinGroup
+/// waiting for the rebalance. The engine answers each in its own time, as Kafka's purgatories do.
+struct Pending {
+    ids: Vec<u64>,
+    finish: Finish,
+}
+
 /// Why a connection's current request has no answer yet.
 enum Waiting {
     /// A Fetch with nothing to return, until data arrives or its deadline (Kafka's fetch purgatory).
     Fetch { header: RequestHeader, request: Box<FetchRequest>, deadline_ms: TimeMs },
-    /// A group request the coordinator answers later (a JoinGroup waits for the rebalance).
-    Engine { header: RequestHeader, correlation_id: u64 },
+    /// A request the engine answers later.
+    Engine { header: RequestHeader, pending: Pending },
 }
 
 #[derive(Default)]
@@ -104,8 +118,8 @@ enum Reply {
     Nothing,
     /// A Fetch with nothing to return yet.
     Park(Box<FetchRequest>),
-    /// The engine will answer this correlation id later.
-    Wait(u64),
+    /// The engine will answer later.
+    Wait(Pending),
 }
 
 pub struct Driver {
@@ -128,6 +142,9 @@ pub struct Driver {
     unreported: Vec<Violation>,
     /// Engine answers to clients not yet collected, by correlation id.
     answers: BTreeMap<u64, Message>,
+    /// `acks=0` produces the engine has not answered yet: no response is due, but their records' keys and
+    /// headers are stored when the answers say where the records went.
+    unanswered: Vec<Pending>,
     /// `replica_fingerprint` when the replica invariants last ran.
     replicas_checked: Vec<(Offset, Offset, u32, i32, Vec<u32>)>,
     /// Each partition's leader and leader epoch when the state invariants last ran (`leader_of`).
@@ -190,6 +207,7 @@ impl Driver {
             violations: Vec::new(),
             unreported: Vec::new(),
             answers: BTreeMap::new(),
+            unanswered: Vec::new(),
             replicas_checked: Vec::new(),
             leaders_checked: BTreeMap::new(),
             down: Default::default(),
@@ -372,8 +390,8 @@ impl Driver {
                 let waiting = Waiting::Fetch { header, request, deadline_ms: now_ms + wait };
                 self.connections.entry(conn).or_default().waiting = Some(waiting);
             }
-            Ok(Some((header, Reply::Wait(correlation_id)))) => {
-                self.connections.entry(conn).or_default().waiting = Some(Waiting::Engine { header, correlation_id });
+            Ok(Some((header, Reply::Wait(pending)))) => {
+                self.connections.entry(conn).or_default().waiting = Some(Waiting::Engine { header, pending });
             }
             Ok(Some((_, Reply::Nothing))) | Ok(None) => {}
             Err(reason) => {
@@ -384,8 +402,13 @@ impl Driver {
     }
 
     /// Answers what waited and can be answered now: fetches with data (or, if `expire`, past their
-    /// deadline) and group requests the coordinator has answered; then serves what queued behind them.
+    /// deadline) and requests the engine has answered; then serves what queued behind them.
     fn wake(&mut self, now_ms: TimeMs, expire: bool, out: &mut Vec<Output>) {
+        for pending in std::mem::take(&mut self.unanswered) {
+            if let Err(pending) = self.complete(pending) {
+                self.unanswered.push(pending);
+            }
+        }
         let waiting: Vec<ConnId> =
             self.connections.iter().filter(|(_, c)| c.waiting.is_some()).map(|(id, _)| *id).collect();
         for conn in waiting {
@@ -401,14 +424,10 @@ impl Driver {
                     }
                     (header, ResponseKind::Fetch(response))
                 }
-                Waiting::Engine { header, correlation_id } => match self.answers.remove(&correlation_id) {
-                    Some(Message::Group(answer)) => {
-                        let response = groups::response(header.request_api_version, answer);
-                        (header, response)
-                    }
-                    other => {
-                        assert!(other.is_none(), "a group request answered with {other:?}");
-                        let waiting = Waiting::Engine { header, correlation_id };
+                Waiting::Engine { header, pending } => match self.complete(pending) {
+                    Ok(response) => (header, response.expect("only a request that is answered waits")),
+                    Err(pending) => {
+                        let waiting = Waiting::Engine { header, pending };
                         self.connections.get_mut(&conn).expect("still connected").waiting = Some(waiting);
                         continue;
                     }
@@ -430,14 +449,11 @@ impl Driver {
             }
         }
         // Answers nobody waits for any more (their connection closed) are dropped.
-        let awaited: Vec<u64> = self
-            .connections
-            .values()
-            .filter_map(|c| match c.waiting {
-                Some(Waiting::Engine { correlation_id, .. }) => Some(correlation_id),
-                _ => None,
-            })
-            .collect();
+        let waiting = self.connections.values().filter_map(|c| match &c.waiting {
+            Some(Waiting::Engine { pending, .. }) => Some(pending),
+            _ => None,
+        });
+        let awaited: BTreeSet<u64> = waiting.chain(&self.unanswered).flat_map(|p| p.ids.iter().copied()).collect();
         self.answers.retain(|id, _| awaited.contains(id));
     }
 
@@ -489,22 +505,13 @@ impl Driver {
             RequestKind::FindCoordinator(r) => {
                 ResponseKind::FindCoordinator(self.find_coordinator(now_ms, node, version, r))
             }
-            RequestKind::InitProducerId(r) => ResponseKind::InitProducerId(self.init_producer_id(now_ms, node, r)),
-            RequestKind::AddPartitionsToTxn(r) => {
-                ResponseKind::AddPartitionsToTxn(self.add_partitions_to_txn(now_ms, node, r))
-            }
-            RequestKind::EndTxn(r) => ResponseKind::EndTxn(self.end_txn(now_ms, node, version, r)),
-            RequestKind::AddOffsetsToTxn(r) => {
-                ResponseKind::AddOffsetsToTxn(self.add_offsets_to_txn(now_ms, node, version, r))
-            }
-            RequestKind::TxnOffsetCommit(r) => {
-                ResponseKind::TxnOffsetCommit(self.txn_offset_commit(now_ms, node, version, r))
-            }
+            RequestKind::InitProducerId(r) => return self.init_producer_id(now_ms, node, r),
+            RequestKind::AddPartitionsToTxn(r) => return self.add_partitions_to_txn(now_ms, node, r),
+            RequestKind::EndTxn(r) => return self.end_txn(now_ms, node, version, r),
+            RequestKind::AddOffsetsToTxn(r) => return self.add_offsets_to_txn(now_ms, node, version, r),
+            RequestKind::TxnOffsetCommit(r) => return self.txn_offset_commit(now_ms, node, version, r),
             RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(self.list_offsets(now_ms, node, version, r)),
-            RequestKind::Produce(r) => match self.produce(now_ms, node, version, r) {
-                Some(r) => ResponseKind::Produce(r),
-                None => return Reply::Nothing,
-            },
+            RequestKind::Produce(r) => return self.produce(now_ms, node, version, r),
             RequestKind::Fetch(r) => {
                 let (response, has_data) = self.fetch_as(now_ms, node, version, &r);
                 if !has_data && r.max_wait_ms > 0 {
@@ -519,16 +526,12 @@ impl Driver {
             | RequestKind::OffsetCommit(_)
             | RequestKind::OffsetFetch(_) => {
                 return match groups::request(version, request) {
-                    Ok(message) => {
-                        let id = self.send(now_ms, node, Message::Group(message));
-                        match self.answers.remove(&id) {
-                            Some(Message::Group(answer)) => {
-                                Reply::Response(Box::new(groups::response(version, answer)))
-                            }
-                            Some(other) => unreachable!("a group request answered with {other:?}"),
-                            None => Reply::Wait(id),
+                    Ok(message) => self.ask(now_ms, node, vec![Message::Group(message)], move |_, mut answers| {
+                        match answers.pop() {
+                            Some(Message::Group(answer)) => Some(groups::response(version, answer)),
+                            other => unreachable!("a group request answered with {other:?}"),
                         }
-                    }
+                    }),
                     Err(response) => Reply::Response(response),
                 };
             }
@@ -539,9 +542,9 @@ impl Driver {
 
     // ------------------------------------------------------------ the engine
 
-    /// Sends `messages` from `node` to the broker serving the request, runs until quiet, and returns
-    /// each one's answer.
-    fn call(&mut self, now_ms: TimeMs, node: &NodeId, messages: Vec<Message>) -> Vec<Option<Message>> {
+    /// Sends `messages` from `node` to the broker serving the request and runs until quiet; their answers,
+    /// as far as there are any yet, are in `answers` under the ids returned.
+    fn send(&mut self, now_ms: TimeMs, node: &NodeId, messages: Vec<Message>) -> Vec<u64> {
         let mut effects = Effects::default();
         let mut ids = Vec::new();
         for message in messages {
@@ -550,17 +553,44 @@ impl Driver {
             effects.send(node, &NodeId::Broker(self.serving), self.next_correlation_id, message);
         }
         self.run(now_ms, self.serving, effects);
-        ids.into_iter().map(|id| self.answers.remove(&id)).collect()
+        ids
     }
 
-    /// Sends one message and runs until quiet; its answer, if any yet, is in `answers` under the id returned.
-    fn send(&mut self, now_ms: TimeMs, node: &NodeId, message: Message) -> u64 {
-        self.next_correlation_id += 1;
-        let id = self.next_correlation_id;
-        let mut effects = Effects::default();
-        effects.send(node, &NodeId::Broker(self.serving), id, message);
-        self.run(now_ms, self.serving, effects);
-        id
+    /// For the reads, which the broker answers at once: `send`, and each message's answer.
+    fn call(&mut self, now_ms: TimeMs, node: &NodeId, messages: Vec<Message>) -> Vec<Option<Message>> {
+        self.send(now_ms, node, messages).into_iter().map(|id| self.answers.remove(&id)).collect()
+    }
+
+    /// `send`, then the response `finish` builds from the answers if all have come, else a wait for them.
+    fn ask(
+        &mut self,
+        now_ms: TimeMs,
+        node: &NodeId,
+        messages: Vec<Message>,
+        finish: impl FnOnce(&mut Driver, Vec<Message>) -> Option<ResponseKind> + 'static,
+    ) -> Reply {
+        let bug = self.brokers[BROKER_ID as usize].config.mutations.has(Mutation::DelayedAnswerTimedOut);
+        let timed_out: Vec<Option<Message>> = if bug { messages.iter().map(timed_out).collect() } else { Vec::new() };
+        let ids = self.send(now_ms, node, messages);
+        for (id, answer) in ids.iter().zip(timed_out) {
+            if let Some(answer) = answer {
+                self.answers.entry(*id).or_insert(answer);
+            }
+        }
+        match self.complete(Pending { ids, finish: Box::new(finish) }) {
+            Ok(Some(response)) => Reply::Response(Box::new(response)),
+            Ok(None) => Reply::Nothing,
+            Err(pending) => Reply::Wait(pending),
+        }
+    }
+
+    /// The response of `pending` once every one of its messages is answered, else `pending` back.
+    fn complete(&mut self, pending: Pending) -> Result<Option<ResponseKind>, Pending> {
+        if !pending.ids.iter().all(|id| self.answers.contains_key(id)) {
+            return Err(pending);
+        }
+        let answers = pending.ids.iter().map(|id| self.answers.remove(id).expect("checked above")).collect();
+        Ok((pending.finish)(self, answers))
     }
 
     /// Delivers messages (between brokers, to and from the controller) until none is left; answers to
@@ -954,36 +984,32 @@ impl Driver {
 
     // ------------------------------------------------------------ transactions
 
-    fn init_producer_id(&mut self, now_ms: TimeMs, node: &NodeId, r: InitProducerIdRequest) -> InitProducerIdResponse {
-        let mut response = InitProducerIdResponse::default();
-        let result = if r.transaction_timeout_ms < 0 && r.transactional_id.is_some() {
-            Err(KafkaError::InvalidTransactionTimeout)
-        } else {
-            let request = Message::InitProducerIdRequest {
-                transactional_id: r.transactional_id.map(|t| t.0.to_string()),
-                transaction_timeout_ms: r.transaction_timeout_ms.max(0) as TimeMs,
-                // KIP-360: a live producer names its current id and epoch to get a bump.
-                producer_id_and_epoch: (r.producer_id.0 >= 0 && r.producer_epoch >= 0)
-                    .then_some(ProducerIdAndEpoch { producer_id: r.producer_id.0, epoch: r.producer_epoch }),
-            };
-            match self.call(now_ms, node, vec![request]).pop().flatten() {
-                Some(Message::InitProducerIdResponse { result }) => result,
-                _ => Err(KafkaError::RequestTimedOut),
-            }
+    fn init_producer_id(&mut self, now_ms: TimeMs, node: &NodeId, r: InitProducerIdRequest) -> Reply {
+        let respond = |result: Result<ProducerIdAndEpoch, KafkaError>| {
+            let mut response = InitProducerIdResponse::default();
+            response.error_code = error_code(&result);
+            let p = result.unwrap_or(ProducerIdAndEpoch { producer_id: -1, epoch: -1 });
+            response.producer_id = p.producer_id.into();
+            response.producer_epoch = p.epoch;
+            ResponseKind::InitProducerId(response)
         };
-        response.error_code = error_code(&result);
-        let p = result.unwrap_or(ProducerIdAndEpoch { producer_id: -1, epoch: -1 });
-        response.producer_id = p.producer_id.into();
-        response.producer_epoch = p.epoch;
-        response
+        if r.transaction_timeout_ms < 0 && r.transactional_id.is_some() {
+            return Reply::Response(Box::new(respond(Err(KafkaError::InvalidTransactionTimeout))));
+        }
+        let request = Message::InitProducerIdRequest {
+            transactional_id: r.transactional_id.map(|t| t.0.to_string()),
+            transaction_timeout_ms: r.transaction_timeout_ms.max(0) as TimeMs,
+            // KIP-360: a live producer names its current id and epoch to get a bump.
+            producer_id_and_epoch: (r.producer_id.0 >= 0 && r.producer_epoch >= 0)
+                .then_some(ProducerIdAndEpoch { producer_id: r.producer_id.0, epoch: r.producer_epoch }),
+        };
+        self.ask(now_ms, node, vec![request], move |_, mut answers| match answers.pop() {
+            Some(Message::InitProducerIdResponse { result }) => Some(respond(result)),
+            other => unreachable!("InitProducerId answered with {other:?}"),
+        })
     }
 
-    fn add_partitions_to_txn(
-        &mut self,
-        now_ms: TimeMs,
-        node: &NodeId,
-        r: AddPartitionsToTxnRequest,
-    ) -> AddPartitionsToTxnResponse {
+    fn add_partitions_to_txn(&mut self, now_ms: TimeMs, node: &NodeId, r: AddPartitionsToTxnRequest) -> Reply {
         let mut asked = Vec::new();
         for t in &r.v3_and_below_topics {
             for &p in &t.partitions {
@@ -992,83 +1018,76 @@ impl Driver {
         }
         let known: Vec<TopicPartition> =
             asked.iter().filter(|(_, p)| *p >= 0).map(|(t, p)| TopicPartition::new(t, *p as u32)).collect();
-        let result = if known.len() < asked.len() {
-            Err(KafkaError::UnknownTopicOrPartition)
-        } else {
-            let request = Message::AddPartitionsToTxnRequest {
-                transactional_id: r.v3_and_below_transactional_id.0.to_string(),
-                producer: ProducerIdAndEpoch {
-                    producer_id: r.v3_and_below_producer_id.0,
-                    epoch: r.v3_and_below_producer_epoch,
-                },
-                partitions: known,
-                verify_only: false,
-                // A client's AddPartitionsToTxn (v0-v3) is TV1; TV2 clients never send one.
-                transaction_version: TransactionVersion::V1,
-            };
-            match self.call(now_ms, node, vec![request]).pop().flatten() {
-                Some(Message::AddPartitionsToTxnResponse { result }) => result,
-                _ => Err(KafkaError::RequestTimedOut),
+        let all_known = known.len() == asked.len();
+        let broker = self.serving;
+        let respond = move |d: &Driver, result: Result<(), KafkaError>| {
+            let mut response = AddPartitionsToTxnResponse::default();
+            let mut by_topic: BTreeMap<String, Vec<AddPartitionsToTxnPartitionResult>> = BTreeMap::new();
+            for (topic, p) in asked {
+                let exists =
+                    p >= 0 && d.brokers[broker as usize].partition(&TopicPartition::new(&topic, p as u32)).is_some();
+                let code = match result {
+                    Ok(()) => 0,
+                    // `AddPartitionsToTxnRequest`: the known partitions of a refused request were not attempted.
+                    Err(KafkaError::UnknownTopicOrPartition) if exists => code::OPERATION_NOT_ATTEMPTED,
+                    Err(e) => e.code(),
+                };
+                let mut pr = AddPartitionsToTxnPartitionResult::default();
+                pr.partition_index = p;
+                pr.partition_error_code = code;
+                by_topic.entry(topic).or_default().push(pr);
             }
+            for (topic, results) in by_topic {
+                let mut tr = AddPartitionsToTxnTopicResult::default();
+                tr.name = str_bytes(&topic).into();
+                tr.results_by_partition = results;
+                response.results_by_topic_v3_and_below.push(tr);
+            }
+            ResponseKind::AddPartitionsToTxn(response)
         };
-        let mut response = AddPartitionsToTxnResponse::default();
-        let mut by_topic: BTreeMap<String, Vec<AddPartitionsToTxnPartitionResult>> = BTreeMap::new();
-        for (topic, p) in asked {
-            let exists = p >= 0 && self.serving_broker().partition(&TopicPartition::new(&topic, p as u32)).is_some();
-            let code = match result {
-                Ok(()) => 0,
-                // `AddPartitionsToTxnRequest`: the known partitions of a refused request were not attempted.
-                Err(KafkaError::UnknownTopicOrPartition) if exists => code::OPERATION_NOT_ATTEMPTED,
-                Err(e) => e.code(),
-            };
-            let mut pr = AddPartitionsToTxnPartitionResult::default();
-            pr.partition_index = p;
-            pr.partition_error_code = code;
-            by_topic.entry(topic).or_default().push(pr);
+        if !all_known {
+            return Reply::Response(Box::new(respond(self, Err(KafkaError::UnknownTopicOrPartition))));
         }
-        for (topic, results) in by_topic {
-            let mut tr = AddPartitionsToTxnTopicResult::default();
-            tr.name = str_bytes(&topic).into();
-            tr.results_by_partition = results;
-            response.results_by_topic_v3_and_below.push(tr);
-        }
-        response
+        let request = Message::AddPartitionsToTxnRequest {
+            transactional_id: r.v3_and_below_transactional_id.0.to_string(),
+            producer: ProducerIdAndEpoch {
+                producer_id: r.v3_and_below_producer_id.0,
+                epoch: r.v3_and_below_producer_epoch,
+            },
+            partitions: known,
+            verify_only: false,
+            // A client's AddPartitionsToTxn (v0-v3) is TV1; TV2 clients never send one.
+            transaction_version: TransactionVersion::V1,
+        };
+        self.ask(now_ms, node, vec![request], move |d, mut answers| match answers.pop() {
+            Some(Message::AddPartitionsToTxnResponse { result }) => Some(respond(d, result)),
+            other => unreachable!("AddPartitionsToTxn answered with {other:?}"),
+        })
     }
 
-    fn add_offsets_to_txn(
-        &mut self,
-        now_ms: TimeMs,
-        node: &NodeId,
-        version: i16,
-        r: AddOffsetsToTxnRequest,
-    ) -> AddOffsetsToTxnResponse {
+    fn add_offsets_to_txn(&mut self, now_ms: TimeMs, node: &NodeId, version: i16, r: AddOffsetsToTxnRequest) -> Reply {
         let request = Message::AddOffsetsToTxnRequest {
             transactional_id: r.transactional_id.0.to_string(),
             producer: ProducerIdAndEpoch { producer_id: r.producer_id.0, epoch: r.producer_epoch },
             group_id: r.group_id.0.to_string(),
         };
-        let result = match self.call(now_ms, node, vec![request]).pop().flatten() {
-            Some(Message::AddOffsetsToTxnResponse { result }) => result,
-            _ => Err(KafkaError::RequestTimedOut),
-        };
-        let mut response = AddOffsetsToTxnResponse::default();
-        // `handleAddOffsetsToTxnRequest`: clients before v2 know INVALID_PRODUCER_EPOCH, not PRODUCER_FENCED.
-        response.error_code = match result {
-            Err(KafkaError::ProducerFenced) if version < 2 => KafkaError::InvalidProducerEpoch.code(),
-            r => error_code(&r),
-        };
-        response
+        self.ask(now_ms, node, vec![request], move |_, mut answers| {
+            let Some(Message::AddOffsetsToTxnResponse { result }) = answers.pop() else {
+                unreachable!("AddOffsetsToTxn answered with something else")
+            };
+            let mut response = AddOffsetsToTxnResponse::default();
+            // `handleAddOffsetsToTxnRequest`: clients before v2 know INVALID_PRODUCER_EPOCH, not PRODUCER_FENCED.
+            response.error_code = match result {
+                Err(KafkaError::ProducerFenced) if version < 2 => KafkaError::InvalidProducerEpoch.code(),
+                r => error_code(&r),
+            };
+            Some(ResponseKind::AddOffsetsToTxn(response))
+        })
     }
 
     /// TxnOffsetCommit: v0-v2 carry no group metadata (generation -1, no member); the group instance id
     /// (static membership, KIP-345) is not modelled and is ignored.
-    fn txn_offset_commit(
-        &mut self,
-        now_ms: TimeMs,
-        node: &NodeId,
-        version: i16,
-        r: TxnOffsetCommitRequest,
-    ) -> TxnOffsetCommitResponse {
+    fn txn_offset_commit(&mut self, now_ms: TimeMs, node: &NodeId, version: i16, r: TxnOffsetCommitRequest) -> Reply {
         let mut offsets = Vec::new();
         let mut refused = Vec::new();
         for t in &r.topics {
@@ -1083,41 +1102,45 @@ impl Driver {
         }
         let mut results: Vec<(String, i32, i16)> =
             refused.into_iter().map(|(tp, index)| (tp.topic, index, code::INVALID_REQUEST)).collect();
+        let mut messages = Vec::new();
         if !offsets.is_empty() {
             let (generation_id, member_id) =
                 if version >= 3 { (r.generation_id, r.member_id.to_string()) } else { (-1, String::new()) };
-            let request = Message::Group(GroupMessage::TxnOffsetCommitRequest {
+            messages.push(Message::Group(GroupMessage::TxnOffsetCommitRequest {
                 transactional_id: r.transactional_id.0.to_string(),
                 group_id: r.group_id.0.to_string(),
                 producer: ProducerIdAndEpoch { producer_id: r.producer_id.0, epoch: r.producer_epoch },
                 generation_id,
                 member_id,
-                offsets: offsets.clone(),
-            });
-            let answered = match self.call(now_ms, node, vec![request]).pop().flatten() {
-                Some(Message::Group(GroupMessage::TxnOffsetCommitResponse { results })) => results,
-                _ => offsets.into_iter().map(|(tp, _)| (tp, Err(KafkaError::RequestTimedOut))).collect(),
-            };
-            results.extend(answered.into_iter().map(|(tp, r)| (tp.topic, tp.partition as i32, error_code(&r))));
+                offsets,
+            }));
         }
-        let mut by_topic: BTreeMap<String, Vec<TxnOffsetCommitResponsePartition>> = BTreeMap::new();
-        for (topic, index, code) in results {
-            let mut p = TxnOffsetCommitResponsePartition::default();
-            p.partition_index = index;
-            p.error_code = code;
-            by_topic.entry(topic).or_default().push(p);
-        }
-        let mut response = TxnOffsetCommitResponse::default();
-        for (name, partitions) in by_topic {
-            let mut t = TxnOffsetCommitResponseTopic::default();
-            t.name = str_bytes(&name).into();
-            t.partitions = partitions;
-            response.topics.push(t);
-        }
-        response
+        self.ask(now_ms, node, messages, move |_, answers| {
+            for answer in answers {
+                let Message::Group(GroupMessage::TxnOffsetCommitResponse { results: answered }) = answer else {
+                    unreachable!("TxnOffsetCommit answered with {answer:?}")
+                };
+                results.extend(answered.into_iter().map(|(tp, r)| (tp.topic, tp.partition as i32, error_code(&r))));
+            }
+            let mut by_topic: BTreeMap<String, Vec<TxnOffsetCommitResponsePartition>> = BTreeMap::new();
+            for (topic, index, code) in results {
+                let mut p = TxnOffsetCommitResponsePartition::default();
+                p.partition_index = index;
+                p.error_code = code;
+                by_topic.entry(topic).or_default().push(p);
+            }
+            let mut response = TxnOffsetCommitResponse::default();
+            for (name, partitions) in by_topic {
+                let mut t = TxnOffsetCommitResponseTopic::default();
+                t.name = str_bytes(&name).into();
+                t.partitions = partitions;
+                response.topics.push(t);
+            }
+            Some(ResponseKind::TxnOffsetCommit(response))
+        })
     }
 
-    fn end_txn(&mut self, now_ms: TimeMs, node: &NodeId, version: i16, r: EndTxnRequest) -> EndTxnResponse {
+    fn end_txn(&mut self, now_ms: TimeMs, node: &NodeId, version: i16, r: EndTxnRequest) -> Reply {
         let request = Message::EndTxnRequest {
             transactional_id: r.transactional_id.0.to_string(),
             producer: ProducerIdAndEpoch { producer_id: r.producer_id.0, epoch: r.producer_epoch },
@@ -1125,18 +1148,19 @@ impl Driver {
             // `KafkaApis.handleEndTxnRequest`: EndTxn v5+ is TV2.
             transaction_version: if version > 4 { TransactionVersion::V2 } else { TransactionVersion::V1 },
         };
-        let result = match self.call(now_ms, node, vec![request]).pop().flatten() {
-            Some(Message::EndTxnResponse { result }) => result,
-            _ => Err(KafkaError::RequestTimedOut),
-        };
-        let mut response = EndTxnResponse::default();
-        response.error_code = error_code(&result);
-        // EndTxn v5 carries the bumped epoch under transaction version 2 (KIP-890); -1 under TV1.
-        if let Ok(Some(p)) = result {
-            response.producer_id = p.producer_id.into();
-            response.producer_epoch = p.epoch;
-        }
-        response
+        self.ask(now_ms, node, vec![request], |_, mut answers| {
+            let Some(Message::EndTxnResponse { result }) = answers.pop() else {
+                unreachable!("EndTxn answered with something else")
+            };
+            let mut response = EndTxnResponse::default();
+            response.error_code = error_code(&result);
+            // EndTxn v5 carries the bumped epoch under transaction version 2 (KIP-890); -1 under TV1.
+            if let Ok(Some(p)) = result {
+                response.producer_id = p.producer_id.into();
+                response.producer_epoch = p.epoch;
+            }
+            Some(ResponseKind::EndTxn(response))
+        })
     }
 
     // ------------------------------------------------------------ produce and read
@@ -1149,7 +1173,7 @@ impl Driver {
         }
     }
 
-    fn produce(&mut self, now_ms: TimeMs, node: &NodeId, version: i16, r: ProduceRequest) -> Option<ProduceResponse> {
+    fn produce(&mut self, now_ms: TimeMs, node: &NodeId, version: i16, r: ProduceRequest) -> Reply {
         let transactional_id = r.transactional_id.as_ref().map(|t| t.0.to_string());
         // Per partition: its answer so far, and the batches sent to the engine for it.
         let mut partitions: Vec<ProducePartition> = Vec::new();
@@ -1195,7 +1219,6 @@ impl Driver {
                 partitions.push(ProducePartition { topic_index: ti, tp, index: pd.index, status, sent });
             }
         }
-        let answers = self.call(now_ms, node, messages);
         let mut response = ProduceResponse::default();
         response.responses = r
             .topic_data
@@ -1210,47 +1233,56 @@ impl Driver {
                 tr
             })
             .collect();
-        for ProducePartition { topic_index: ti, tp, index, status, sent } in partitions {
-            let mut pr = PartitionProduceResponse::default();
-            pr.index = index;
-            let mut first: Option<Result<Offset, KafkaError>> = None;
-            for (mi, stored) in sent {
-                let result = match &answers[mi] {
-                    Some(Message::ProduceResponse { partition, result }) => {
-                        if let Ok(ack) = result {
-                            if !ack.duplicate {
-                                for (i, s) in stored.into_iter().enumerate() {
-                                    self.stored.insert((partition.clone(), ack.first_offset + i as u64), s);
-                                }
+        let (acks, broker) = (r.acks, self.serving);
+        let finish = move |d: &mut Driver, answers: Vec<Message>| {
+            for ProducePartition { topic_index: ti, tp, index, status, sent } in partitions {
+                let mut pr = PartitionProduceResponse::default();
+                pr.index = index;
+                let mut first: Option<Result<Offset, KafkaError>> = None;
+                for (mi, stored) in sent {
+                    let Message::ProduceResponse { partition, result } = &answers[mi] else {
+                        unreachable!("Produce answered with {:?}", answers[mi])
+                    };
+                    if let Ok(ack) = result {
+                        if !ack.duplicate {
+                            for (i, s) in stored.into_iter().enumerate() {
+                                d.stored.insert((partition.clone(), ack.first_offset + i as u64), s);
                             }
                         }
-                        result.map(|a| a.first_offset)
                     }
-                    _ => Err(KafkaError::RequestTimedOut),
-                };
-                // The partition's answer: the first batch's offset, or the first error.
-                first = match (first, result) {
-                    (None, r) | (Some(Ok(_)), r @ Err(_)) => Some(r),
-                    (keep, _) => keep,
-                };
+                    let result = result.map(|a| a.first_offset);
+                    // The partition's answer: the first batch's offset, or the first error.
+                    first = match (first, result) {
+                        (None, r) | (Some(Ok(_)), r @ Err(_)) => Some(r),
+                        (keep, _) => keep,
+                    };
+                }
+                match (status, first) {
+                    (Err(code), _) => pr.error_code = code,
+                    (Ok(()), Some(Ok(offset))) => pr.base_offset = offset as i64,
+                    (Ok(()), Some(Err(e))) => pr.error_code = e.code(),
+                    (Ok(()), None) => pr.error_code = code::CORRUPT_MESSAGE,
+                }
+                if pr.error_code != 0 {
+                    pr.base_offset = -1;
+                }
+                if version >= 5 {
+                    let log = tp.and_then(|tp| d.brokers[broker as usize].partition(&tp));
+                    pr.log_start_offset = log.map_or(-1, |l| l.log_start_offset() as i64);
+                }
+                response.responses[ti].partition_responses.push(pr);
             }
-            match (status, first) {
-                (Err(code), _) => pr.error_code = code,
-                (Ok(()), Some(Ok(offset))) => pr.base_offset = offset as i64,
-                (Ok(()), Some(Err(e))) => pr.error_code = e.code(),
-                (Ok(()), None) => pr.error_code = code::CORRUPT_MESSAGE,
+            // `acks=0`: the client expects no response (`KafkaApis.handleProduceRequest`).
+            (acks != 0).then_some(ResponseKind::Produce(response))
+        };
+        match self.ask(now_ms, node, messages, finish) {
+            // acks=0 waits for nothing: the connection goes on, and the answers are taken when they come.
+            Reply::Wait(pending) if acks == 0 => {
+                self.unanswered.push(pending);
+                Reply::Nothing
             }
-            if pr.error_code != 0 {
-                pr.base_offset = -1;
-            }
-            if version >= 5 {
-                pr.log_start_offset =
-                    tp.and_then(|tp| self.serving_broker().partition(&tp)).map_or(-1, |l| l.log_start_offset() as i64);
-            }
-            response.responses[ti].partition_responses.push(pr);
+            reply => reply,
         }
-        // `acks=0`: the client expects no response (`KafkaApis.handleProduceRequest`).
-        (r.acks != 0).then_some(response)
     }
 
     fn fetch_as(&mut self, now_ms: TimeMs, node: &NodeId, version: i16, r: &FetchRequest) -> (FetchResponse, bool) {
@@ -1399,6 +1431,26 @@ impl Driver {
         }
         response
     }
+}
+
+/// The answer `delayed-answer-timed-out` gives a write the engine has not answered: REQUEST_TIMED_OUT.
+/// None for the group requests that wait for a rebalance.
+fn timed_out(request: &Message) -> Option<Message> {
+    let e = KafkaError::RequestTimedOut;
+    Some(match request {
+        Message::InitProducerIdRequest { .. } => Message::InitProducerIdResponse { result: Err(e) },
+        Message::AddPartitionsToTxnRequest { .. } => Message::AddPartitionsToTxnResponse { result: Err(e) },
+        Message::AddOffsetsToTxnRequest { .. } => Message::AddOffsetsToTxnResponse { result: Err(e) },
+        Message::EndTxnRequest { .. } => Message::EndTxnResponse { result: Err(e) },
+        Message::ProduceRequest { partition, .. } => {
+            Message::ProduceResponse { partition: partition.clone(), result: Err(e) }
+        }
+        Message::Group(GroupMessage::TxnOffsetCommitRequest { offsets, .. }) => {
+            let results = offsets.iter().map(|(tp, _)| (tp.clone(), Err(e))).collect();
+            Message::Group(GroupMessage::TxnOffsetCommitResponse { results })
+        }
+        _ => return None,
+    })
 }
 
 /// A response frame: size, header (correlation id), body, in the versions the request named.

@@ -819,3 +819,98 @@ fn any_broker_coordinating_is_caught_by_the_exact_answers() {
     let (codes, pid) = coordinator_answers_on_broker_1(Mutations::one(Mutation::AnyBrokerCoordinates));
     assert_eq!((codes, pid), ([16, 49, 49, 79, 0], -1), "broker 1 answers as a coordinator itself");
 }
+
+/// The answers on `conn` (decoded as `R`) from `on_tick` every 50 ms after `from`, until the first.
+fn first_answer_after<R: Decodable + HeaderVersion>(d: &mut Driver, from: u64, conn: ConnId, version: i16) -> (u64, R) {
+    for now in (from..from + 2_000).step_by(50) {
+        let out = d.on_tick(now);
+        if !out.is_empty() {
+            return (now, answer(out, conn, version));
+        }
+    }
+    panic!("no answer within 2 s after {from}");
+}
+
+/// Broker 0, the transaction coordinator, crashes. Broker 1 takes `__transaction_state` over with ISR
+/// {1, 2}, and its write of `tx`'s epoch bump waits for broker 2, whose one fetcher to broker 1 is parked
+/// for `t-0` and takes `__transaction_state` up on its next fetch, once the park ends
+/// (`replica.fetch.wait.max.ms`, 500 ms). InitProducerId on broker 1 is answered then, as Kafka's
+/// coordinator answers once the append is replicated (`TransactionStateManager.appendTransactionToLog`
+/// waits with acks=-1): the time and the answer's error code and epoch.
+fn init_producer_id_after_the_coordinator_crashed(mutations: Mutations) -> (u64, i16, i16) {
+    let addresses: Vec<(String, u16)> = (0..3).map(|i| ("127.0.0.1".to_string(), 9092 + i)).collect();
+    let mut d = Driver::cluster(EngineConfig { mutations, ..EngineConfig::default() }, &addresses, 3, 0);
+    d.on_connect(1, 0);
+    d.on_connect(2, 1);
+    let create = create_topic(TOPIC, 1, -1);
+    let r: CreateTopicsResponse = answer(d.on_frame(1, 1, request(ApiKey::CreateTopics, 7, 1, &create)), 1, 7);
+    assert_eq!(r.topics[0].error_code, 0);
+    assert_eq!(init_transaction(&mut d, 2, 1), (1000, 0), "tx starts at epoch 0 on broker 0");
+    d.crash_broker(3, 0).expect("broker 0 crashes");
+    assert_eq!(d.on_tick(3), vec![], "broker 1 loads __transaction_state (its load timer is due at once)");
+    let mut init = InitProducerIdRequest::default();
+    init.transactional_id = Some(StrBytes::from_static_str("tx").into());
+    init.transaction_timeout_ms = 60_000;
+    let out = d.on_frame(4, 2, request(ApiKey::InitProducerId, 4, 2, &init));
+    let (at, r): (u64, InitProducerIdResponse) =
+        if out.is_empty() { first_answer_after(&mut d, 5, 2, 4) } else { (4, answer(out, 2, 4)) };
+    assert_eq!(d.violations(), &[], "no state or replica invariant broke");
+    (at, r.error_code, r.producer_epoch)
+}
+
+#[test]
+fn a_coordinator_write_waiting_for_its_followers_is_answered_when_they_have_it() {
+    let (at, code, epoch) = init_producer_id_after_the_coordinator_crashed(Mutations::default());
+    assert_eq!((code, epoch), (0, 1), "tx's epoch bumped to 1 once broker 2 holds the record");
+    assert!((500..=600).contains(&at), "answered when broker 2's parked fetch ended and it fetched again, at {at}");
+}
+
+/// Under `delayed-answer-timed-out` the driver answers REQUEST_TIMED_OUT at once, which Kafka's Java
+/// client takes as fatal from InitProducerId and EndTxn; the exact answer above catches it.
+#[test]
+fn answering_a_waiting_write_timed_out_is_caught_by_the_exact_answer() {
+    let got = init_producer_id_after_the_coordinator_crashed(Mutations::one(Mutation::DelayedAnswerTimedOut));
+    assert_eq!(got, (4, 7, -1), "REQUEST_TIMED_OUT at once, no epoch");
+}
+
+/// Broker 1, leader of `t-0`, crashes; broker 2 leads it with ISR {2, 0}. Broker 0's one fetcher to broker
+/// 2 is parked for `t-1`, so an acks=all produce to `t-0` waits for broker 0's next fetch
+/// (`DelayedProduce`) and is answered when the HW passes it; an acks=0 one on the same connection right
+/// after gets no answer, and its records are kept with their keys once the engine says where they went.
+#[test]
+fn an_acks_all_produce_waits_for_the_hw_and_acks_0_waits_for_nothing() {
+    let mut d = three_brokers();
+    d.on_connect(3, 2);
+    let create = create_topic(TOPIC, 2, -1);
+    let r: CreateTopicsResponse = answer(d.on_frame(1, 1, request(ApiKey::CreateTopics, 7, 1, &create)), 1, 7);
+    assert_eq!(r.topics[0].error_code, 0);
+    d.crash_broker(2, 1).expect("broker 1 crashes");
+    let frame = request(ApiKey::Produce, 9, 3, &produce(None, records(-1, -1, -1, false, &["a"])));
+    assert_eq!(d.on_frame(3, 3, frame), vec![], "the produce waits for broker 0 to fetch the record");
+    let tp = TopicPartition::new(TOPIC, 0);
+    let hw = |d: &Driver| d.brokers()[2].partition(&tp).map(|l| (l.log_end_offset(), l.high_watermark()));
+    assert_eq!(hw(&d), Some((1, 0)), "broker 2 appended it; the HW waits");
+    let mut zero = produce(None, records(-1, -1, -1, false, &["b"]));
+    zero.acks = 0;
+    assert_eq!(d.on_frame(4, 3, request(ApiKey::Produce, 9, 4, &zero)), vec![], "acks=0 queues behind it");
+    let (at, acked): (u64, ProduceResponse) = first_answer_after(&mut d, 5, 3, 9);
+    let pr = &acked.responses[0].partition_responses[0];
+    assert_eq!((pr.error_code, pr.base_offset), (0, 0), "acknowledged at offset 0");
+    assert!((500..=600).contains(&at), "when broker 0's parked fetch ended and it fetched t-0, at {at}");
+    for now in (at + 50..at + 1_000).step_by(50) {
+        assert_eq!(d.on_tick(now), vec![], "nothing answers the acks=0 produce");
+    }
+    assert_eq!(hw(&d), Some((2, 2)), "both records are below the HW");
+    let r: FetchResponse = answer(d.on_frame(2_000, 3, request(ApiKey::Fetch, 12, 5, &fetch(0, 0))), 3, 12);
+    let pd = &r.responses[0].partitions[0];
+    let read = values(pd.records.as_ref().expect("records"));
+    assert_eq!(read, vec![(0, "a".into()), (1, "b".into())], "both records, read back from broker 2");
+    let mut buf = pd.records.clone().expect("records");
+    let keys: Vec<Option<Bytes>> = RecordBatchDecoder::decode_all(&mut buf)
+        .expect("fetched records decode")
+        .iter()
+        .flat_map(|set| set.records.iter().map(|r| r.key.clone()))
+        .collect();
+    assert_eq!(keys, vec![Some(Bytes::from_static(b"k")); 2], "each record keeps its key, the acks=0 one too");
+    assert_eq!(d.violations(), &[], "no state or replica invariant broke");
+}

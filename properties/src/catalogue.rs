@@ -410,8 +410,9 @@ pub const SCENARIO_CATCHER: &str = "a ported network scenario's exact expectatio
 /// a new coordinator taking its predecessor's epoch (the sim needs a late marker of the old one to
 /// land after the new one's, beyond every other fault: 1 standard seed in 3,000 caught it), and a parked
 /// follower fetch waiting out a leader change (the sim moves leadership only off a dead broker, whose
-/// purgatory dies with it; elsewhere it costs only time).
-pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 11] = [
+/// purgatory dies with it; elsewhere it costs only time), and the wire driver answering a waiting write
+/// timed out (only the wire driver answers clients over a wire).
+pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 12] = [
     (
         Mutation::OffsetCommitRefusedWhilePreparingRebalance,
         "a ported Kafka test's exact expectation (engine/tests/engine/txn_offsets.rs)",
@@ -441,6 +442,7 @@ pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 11] = [
     ),
     (Mutation::HostedPartitionsOnly, "the wire driver's exact answers (kafka/tests/driver.rs)"),
     (Mutation::AnyBrokerCoordinates, "the wire driver's exact answers (kafka/tests/driver.rs)"),
+    (Mutation::DelayedAnswerTimedOut, "the wire driver's exact answers (kafka/tests/driver.rs)"),
 ];
 
 /// `txnsim mutations`: every injectable bug with its mechanism, its Kafka source and what catches it.
