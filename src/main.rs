@@ -75,7 +75,7 @@ enum Command {
     },
     /// Replay one seed as a one-line-per-event timeline.
     Replay(txnsim_sim::cli::ReplayArgs),
-    /// Serve the engine as a single Kafka broker on loopback, for real clients.
+    /// Serve the engine as Kafka brokers on loopback (one, or a replicated cluster), for real clients.
     Serve(txnsim_kafka::ServeArgs),
 }
 

@@ -1,8 +1,9 @@
 //! Real Kafka clients against `txnsim serve`, in the gate. A virtualenv under target/ gets pinned
 //! clients from PyPI (a failed install fails the test: nothing here is skipped), the server runs on a
 //! free loopback port, each client script runs bounded in time, and its output must equal the expected
-//! lines exactly. Both clients speak transaction.version 1 (neither librdkafka nor kafka-python has
-//! KIP-890's TV2 client side), so these are TV1 tests.
+//! lines exactly. The clients are librdkafka (confluent-kafka), kafka-python and Kafka's own Java client
+//! (kafka-clients 3.9.1, run by `java`); all three speak transaction.version 1 (none has KIP-890's TV2
+//! client side: Java's came in 4.0), so these are TV1 tests.
 
 mod common;
 
@@ -15,7 +16,10 @@ use std::time::Duration;
 
 /// The clients under test. The seed document ran confluent-kafka; kafka-python is independent of it
 /// (its own protocol code) and supports transactions.
-const PINS: [&str; 2] = ["confluent-kafka==2.16.1", "kafka-python==3.0.12"];
+/// Kafka's own Java client, kafka-clients 3.9.1 with slf4j-api 1.7.36, comes in a wheel that redistributes
+/// them for PyFlink (Maven Central is out of this machine's reach); `java` runs it from the venv's copy.
+const PINS: [&str; 3] =
+    ["confluent-kafka==2.16.1", "kafka-python==3.0.12", "shigawire-apache-flink-libraries==2.0.0.post1"];
 /// Each client script ends within this (its own reads are bounded at 10 s each).
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
 const INSTALL_TIMEOUT: Duration = Duration::from_secs(300);
@@ -88,24 +92,49 @@ fn venv() -> PathBuf {
     dir
 }
 
-/// Runs a script from scripts/ against the server; returns its stdout.
-fn run_script(script: &str, server: &Server) -> String {
-    run_script_with(script, server, &[])
-}
-
-/// `run_script` with more arguments after the bootstrap address.
-fn run_script_with(script: &str, server: &Server, args: &[&str]) -> String {
-    let python = venv().join("bin/python");
-    let mut child = Command::new(python)
+/// `python` running `script` from scripts/ in the venv, against the server's broker 0, with `args` after.
+fn python(script: &str, server: &Server, args: &[&str]) -> Command {
+    let mut command = Command::new(venv().join("bin/python"));
+    command
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts").join(script))
         .arg(&server.addresses[0])
         .args(args)
         // The scripts import scripts/clients.py: no bytecode cache is left in the source tree.
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run the client script");
+        .env("PYTHONDONTWRITEBYTECODE", "1");
+    command
+}
+
+/// Kafka's own Java client running `experiment` of scripts/JavaClients.java (a single source file, JEP
+/// 330) against the server's broker 0, with `args` after; the jars come from the venv's pinned wheel.
+fn java(experiment: &str, server: &Server, args: &[&str]) -> Command {
+    let site = std::fs::read_dir(venv().join("lib"))
+        .expect("the venv has lib/")
+        .filter_map(|e| e.ok().map(|e| e.path().join("site-packages/pyflink/lib")))
+        .find(|p| p.is_dir())
+        .expect("the pinned wheel put its jars in the venv's site-packages/pyflink/lib");
+    let classpath = ["kafka-clients.jar", "slf4j-api.jar"].map(|j| site.join(j).display().to_string()).join(":");
+    let mut command = Command::new("java");
+    command
+        .args(["-cp", &classpath])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/JavaClients.java"))
+        .arg(experiment)
+        .arg(&server.addresses[0])
+        .args(args);
+    command
+}
+
+/// Starts a client; a missing `java` is named with what the test needs.
+fn spawn(command: &mut Command, what: &str) -> std::process::Child {
+    command.spawn().unwrap_or_else(|e| {
+        let program = command.get_program().to_string_lossy().into_owned();
+        let need = if program == "java" { ": the Java client tests need a JDK 17 or newer on PATH" } else { "" };
+        panic!("cannot run {what} ({program}: {e}){need}")
+    })
+}
+
+/// Runs a client to its end, bounded in time; returns its stdout.
+fn run(mut command: Command, what: &str) -> String {
+    let mut child = spawn(command.stdout(Stdio::piped()).stderr(Stdio::piped()), what);
     // Drain both pipes while waiting, so a chatty client cannot block on a full pipe.
     let drain = |mut r: Box<dyn Read + Send>| {
         std::thread::spawn(move || {
@@ -116,10 +145,15 @@ fn run_script_with(script: &str, server: &Server, args: &[&str]) -> String {
     };
     let out = drain(Box::new(child.stdout.take().expect("piped")));
     let err = drain(Box::new(child.stderr.take().expect("piped")));
-    let status = wait_bounded(&mut child, SCRIPT_TIMEOUT, script);
+    let status = wait_bounded(&mut child, SCRIPT_TIMEOUT, what);
     let (out, err) = (out.join().expect("stdout"), err.join().expect("stderr"));
-    assert!(status.success(), "{script} exited {status}\nstdout:\n{out}\nstderr:\n{err}");
+    assert!(status.success(), "{what} exited {status}\nstdout:\n{out}\nstderr:\n{err}");
     out
+}
+
+/// Runs a script from scripts/ against the server; returns its stdout.
+fn run_script(script: &str, server: &Server) -> String {
+    run(python(script, server, &[]), script)
 }
 
 /// The producer id the coordinator gave the transactional producer, from the timeline.
@@ -162,16 +196,24 @@ fn confluent_kafka_prints_the_seed_documents_lines() {
 /// index from the batches they fetch).
 #[test]
 fn confluent_kafka_prints_the_seed_documents_lines_on_three_brokers() {
-    let flags = ["--brokers", "3", "--default-replication-factor", "3", "--group-initial-rebalance-delay-ms", "0"];
-    let server = Server::start("seed-3-brokers", &flags);
-    let out = run_script_with("seed_experiment.py", &server, &["3"]);
-    let timeline = server.stop_clean();
-    assert_eq!(out, SEED_LINES, "confluent-kafka against serve --brokers 3 must print the seed document's lines");
+    let server = Server::start("seed-3-brokers", &SEED_THREE_BROKERS);
+    let out = run(python("seed_experiment.py", &server, &["3"]), "seed_experiment.py");
+    assert_seed_on_three_brokers(&out, &server.stop_clean());
+}
+
+/// The seed document's cluster: three brokers, topics at replication factor 3.
+const SEED_THREE_BROKERS: [&str; 6] =
+    ["--brokers", "3", "--default-replication-factor", "3", "--group-initial-rebalance-delay-ms", "0"];
+
+/// The seed document's lines, and in serve's timeline the controller's placement of `tx-demo/0` and, on
+/// every replica, the markers and the index entry at the leader's offsets.
+fn assert_seed_on_three_brokers(out: &str, timeline: &str) {
+    assert_eq!(out, SEED_LINES, "the client against serve --brokers 3 must print the seed document's lines");
     assert!(
         timeline.contains("PartitionChange tx-demo/0 leader 1 epoch 0 isr [1, 2, 0] from controller"),
         "the controller registered tx-demo/0 on the three brokers, striped from broker 1:\n{timeline}"
     );
-    let pid = producer_id(&timeline);
+    let pid = producer_id(timeline);
     for broker in 0..3 {
         for want in [
             format!("writes COMMIT marker for pid {pid} at tx-demo/0@3"),
@@ -182,6 +224,15 @@ fn confluent_kafka_prints_the_seed_documents_lines_on_three_brokers() {
             assert!(timeline.contains(&line), "the timeline lacks {line:?} on broker {broker}:\n{timeline}");
         }
     }
+}
+
+/// The seed document's experiment in Kafka's own Java client (kafka-clients 3.9.1, whose transaction
+/// manager every other client follows), on the seed's three brokers: the same lines, markers and index.
+#[test]
+fn kafkas_java_client_prints_the_seed_documents_lines_on_three_brokers() {
+    let server = Server::start("java-seed-3-brokers", &SEED_THREE_BROKERS);
+    let out = run(java("seed", &server, &["3"]), "JavaClients.java seed");
+    assert_seed_on_three_brokers(&out, &server.stop_clean());
 }
 
 #[test]
@@ -313,26 +364,24 @@ leader of crash-demo/0: 2
 read_committed sees: ['c-0', 'c-1']
 ";
 
-/// Runs `scripts/broker_crash.py` against `serve --brokers 3`, crashing broker `crash` once its records
-/// are acknowledged; broker 0, the coordinators' host, restarts after the commit and before the read (its
-/// group coordinator does not fail over), any other broker after the script. Its output and serve's
-/// timeline.
-fn broker_crash(crash: u32) -> (String, String) {
+/// A client of the broker crash experiment: its program's name, its timeline's name, and how to run it
+/// against a server with more arguments.
+type CrashClient = (&'static str, &'static str, fn(&Server, &[&str]) -> Command);
+
+const LIBRDKAFKA_CRASH: CrashClient =
+    ("broker_crash.py", "broker-crash", |server, args| python("broker_crash.py", server, args));
+const JAVA_CRASH: CrashClient =
+    ("JavaClients.java crash", "java-broker-crash", |server, args| java("crash", server, args));
+
+/// Runs the broker crash experiment (`scripts/broker_crash.py`, or the same in Kafka's Java client)
+/// against `serve --brokers 3`, crashing broker `crash` once its records are acknowledged; broker 0, the
+/// coordinators' host, restarts after the commit and before the read (its group coordinator does not fail
+/// over), any other broker after the client ends. Its output and serve's timeline.
+fn broker_crash(crash: u32, (what, name, client): CrashClient) -> (String, String) {
     let flags = ["--brokers", "3", "--group-initial-rebalance-delay-ms", "0"];
-    let mut server = Server::start(&format!("broker-crash-{crash}"), &flags);
-    let python = venv().join("bin/python");
-    let mut script = Command::new(python);
-    script.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/broker_crash.py")).arg(&server.addresses[0]);
-    if crash == 0 {
-        script.arg("coordinator");
-    }
-    let mut child = script
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run broker_crash.py");
+    let mut server = Server::start(&format!("{name}-{crash}"), &flags);
+    let mut command = client(&server, if crash == 0 { &["coordinator"] } else { &[] });
+    let mut child = spawn(command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()), what);
     let (tx, lines) = std::sync::mpsc::channel();
     let stdout = child.stdout.take().expect("piped");
     let reader = std::thread::spawn(move || {
@@ -353,7 +402,7 @@ fn broker_crash(crash: u32) -> (String, String) {
                 Ok(line) => out.push_str(&format!("{line}\n")),
                 Err(_) => {
                     child.kill().ok();
-                    panic!("broker_crash.py printed nothing for 30 s:\n{out}");
+                    panic!("{what} printed nothing for 30 s:\n{out}");
                 }
             }
         }
@@ -368,21 +417,21 @@ fn broker_crash(crash: u32) -> (String, String) {
         std::io::Write::write_all(&mut stdin, b"restarted\n").expect("tell the script");
     }
     drop(stdin);
-    let status = wait_bounded(&mut child, SCRIPT_TIMEOUT, "broker_crash.py");
+    let status = wait_bounded(&mut child, SCRIPT_TIMEOUT, what);
     reader.join().expect("stdout");
     out.extend(lines.try_iter().map(|l| format!("{l}\n")));
     let err = err.join().expect("stderr");
-    assert!(status.success(), "broker_crash.py exited {status}\nstdout:\n{out}\nstderr:\n{err}");
+    assert!(status.success(), "{what} exited {status}\nstdout:\n{out}\nstderr:\n{err}");
     if crash != 0 {
         assert_eq!(server.command(&format!("restart {crash}")), format!("txnsim serve: broker {crash} restarted"));
     }
     (out, server.stop_clean())
 }
 
-/// Runs `broker_crash(crash)` and checks the script's lines, the controller's election in serve's
-/// timeline, and which broker wrote the COMMIT marker of the script's producer.
-fn assert_commit_survives(crash: u32, lines: &str, election: &str, marker_writer: &str) {
-    let (out, timeline) = broker_crash(crash);
+/// Runs `broker_crash(crash, client)` and checks the client's lines, the controller's election in serve's
+/// timeline, and which broker wrote the COMMIT marker of the client's producer.
+fn assert_commit_survives(crash: u32, client: CrashClient, lines: &str, election: &str, marker_writer: &str) {
+    let (out, timeline) = broker_crash(crash, client);
     assert_eq!(out, lines, "the commit completes after crash {crash}; read_committed reads both records");
     assert!(timeline.contains(election), "the controller's election ({election}) is in the timeline:\n{timeline}");
     let pid = producer_id(&timeline);
@@ -398,7 +447,7 @@ fn assert_commit_survives(crash: u32, lines: &str, election: &str, marker_writer
 fn confluent_kafka_commits_after_the_partitions_leader_crashes() {
     // One metadata delta: broker 1 leaves both ISRs, and crash-demo/0 gets a new leader.
     let election = "PartitionChange __transaction_state/0 leader 0 epoch 0 isr [0, 2]; crash-demo/0 leader 2 epoch 1 isr [2, 0] from controller";
-    assert_commit_survives(1, BROKER_CRASH_LINES, election, "broker-2");
+    assert_commit_survives(1, LIBRDKAFKA_CRASH, BROKER_CRASH_LINES, election, "broker-2");
 }
 
 /// The transaction coordinator killed over the wire: broker 0 leads `__transaction_state` and dies with
@@ -409,5 +458,23 @@ fn confluent_kafka_commits_after_the_partitions_leader_crashes() {
 fn confluent_kafka_commits_after_the_coordinators_broker_crashes() {
     let lines = BROKER_CRASH_LINES.replace("crash-demo/0: 2", "crash-demo/0: 1");
     let election = "PartitionChange __transaction_state/0 leader 1 epoch 1 isr [1, 2]; crash-demo/0 leader 1 epoch 0 isr [1, 2] from controller";
-    assert_commit_survives(0, &lines, election, "broker-1");
+    assert_commit_survives(0, LIBRDKAFKA_CRASH, &lines, election, "broker-1");
+}
+
+/// The partition's leader crashes between the flush and the commit, with Kafka's Java client: the same
+/// election, marker and reads as librdkafka's.
+#[test]
+fn kafkas_java_client_commits_after_the_partitions_leader_crashes() {
+    let election = "PartitionChange __transaction_state/0 leader 0 epoch 0 isr [0, 2]; crash-demo/0 leader 2 epoch 1 isr [2, 0] from controller";
+    assert_commit_survives(1, JAVA_CRASH, BROKER_CRASH_LINES, election, "broker-2");
+}
+
+/// The coordinator's broker crashes between the flush and the commit, with Kafka's Java client: it finds
+/// the new coordinator, broker 1, whose `__transaction_state` writes wait for broker 2 (its one fetcher to
+/// broker 1 takes the log up on its next fetch), and EndTxn is answered once the write is replicated.
+#[test]
+fn kafkas_java_client_commits_after_the_coordinators_broker_crashes() {
+    let lines = BROKER_CRASH_LINES.replace("crash-demo/0: 2", "crash-demo/0: 1");
+    let election = "PartitionChange __transaction_state/0 leader 1 epoch 1 isr [1, 2]; crash-demo/0 leader 1 epoch 0 isr [1, 2] from controller";
+    assert_commit_survives(0, JAVA_CRASH, &lines, election, "broker-1");
 }

@@ -865,8 +865,9 @@ fn a_coordinator_write_waiting_for_its_followers_is_answered_when_they_have_it()
     assert!((500..=600).contains(&at), "answered when broker 2's parked fetch ended and it fetched again, at {at}");
 }
 
-/// Under `delayed-answer-timed-out` the driver answers REQUEST_TIMED_OUT at once, which Kafka's Java
-/// client takes as fatal from InitProducerId and EndTxn; the exact answer above catches it.
+/// Under `delayed-answer-timed-out` the driver answers REQUEST_TIMED_OUT at once, though the bump goes on
+/// and completes: a client retrying it gets CONCURRENT_TRANSACTIONS, then a second bump. The exact answer
+/// above catches it.
 #[test]
 fn answering_a_waiting_write_timed_out_is_caught_by_the_exact_answer() {
     let got = init_producer_id_after_the_coordinator_crashed(Mutations::one(Mutation::DelayedAnswerTimedOut));

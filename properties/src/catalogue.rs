@@ -411,7 +411,7 @@ pub const SCENARIO_CATCHER: &str = "a ported network scenario's exact expectatio
 /// land after the new one's, beyond every other fault: 1 standard seed in 3,000 caught it), and a parked
 /// follower fetch waiting out a leader change (the sim moves leadership only off a dead broker, whose
 /// purgatory dies with it; elsewhere it costs only time), and the wire driver answering a waiting write
-/// timed out (only the wire driver answers clients over a wire).
+/// timed out (the sim's clients talk to the engine without it).
 pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 12] = [
     (
         Mutation::OffsetCommitRefusedWhilePreparingRebalance,

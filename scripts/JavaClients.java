@@ -1,0 +1,202 @@
+// Kafka's own Java client (kafka-clients, the reference for every other client's transaction manager)
+// against `txnsim serve`: the same experiments as seed_experiment.py and broker_crash.py, printing the
+// same lines, with the same bounds (every call and read ends within 10 s, so a broken broker fails the
+// program, never hangs it).
+//
+// usage: java -cp kafka-clients.jar:slf4j-api.jar JavaClients.java seed HOST:PORT [REPLICATION_FACTOR]
+//        java -cp ... JavaClients.java crash HOST:PORT [coordinator]   (then `crashed`, `restarted` on stdin)
+//
+// Run as a single source file (JEP 330): nothing is compiled into the tree.
+
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Properties;
+import java.util.StringJoiner;
+import java.util.concurrent.TimeUnit;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+
+public class JavaClients {
+    static final Duration CALL_TIMEOUT = Duration.ofSeconds(10);
+    static final long READ_TIMEOUT_MS = 10_000;
+    // After the expected records arrived, keep polling this long so that extra records would show too.
+    static final long SETTLE_MS = 500;
+
+    static Properties config(String bootstrap) {
+        Properties p = new Properties();
+        p.put("bootstrap.servers", bootstrap);
+        p.put("request.timeout.ms", "10000");
+        p.put("default.api.timeout.ms", "10000");
+        p.put("max.block.ms", "10000");
+        return p;
+    }
+
+    /** A consumer of `topic` in `group` at `isolation`, from the earliest offset when the group has none. */
+    static KafkaConsumer<String, String> consumer(String bootstrap, String group, String isolation, String topic) {
+        Properties p = config(bootstrap);
+        p.put("group.id", group);
+        p.put("isolation.level", isolation);
+        p.put("auto.offset.reset", "earliest");
+        p.put("key.deserializer", "org.apache.kafka.common.serialization.StringDeserializer");
+        p.put("value.deserializer", "org.apache.kafka.common.serialization.StringDeserializer");
+        KafkaConsumer<String, String> c = new KafkaConsumer<>(p);
+        c.subscribe(List.of(topic));
+        return c;
+    }
+
+    static KafkaProducer<String, String> producer(String bootstrap, String transactionalId) {
+        Properties p = config(bootstrap);
+        p.put("transactional.id", transactionalId);
+        p.put("key.serializer", "org.apache.kafka.common.serialization.StringSerializer");
+        p.put("value.serializer", "org.apache.kafka.common.serialization.StringSerializer");
+        return new KafkaProducer<>(p);
+    }
+
+    /**
+     * Values delivered until `want` arrived (then SETTLE_MS more), or READ_TIMEOUT_MS passed. Polling starts
+     * with the group's assignment, so an empty answer means the consumer read and found nothing.
+     */
+    static List<String> poll(KafkaConsumer<String, String> c, int want) {
+        List<String> seen = new ArrayList<>();
+        long deadline = System.currentTimeMillis() + READ_TIMEOUT_MS;
+        while (System.currentTimeMillis() < deadline && c.assignment().isEmpty()) {
+            take(c, seen);
+        }
+        long settleUntil = -1;
+        while (System.currentTimeMillis() < deadline) {
+            if (seen.size() >= want && settleUntil < 0) {
+                settleUntil = System.currentTimeMillis() + SETTLE_MS;
+            }
+            if (settleUntil >= 0 && System.currentTimeMillis() >= settleUntil) {
+                break;
+            }
+            take(c, seen);
+        }
+        return seen;
+    }
+
+    static void take(KafkaConsumer<String, String> c, List<String> seen) {
+        for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(100))) {
+            seen.add(r.value());
+        }
+    }
+
+    /** A list as Python prints one, so that every client's lines compare equal. */
+    static String list(List<String> values) {
+        StringJoiner j = new StringJoiner(", ", "[", "]");
+        for (String v : values) {
+            j.add("'" + v + "'");
+        }
+        return j.toString();
+    }
+
+    static void createTopic(String bootstrap, String topic, int replicationFactor) throws Exception {
+        try (Admin admin = Admin.create(config(bootstrap))) {
+            NewTopic t = new NewTopic(topic, 1, (short) replicationFactor);
+            admin.createTopics(List.of(t)).all().get(CALL_TIMEOUT.toMillis(), TimeUnit.MILLISECONDS);
+        }
+    }
+
+    /** seed_experiment.py's steps and lines. */
+    static void seed(String bootstrap, int replicationFactor) throws Exception {
+        String topic = "tx-demo";
+        createTopic(bootstrap, topic, replicationFactor);
+        KafkaProducer<String, String> p = producer(bootstrap, "tx-demo-producer");
+        p.initTransactions();
+        p.beginTransaction();
+        for (int i = 0; i < 3; i++) {
+            p.send(new ProducerRecord<>(topic, "k", "inflight-" + i));
+        }
+        p.flush();
+        // commitTransaction() has not been called yet.
+        KafkaConsumer<String, String> ru = consumer(bootstrap, "seed-ru", "read_uncommitted", topic);
+        KafkaConsumer<String, String> rc = consumer(bootstrap, "seed-rc", "read_committed", topic);
+        System.out.println("read_uncommitted sees (before commit): " + list(poll(ru, 3)));
+        System.out.println("read_committed sees (before commit): " + list(poll(rc, 0)));
+
+        p.commitTransaction();
+        Thread.sleep(1000);
+        System.out.println("read_committed sees (after commit): " + list(poll(rc, 3)));
+
+        p.beginTransaction();
+        for (int i = 0; i < 3; i++) {
+            p.send(new ProducerRecord<>(topic, "k", "aborted-" + i));
+        }
+        p.flush();
+        List<String> seen = poll(ru, 3); // not aborted yet
+        p.abortTransaction();
+        System.out.println("read_uncommitted sees (before abort, transiently): " + list(seen));
+        System.out.println("read_committed sees (after abort): " + list(poll(rc, 0)) + "  (should be empty)");
+        ru.close(CALL_TIMEOUT);
+        rc.close(CALL_TIMEOUT);
+        p.close(CALL_TIMEOUT);
+
+        System.out.println();
+        KafkaConsumer<String, String> freshRu = consumer(bootstrap, "seed-fresh-ru", "read_uncommitted", topic);
+        System.out.println("fresh read_uncommitted consumer reading from offset 0 sees ALL raw records:");
+        System.out.println("  " + list(poll(freshRu, 6)));
+        KafkaConsumer<String, String> freshRc = consumer(bootstrap, "seed-fresh-rc", "read_committed", topic);
+        System.out.println("fresh read_committed consumer reading from offset 0 sees only:");
+        System.out.println("  " + list(poll(freshRc, 3)));
+        freshRu.close(CALL_TIMEOUT);
+        freshRc.close(CALL_TIMEOUT);
+    }
+
+    static int leader(String bootstrap, String topic) throws Exception {
+        try (Admin admin = Admin.create(config(bootstrap))) {
+            return admin.describeTopics(List.of(topic)).allTopicNames().get(CALL_TIMEOUT.toMillis(), TimeUnit.MILLISECONDS)
+                    .get(topic).partitions().get(0).leader().id();
+        }
+    }
+
+    static void expectLine(BufferedReader in, String want, String why) throws Exception {
+        String line = in.readLine();
+        if (!want.equals(line)) {
+            throw new IllegalStateException("the harness did not say it " + why + " (read " + line + ")");
+        }
+    }
+
+    /** broker_crash.py's steps and lines: the harness crashes a broker between the flush and the commit. */
+    static void crash(String bootstrap, boolean coordinator) throws Exception {
+        String topic = "crash-demo";
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
+        createTopic(bootstrap, topic, 3);
+        System.out.println("leader of " + topic + "/0: " + leader(bootstrap, topic));
+        KafkaProducer<String, String> p = producer(bootstrap, "crash-demo-producer");
+        p.initTransactions();
+        p.beginTransaction();
+        for (String v : List.of("c-0", "c-1")) {
+            p.send(new ProducerRecord<>(topic, v)).get(CALL_TIMEOUT.toMillis(), TimeUnit.MILLISECONDS);
+        }
+        System.out.println("produced ['c-0', 'c-1'], not committed");
+        System.out.flush();
+        expectLine(in, "crashed", "crashed the broker");
+
+        p.commitTransaction();
+        System.out.println("committed");
+        System.out.flush();
+        if (coordinator) {
+            expectLine(in, "restarted", "restarted the coordinator's broker");
+        }
+        System.out.println("leader of " + topic + "/0: " + leader(bootstrap, topic));
+        KafkaConsumer<String, String> c = consumer(bootstrap, "crash-rc", "read_committed", topic);
+        System.out.println("read_committed sees: " + list(poll(c, 2)));
+        c.close(CALL_TIMEOUT);
+        p.close(CALL_TIMEOUT);
+    }
+
+    public static void main(String[] args) throws Exception {
+        switch (args[0]) {
+            case "seed" -> seed(args[1], args.length > 2 ? Integer.parseInt(args[2]) : 1);
+            case "crash" -> crash(args[1], args.length > 2 && args[2].equals("coordinator"));
+            default -> throw new IllegalArgumentException("unknown experiment " + args[0]);
+        }
+    }
+}
