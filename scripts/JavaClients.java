@@ -1,9 +1,10 @@
 // Kafka's own Java client (kafka-clients, the reference for every other client's transaction manager)
-// against `txnsim serve`: the same experiments as seed_experiment.py and broker_crash.py, printing the
-// same lines, with the same bounds (every call and read ends within 10 s, so a broken broker fails the
+// against `txnsim serve`: the same experiments as seed_experiment.py, consume_transform_produce.py and
+// broker_crash.py, printing the same lines, with the same bounds (every call and read ends within 10 s, so a broken broker fails the
 // program, never hangs it).
 //
 // usage: java -cp kafka-clients.jar:slf4j-api.jar JavaClients.java seed HOST:PORT [REPLICATION_FACTOR]
+//        java -cp ... JavaClients.java ctp HOST:PORT
 //        java -cp ... JavaClients.java crash HOST:PORT [coordinator]   (then `crashed`, `restarted` on stdin)
 //
 // Run as a single source file (JEP 330): nothing is compiled into the tree.
@@ -13,15 +14,19 @@ import java.io.InputStreamReader;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.Properties;
+import java.util.Set;
 import java.util.StringJoiner;
 import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.TopicPartition;
 
 public class JavaClients {
     static final Duration CALL_TIMEOUT = Duration.ofSeconds(10);
@@ -40,7 +45,13 @@ public class JavaClients {
 
     /** A consumer of `topic` in `group` at `isolation`, from the earliest offset when the group has none. */
     static KafkaConsumer<String, String> consumer(String bootstrap, String group, String isolation, String topic) {
+        return consumer(bootstrap, group, isolation, topic, new Properties());
+    }
+
+    static KafkaConsumer<String, String> consumer(
+            String bootstrap, String group, String isolation, String topic, Properties extra) {
         Properties p = config(bootstrap);
+        p.putAll(extra);
         p.put("group.id", group);
         p.put("isolation.level", isolation);
         p.put("auto.offset.reset", "earliest");
@@ -82,6 +93,16 @@ public class JavaClients {
         return seen;
     }
 
+    /** The next `n` records' values, or fewer if READ_TIMEOUT_MS passes first (one record per poll). */
+    static List<String> take(KafkaConsumer<String, String> c, int n) {
+        List<String> seen = new ArrayList<>();
+        long deadline = System.currentTimeMillis() + READ_TIMEOUT_MS;
+        while (seen.size() < n && System.currentTimeMillis() < deadline) {
+            take(c, seen);
+        }
+        return seen;
+    }
+
     static void take(KafkaConsumer<String, String> c, List<String> seen) {
         for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(100))) {
             seen.add(r.value());
@@ -102,6 +123,69 @@ public class JavaClients {
             NewTopic t = new NewTopic(topic, 1, (short) replicationFactor);
             admin.createTopics(List.of(t)).all().get(CALL_TIMEOUT.toMillis(), TimeUnit.MILLISECONDS);
         }
+    }
+
+    /**
+     * consume_transform_produce.py's steps and lines: a read_committed consumer in `ctp-group` (no
+     * auto-commit) reads `ctp-in` two records at a time; for each pair a transactional producer writes the
+     * upper-cased values to `ctp-out` and sends the consumer's next offset with its group metadata
+     * (KIP-447: TxnOffsetCommit carries the generation and member id). The first transaction commits, the
+     * second aborts.
+     */
+    static void ctp(String bootstrap) throws Exception {
+        String in = "ctp-in", out = "ctp-out", group = "ctp-group";
+        createTopic(bootstrap, in, 1);
+        createTopic(bootstrap, out, 1);
+        Properties plainConfig = config(bootstrap);
+        plainConfig.put("key.serializer", "org.apache.kafka.common.serialization.StringSerializer");
+        plainConfig.put("value.serializer", "org.apache.kafka.common.serialization.StringSerializer");
+        try (KafkaProducer<String, String> plain = new KafkaProducer<>(plainConfig)) {
+            for (String v : List.of("a", "b", "c", "d")) {
+                plain.send(new ProducerRecord<>(in, v)).get(CALL_TIMEOUT.toMillis(), TimeUnit.MILLISECONDS);
+            }
+        }
+        Properties sourceConfig = new Properties();
+        sourceConfig.put("enable.auto.commit", "false");
+        sourceConfig.put("max.poll.records", "1");
+        KafkaConsumer<String, String> source = consumer(bootstrap, group, "read_committed", in, sourceConfig);
+        KafkaProducer<String, String> p = producer(bootstrap, "ctp-producer");
+        p.initTransactions();
+        TopicPartition inPartition = new TopicPartition(in, 0);
+        for (boolean commit : List.of(true, false)) {
+            List<String> values = take(source, 2);
+            System.out.println("consumed: " + list(values));
+            p.beginTransaction();
+            List<String> upper = new ArrayList<>();
+            for (String v : values) {
+                upper.add(v.toUpperCase());
+                p.send(new ProducerRecord<>(out, v.toUpperCase()));
+            }
+            p.flush();
+            long next = source.position(inPartition);
+            p.sendOffsetsToTransaction(Map.of(inPartition, new OffsetAndMetadata(next)), source.groupMetadata());
+            if (commit) {
+                p.commitTransaction();
+            } else {
+                p.abortTransaction();
+            }
+            System.out.println((commit ? "committed" : "aborted") + ": produced " + list(upper) + ", offsets to " + next);
+        }
+        OffsetAndMetadata committed = source.committed(Set.of(inPartition), CALL_TIMEOUT).get(inPartition);
+        System.out.println(group + " committed offsets: [('" + in + "', 0, " + committed.offset() + ")]");
+        source.close(CALL_TIMEOUT);
+        p.close(CALL_TIMEOUT);
+
+        Properties noAutoCommit = new Properties();
+        noAutoCommit.put("enable.auto.commit", "false");
+        KafkaConsumer<String, String> resumed = consumer(bootstrap, group, "read_committed", in, noAutoCommit);
+        System.out.println("a new member of " + group + " resumes with: " + list(poll(resumed, 2)));
+        resumed.close(CALL_TIMEOUT);
+        KafkaConsumer<String, String> rc = consumer(bootstrap, "ctp-check-rc", "read_committed", out);
+        System.out.println("read_committed on " + out + ": " + list(poll(rc, 2)));
+        rc.close(CALL_TIMEOUT);
+        KafkaConsumer<String, String> ru = consumer(bootstrap, "ctp-check-ru", "read_uncommitted", out);
+        System.out.println("read_uncommitted on " + out + ": " + list(poll(ru, 4)));
+        ru.close(CALL_TIMEOUT);
     }
 
     /** seed_experiment.py's steps and lines. */
@@ -195,6 +279,7 @@ public class JavaClients {
     public static void main(String[] args) throws Exception {
         switch (args[0]) {
             case "seed" -> seed(args[1], args.length > 2 ? Integer.parseInt(args[2]) : 1);
+            case "ctp" -> ctp(args[1]);
             case "crash" -> crash(args[1], args.length > 2 && args[2].equals("coordinator"));
             default -> throw new IllegalArgumentException("unknown experiment " + args[0]);
         }

@@ -308,6 +308,31 @@ fn confluent_kafka_consume_transform_produce_commits_offsets_with_the_transactio
     }
 }
 
+/// Consume-transform-produce in Kafka's Java client: `sendOffsetsToTransaction` with the consumer's group
+/// metadata (KIP-447: TxnOffsetCommit v3 carries its generation and member id, which the group checks),
+/// the same lines as librdkafka's. Its plain producer is idempotent by default and takes the first
+/// producer id, so the transactional one is read off its AddOffsetsToTxn.
+#[test]
+fn kafkas_java_client_consume_transform_produce_commits_offsets_with_the_transaction() {
+    let server = Server::start("java-ctp", &["--group-initial-rebalance-delay-ms", "0"]);
+    let out = run(java("ctp", &server, &[]), "JavaClients.java ctp");
+    let timeline = server.stop_clean();
+    assert_eq!(out, CONSUME_TRANSFORM_PRODUCE_LINES, "the group's offsets follow the transactions");
+    let pid = timeline
+        .lines()
+        .find_map(|l| l.split("AddOffsetsToTxn req ctp-producer pid ").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the timeline shows the transactional producer's AddOffsetsToTxn");
+    for want in [
+        format!("TxnOffsetCommit req ctp-group pid {pid} epoch 0 [ctp-in/0@2]"),
+        format!("writes COMMIT marker for pid {pid} at __consumer_offsets/47@1"),
+        format!("writes ABORT marker for pid {pid} at __consumer_offsets/47@3"),
+        "OffsetFetch req ctp-group ctp-in/0 require_stable".to_string(),
+    ] {
+        assert!(timeline.contains(&want), "the timeline lacks {want:?}:\n{timeline}");
+    }
+}
+
 /// The same script with the transaction's offsets committed at TxnOffsetCommit: the aborted offset 4 is
 /// what the group gets, the new member finds nothing left to read, and serve reports the invariant.
 #[test]
