@@ -9,11 +9,11 @@ use crate::coordinator::{
 };
 use crate::error::KafkaError;
 use crate::group_coordinator::{
-    offsets_partition_for, CommittedOffset, GroupCoordinator, GroupMessage, GROUP_METADATA_TOPIC,
-    OFFSETS_TOPIC_NUM_PARTITIONS,
+    offsets_partition_for, CommittedOffset, GroupCoordinator, GroupMessage, GroupWrite, OffsetsRecord,
+    GROUP_METADATA_TOPIC, OFFSETS_TOPIC_NUM_PARTITIONS,
 };
 use crate::log::PartitionLog;
-use crate::metadata::{MetadataMessage, NewTopic};
+use crate::metadata::{CoordinatorType, MetadataMessage, NewTopic};
 use crate::mutation::Mutation;
 use crate::producer_state::AppendOrigin;
 use crate::proposal::Proposal;
@@ -21,7 +21,7 @@ use crate::protocol::{Effects, Envelope, Message, NodeId, ProduceAck, Timer, Txn
 use crate::record::{BatchProducer, EndTxnMarker, ProduceBatch};
 use crate::rename::{Names, Rename};
 use crate::replica_manager::{AckWait, DelayedResponse, ReplicaCtx, ReplicaManager};
-use crate::types::{ProducerId, ProducerIdAndEpoch, TimeMs, TopicPartition, TransactionVersion};
+use crate::types::{Offset, ProducerId, ProducerIdAndEpoch, TimeMs, TopicPartition, TransactionVersion};
 use std::collections::BTreeMap;
 
 /// A transactional Produce waiting for the coordinator's KIP-890 answer.
@@ -43,8 +43,11 @@ pub struct Broker {
     pub config: EngineConfig,
     pub partitions: BTreeMap<TopicPartition, PartitionLog>,
     pub coordinator: TransactionCoordinator,
-    /// Consumer groups (the wire driver's clients only).
+    /// Consumer groups (the wire driver's clients, and the engine's producers' transactional offsets).
     pub groups: GroupCoordinator,
+    /// In a cluster: the `__consumer_offsets` partitions whose groups this broker's coordinator loaded, at
+    /// the leader epoch it loaded them (`GroupCoordinatorService.onElection`).
+    groups_loaded: BTreeMap<TopicPartition, i32>,
     /// The partitions this broker hosts with followers: their ISR, follower states and purgatories.
     pub replica_manager: ReplicaManager,
     /// Every partition's registration as the controller last told this broker (`KRaftMetadataCache`);
@@ -100,8 +103,8 @@ struct TxnOffsetCommit {
     member_id: String,
 }
 
-/// The broker that hosts the group coordinator, and the transaction coordinator of a single broker (a
-/// replicated cluster's moves with `__transaction_state`'s leadership; groups do not fail over).
+/// The broker of a single-broker cluster, which coordinates every transactional id and group (in a
+/// replicated cluster the coordinators move with their partitions' leadership).
 pub const COORDINATOR_BROKER: u32 = 0;
 
 /// The broker whose coordinator stands for the cluster's: the one that loaded `__transaction_state` at
@@ -131,8 +134,6 @@ impl PartitionLeaders for CachedLeaders<'_> {
         match self.image.get(tp) {
             Some(r) if r.state.leader == NO_LEADER => None,
             Some(r) => Some(NodeId::Broker(r.state.leader)),
-            // `__consumer_offsets` is broker 0's alone, outside the controller's image (groups do not fail over).
-            None if tp.topic == GROUP_METADATA_TOPIC => Some(NodeId::Broker(COORDINATOR_BROKER)),
             None => self.partitions.contains_key(tp).then(|| self.id.clone()),
         }
     }
@@ -169,6 +170,7 @@ impl Broker {
             partitions,
             coordinator: TransactionCoordinator::for_broker(id),
             groups: GroupCoordinator::default(),
+            groups_loaded: BTreeMap::new(),
             replica_manager: ReplicaManager::default(),
             metadata_image: BTreeMap::new(),
             controller: None,
@@ -400,6 +402,11 @@ impl Broker {
         self.partitions.contains_key(tp) || cache && self.metadata_image.contains_key(tp)
     }
 
+    /// Whether the metadata cache has any partition of `topic`.
+    fn knows_topic(&self, topic: &str) -> bool {
+        self.metadata_image.keys().any(|tp| tp.topic == topic)
+    }
+
     /// `ReplicaManager.getPartitionOrError` for a partition this broker hosts no replica of:
     /// NOT_LEADER_OR_FOLLOWER if it exists (the client's metadata is stale), else UNKNOWN_TOPIC_OR_PARTITION.
     fn not_hosted(&self, tp: &TopicPartition) -> KafkaError {
@@ -441,7 +448,90 @@ impl Broker {
     pub fn tick_groups(&mut self, now_ms: TimeMs) -> Effects {
         let mut effects = Effects::default();
         self.groups.tick(now_ms, &self.id, &mut effects);
+        self.write_groups(now_ms, &mut effects);
         effects
+    }
+
+    /// Whether this broker's group coordinator owns `group_id` (`GroupCoordinatorService`): on a single
+    /// broker every group is its own; in a cluster, a group whose `__consumer_offsets` partition it leads
+    /// and has loaded.
+    fn owns_group(&self, group_id: &str) -> bool {
+        if self.groups_replicated() {
+            self.groups_loaded.contains_key(&offsets_partition_for(group_id))
+        } else {
+            self.id == NodeId::Broker(COORDINATOR_BROKER)
+        }
+    }
+
+    /// Whether groups live in a replicated `__consumer_offsets` that the controller creates and their
+    /// coordinators follow its leadership; else broker 0 keeps them in a topic of its own.
+    fn groups_replicated(&self) -> bool {
+        self.controller.is_some() && self.config.offsets_topic_replication_factor > 1
+    }
+
+    /// `GroupCoordinatorService.onElection` / `onResignation` for the `__consumer_offsets` partitions among
+    /// `tps`: one this broker now leads at a new epoch is loaded, one it stopped leading unloaded.
+    fn take_group_roles<'a>(
+        &mut self,
+        now_ms: TimeMs,
+        tps: impl IntoIterator<Item = &'a TopicPartition>,
+        effects: &mut Effects,
+    ) {
+        let NodeId::Broker(me) = self.id else { unreachable!("a broker's id is a broker id") };
+        for tp in tps.into_iter().filter(|tp| tp.topic == GROUP_METADATA_TOPIC) {
+            let leading = self.replica_manager.partitions.get(tp).filter(|p| p.leader == me).map(|p| p.leader_epoch);
+            if leading.is_some() && self.groups_loaded.get(tp) == leading.as_ref() {
+                continue;
+            }
+            if self.groups_loaded.remove(tp).is_some() {
+                self.groups.unload(tp, &self.id, effects);
+            }
+            if let Some(epoch) = leading {
+                self.groups.load(tp, &self.partitions[tp], now_ms);
+                self.groups_loaded.insert(tp.clone(), epoch);
+            }
+        }
+    }
+
+    /// Appends what the group coordinator wants written (`GroupWrite`) to each group's `__consumer_offsets`
+    /// partition. An offset commit's answer, already in `effects`, waits until its records are replicated
+    /// (acks=all, `DelayedProduce`) or fails with the write's error.
+    fn write_groups(&mut self, now_ms: TimeMs, effects: &mut Effects) {
+        let writes = self.groups.take_writes();
+        if self.config.mutations.has(Mutation::GroupsKeptInMemory) {
+            return; // The bug: nothing is written, every answer goes at once.
+        }
+        for GroupWrite { group_id, records, answer } in writes {
+            let tp = self.offsets_partition(&group_id);
+            let batch = ProduceBatch {
+                producer: None,
+                is_transactional: false,
+                values: records.iter().map(OffsetsRecord::to_value).collect(),
+            };
+            let appended = self.replicate(now_ms, effects, |rm, ctx| rm.check_append(&tp, ctx)).and_then(|()| {
+                let log = self.partitions.get_mut(&tp).expect("the coordinator's partition is hosted");
+                log.append_data(&batch, AppendOrigin::Coordinator, now_ms, &self.config.mutations)
+            });
+            if appended.is_ok() {
+                self.after_leader_append(now_ms, &tp, effects);
+            }
+            let Some((client, corr)) = answer else { continue };
+            let at = effects.sends.iter().position(|e| e.to == client && e.correlation_id == corr);
+            let env = effects.sends.remove(at.expect("the coordinator answered the commit"));
+            let Message::Group(answer) = env.message else { unreachable!("a group answer") };
+            match appended {
+                Err(e) => effects.send(&self.id, &client, corr, Message::Group(answer.failed_write(e))),
+                Ok(info) if self.replica_manager.is_replicated(&tp) => {
+                    let waits = vec![AckWait::new(tp, info.last_offset + 1, 0)];
+                    let response = DelayedResponse::Group { answer };
+                    let timeout = self.config.request_timeout_ms;
+                    self.replicate(now_ms, effects, |rm, ctx| {
+                        rm.await_acks(client, corr, waits, response, timeout, ctx)
+                    });
+                }
+                Ok(_) => effects.send(&self.id, &client, corr, Message::Group(answer)),
+            }
+        }
     }
 
     /// A crash and restart: logs, producer state (rebuilt from the log in Kafka; identical here) and the
@@ -450,6 +540,11 @@ impl Broker {
     pub fn restart(&mut self, now_ms: TimeMs) -> Effects {
         self.pending_verifications.clear();
         self.pending_offset_verifications.clear();
+        if self.groups_replicated() {
+            // The groups live in `__consumer_offsets`: they are loaded again where this broker leads.
+            self.groups = GroupCoordinator::default();
+            self.groups_loaded.clear();
+        }
         for log in self.partitions.values_mut() {
             log.producer_state.verification_entries.clear();
         }
@@ -475,7 +570,9 @@ impl Broker {
         let NodeId::Broker(me) = self.id else { unreachable!("a broker's id is a broker id") };
         self.replica_manager.restart(me, image, now_ms, &self.config.mutations);
         self.metadata_image = image.clone();
-        self.restart(now_ms)
+        let mut effects = self.restart(now_ms);
+        self.take_group_roles(now_ms, image.keys(), &mut effects);
+        effects
     }
 
     /// Times out one transactional id now, as the periodic scan would once its timeout passed.
@@ -615,13 +712,14 @@ impl Broker {
             }
             Message::AddPartitionsToTxnResponse { result } if self.pending_offset_verifications.contains_key(&corr) => {
                 let pending = self.pending_offset_verifications.remove(&corr).expect("checked above");
-                let outcome = result.map_err(verification_error).and_then(|()| {
+                let written = result.map_err(verification_error).and_then(|()| {
                     self.write_verified_txn_offsets(now_ms, &pending.asked, &pending.offsets, &mut effects)
                 });
                 let mut results = pending.unknown;
-                results.extend(pending.offsets.into_iter().map(|(tp, _)| (tp, outcome)));
-                let answer = Message::Group(GroupMessage::TxnOffsetCommitResponse { results });
-                effects.send(&self.id, &pending.client, pending.client_correlation_id, answer);
+                let result = written.as_ref().map(|_| ()).map_err(|e| *e);
+                results.extend(pending.offsets.into_iter().map(|(tp, _)| (tp, result)));
+                let to = (pending.client, pending.client_correlation_id);
+                self.answer_txn_offsets(now_ms, to, results, written.ok(), &mut effects);
                 None
             }
             Message::AddPartitionsToTxnResponse { result } => {
@@ -656,11 +754,13 @@ impl Broker {
                 }
                 self.replicate(now_ms, &mut effects, |rm, ctx| rm.apply_delta(&changes, ctx));
                 let coordinator_log = changes.iter().any(|(tp, _)| *tp == transaction_state_partition());
+                let changed: Vec<TopicPartition> = changes.iter().map(|(tp, _)| tp.clone()).collect();
                 self.metadata_image.extend(changes);
                 // After the whole delta, so that a new coordinator's first markers go to its new leaders.
                 if coordinator_log {
                     self.take_coordinator_role(now_ms, &mut effects);
                 }
+                self.take_group_roles(now_ms, &changed, &mut effects);
                 None
             }
             Message::FetchRequest { partition, fetch_offset, isolation } => {
@@ -691,13 +791,26 @@ impl Broker {
             }
             Message::Metadata(request) => {
                 let NodeId::Broker(id) = self.id else { unreachable!("a broker's id is a broker id") };
-                let (image, managed) = (&self.metadata_image, self.controller.is_some());
+                let group_lookup =
+                    matches!(request, MetadataMessage::FindCoordinatorRequest { key_type: CoordinatorType::Group, .. });
+                if group_lookup && self.groups_replicated() && !self.knows_topic(GROUP_METADATA_TOPIC) {
+                    // `KafkaApis.getCoordinator`: the internal topic is created on the first lookup, which is
+                    // answered COORDINATOR_NOT_AVAILABLE meanwhile.
+                    let offsets = NewTopic {
+                        name: GROUP_METADATA_TOPIC.into(),
+                        num_partitions: Some(OFFSETS_TOPIC_NUM_PARTITIONS as i32),
+                        replication_factor: None,
+                    };
+                    self.forward_create_topics(None, vec![offsets], false, &mut effects);
+                }
+                let (image, managed, groups) =
+                    (&self.metadata_image, self.controller.is_some(), self.groups_replicated());
                 let reply = crate::metadata::handle(
                     id,
                     self.config.num_partitions,
                     &mut self.partitions,
                     image,
-                    managed,
+                    (managed, groups),
                     request,
                 );
                 // `AutoTopicCreationManager`: the topics answered LEADER_NOT_AVAILABLE are created by the controller.
@@ -726,11 +839,12 @@ impl Broker {
                 offsets,
             }) => {
                 let asked = TxnOffsetCommit { transactional_id, group_id, producer, generation_id, member_id };
-                self.handle_txn_offset_commit(now_ms, asked, offsets, &reply_to, corr, &mut effects)
-                    .map(|results| Message::Group(GroupMessage::TxnOffsetCommitResponse { results }))
+                self.handle_txn_offset_commit(now_ms, asked, offsets, &reply_to, corr, &mut effects);
+                None
             }
             Message::Group(request) => {
                 self.groups.handle(now_ms, &self.config, &self.id, (reply_to.clone(), corr), request, &mut effects);
+                self.write_groups(now_ms, &mut effects);
                 None
             }
             Message::InitProducerIdResponse { .. }
@@ -762,9 +876,8 @@ impl Broker {
         } else {
             self.id == NodeId::Broker(COORDINATOR_BROKER)
         };
-        let groups = self.id == NodeId::Broker(COORDINATOR_BROKER);
         let refused = match message {
-            Message::Group(_) => !groups,
+            Message::Group(request) => !request.group_id().is_some_and(|g| self.owns_group(g)),
             _ => !transactions,
         };
         if !refused {
@@ -1047,10 +1160,12 @@ impl Broker {
         (results, waits)
     }
 
-    /// The group's `__consumer_offsets` partition; the topic is created, unreplicated, the first time a
-    /// transaction needs it (Kafka creates it on the first group coordinator lookup).
+    /// The group's `__consumer_offsets` partition. Unreplicated, broker 0 creates the topic the first time
+    /// a group needs it; replicated, the controller creates it on the first FindCoordinator for a group
+    /// (`KafkaApis.getCoordinator`).
     fn offsets_partition(&mut self, group_id: &str) -> TopicPartition {
-        if !self.partitions.keys().any(|tp| tp.topic == GROUP_METADATA_TOPIC) {
+        let absent = !self.partitions.keys().any(|tp| tp.topic == GROUP_METADATA_TOPIC);
+        if !self.groups_replicated() && absent {
             for p in 0..OFFSETS_TOPIC_NUM_PARTITIONS {
                 self.partitions.insert(TopicPartition::new(GROUP_METADATA_TOPIC, p), PartitionLog::new());
             }
@@ -1062,7 +1177,8 @@ impl Broker {
     /// fail alone; the rest are verified with the transaction coordinator (KIP-890: the offsets partition
     /// must be in the ongoing transaction), checked against the group (KIP-447), written to the group's
     /// `__consumer_offsets` partition as a batch of the producer's transaction (origin coordinator: epoch
-    /// checked, no client sequence) and held pending until the transaction's marker lands there.
+    /// checked, no client sequence) and held pending until the transaction's marker lands there. Answered
+    /// once the batch is replicated (`answer_txn_offsets`), or later if the verification is remote.
     fn handle_txn_offset_commit(
         &mut self,
         now_ms: TimeMs,
@@ -1071,12 +1187,12 @@ impl Broker {
         reply_to: &NodeId,
         corr: u64,
         effects: &mut Effects,
-    ) -> Option<Vec<(TopicPartition, Result<(), KafkaError>)>> {
+    ) {
         let (known, unknown): (Vec<_>, Vec<_>) = offsets.into_iter().partition(|(tp, _)| self.knows_partition(tp));
         let mut results: Vec<_> =
             unknown.into_iter().map(|(tp, _)| (tp, Err(KafkaError::UnknownTopicOrPartition))).collect();
         if known.is_empty() {
-            return Some(results);
+            return self.answer_txn_offsets(now_ms, (reply_to.clone(), corr), results, None, effects);
         }
         let verify = self.config.partition_verification && !self.config.mutations.has(Mutation::NoTxnVerification);
         let local = !self.has_transaction_log() || self.coordinator_loaded_at.is_some();
@@ -1105,7 +1221,7 @@ impl Broker {
                         unknown: results,
                     };
                     self.pending_offset_verifications.insert(id, pending);
-                    return None;
+                    return;
                 }
                 None => Err(KafkaError::CoordinatorNotAvailable),
             }
@@ -1114,8 +1230,31 @@ impl Broker {
                 if verify { self.verify_txn_offsets_here(now_ms, &asked, reply_to, corr, effects) } else { Ok(()) };
             verified.and_then(|()| self.write_verified_txn_offsets(now_ms, &asked, &known, effects))
         };
-        results.extend(known.into_iter().map(|(tp, _)| (tp, outcome)));
-        Some(results)
+        let result = outcome.as_ref().map(|_| ()).map_err(|e| *e);
+        results.extend(known.into_iter().map(|(tp, _)| (tp, result)));
+        self.answer_txn_offsets(now_ms, (reply_to.clone(), corr), results, outcome.ok(), effects);
+    }
+
+    /// TxnOffsetCommit's answer; with the offsets `written` to a replicated partition (the next offset
+    /// after their batch), once the HW passes them, as the coordinator runtime answers a committed write.
+    fn answer_txn_offsets(
+        &mut self,
+        now_ms: TimeMs,
+        (client, corr): (NodeId, u64),
+        results: Vec<(TopicPartition, Result<(), KafkaError>)>,
+        written: Option<(TopicPartition, Offset)>,
+        effects: &mut Effects,
+    ) {
+        let answer = GroupMessage::TxnOffsetCommitResponse { results };
+        match written {
+            Some((tp, next)) if self.replica_manager.is_replicated(&tp) => {
+                let waits = vec![AckWait::new(tp, next, 0)];
+                let response = DelayedResponse::Group { answer };
+                let timeout = self.config.request_timeout_ms;
+                self.replicate(now_ms, effects, |rm, ctx| rm.await_acks(client, corr, waits, response, timeout, ctx));
+            }
+            _ => effects.send(&self.id, &client, corr, Message::Group(answer)),
+        }
     }
 
     /// The verification where this broker's own coordinator owns the transactional id: answered at once.
@@ -1152,7 +1291,7 @@ impl Broker {
         asked: &TxnOffsetCommit,
         offsets: &[(TopicPartition, CommittedOffset)],
         effects: &mut Effects,
-    ) -> Result<(), KafkaError> {
+    ) -> Result<(TopicPartition, Offset), KafkaError> {
         let offsets_partition = self.offsets_partition(&asked.group_id);
         self.groups.validate_txn_offset_commit(&asked.group_id, asked.generation_id, &asked.member_id)?;
         let batch = ProduceBatch {
@@ -1163,14 +1302,14 @@ impl Broker {
                 base_sequence: -1,
             }),
             is_transactional: true,
-            values: offsets.iter().map(|(tp, (o, _))| format!("{}/{tp}={o}", asked.group_id)).collect(),
+            values: offsets.iter().map(|(tp, o)| OffsetsRecord::offset(&asked.group_id, tp, o).to_value()).collect(),
         };
-        let log = self.partitions.get_mut(&offsets_partition).expect("created above");
+        let log = self.partitions.get_mut(&offsets_partition).expect("the group's partition is hosted");
         let info = log.append_data(&batch, AppendOrigin::Coordinator, now_ms, &self.config.mutations)?;
         self.after_leader_append(now_ms, &offsets_partition, effects);
         let pid = asked.producer.producer_id;
         self.groups.stage_txn_offsets(&asked.group_id, pid, info.first_offset, offsets, &self.config.mutations);
-        Ok(())
+        Ok((offsets_partition, info.last_offset + 1))
     }
 
     /// With one replica in the ISR the HW follows the log end at once, unless the scenario moves it by hand.

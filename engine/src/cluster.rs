@@ -62,6 +62,7 @@ impl Cluster {
     /// A cluster of `topology.brokers` brokers hosting `topics` at each topic's replication factor;
     /// `Topology::validate` must have accepted it.
     pub fn with_topology(topics: &BTreeMap<String, u32>, config: EngineConfig, topology: &Topology) -> Self {
+        let config = topology.bound(config);
         let controller = Controller::new(topics, topology, &config);
         let mut brokers: Vec<Broker> = (0..topology.brokers)
             .map(|id| Broker::with_registrations(id, &controller.partitions, config.clone()))

@@ -50,6 +50,10 @@ pub struct EngineConfig {
     pub replica_socket_timeout_ms: TimeMs,
     /// `replica.fetch.backoff.ms` (default 1000): a follower's pause after a failed fetch.
     pub replica_fetch_backoff_ms: TimeMs,
+    /// `offsets.topic.replication.factor` (Kafka's default 3): replicas of `__consumer_offsets`, which a
+    /// cluster's controller creates on the first group lookup. The cluster drivers cap it by the broker
+    /// count; at 1 the groups stay on broker 0 with the topic unreplicated, as on a single broker.
+    pub offsets_topic_replication_factor: u32,
     /// `unclean.leader.election.enable` (default false): the controller may elect a replica outside the
     /// ISR when no ISR member is alive, and what only the ISR held is lost.
     pub unclean_leader_election_enable: bool,
@@ -81,6 +85,7 @@ impl Default for EngineConfig {
             replica_fetch_wait_max_ms: 500,
             replica_socket_timeout_ms: 30_000,
             replica_fetch_backoff_ms: 1_000,
+            offsets_topic_replication_factor: crate::group_coordinator::OFFSETS_TOPIC_REPLICATION_FACTOR,
             unclean_leader_election_enable: false,
             mutations: Mutations::none(),
             proposal: None,

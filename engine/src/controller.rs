@@ -12,6 +12,7 @@ use crate::coordinator::{
     transaction_state_partition, TRANSACTION_STATE_LOG_REPLICATION_FACTOR, TRANSACTION_STATE_TOPIC,
 };
 use crate::error::KafkaError;
+use crate::group_coordinator::GROUP_METADATA_TOPIC;
 use crate::metadata::{MetadataMessage, NewTopic};
 use crate::mutation::{Mutation, Mutations};
 use crate::protocol::{Effects, Envelope, Message, NodeId};
@@ -133,6 +134,13 @@ impl Topology {
         Topology { placement: Placement::Striped, ..Topology::new(brokers, replication_factor) }
     }
 
+    /// `config` with the broker settings the cluster's size bounds: `offsets.topic.replication.factor`,
+    /// at most the broker count (a one-broker cluster keeps its groups unreplicated on broker 0).
+    pub fn bound(&self, mut config: EngineConfig) -> EngineConfig {
+        config.offsets_topic_replication_factor = config.offsets_topic_replication_factor.min(self.brokers);
+        config
+    }
+
     /// Rejects what the cluster cannot host: 1..=5 brokers and a replication factor of at least 1.
     pub fn validate(&self) -> Result<(), String> {
         if !(1..=MAX_BROKERS).contains(&self.brokers) {
@@ -185,6 +193,8 @@ pub struct Controller {
     default_replication_factor: u32,
     /// How the topics created at run time are placed.
     placement: Placement,
+    /// `offsets.topic.replication.factor`, for `__consumer_offsets`.
+    offsets_topic_replication_factor: u32,
 }
 
 impl Controller {
@@ -210,6 +220,7 @@ impl Controller {
             brokers: topology.brokers,
             default_replication_factor: topology.replication_factor,
             placement: topology.placement,
+            offsets_topic_replication_factor: config.offsets_topic_replication_factor,
         }
     }
 
@@ -229,12 +240,25 @@ impl Controller {
         let mut created = Vec::new();
         for t in topics {
             let exists = self.partitions.keys().any(|tp| tp.topic == t.name);
-            let checked = crate::metadata::check_new_topic(exists, &t, 1, self.default_replication_factor, live);
+            let internal = t.name == GROUP_METADATA_TOPIC;
+            // `offsets.topic.replication.factor` for `__consumer_offsets` (the drivers cap it by the cluster's
+            // size, where Kafka would refuse to create the topic on fewer brokers).
+            let default_rf =
+                if internal { self.offsets_topic_replication_factor } else { self.default_replication_factor };
+            let checked = crate::metadata::check_new_topic(exists, &t, 1, default_rf, live);
             if let (Ok((n, rf)), false) = (checked, validate_only) {
                 for p in 0..n {
                     let tp = TopicPartition::new(&t.name, p);
-                    // `__transaction_state` is placed apart, so it shifts no topic's striping.
-                    let placed = self.partitions.keys().filter(|tp| tp.topic != TRANSACTION_STATE_TOPIC).count();
+                    // The internal topics are placed apart, so they shift no topic's striping; the
+                    // partitions of `__consumer_offsets` stripe among themselves.
+                    let placed = if internal {
+                        p as usize
+                    } else {
+                        let user = |tp: &&TopicPartition| {
+                            ![TRANSACTION_STATE_TOPIC, GROUP_METADATA_TOPIC].contains(&tp.topic.as_str())
+                        };
+                        self.partitions.keys().filter(user).count()
+                    };
                     let replicas = self.placement.replicas(p, placed, rf, self.brokers, &self.fenced);
                     let registration = PartitionRegistration::new(replicas);
                     // Kafka's `PartitionRecord`; brokers apply it as the first change of a partition they lack.

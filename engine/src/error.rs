@@ -55,6 +55,20 @@ pub enum KafkaError {
 }
 
 impl KafkaError {
+    /// A coordinator's answer for the failed append of its record (`TransactionStateManager
+    /// .appendTransactionToLog`'s callback, `GroupCoordinatorService.handleOperationException`): the log
+    /// not available or not replicated in time is COORDINATOR_NOT_AVAILABLE, leadership lost NOT_COORDINATOR.
+    pub fn for_coordinator_append(self) -> KafkaError {
+        match self {
+            KafkaError::UnknownTopicOrPartition
+            | KafkaError::NotEnoughReplicas
+            | KafkaError::NotEnoughReplicasAfterAppend
+            | KafkaError::RequestTimedOut => KafkaError::CoordinatorNotAvailable,
+            KafkaError::NotLeaderOrFollower => KafkaError::NotCoordinator,
+            other => other,
+        }
+    }
+
     pub const ALL: [KafkaError; 40] = [
         KafkaError::OffsetOutOfRange,
         KafkaError::UnknownTopicOrPartition,

@@ -3,8 +3,13 @@
 //! `subscribe()` uses them. Members join, the coordinator waits (`group.initial.rebalance.delay.ms` for
 //! a new group, then until every known member rejoined or the rebalance timeout passed), picks a leader
 //! and a protocol, the leader's SyncGroup hands out the assignment; heartbeats keep a member, silence
-//! past `session.timeout.ms` removes it. Plain offset commits are kept in memory, not in a
-//! `__consumer_offsets` log; static membership (KIP-345) and KIP-848 are not modelled.
+//! past `session.timeout.ms` removes it. Static membership (KIP-345) and KIP-848 are not modelled.
+//!
+//! What a group must keep across a coordinator move is written to its `__consumer_offsets` partition as
+//! `OffsetsRecord`s (`GroupCoordinatorRecordHelpers`): each plain offset commit, and the group's metadata
+//! whenever a generation becomes Stable or the group Empty. A broker that comes to lead the partition
+//! replays it (`load`, to its log end), one that stops unloads its groups (`unload`); the broker holds an
+//! OffsetCommit's answer until the record is replicated, as the coordinator runtime's write future does.
 //!
 //! Transactional offsets (KIP-98, KIP-447; `OffsetMetadataManager`): a TxnOffsetCommit is written to the
 //! group's `__consumer_offsets` partition as a batch of the producer's transaction (the broker does that)
@@ -17,6 +22,7 @@
 
 use crate::config::EngineConfig;
 use crate::error::KafkaError;
+use crate::log::PartitionLog;
 use crate::mutation::Mutation;
 use crate::protocol::{Effects, Message, NodeId};
 use crate::types::{Offset, ProducerId, ProducerIdAndEpoch, TimeMs, TopicPartition, TransactionResult};
@@ -37,6 +43,8 @@ pub type CommittedOffset = (i64, Option<String>);
 pub const GROUP_METADATA_TOPIC: &str = "__consumer_offsets";
 /// `offsets.topic.num.partitions` (Kafka's default).
 pub const OFFSETS_TOPIC_NUM_PARTITIONS: u32 = 50;
+/// `offsets.topic.replication.factor` (Kafka's default).
+pub const OFFSETS_TOPIC_REPLICATION_FACTOR: u32 = 3;
 
 /// The `__consumer_offsets` partition of a group (`GroupCoordinatorService.partitionFor`: the absolute
 /// value of Java's `String.hashCode` of the id, modulo the partition count; `Utils.abs` maps MIN to 0).
@@ -44,6 +52,64 @@ pub fn offsets_partition_for(group_id: &str) -> TopicPartition {
     let hash = group_id.encode_utf16().fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(c as i32));
     let abs = if hash == i32::MIN { 0 } else { hash.unsigned_abs() };
     TopicPartition::new(GROUP_METADATA_TOPIC, abs % OFFSETS_TOPIC_NUM_PARTITIONS)
+}
+
+/// A record of a group's `__consumer_offsets` partition, as JSON in the record's value: an offset commit
+/// (in a transaction's batch for TxnOffsetCommit) or the group's metadata (`GroupMetadataValue`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum OffsetsRecord {
+    Offset { group: String, partition: TopicPartition, offset: i64, metadata: Option<String> },
+    Group { group: String, metadata: GroupMetadata },
+}
+
+impl OffsetsRecord {
+    pub fn offset(group: &str, tp: &TopicPartition, (offset, metadata): &CommittedOffset) -> Self {
+        OffsetsRecord::Offset {
+            group: group.into(),
+            partition: tp.clone(),
+            offset: *offset,
+            metadata: metadata.clone(),
+        }
+    }
+
+    pub fn to_value(&self) -> String {
+        serde_json::to_string(self).expect("a record serializes")
+    }
+
+    fn group(&self) -> &str {
+        match self {
+            OffsetsRecord::Offset { group, .. } | OffsetsRecord::Group { group, .. } => group,
+        }
+    }
+}
+
+/// A group's metadata as `GroupMetadataValue` keeps it: its generation and protocol, and each member
+/// with its timeouts, protocols and assignment (no members for an Empty group).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct GroupMetadata {
+    pub generation: i32,
+    pub protocol_type: Option<String>,
+    pub protocol: Option<String>,
+    pub leader: Option<String>,
+    pub members: Vec<StoredMember>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct StoredMember {
+    pub id: String,
+    pub session_timeout_ms: TimeMs,
+    pub rebalance_timeout_ms: TimeMs,
+    pub protocols: Vec<(String, Vec<u8>)>,
+    pub assignment: Vec<u8>,
+}
+
+/// Records the coordinator wants appended to a group's `__consumer_offsets` partition; `answer` is the
+/// request whose answer (already in the effects) must wait until they are replicated.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GroupWrite {
+    pub group_id: String,
+    pub records: Vec<OffsetsRecord>,
+    pub answer: Option<Waiter>,
 }
 
 /// Where a committed offset's record is: its place in the order of all commit records (`recordOffset`,
@@ -170,6 +236,38 @@ impl GroupMessage {
             GroupMessage::TxnOffsetCommitRequest { .. } | GroupMessage::TxnOffsetCommitResponse { .. } => {
                 "TxnOffsetCommit"
             }
+        }
+    }
+
+    /// The group a request is for.
+    pub fn group_id(&self) -> Option<&str> {
+        match self {
+            GroupMessage::JoinGroupRequest { group_id, .. }
+            | GroupMessage::SyncGroupRequest { group_id, .. }
+            | GroupMessage::HeartbeatRequest { group_id, .. }
+            | GroupMessage::LeaveGroupRequest { group_id, .. }
+            | GroupMessage::OffsetCommitRequest { group_id, .. }
+            | GroupMessage::OffsetFetchRequest { group_id, .. }
+            | GroupMessage::TxnOffsetCommitRequest { group_id, .. } => Some(group_id),
+            _ => None,
+        }
+    }
+
+    /// An offset commit's answer when its record could not be written: every partition gets the write's
+    /// error as the coordinator answers it, which a client retries.
+    pub fn failed_write(self, e: KafkaError) -> GroupMessage {
+        let e = e.for_coordinator_append();
+        let fail = |results: Vec<(TopicPartition, Result<(), KafkaError>)>| {
+            results.into_iter().map(|(tp, r)| (tp, r.and(Err(e)))).collect()
+        };
+        match self {
+            GroupMessage::OffsetCommitResponse { results } => {
+                GroupMessage::OffsetCommitResponse { results: fail(results) }
+            }
+            GroupMessage::TxnOffsetCommitResponse { results } => {
+                GroupMessage::TxnOffsetCommitResponse { results: fail(results) }
+            }
+            other => unreachable!("only offset commits wait for their write, not {other:?}"),
         }
     }
 
@@ -315,6 +413,8 @@ pub struct Group {
     pub offsets: BTreeMap<TopicPartition, CommittedOffset>,
     /// Where each committed offset's record is.
     pub records: BTreeMap<TopicPartition, CommitRecord>,
+    /// The metadata to write changed: a generation became Stable, or the group Empty.
+    changed: bool,
 }
 
 impl Group {
@@ -331,7 +431,54 @@ impl Group {
             initial_delay: false,
             offsets: BTreeMap::new(),
             records: BTreeMap::new(),
+            changed: false,
         }
+    }
+
+    fn metadata(&self) -> GroupMetadata {
+        let members = self.members.iter().map(|(id, m)| StoredMember {
+            id: id.clone(),
+            session_timeout_ms: m.session_timeout_ms,
+            rebalance_timeout_ms: m.rebalance_timeout_ms,
+            protocols: m.protocols.clone(),
+            assignment: m.assignment.clone(),
+        });
+        GroupMetadata {
+            generation: self.generation_id,
+            protocol_type: self.protocol_type.clone(),
+            protocol: self.protocol_name.clone(),
+            leader: self.leader.clone(),
+            members: members.collect(),
+        }
+    }
+
+    /// `ClassicGroup.fromRecords` and `onLoaded`: the group as its metadata record left it, Stable with
+    /// its members (each session restarting now) or Empty.
+    fn restore(&mut self, m: GroupMetadata, now_ms: TimeMs) {
+        self.state = if m.members.is_empty() { GroupState::Empty } else { GroupState::Stable };
+        self.generation_id = m.generation;
+        self.protocol_type = m.protocol_type;
+        self.protocol_name = m.protocol;
+        self.leader = m.leader;
+        self.pending_members.clear();
+        self.join_deadline_ms = None;
+        self.initial_delay = false;
+        self.members = m
+            .members
+            .into_iter()
+            .map(|sm| {
+                let member = Member {
+                    protocols: sm.protocols,
+                    session_timeout_ms: sm.session_timeout_ms,
+                    rebalance_timeout_ms: sm.rebalance_timeout_ms,
+                    join_waiter: None,
+                    sync_waiter: None,
+                    assignment: sm.assignment,
+                    expires_ms: now_ms + sm.session_timeout_ms,
+                };
+                (sm.id, member)
+            })
+            .collect();
     }
 
     /// `ClassicGroup.hasMember`.
@@ -385,6 +532,8 @@ pub struct GroupCoordinator {
     pub pending_txn_offsets: BTreeMap<ProducerId, BTreeMap<(String, TopicPartition), PendingOffset>>,
     /// Commit records written so far (each commit's `CommitRecord::order`).
     records_written: u64,
+    /// Offset commits to write, taken by the broker after each call (`take_writes`).
+    writes: Vec<GroupWrite>,
 }
 
 fn answer(effects: &mut Effects, me: &NodeId, to: &NodeId, corr: u64, message: GroupMessage) {
@@ -401,6 +550,72 @@ impl GroupCoordinator {
                 g.join_deadline_ms.into_iter().chain(expiries)
             })
             .min()
+    }
+
+    /// The records to append since the last call: offset commits, then the metadata of each group whose
+    /// generation became Stable or that became Empty.
+    pub fn take_writes(&mut self) -> Vec<GroupWrite> {
+        let mut writes = std::mem::take(&mut self.writes);
+        for (id, group) in self.groups.iter_mut().filter(|(_, g)| g.changed) {
+            group.changed = false;
+            let records = vec![OffsetsRecord::Group { group: id.clone(), metadata: group.metadata() }];
+            writes.push(GroupWrite { group_id: id.clone(), records, answer: None });
+        }
+        writes
+    }
+
+    /// The coordinator runtime's load of `offsets_partition` (`CoordinatorLoaderImpl`, to the log end, as
+    /// `GroupMetadataManager.replay` takes each record): committed offsets, each group's last metadata, and
+    /// the offsets of transactions, pending until their marker follows in the log.
+    pub fn load(&mut self, offsets_partition: &TopicPartition, log: &PartitionLog, now_ms: TimeMs) {
+        for batch in log.batches() {
+            if let (Some(marker), Some(pid)) = (batch.marker(), batch.producer_id()) {
+                self.complete_transaction(pid, marker.result, offsets_partition);
+                continue;
+            }
+            let txn = batch.producer_id().filter(|_| batch.is_transactional).map(|pid| (pid, batch.base_offset));
+            for r in batch.records() {
+                let record: OffsetsRecord = serde_json::from_str(&r.value).expect("a record the coordinator wrote");
+                assert_eq!(offsets_partition_for(record.group()), *offsets_partition, "a group in its own partition");
+                match record {
+                    OffsetsRecord::Offset { group, partition, offset, metadata } => {
+                        let commit = self.next_record(txn);
+                        match txn {
+                            Some((pid, _)) => {
+                                let pending = PendingOffset { offset: (offset, metadata), record: commit };
+                                self.pending_txn_offsets.entry(pid).or_default().insert((group, partition), pending);
+                            }
+                            None => self.materialize(&group, &partition, (offset, metadata), commit),
+                        }
+                    }
+                    OffsetsRecord::Group { group, metadata } => {
+                        self.groups.entry(group).or_insert_with(Group::new).restore(metadata, now_ms);
+                    }
+                }
+            }
+        }
+    }
+
+    /// `onUnloaded`: the groups of `offsets_partition` leave this coordinator; members waiting for a join
+    /// or a sync answer are told NOT_COORDINATOR, and look the coordinator up again.
+    pub fn unload(&mut self, offsets_partition: &TopicPartition, me: &NodeId, effects: &mut Effects) {
+        let here = |group: &str| offsets_partition_for(group) == *offsets_partition;
+        let gone: Vec<String> = self.groups.keys().filter(|g| here(g)).cloned().collect();
+        let error = KafkaError::NotCoordinator;
+        for id in gone {
+            for (member_id, m) in self.groups.remove(&id).expect("listed above").members {
+                if let Some((to, corr)) = m.join_waiter {
+                    answer(effects, me, &to, corr, GroupMessage::JoinGroupResponse { member_id, result: Err(error) });
+                } else if let Some((to, corr)) = m.sync_waiter {
+                    answer(effects, me, &to, corr, GroupMessage::SyncGroupResponse { result: Err(error) });
+                }
+            }
+        }
+        for pending in self.pending_txn_offsets.values_mut() {
+            pending.retain(|(group, _), _| !here(group));
+        }
+        self.pending_txn_offsets.retain(|_, p| !p.is_empty());
+        self.writes.retain(|w| !here(&w.group_id));
     }
 
     /// Ends join phases whose time is up and removes members whose session expired.
@@ -519,6 +734,8 @@ impl GroupCoordinator {
                         let record = self.next_record(None);
                         self.materialize(&group_id, tp, o.clone(), record);
                     }
+                    let records = offsets.iter().map(|(tp, o)| OffsetsRecord::offset(&group_id, tp, o)).collect();
+                    self.writes.push(GroupWrite { group_id: group_id.clone(), records, answer: Some(asker.clone()) });
                 }
                 GroupMessage::OffsetCommitResponse { results: offsets.into_iter().map(|(tp, _)| (tp, check)).collect() }
             }
@@ -791,6 +1008,7 @@ impl GroupCoordinator {
                 // The leader's assignment completes the generation: every waiting member gets its share.
                 let mut given: BTreeMap<String, Vec<u8>> = assignments.into_iter().collect();
                 group.state = GroupState::Stable;
+                group.changed = true;
                 for m in group.members.values_mut() {
                     m.assignment = Vec::new();
                 }
@@ -811,6 +1029,7 @@ impl GroupCoordinator {
 fn member_left(group: &mut Group, now_ms: TimeMs, me: &NodeId, effects: &mut Effects) {
     if group.members.is_empty() {
         group.state = GroupState::Empty;
+        group.changed = true;
         group.leader = None;
         group.protocol_name = None;
         group.join_deadline_ms = None;

@@ -221,7 +221,7 @@ pub fn handle(
     num_partitions: u32,
     partitions: &mut BTreeMap<TopicPartition, PartitionLog>,
     image: &BTreeMap<TopicPartition, PartitionRegistration>,
-    controller_managed: bool,
+    (controller_managed, groups_replicated): (bool, bool),
     request: MetadataMessage,
 ) -> Option<MetadataMessage> {
     let reply = match request {
@@ -279,17 +279,30 @@ pub fn handle(
             MetadataMessage::MetadataResponse { topics: out, leaders }
         }
         MetadataMessage::FindCoordinatorRequest { key_type, keys } => {
-            // Groups live on one broker; transactional ids on `__transaction_state`'s leader where it is
-            // replicated (COORDINATOR_NOT_AVAILABLE while it has none).
-            let log = image.get(&crate::coordinator::transaction_state_partition());
-            let result: Result<u32, KafkaError> = match (key_type, log) {
-                (CoordinatorType::Transaction, Some(r)) if r.state.leader == crate::controller::NO_LEADER => {
-                    Err(KafkaError::CoordinatorNotAvailable)
-                }
-                (CoordinatorType::Transaction, Some(r)) => Ok(r.state.leader),
-                _ => Ok(crate::broker::COORDINATOR_BROKER),
-            };
-            MetadataMessage::FindCoordinatorResponse { coordinators: keys.into_iter().map(|k| (k, result)).collect() }
+            // A key's coordinator is the leader of its `__transaction_state` or `__consumer_offsets` partition
+            // (COORDINATOR_NOT_AVAILABLE while it has none, or, in a cluster, while the topic does not exist
+            // yet); on a single broker, broker 0.
+            let coordinators = keys
+                .into_iter()
+                .map(|k| {
+                    let tp = match key_type {
+                        CoordinatorType::Transaction => crate::coordinator::transaction_state_partition(),
+                        CoordinatorType::Group => crate::group_coordinator::offsets_partition_for(&k),
+                    };
+                    let result = match image.get(&tp) {
+                        Some(r) if r.state.leader == crate::controller::NO_LEADER => {
+                            Err(KafkaError::CoordinatorNotAvailable)
+                        }
+                        Some(r) => Ok(r.state.leader),
+                        None if groups_replicated && key_type == CoordinatorType::Group => {
+                            Err(KafkaError::CoordinatorNotAvailable)
+                        }
+                        None => Ok(crate::broker::COORDINATOR_BROKER),
+                    };
+                    (k, result)
+                })
+                .collect();
+            MetadataMessage::FindCoordinatorResponse { coordinators }
         }
         MetadataMessage::EarliestOffsetRequest { partition } => {
             let result = match partitions.get(&partition) {

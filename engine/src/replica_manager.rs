@@ -17,6 +17,7 @@ use crate::config::EngineConfig;
 use crate::controller::{LeaderAndIsr, PartitionRegistration, CONTROLLER_ID, NO_LEADER};
 use crate::coordinator::TRANSACTION_STATE_TOPIC;
 use crate::error::KafkaError;
+use crate::group_coordinator::GroupMessage;
 use crate::log::{FetchPartitionData, PartitionLog};
 use crate::metadata::MetadataMessage;
 use crate::mutation::Mutation;
@@ -226,6 +227,10 @@ pub enum DelayedResponse {
     /// The coordinator's `__transaction_state` append, answered to its own broker.
     TxnLog {
         transactional_id: String,
+    },
+    /// A group coordinator's answer to an offset commit, sent once its records are replicated.
+    Group {
+        answer: GroupMessage,
     },
 }
 
@@ -530,6 +535,10 @@ impl ReplicaManager {
                 };
                 Message::TxnLogAppendResponse { transactional_id, result }
             }
+            DelayedResponse::Group { answer } => match d.waits.iter().find_map(|w| w.outcome.and_then(Result::err)) {
+                Some(e) => Message::Group(answer.failed_write(e)),
+                None => Message::Group(answer),
+            },
         };
         ctx.send(&d.reply_to, d.correlation_id, message);
     }

@@ -53,9 +53,8 @@ mod groups;
 
 pub type ConnId = u64;
 
-/// The broker of a one-broker cluster, and in a larger one the group coordinator's host and the
-/// transaction coordinator's first (it moves with `__transaction_state`); partitions are led where the
-/// controller placed them (`Placement::Striped`).
+/// The broker of a one-broker cluster, and in a larger one the transaction coordinator's first (it moves
+/// with `__transaction_state`); partitions are led where the controller placed them (`Placement::Striped`).
 pub const BROKER_ID: u32 = 0;
 /// Deliveries one request may cause before the broker is declared stuck (`Cluster::MAX_STEPS_PER_RUN`).
 const MAX_STEPS_PER_REQUEST: usize = txnsim_engine::cluster::MAX_STEPS_PER_RUN;
@@ -189,6 +188,7 @@ impl Driver {
             (vec![Broker::new(BROKER_ID, &BTreeMap::new(), config)], None)
         } else {
             let topology = Topology::striped(n, default_replication_factor);
+            let config = topology.bound(config);
             let controller = Controller::new(&BTreeMap::new(), &topology, &config);
             let brokers = (0..n).map(|id| Broker::with_registrations(id, &controller.partitions, config.clone()));
             (brokers.collect(), Some(controller))
@@ -247,8 +247,8 @@ impl Driver {
     /// Broker `id` crashes, as `Cluster::crash_broker` crashes one: its timers are dropped, what is sent
     /// to it is lost, its connections close (the returned `Close`s), and the controller fences it
     /// (`handleBrokerFenced`: it leaves the ISRs and its partitions get new leaders). Its logs survive for
-    /// `restart_broker`. The transaction coordinator moves with `__transaction_state`'s leadership; the
-    /// group coordinator stays on broker 0 (groups do not fail over), so group requests wait for its restart.
+    /// `restart_broker`. The transaction coordinator moves with `__transaction_state`'s leadership, and a
+    /// group's coordinator with its `__consumer_offsets` partition's.
     pub fn crash_broker(&mut self, now_ms: TimeMs, id: u32) -> Result<Vec<Output>, String> {
         if id as usize >= self.brokers.len() {
             return Err(format!("there is no broker {id} (brokers 0 to {})", self.brokers.len() - 1));
@@ -651,7 +651,7 @@ impl Driver {
 
     /// After every step of broker `id`: the timeline line with what changed in its logs, then every state
     /// invariant of the catalogue on the live cluster: each partition's leader's log (`leader_of`) and
-    /// broker 0's coordinators, and each follower's replicas against its leader's.
+    /// the coordinators, and each follower's replicas against its leader's.
     fn after_broker_step(&mut self, now_ms: TimeMs, id: u32, line: String) {
         self.timeline.broker_step(now_ms, &self.brokers[id as usize], line);
         let mut found = Vec::new();
@@ -694,7 +694,7 @@ impl Driver {
     }
 
     /// The state invariants and LSO/HW monotonicity on every partition's leader log, with the transaction
-    /// coordinator that stands and broker 0's group coordinator. The logs are moved out of their brokers for the check and back (a copy would cost
+    /// coordinator that stands and every live broker's group coordinator. The logs are moved out of their brokers for the check and back (a copy would cost
     /// their size at every step). A partition whose leader changed starts monotonicity afresh: a new
     /// leader's HW may lag the old one's, as in Kafka.
     fn check_leaders(&mut self) -> Vec<Violation> {
@@ -728,7 +728,9 @@ impl Driver {
         for (tp, log) in logs {
             self.brokers[leaders[&tp].0 as usize].partitions.insert(tp, log);
         }
-        found.extend(check_group_offsets(&self.brokers[BROKER_ID as usize]));
+        // Each live broker's group coordinator holds the groups it loaded, against its own log.
+        let groups: Vec<Violation> = self.live_brokers().flat_map(check_group_offsets).collect();
+        found.extend(groups);
         found.extend(check_timers(&self.brokers[self.coordinator_id() as usize].coordinator));
         self.leaders_checked = leaders;
         found

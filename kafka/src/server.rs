@@ -33,7 +33,8 @@ pub struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:9092")]
     pub addr: SocketAddr,
     /// Brokers in the cluster (1 to 5): one keeps its own metadata; more replicate through the engine's
-    /// controller, which stripes the partitions' leaders over the brokers; broker 0 hosts the coordinators.
+    /// controller, which stripes the partitions' leaders over the brokers; broker 0 leads
+    /// `__transaction_state` first.
     #[arg(long, default_value_t = 1)]
     pub brokers: u32,
     /// `default.replication.factor`: replicas of a topic created without a count (Kafka's default 1), at

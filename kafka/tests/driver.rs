@@ -915,3 +915,99 @@ fn an_acks_all_produce_waits_for_the_hw_and_acks_0_waits_for_nothing() {
     assert_eq!(keys, vec![Some(Bytes::from_static(b"k")); 2], "each record keeps its key, the acks=0 one too");
     assert_eq!(d.violations(), &[], "no state or replica invariant broke");
 }
+
+/// FindCoordinator for group `g` on `conn`: its error code and node.
+fn find_group_coordinator(d: &mut Driver, now: u64, conn: ConnId) -> (i16, i32) {
+    let mut find = FindCoordinatorRequest::default();
+    find.key_type = 0;
+    find.coordinator_keys = vec![StrBytes::from_static_str("g")];
+    let r: FindCoordinatorResponse =
+        answer(d.on_frame(now, conn, request(ApiKey::FindCoordinator, 4, 9, &find)), conn, 4);
+    (r.coordinators[0].error_code, r.coordinators[0].node_id.0)
+}
+
+/// OffsetFetch of group `g` for `t-0` on `conn`: the group's error code and the committed offset.
+fn fetch_group_offset(d: &mut Driver, now: u64, conn: ConnId) -> (i16, i64) {
+    let mut t = offset_fetch_request::OffsetFetchRequestTopic::default();
+    t.name = StrBytes::from_static_str(TOPIC).into();
+    t.partition_indexes = vec![0];
+    let mut r = OffsetFetchRequest::default();
+    r.group_id = StrBytes::from_static_str("g").into();
+    r.topics = Some(vec![t]);
+    let f: OffsetFetchResponse = answer(d.on_frame(now, conn, request(ApiKey::OffsetFetch, 5, 10, &r)), conn, 5);
+    (f.error_code, f.topics.first().map_or(-1, |t| t.partitions[0].committed_offset))
+}
+
+/// Group `g` lives on `__consumer_offsets/3`, which the controller creates on the first FindCoordinator
+/// for a group (COORDINATOR_NOT_AVAILABLE meanwhile, `KafkaApis.getCoordinator`) and places on brokers 1,
+/// 2, 0: broker 1 coordinates. A member joins and syncs (its generation's metadata is written) and commits
+/// t-0@5; then broker 1 crashes and broker 2, elected for the partition, loads the group from its replica
+/// (`GroupMetadataManager.replay`). Broker 2 is the coordinator now, and broker 0 is not. What broker 2's
+/// OffsetFetch (error, offset) and the member's heartbeat there answer.
+fn group_after_its_coordinator_crashed(mutations: Mutations) -> ((i16, i64), i16) {
+    let addresses: Vec<(String, u16)> = (0..3).map(|i| ("127.0.0.1".to_string(), 9092 + i)).collect();
+    let config = EngineConfig { mutations, group_initial_rebalance_delay_ms: 0, ..EngineConfig::default() };
+    let mut d = Driver::cluster(config, &addresses, 3, 0);
+    for conn in 1..=3 {
+        d.on_connect(conn, conn as u32 - 1);
+    }
+    let create = create_topic(TOPIC, 1, -1);
+    let r: CreateTopicsResponse = answer(d.on_frame(1, 1, request(ApiKey::CreateTopics, 7, 1, &create)), 1, 7);
+    assert_eq!(r.topics[0].error_code, 0);
+    assert_eq!(find_group_coordinator(&mut d, 2, 1), (15, -1), "COORDINATOR_NOT_AVAILABLE while it is created");
+    assert_eq!(find_group_coordinator(&mut d, 3, 1), (0, 1), "broker 1 leads __consumer_offsets/3");
+
+    let id = member_id(&mut d, 4, 2);
+    assert_eq!(d.on_frame(4, 2, request(ApiKey::JoinGroup, 5, 2, &join("g", &id))), vec![]);
+    let joined: JoinGroupResponse = answer(d.on_tick(4), 2, 5);
+    assert_eq!((joined.error_code, joined.generation_id), (0, 1), "generation 1 after no initial delay");
+    let mut sync = SyncGroupRequest::default();
+    sync.group_id = StrBytes::from_static_str("g").into();
+    sync.generation_id = 1;
+    sync.member_id = id.clone();
+    let mut given = sync_group_request::SyncGroupRequestAssignment::default();
+    given.member_id = id.clone();
+    given.assignment = Bytes::from_static(b"t-0");
+    sync.assignments = vec![given];
+    let s: SyncGroupResponse = answer(d.on_frame(5, 2, request(ApiKey::SyncGroup, 3, 3, &sync)), 2, 3);
+    assert_eq!(s.error_code, 0, "Stable");
+    let mut p = offset_commit_request::OffsetCommitRequestPartition::default();
+    p.partition_index = 0;
+    p.committed_offset = 5;
+    let mut t = offset_commit_request::OffsetCommitRequestTopic::default();
+    t.name = StrBytes::from_static_str(TOPIC).into();
+    t.partitions = vec![p];
+    let mut commit = OffsetCommitRequest::default();
+    commit.group_id = StrBytes::from_static_str("g").into();
+    commit.generation_id_or_member_epoch = 1;
+    commit.member_id = id.clone();
+    commit.topics = vec![t];
+    let out = d.on_frame(6, 2, request(ApiKey::OffsetCommit, 7, 4, &commit));
+    let (_, c): (u64, OffsetCommitResponse) =
+        if out.is_empty() { first_answer_after(&mut d, 7, 2, 7) } else { (6, answer(out, 2, 7)) };
+    assert_eq!(c.topics[0].partitions[0].error_code, 0, "the commit is acknowledged once replicated");
+
+    d.crash_broker(1_000, 1).expect("broker 1 crashes");
+    assert_eq!(find_group_coordinator(&mut d, 1_001, 1), (0, 2), "broker 2 leads __consumer_offsets/3 now");
+    assert_eq!(fetch_group_offset(&mut d, 1_002, 1).0, 16, "NOT_COORDINATOR from broker 0");
+    let fetched = fetch_group_offset(&mut d, 1_003, 3);
+    let beat = heartbeat(&mut d, 1_004, 3, 1, &id);
+    assert_eq!(d.violations(), &[], "no state or replica invariant broke");
+    (fetched, beat)
+}
+
+#[test]
+fn a_groups_offsets_and_members_survive_its_coordinators_crash() {
+    let (fetched, beat) = group_after_its_coordinator_crashed(Mutations::default());
+    assert_eq!(fetched, (0, 5), "broker 2 loaded the committed offset from its replica");
+    assert_eq!(beat, 0, "and the member at generation 1: its heartbeat is answered, no rebalance");
+}
+
+/// Under `groups-kept-in-memory` (the engine before groups were written to `__consumer_offsets`) the new
+/// coordinator knows nothing of the group: no offset, and the member is unknown. The exact answers above
+/// catch it.
+#[test]
+fn groups_kept_in_memory_are_caught_by_the_exact_answers() {
+    let (fetched, beat) = group_after_its_coordinator_crashed(Mutations::one(Mutation::GroupsKeptInMemory));
+    assert_eq!((fetched, beat), ((0, -1), 25), "no committed offset, UNKNOWN_MEMBER_ID");
+}

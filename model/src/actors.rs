@@ -410,8 +410,9 @@ impl Node {
     /// A replicated cluster as `Cluster::with_topology` starts one: the controller's registrations, each
     /// broker started on them (followers send their first fetches).
     fn cluster_start(&self, topics: &std::collections::BTreeMap<String, u32>, o: &mut O) -> (Broker, Replication) {
-        let config = &self.ctx.config;
-        let controller = Controller::new(topics, &self.ctx.bounds.topology(), config);
+        let topology = self.ctx.bounds.topology();
+        let config = &topology.bound(self.ctx.config.clone());
+        let controller = Controller::new(topics, &topology, config);
         let mut brokers: Vec<Broker> = (0..self.ctx.bounds.brokers as u32)
             .map(|id| Broker::with_registrations(id, &controller.partitions, config.clone()))
             .collect();

@@ -351,6 +351,7 @@ impl World {
             // Kafka's striped placement: leaders spread, and a one-partition topic is led by a broker
             // other than the coordinator's.
             let topology = Topology::striped(params.brokers, params.replication_factor);
+            let config = topology.bound(config.clone());
             let controller = Controller::new(&topics, &topology, &config);
             let brokers = (0..params.brokers)
                 .map(|id| (id, Broker::with_registrations(id, &controller.partitions, config.clone())))

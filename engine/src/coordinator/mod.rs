@@ -489,14 +489,7 @@ impl TransactionCoordinator {
         if self.appends.get(tid).is_none_or(|p| p.correlation_id != correlation_id) {
             return;
         }
-        let error = match error {
-            KafkaError::UnknownTopicOrPartition
-            | KafkaError::NotEnoughReplicas
-            | KafkaError::NotEnoughReplicasAfterAppend
-            | KafkaError::RequestTimedOut => KafkaError::CoordinatorNotAvailable,
-            KafkaError::NotLeaderOrFollower => KafkaError::NotCoordinator,
-            other => other,
-        };
+        let error = error.for_coordinator_append();
         let p = self.appends.remove(tid).expect("checked above");
         if let AppendCallback::Complete { producer_id } = p.then {
             if error == KafkaError::CoordinatorNotAvailable {
