@@ -251,3 +251,40 @@ fn transactional_offsets_commit_once_the_coordinator_moved() {
     let fetched = c.broker_mut(0).unwrap().groups.fetch_offsets("g", Some(vec![tp()]), true);
     assert_eq!(fetched, vec![(tp(), Ok(Some((5, None))))], "the COMMIT marker made the offset the group's");
 }
+
+/// A transaction's offsets are written to the group's `__consumer_offsets/3` (led by broker 0, replicas
+/// 0, 2, 1) and pending when broker 0, the leader of both `__transaction_state` and the group's partition,
+/// crashes. Broker 2 takes the group over and loads the offsets' batch as pending (`replay` of a
+/// transactional offset commit: no marker follows it yet); broker 1 takes the transaction over, and the
+/// commit's marker reaches broker 2, which makes the offset the group's.
+#[test]
+fn pending_transactional_offsets_survive_the_group_coordinators_crash() {
+    let mut c = cluster(EngineConfig::default());
+    c.add_producer("p", ProducerKind::Transactional { transactional_id: "p".into() });
+    let r = c.call_producer("p", |p, now| p.init_transactions(now));
+    assert!(matches!(r, Ok(Some(OpOutput::Initialized(_)))), "init succeeds: {r:?}");
+    c.producers.get_mut("p").unwrap().begin_transaction().unwrap();
+    let group = ConsumerGroupMetadata { group_id: "g".into(), generation_id: -1, member_id: String::new() };
+    let r = c.call_producer("p", |p, now| p.send_offsets_to_transaction(now, vec![(tp(), (5, None))], group));
+    assert!(matches!(r, Ok(None)), "FindCoordinator(GROUP) has the controller create the topic first: {r:?}");
+    c.advance_time(1_000);
+    let done: Vec<_> = c.producers.get_mut("p").unwrap().take_completions().into_iter().map(|d| d.result).collect();
+    assert_eq!(done, vec![Ok(OpOutput::OffsetsSent)], "retried, the group coordinator took the offsets");
+    let offsets = TopicPartition::new("__consumer_offsets", 3);
+    let leader = |c: &mut Cluster| c.controller.partitions[&offsets].state.leader;
+    assert_eq!(leader(&mut c), 0, "broker 0 coordinates group g");
+    c.run_until_quiet();
+
+    c.crash_broker(0);
+    c.run_until_quiet();
+    c.fire_timers_until(c.now_ms);
+    c.run_until_quiet();
+    assert_eq!(leader(&mut c), 2, "broker 2 leads the group's partition");
+    let pending = c.broker_mut(2).unwrap().groups.fetch_offsets("g", Some(vec![tp()]), true);
+    assert_eq!(pending, vec![(tp(), Err(KafkaError::UnstableOffsetCommit))], "loaded as pending, not committed");
+
+    let r = c.call_producer("p", |p, now| p.commit_transaction(now));
+    assert!(matches!(r, Ok(Some(OpOutput::Committed))), "the transaction commits on broker 1: {r:?}");
+    let fetched = c.broker_mut(2).unwrap().groups.fetch_offsets("g", Some(vec![tp()]), true);
+    assert_eq!(fetched, vec![(tp(), Ok(Some((5, None))))], "the COMMIT marker on broker 2 made it the group's");
+}
