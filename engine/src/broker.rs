@@ -6,6 +6,7 @@ use crate::config::EngineConfig;
 use crate::controller::{PartitionRegistration, CONTROLLER_ID, NO_LEADER};
 use crate::coordinator::{
     transaction_state_partition, Ctx, PartitionLeaders, ReplyTo, TransactionCoordinator, TxnLogValue,
+    TRANSACTION_STATE_TOPIC,
 };
 use crate::error::KafkaError;
 use crate::group_coordinator::{
@@ -965,6 +966,11 @@ impl Broker {
         version: TransactionVersion,
         effects: &mut Effects,
     ) -> Option<(TopicPartition, Result<ProduceAck, KafkaError>)> {
+        // `ReplicaManager.appendToLocalLog`: a client may not write the coordinators' logs (`Topic.isInternal`).
+        let internal = [GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC].contains(&partition.topic.as_str());
+        if internal && !self.config.mutations.has(Mutation::InternalTopicsWritable) {
+            return Some((partition, Err(KafkaError::InvalidTopicException)));
+        }
         let Some(log) = self.partitions.get_mut(&partition) else {
             let error = self.not_hosted(&partition);
             return Some((partition, Err(error)));

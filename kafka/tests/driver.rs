@@ -1011,3 +1011,40 @@ fn groups_kept_in_memory_are_caught_by_the_exact_answers() {
     let (fetched, beat) = group_after_its_coordinator_crashed(Mutations::one(Mutation::GroupsKeptInMemory));
     assert_eq!((fetched, beat), ((0, -1), 25), "no committed offset, UNKNOWN_MEMBER_ID");
 }
+
+/// A client's Produce to `__transaction_state/0` (broker 0 leads it) and to `t-0`, in one request: the
+/// error code per partition and `__transaction_state/0`'s log end after it.
+fn produce_to_an_internal_topic(mutations: Mutations) -> ((i16, i16), u64) {
+    let addresses: Vec<(String, u16)> = (0..3).map(|i| ("127.0.0.1".to_string(), 9092 + i)).collect();
+    let mut d = Driver::cluster(EngineConfig { mutations, ..EngineConfig::default() }, &addresses, 3, 0);
+    d.on_connect(1, 0);
+    let r: CreateTopicsResponse =
+        answer(d.on_frame(1, 1, request(ApiKey::CreateTopics, 7, 1, &create_topic(TOPIC, 1, 1))), 1, 7);
+    assert_eq!(r.topics[0].error_code, 0);
+    let mut internal = produce(None, records(-1, -1, -1, false, &["forged"]));
+    internal.topic_data[0].name = StrBytes::from_static_str("__transaction_state").into();
+    let plain = produce(None, records(-1, -1, -1, false, &["x"])).topic_data.remove(0);
+    internal.topic_data.push(plain);
+    let out = d.on_frame(2, 1, request(ApiKey::Produce, 9, 2, &internal));
+    let r: ProduceResponse = answer(out, 1, 9);
+    let codes: Vec<i16> = r.responses.iter().map(|t| t.partition_responses[0].error_code).collect();
+    let log = d.brokers()[0].partition(&TopicPartition::new("__transaction_state", 0)).expect("broker 0 hosts it");
+    ((codes[0], codes[1]), log.log_end_offset())
+}
+
+/// `ReplicaManager.appendToLocalLog`: INVALID_TOPIC_EXCEPTION (17) for the internal topic, nothing
+/// appended to the coordinator's log; the request's other partition is taken as usual (`t-0` is led by
+/// broker 1, so broker 0 answers it NOT_LEADER_OR_FOLLOWER).
+#[test]
+fn a_client_cannot_write_the_coordinators_logs() {
+    let got = produce_to_an_internal_topic(Mutations::default());
+    assert_eq!(got, ((17, 6), 0), "INVALID_TOPIC_EXCEPTION, the log untouched; NOT_LEADER_OR_FOLLOWER for t-0");
+}
+
+/// Under `internal-topics-writable` the forged record lands in `__transaction_state`, where the next
+/// coordinator to load the log would read it as its own. The exact answer above catches it.
+#[test]
+fn internal_topics_writable_is_caught_by_the_exact_answer() {
+    let got = produce_to_an_internal_topic(Mutations::one(Mutation::InternalTopicsWritable));
+    assert_eq!(got, ((0, 6), 1), "appended at offset 0");
+}

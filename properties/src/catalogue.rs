@@ -411,9 +411,10 @@ pub const SCENARIO_CATCHER: &str = "a ported network scenario's exact expectatio
 /// land after the new one's, beyond every other fault: 1 standard seed in 3,000 caught it), and a parked
 /// follower fetch waiting out a leader change (the sim moves leadership only off a dead broker, whose
 /// purgatory dies with it; elsewhere it costs only time), and the wire driver answering a waiting write
-/// timed out (the sim's clients talk to the engine without it), and groups kept in memory only (the sim's
-/// workload uses no consumer group).
-pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 13] = [
+/// timed out (the sim's clients talk to the engine without it), groups kept in memory only (the sim's
+/// workload uses no consumer group), and a client's write to an internal topic (the engine's clients
+/// never send one).
+pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 14] = [
     (
         Mutation::OffsetCommitRefusedWhilePreparingRebalance,
         "a ported Kafka test's exact expectation (engine/tests/engine/txn_offsets.rs)",
@@ -445,6 +446,7 @@ pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 13] = [
     (Mutation::AnyBrokerCoordinates, "the wire driver's exact answers (kafka/tests/driver.rs)"),
     (Mutation::DelayedAnswerTimedOut, "the wire driver's exact answers (kafka/tests/driver.rs)"),
     (Mutation::GroupsKeptInMemory, "the wire driver's exact answers (kafka/tests/driver.rs)"),
+    (Mutation::InternalTopicsWritable, "the wire driver's exact answers (kafka/tests/driver.rs)"),
 ];
 
 /// `txnsim mutations`: every injectable bug with its mechanism, its Kafka source and what catches it.
