@@ -277,12 +277,19 @@ public class JavaClients {
         }
     }
 
-    public static void main(String[] args) throws Exception {
-        switch (args[0]) {
-            case "seed" -> seed(args[1], args.length > 2 ? Integer.parseInt(args[2]) : 1);
-            case "ctp" -> ctp(args[1]);
-            case "crash" -> crash(args[1]);
-            default -> throw new IllegalArgumentException("unknown experiment " + args[0]);
+    public static void main(String[] args) {
+        try {
+            switch (args[0]) {
+                case "seed" -> seed(args[1], args.length > 2 ? Integer.parseInt(args[2]) : 1);
+                case "ctp" -> ctp(args[1]);
+                case "crash" -> crash(args[1]);
+                default -> throw new IllegalArgumentException("unknown experiment " + args[0]);
+            }
+        } catch (Throwable e) {
+            // Printed here: JDK 17's source launcher, trimming its own frames off an exception that another
+            // thread made, fails with "0 > -7" and hides it.
+            e.printStackTrace();
+            System.exit(1);
         }
     }
 }

@@ -500,9 +500,15 @@ impl Broker {
     fn write_groups(&mut self, now_ms: TimeMs, effects: &mut Effects) {
         let writes = self.groups.take_writes();
         if self.config.mutations.has(Mutation::GroupsKeptInMemory) {
-            return; // The bug: nothing is written, every answer goes at once.
+            // The bug: nothing is written, every answer goes at once.
+            for w in writes {
+                if let Some(generation) = w.stored {
+                    self.group_stored(now_ms, w.group_id, generation, Ok(()), effects);
+                }
+            }
+            return;
         }
-        for GroupWrite { group_id, records, answer } in writes {
+        for GroupWrite { group_id, records, answer, stored } in writes {
             let tp = self.offsets_partition(&group_id);
             let batch = ProduceBatch {
                 producer: None,
@@ -515,6 +521,9 @@ impl Broker {
             });
             if appended.is_ok() {
                 self.after_leader_append(now_ms, &tp, effects);
+            }
+            if let Some(generation) = stored {
+                self.store_group(now_ms, &tp, group_id.clone(), generation, appended, effects);
             }
             let Some((client, corr)) = answer else { continue };
             let at = effects.sends.iter().position(|e| e.to == client && e.correlation_id == corr);
@@ -533,6 +542,43 @@ impl Broker {
                 Ok(_) => effects.send(&self.id, &client, corr, Message::Group(answer)),
             }
         }
+    }
+
+    /// A SyncGroup's metadata record: on a replicated partition its outcome comes back to this broker's
+    /// group coordinator once the HW passes it (`GroupMessage::GroupStored`); else at once.
+    fn store_group(
+        &mut self,
+        now_ms: TimeMs,
+        tp: &TopicPartition,
+        group_id: String,
+        generation: i32,
+        appended: Result<crate::log::LogAppendInfo, KafkaError>,
+        effects: &mut Effects,
+    ) {
+        match appended {
+            Ok(info) if self.replica_manager.is_replicated(tp) => {
+                let waits = vec![AckWait::new(tp.clone(), info.last_offset + 1, 0)];
+                let response = DelayedResponse::GroupStored { group_id, generation };
+                let (me, timeout) = (self.id.clone(), self.config.request_timeout_ms);
+                self.next_correlation_id += 1;
+                let corr = self.next_correlation_id;
+                self.replicate(now_ms, effects, |rm, ctx| rm.await_acks(me, corr, waits, response, timeout, ctx));
+            }
+            appended => self.group_stored(now_ms, group_id, generation, appended.map(|_| ()), effects),
+        }
+    }
+
+    /// Hands a SyncGroup metadata record's outcome to this broker's group coordinator.
+    fn group_stored(
+        &mut self,
+        now_ms: TimeMs,
+        group_id: String,
+        generation: i32,
+        result: Result<(), KafkaError>,
+        effects: &mut Effects,
+    ) {
+        let stored = GroupMessage::GroupStored { group_id, generation, result };
+        self.groups.handle(now_ms, &self.config, &self.id, (self.id.clone(), 0), stored, effects);
     }
 
     /// A crash and restart: logs, producer state (rebuilt from the log in Kafka; identical here) and the
@@ -878,6 +924,8 @@ impl Broker {
             self.id == NodeId::Broker(COORDINATOR_BROKER)
         };
         let refused = match message {
+            // The broker's own word to its coordinator: one that no longer owns the group ignores it.
+            Message::Group(GroupMessage::GroupStored { .. }) => false,
             Message::Group(request) => !request.group_id().is_some_and(|g| self.owns_group(g)),
             _ => !transactions,
         };

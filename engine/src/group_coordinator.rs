@@ -7,7 +7,8 @@
 //!
 //! What a group must keep across a coordinator move is written to its `__consumer_offsets` partition as
 //! `OffsetsRecord`s (`GroupCoordinatorRecordHelpers`): each plain offset commit, and the group's metadata
-//! whenever a generation becomes Stable or the group Empty. A broker that comes to lead the partition
+//! when the leader hands out a generation's assignment (the generation is Stable, and its members answered,
+//! once that record is replicated: `complete_store`) or the group becomes Empty. A broker that comes to lead the partition
 //! replays it (`load`, to its log end), one that stops unloads its groups (`unload`); the broker holds an
 //! OffsetCommit's answer until the record is replicated, as the coordinator runtime's write future does.
 //!
@@ -110,6 +111,8 @@ pub struct GroupWrite {
     pub group_id: String,
     pub records: Vec<OffsetsRecord>,
     pub answer: Option<Waiter>,
+    /// The generation whose leader's SyncGroup waits for this metadata record (`complete_store`).
+    pub stored: Option<i32>,
 }
 
 /// Where a committed offset's record is: its place in the order of all commit records (`recordOffset`,
@@ -222,6 +225,13 @@ pub enum GroupMessage {
     TxnOffsetCommitResponse {
         results: Vec<(TopicPartition, Result<(), KafkaError>)>,
     },
+    /// The broker to its own group coordinator: the metadata record of `generation`, written for its
+    /// leader's SyncGroup, is replicated, or its append failed.
+    GroupStored {
+        group_id: String,
+        generation: i32,
+        result: Result<(), KafkaError>,
+    },
 }
 
 impl GroupMessage {
@@ -236,6 +246,7 @@ impl GroupMessage {
             GroupMessage::TxnOffsetCommitRequest { .. } | GroupMessage::TxnOffsetCommitResponse { .. } => {
                 "TxnOffsetCommit"
             }
+            GroupMessage::GroupStored { .. } => "GroupStored",
         }
     }
 
@@ -248,7 +259,8 @@ impl GroupMessage {
             | GroupMessage::LeaveGroupRequest { group_id, .. }
             | GroupMessage::OffsetCommitRequest { group_id, .. }
             | GroupMessage::OffsetFetchRequest { group_id, .. }
-            | GroupMessage::TxnOffsetCommitRequest { group_id, .. } => Some(group_id),
+            | GroupMessage::TxnOffsetCommitRequest { group_id, .. }
+            | GroupMessage::GroupStored { group_id, .. } => Some(group_id),
             _ => None,
         }
     }
@@ -357,6 +369,9 @@ impl fmt::Display for GroupMessage {
                     .join(",")),
                 if *require_stable { " require_stable" } else { "" },
             ),
+            GroupMessage::GroupStored { group_id, generation, result } => {
+                write!(f, "{api} {group_id} gen {generation} {}", unit(result))
+            }
             GroupMessage::OffsetFetchResponse { offsets: Err(e) } => write!(f, "{api} resp {e}"),
             GroupMessage::OffsetFetchResponse { offsets: Ok(offsets) } => {
                 let parts: Vec<String> = offsets
@@ -413,8 +428,11 @@ pub struct Group {
     pub offsets: BTreeMap<TopicPartition, CommittedOffset>,
     /// Where each committed offset's record is.
     pub records: BTreeMap<TopicPartition, CommitRecord>,
-    /// The metadata to write changed: a generation became Stable, or the group Empty.
+    /// The metadata to write changed: a generation's assignment came, or the group became Empty.
     changed: bool,
+    /// CompletingRebalance: the generation whose assignment is being written; the group is Stable and the
+    /// members get their assignments once the record is replicated (`complete_store`).
+    storing: Option<i32>,
 }
 
 impl Group {
@@ -432,6 +450,7 @@ impl Group {
             offsets: BTreeMap::new(),
             records: BTreeMap::new(),
             changed: false,
+            storing: None,
         }
     }
 
@@ -518,6 +537,7 @@ impl Group {
             }
         }
         let timeout = self.members.values().map(|m| m.rebalance_timeout_ms).max().unwrap_or(0);
+        self.storing = None;
         self.state = GroupState::PreparingRebalance;
         self.join_deadline_ms = Some(now_ms + timeout);
     }
@@ -559,9 +579,46 @@ impl GroupCoordinator {
         for (id, group) in self.groups.iter_mut().filter(|(_, g)| g.changed) {
             group.changed = false;
             let records = vec![OffsetsRecord::Group { group: id.clone(), metadata: group.metadata() }];
-            writes.push(GroupWrite { group_id: id.clone(), records, answer: None });
+            writes.push(GroupWrite { group_id: id.clone(), records, answer: None, stored: group.storing });
         }
         writes
+    }
+
+    /// The append callback of a SyncGroup's metadata record (`GroupMetadataManager`, classic groups): if the
+    /// group still waits for that generation's write, it is Stable and the members get their assignments;
+    /// if the write failed, each waiting member gets its error (`appendGroupMetadataErrorToResponseError`),
+    /// the assignment is dropped (`resetAndPropagateAssignmentWithError`) and the group rebalances.
+    fn complete_store(
+        &mut self,
+        now_ms: TimeMs,
+        me: &NodeId,
+        group_id: &str,
+        generation: i32,
+        result: Result<(), KafkaError>,
+        effects: &mut Effects,
+    ) {
+        let Some(group) = self.groups.get_mut(group_id) else { return };
+        let current = group.state == GroupState::CompletingRebalance && group.generation_id == generation;
+        if !current || group.storing != Some(generation) {
+            return; // The group moved on while the record was written.
+        }
+        group.storing = None;
+        match result {
+            Ok(()) => {
+                let protocol = group.protocol_name.clone().unwrap_or_default();
+                propagate_assignment(group, &protocol, me, effects);
+            }
+            Err(e) => {
+                let e = e.for_coordinator_append();
+                for m in group.members.values_mut() {
+                    m.assignment = Vec::new();
+                    if let Some((to, c)) = m.sync_waiter.take() {
+                        answer(effects, me, &to, c, GroupMessage::SyncGroupResponse { result: Err(e) });
+                    }
+                }
+                group.prepare_rebalance(now_ms, effects, me);
+            }
+        }
     }
 
     /// The coordinator runtime's load of `offsets_partition` (`CoordinatorLoaderImpl`, to the log end, as
@@ -661,7 +718,8 @@ impl GroupCoordinator {
                 }
             }
             GroupMessage::SyncGroupRequest { group_id, generation_id, member_id, assignments } => {
-                match self.sync(now_ms, me, from, corr, &group_id, generation_id, &member_id, assignments, effects) {
+                let sync = (generation_id, member_id.as_str(), assignments);
+                match self.sync(now_ms, config, me, (from, corr), &group_id, sync, effects) {
                     Ok(()) => return,
                     Err(e) => GroupMessage::SyncGroupResponse { result: Err(e) },
                 }
@@ -735,7 +793,8 @@ impl GroupCoordinator {
                         self.materialize(&group_id, tp, o.clone(), record);
                     }
                     let records = offsets.iter().map(|(tp, o)| OffsetsRecord::offset(&group_id, tp, o)).collect();
-                    self.writes.push(GroupWrite { group_id: group_id.clone(), records, answer: Some(asker.clone()) });
+                    let answer = Some(asker.clone());
+                    self.writes.push(GroupWrite { group_id: group_id.clone(), records, answer, stored: None });
                 }
                 GroupMessage::OffsetCommitResponse { results: offsets.into_iter().map(|(tp, _)| (tp, check)).collect() }
             }
@@ -748,6 +807,10 @@ impl GroupCoordinator {
                 unreachable!(
                     "the broker writes a TxnOffsetCommit to its log first (`Broker::handle_txn_offset_commit`)"
                 )
+            }
+            GroupMessage::GroupStored { group_id, generation, result } => {
+                self.complete_store(now_ms, me, &group_id, generation, result, effects);
+                return;
             }
             GroupMessage::JoinGroupResponse { .. }
             | GroupMessage::SyncGroupResponse { .. }
@@ -975,17 +1038,16 @@ impl GroupCoordinator {
         Ok(())
     }
 
+    /// SyncGroup: `(generation, member, assignments)`, the assignments from the leader only.
     #[allow(clippy::too_many_arguments)]
     fn sync(
         &mut self,
         now_ms: TimeMs,
+        config: &EngineConfig,
         me: &NodeId,
-        from: &NodeId,
-        corr: u64,
+        (from, corr): (&NodeId, u64),
         group_id: &str,
-        generation_id: i32,
-        member_id: &str,
-        assignments: Vec<(String, Vec<u8>)>,
+        (generation_id, member_id, assignments): (i32, &str, Vec<(String, Vec<u8>)>),
         effects: &mut Effects,
     ) -> Result<(), KafkaError> {
         let (state, member) = self.group_member(group_id, generation_id, member_id)?;
@@ -1005,22 +1067,34 @@ impl GroupCoordinator {
                 if group.leader.as_deref() != Some(member_id) {
                     return Ok(());
                 }
-                // The leader's assignment completes the generation: every waiting member gets its share.
-                let mut given: BTreeMap<String, Vec<u8>> = assignments.into_iter().collect();
-                group.state = GroupState::Stable;
-                group.changed = true;
-                for m in group.members.values_mut() {
-                    m.assignment = Vec::new();
+                if group.storing == Some(group.generation_id) {
+                    return Ok(()); // The leader again: its assignment is being written already.
                 }
+                // The leader's assignment completes the generation once its metadata record is written.
+                let mut given: BTreeMap<String, Vec<u8>> = assignments.into_iter().collect();
                 for (id, m) in group.members.iter_mut() {
                     m.assignment = given.remove(id).unwrap_or_default();
-                    if let Some((to, c)) = m.sync_waiter.take() {
-                        let result = Ok((protocol.clone(), m.assignment.clone()));
-                        answer(effects, me, &to, c, GroupMessage::SyncGroupResponse { result });
-                    }
+                }
+                group.changed = true;
+                if config.mutations.has(Mutation::SyncAnsweredBeforeStored) {
+                    // The bug: Stable and answered now, before the record is replicated.
+                    propagate_assignment(group, &protocol, me, effects);
+                } else {
+                    group.storing = Some(group.generation_id);
                 }
                 Ok(())
             }
+        }
+    }
+}
+
+/// `setAndPropagateAssignment`: the group is Stable, and each member waiting on SyncGroup gets its share.
+fn propagate_assignment(group: &mut Group, protocol: &str, me: &NodeId, effects: &mut Effects) {
+    group.state = GroupState::Stable;
+    for m in group.members.values_mut() {
+        if let Some((to, c)) = m.sync_waiter.take() {
+            let result = Ok((protocol.to_string(), m.assignment.clone()));
+            answer(effects, me, &to, c, GroupMessage::SyncGroupResponse { result });
         }
     }
 }

@@ -72,10 +72,11 @@ pub enum Mutation {
     DelayedAnswerTimedOut,
     GroupsKeptInMemory,
     InternalTopicsWritable,
+    SyncAnsweredBeforeStored,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 64] = [
+    pub const ALL: [Mutation; 65] = [
         Mutation::ReadCommittedBoundedByHw,
         Mutation::LsoInclusive,
         Mutation::LsoIgnoresOngoingTxns,
@@ -140,6 +141,7 @@ impl Mutation {
         Mutation::DelayedAnswerTimedOut,
         Mutation::GroupsKeptInMemory,
         Mutation::InternalTopicsWritable,
+        Mutation::SyncAnsweredBeforeStored,
     ];
 
     /// The kebab-case name used on the command line and in seed files.
@@ -203,6 +205,7 @@ impl Mutation {
             Mutation::DelayedAnswerTimedOut => "delayed-answer-timed-out",
             Mutation::GroupsKeptInMemory => "groups-kept-in-memory",
             Mutation::InternalTopicsWritable => "internal-topics-writable",
+            Mutation::SyncAnsweredBeforeStored => "sync-answered-before-stored",
             Mutation::MarkerRetryResendsAllPartitions => "marker-retry-resends-all-partitions",
             Mutation::EpochExhaustionIgnored => "epoch-exhaustion-ignored",
             Mutation::TransactionalIdsNeverExpire => "transactional-ids-never-expire",
@@ -316,6 +319,7 @@ impl Mutation {
             Mutation::DelayedAnswerTimedOut => "The wire driver answers REQUEST_TIMED_OUT to a request the engine has not answered by the end of the request's own deliveries (an acks=all Produce waiting for the HW, a coordinator's __transaction_state write waiting for its followers) instead of holding the connection until the engine answers: the write goes on and completes while the client, told it timed out, retries it (CONCURRENT_TRANSACTIONS until it completes; a retried InitProducerId bumps the epoch a second time).",
             Mutation::GroupsKeptInMemory => "The group coordinator writes no plain offset commit and no group metadata to __consumer_offsets and answers at once: a coordinator that takes a group over after a crash loads neither its committed offsets nor its members, so consumers restart from their reset policy and rejoin.",
             Mutation::InternalTopicsWritable => "A client's Produce to __transaction_state or __consumer_offsets is appended like any other: a wire client can write records the coordinators never wrote into their logs, and the next coordinator to load the log reads them as its own.",
+            Mutation::SyncAnsweredBeforeStored => "The leader's SyncGroup makes the group Stable and answers every member at once, before the group's metadata record is replicated: a coordinator that takes the group over after a crash may know an older generation than its members were told, and a failed write is never reported to them.",
             Mutation::NoMarkerResendOnFailover => "A broker that becomes the leader of __transaction_state loads its transactions but sends no markers for those it finds PrepareCommit or PrepareAbort: the decision its predecessor made is never written to the partitions it has not reached, and they stay open, blocking the LSO, until something else ends them.",
             Mutation::FailoverKeepsCoordinatorEpoch => "A coordinator that loads __transaction_state after a failover takes the coordinator epoch its predecessor wrote with instead of the partition's new leader epoch: partition leaders cannot tell the old coordinator's late markers from its own, so a retry of an old decision can close the producer's next transaction.",
             Mutation::IsrChangeToldToLeaderOnly => "The controller answers a committed AlterPartition to the leader alone and writes no PartitionChangeRecord: every broker's metadata cache (the leader's too; only its partition state takes the answer) keeps the old ISR, so Metadata answers name replicas that left it, or miss those that rejoined.",
@@ -399,6 +403,7 @@ impl Mutation {
             Mutation::DelayedAnswerTimedOut => "KafkaApis answers a Produce from DelayedProduce (replicated, or REQUEST_TIMED_OUT only when the request's timeout expires: DelayedProduce.onExpiration) and a coordinator request from the append callback of TransactionStateManager.appendTransactionToLog, which waits with acks=-1; SocketServer keeps the connection muted meanwhile",
             Mutation::GroupsKeptInMemory => "GroupMetadataManager writes an OffsetCommit record for each commit and a GroupMetadata record when a classic group's generation becomes Stable or the group Empty, and CoordinatorLoaderImpl replays them on election (GroupCoordinatorShard.replay and onLoaded; GroupCoordinatorShardTest#testReplayOffsetCommit, #testOnLoaded)",
             Mutation::InternalTopicsWritable => "ReplicaManager.appendToLocalLog refuses an append to an internal topic (Topic.isInternal) from any client but the admin client with InvalidTopicException, \"Cannot append to internal topic\" (from the code; no test of Kafka's ported)",
+            Mutation::SyncAnsweredBeforeStored => "GroupMetadataManager's classic SyncGroup appends the group's metadata record and, in its append callback, propagates the assignment and transitions to Stable, or on an error answers every member it (appendGroupMetadataErrorToResponseError) and rebalances (resetAndPropagateAssignmentWithError)",
             Mutation::NoMarkerResendOnFailover => "TransactionStateManager.loadTransactionsForTxnTopicPartition sends the markers of every PrepareCommit/PrepareAbort it loads (TransactionStateManagerTest#testLoadAndRemoveTransactionsForPartition, TransactionMarkerChannelManagerTest#shouldNotLoseTxnCompletionAfterLoad)",
             Mutation::FailoverKeepsCoordinatorEpoch => "TransactionCoordinator.onElection(txnTopicPartitionId, coordinatorEpoch): the coordinator epoch is the __transaction_state partition's leader epoch, and leaders fence markers of a lower one (ProducerStateManager, TRANSACTION_COORDINATOR_FENCED)",
             Mutation::IsrChangeToldToLeaderOnly => "ReplicationControlManager.alterPartition returns the change as a PartitionChangeRecord, which every broker replays into its metadata cache (ReplicationControlManagerTest's sendAlterPartition replays result.records())",

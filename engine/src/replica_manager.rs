@@ -232,6 +232,11 @@ pub enum DelayedResponse {
     Group {
         answer: GroupMessage,
     },
+    /// A SyncGroup's metadata record, whose outcome goes to the group coordinator of its own broker.
+    GroupStored {
+        group_id: String,
+        generation: i32,
+    },
 }
 
 /// One appended partition of a delayed write: the HW it waits for and where its result goes.
@@ -512,13 +517,12 @@ impl ReplicaManager {
     }
 
     fn send_produce_response(d: DelayedProduce, ctx: &mut ReplicaCtx<'_>) {
+        // The write's outcome: the first partition's error, if any.
+        let failed = d.waits.iter().find_map(|w| w.outcome.and_then(Result::err));
+        let outcome = failed.map_or(Ok(()), Err);
         let message = match d.response {
             DelayedResponse::Produce { partition, ack } => {
-                let result = match d.waits.iter().find_map(|w| w.outcome.and_then(Result::err)) {
-                    Some(e) => Err(e),
-                    None => Ok(ack),
-                };
-                Message::ProduceResponse { partition, result }
+                Message::ProduceResponse { partition, result: outcome.map(|()| ack) }
             }
             DelayedResponse::Markers { mut results } => {
                 for w in &d.waits {
@@ -529,13 +533,12 @@ impl ReplicaManager {
                 Message::WriteTxnMarkersResponse { results }
             }
             DelayedResponse::TxnLog { transactional_id } => {
-                let result = match d.waits.iter().find_map(|w| w.outcome.and_then(Result::err)) {
-                    Some(e) => Err(e),
-                    None => Ok(()),
-                };
-                Message::TxnLogAppendResponse { transactional_id, result }
+                Message::TxnLogAppendResponse { transactional_id, result: outcome }
             }
-            DelayedResponse::Group { answer } => match d.waits.iter().find_map(|w| w.outcome.and_then(Result::err)) {
+            DelayedResponse::GroupStored { group_id, generation } => {
+                Message::Group(GroupMessage::GroupStored { group_id, generation, result: outcome })
+            }
+            DelayedResponse::Group { answer } => match failed {
                 Some(e) => Message::Group(answer.failed_write(e)),
                 None => Message::Group(answer),
             },

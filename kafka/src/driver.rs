@@ -325,6 +325,12 @@ impl Driver {
 
     /// One request frame (the bytes after the size prefix) from `conn`.
     pub fn on_frame(&mut self, now_ms: TimeMs, conn: ConnId, body: Bytes) -> Vec<Output> {
+        let broker = self.connections.get(&conn).map_or(BROKER_ID, |c| c.broker);
+        if self.down.contains(&broker) {
+            // Read before its connection closed with its crashed broker, which serves nothing.
+            self.connections.remove(&conn);
+            return vec![Output::Close(conn, format!("broker {broker} crashed"))];
+        }
         let connection = self.connections.entry(conn).or_default();
         if connection.waiting.is_some() {
             if connection.queue.len() >= MAX_QUEUED_PER_CONNECTION {

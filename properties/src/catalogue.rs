@@ -412,9 +412,9 @@ pub const SCENARIO_CATCHER: &str = "a ported network scenario's exact expectatio
 /// follower fetch waiting out a leader change (the sim moves leadership only off a dead broker, whose
 /// purgatory dies with it; elsewhere it costs only time), and the wire driver answering a waiting write
 /// timed out (the sim's clients talk to the engine without it), groups kept in memory only (the sim's
-/// workload uses no consumer group), and a client's write to an internal topic (the engine's clients
-/// never send one).
-pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 14] = [
+/// workload uses no consumer group), a client's write to an internal topic (the engine's clients never
+/// send one), and a SyncGroup answered before its metadata record is stored (no consumer group again).
+pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 15] = [
     (
         Mutation::OffsetCommitRefusedWhilePreparingRebalance,
         "a ported Kafka test's exact expectation (engine/tests/engine/txn_offsets.rs)",
@@ -447,6 +447,10 @@ pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 14] = [
     (Mutation::DelayedAnswerTimedOut, "the wire driver's exact answers (kafka/tests/driver.rs)"),
     (Mutation::GroupsKeptInMemory, "the wire driver's exact answers (kafka/tests/driver.rs)"),
     (Mutation::InternalTopicsWritable, "the wire driver's exact answers (kafka/tests/driver.rs)"),
+    (
+        Mutation::SyncAnsweredBeforeStored,
+        "the group coordinator's SyncGroup answers (engine/tests/engine/txn_offsets.rs)",
+    ),
 ];
 
 /// `txnsim mutations`: every injectable bug with its mechanism, its Kafka source and what catches it.

@@ -1,7 +1,10 @@
 //! The group coordinator's side of OffsetCommit and TxnOffsetCommit for classic groups (KIP-447), ported
-//! from `OffsetMetadataManagerTest @ 1eb7644349cb`, and the offsets partition a group id maps to.
+//! from `OffsetMetadataManagerTest @ 1eb7644349cb`, the offsets partition a group id maps to, and a
+//! SyncGroup completing only once the group's metadata record is stored.
 
-use txnsim_engine::group_coordinator::{offsets_partition_for, GroupCoordinator, GroupMessage, JoinRequest};
+use txnsim_engine::group_coordinator::{
+    offsets_partition_for, GroupCoordinator, GroupMessage, GroupState, JoinRequest,
+};
 use txnsim_engine::protocol::{Effects, Message, NodeId};
 use txnsim_engine::{EngineConfig, KafkaError, Mutation, Mutations, TopicPartition};
 
@@ -114,6 +117,18 @@ fn commit(
     answer.expect("OffsetCommit is answered at once")
 }
 
+/// The broker's part after a SyncGroup: the group's metadata record is written and replicated, and its
+/// outcome handed back (`GroupStored`), which completes the generation.
+fn stored(groups: &mut GroupCoordinator, config: &EngineConfig, now_ms: u64, effects: &mut Effects) {
+    let me = NodeId::Broker(0);
+    for w in groups.take_writes() {
+        if let Some(generation) = w.stored {
+            let done = GroupMessage::GroupStored { group_id: w.group_id, generation, result: Ok(()) };
+            groups.handle(now_ms, config, &me, (me.clone(), 0), done, effects);
+        }
+    }
+}
+
 /// What the two ports below observe, under `mutations`: the commit right after the first generation's
 /// JoinGroup answer, then (the generation synced) whether the member outlives one session timeout that a
 /// commit in its middle restarted, and the commit of the first member while a second joins.
@@ -133,6 +148,7 @@ fn offset_commit_outcomes(mutations: Mutations) -> (Result<(), KafkaError>, bool
         assignments: vec![(member.clone(), vec![1])],
     };
     groups.handle(t0, &config, &me, (NodeId::Client("c".into()), 3), sync, &mut effects);
+    stored(&mut groups, &config, t0, &mut effects);
     // testGenericGroupOffsetCommitMaintainsSession: commit half way through the session, sleep the other half.
     let _ = commit(&mut groups, &config, t0 + SESSION_TIMEOUT_MS / 2, 1, &member);
     groups.tick(t0 + SESSION_TIMEOUT_MS, &me, &mut effects);
@@ -179,4 +195,69 @@ fn offset_commit_refused_while_preparing_rebalance_is_caught_by_the_ports() {
     );
     // The member expired above, so this commit names no member.
     assert_eq!(preparing, Err(KafkaError::UnknownMemberId), "under {}: the expired member's commit", m.name());
+}
+
+/// A SyncGroup's answer: the protocol and the member's assignment.
+type SyncAnswer = Result<(String, Vec<u8>), KafkaError>;
+
+/// The leader's SyncGroup of generation 1, then the broker's word on its metadata record (`outcome`:
+/// `None` while it is not replicated yet), under `mutations`: the SyncGroup answers sent by then, and the
+/// group's state.
+fn sync_then_store(mutations: Mutations, outcome: Option<Result<(), KafkaError>>) -> (Vec<SyncAnswer>, GroupState) {
+    let config = EngineConfig { mutations, ..EngineConfig::default() };
+    let me = NodeId::Broker(0);
+    let mut groups = GroupCoordinator::default();
+    let member = group_at_generation_one(&mut groups);
+    let t0 = config.group_initial_rebalance_delay_ms;
+    let mut effects = Effects::default();
+    let sync = GroupMessage::SyncGroupRequest {
+        group_id: "foo".into(),
+        generation_id: 1,
+        member_id: member.clone(),
+        assignments: vec![(member.clone(), vec![7])],
+    };
+    groups.handle(t0, &config, &me, (NodeId::Client("c".into()), 3), sync, &mut effects);
+    let writes = groups.take_writes();
+    assert_eq!(writes.len(), 1, "one metadata record for the new assignment");
+    if let Some(result) = outcome {
+        let generation = writes[0].stored.expect("the record completes generation 1");
+        let done = GroupMessage::GroupStored { group_id: "foo".into(), generation, result };
+        groups.handle(t0, &config, &me, (me.clone(), 0), done, &mut effects);
+    }
+    let answers = effects
+        .sends
+        .iter()
+        .filter_map(|e| match &e.message {
+            Message::Group(GroupMessage::SyncGroupResponse { result }) => Some(result.clone()),
+            _ => None,
+        })
+        .collect();
+    (answers, groups.groups["foo"].state)
+}
+
+/// `GroupMetadataManager`'s classic SyncGroup: the leader's assignment is appended as the group's
+/// metadata record, and only its append callback propagates it and makes the group Stable; a failed
+/// append is answered to every waiting member (`appendGroupMetadataErrorToResponseError`:
+/// NOT_ENOUGH_REPLICAS becomes COORDINATOR_NOT_AVAILABLE) and the group rebalances. Derived from the
+/// source's callback; no test of Kafka's ported.
+#[test]
+fn a_sync_is_answered_once_the_groups_metadata_is_stored() {
+    let waiting = sync_then_store(Mutations::default(), None);
+    assert_eq!(waiting, (vec![], GroupState::CompletingRebalance), "nothing answered before the write");
+    let stored = sync_then_store(Mutations::default(), Some(Ok(())));
+    assert_eq!(stored, (vec![Ok(("range".into(), vec![7]))], GroupState::Stable), "then the assignment");
+    let failed = sync_then_store(Mutations::default(), Some(Err(KafkaError::NotEnoughReplicas)));
+    assert_eq!(
+        failed,
+        (vec![Err(KafkaError::CoordinatorNotAvailable)], GroupState::PreparingRebalance),
+        "a failed write is the members' error, and they rejoin"
+    );
+}
+
+/// Under `sync-answered-before-stored` the assignment goes out with the SyncGroup; the first expectation
+/// above catches it.
+#[test]
+fn sync_answered_before_stored_is_caught_by_the_port() {
+    let got = sync_then_store(Mutations::one(Mutation::SyncAnsweredBeforeStored), None);
+    assert_eq!(got, (vec![Ok(("range".into(), vec![7]))], GroupState::Stable), "answered before the write");
 }
