@@ -293,10 +293,9 @@ impl Broker {
         let Some((value, timeout_ms)) = self.coordinator.txn_log_record(tid, corr) else { return };
         match self.write_transaction_log(now_ms, vec![value], effects) {
             Ok(info) => {
-                let waits = vec![AckWait::new(transaction_state_partition(), info.last_offset + 1, 0)];
                 let response = DelayedResponse::TxnLog { transactional_id: tid.to_string() };
-                let me = self.id.clone();
-                self.replicate(now_ms, effects, |rm, ctx| rm.await_acks(me, corr, waits, response, timeout_ms, ctx));
+                let (tp, me) = (transaction_state_partition(), self.id.clone());
+                self.await_hw(now_ms, tp, info.last_offset + 1, (me, corr), response, timeout_ms, effects);
             }
             Err(e) => self.coordinate(now_ms, effects, |c, ctx| c.on_txn_log_append_failed(tid, corr, e, ctx)),
         }
@@ -532,12 +531,8 @@ impl Broker {
             match appended {
                 Err(e) => effects.send(&self.id, &client, corr, Message::Group(answer.failed_write(e))),
                 Ok(info) if self.replica_manager.is_replicated(&tp) => {
-                    let waits = vec![AckWait::new(tp, info.last_offset + 1, 0)];
-                    let response = DelayedResponse::Group { answer };
-                    let timeout = self.config.request_timeout_ms;
-                    self.replicate(now_ms, effects, |rm, ctx| {
-                        rm.await_acks(client, corr, waits, response, timeout, ctx)
-                    });
+                    let (response, timeout) = (DelayedResponse::Group { answer }, self.config.request_timeout_ms);
+                    self.await_hw(now_ms, tp, info.last_offset + 1, (client, corr), response, timeout, effects);
                 }
                 Ok(_) => effects.send(&self.id, &client, corr, Message::Group(answer)),
             }
@@ -557,12 +552,11 @@ impl Broker {
     ) {
         match appended {
             Ok(info) if self.replica_manager.is_replicated(tp) => {
-                let waits = vec![AckWait::new(tp.clone(), info.last_offset + 1, 0)];
                 let response = DelayedResponse::GroupStored { group_id, generation };
                 let (me, timeout) = (self.id.clone(), self.config.request_timeout_ms);
                 self.next_correlation_id += 1;
-                let corr = self.next_correlation_id;
-                self.replicate(now_ms, effects, |rm, ctx| rm.await_acks(me, corr, waits, response, timeout, ctx));
+                let to = (me, self.next_correlation_id);
+                self.await_hw(now_ms, tp.clone(), info.last_offset + 1, to, response, timeout, effects);
             }
             appended => self.group_stored(now_ms, group_id, generation, appended.map(|_| ()), effects),
         }
@@ -1137,10 +1131,9 @@ impl Broker {
     ) -> Option<(TopicPartition, Result<ProduceAck, KafkaError>)> {
         match result {
             Ok(ack) if self.replica_manager.is_replicated(&partition) => {
-                let waits = vec![AckWait::new(partition.clone(), ack.last_offset + 1, 0)];
+                let (tp, timeout) = (partition.clone(), self.config.request_timeout_ms);
                 let response = DelayedResponse::Produce { partition, ack };
-                let timeout = self.config.request_timeout_ms;
-                self.replicate(now_ms, effects, |rm, ctx| rm.await_acks(client, corr, waits, response, timeout, ctx));
+                self.await_hw(now_ms, tp, ack.last_offset + 1, (client, corr), response, timeout, effects);
                 None
             }
             result => Some((partition, result)),
@@ -1302,10 +1295,8 @@ impl Broker {
         let answer = GroupMessage::TxnOffsetCommitResponse { results };
         match written {
             Some((tp, next)) if self.replica_manager.is_replicated(&tp) => {
-                let waits = vec![AckWait::new(tp, next, 0)];
-                let response = DelayedResponse::Group { answer };
-                let timeout = self.config.request_timeout_ms;
-                self.replicate(now_ms, effects, |rm, ctx| rm.await_acks(client, corr, waits, response, timeout, ctx));
+                let (response, timeout) = (DelayedResponse::Group { answer }, self.config.request_timeout_ms);
+                self.await_hw(now_ms, tp, next, (client, corr), response, timeout, effects);
             }
             _ => effects.send(&self.id, &client, corr, Message::Group(answer)),
         }
@@ -1364,6 +1355,23 @@ impl Broker {
         let pid = asked.producer.producer_id;
         self.groups.stage_txn_offsets(&asked.group_id, pid, info.first_offset, offsets, &self.config.mutations);
         Ok((offsets_partition, info.last_offset + 1))
+    }
+
+    /// `DelayedProduce` for a write to one replicated partition: `response` goes to `to` once the HW passes
+    /// `required_offset` (the batch's last offset + 1), or fails with the write's error or timeout.
+    #[allow(clippy::too_many_arguments)]
+    fn await_hw(
+        &mut self,
+        now_ms: TimeMs,
+        tp: TopicPartition,
+        required_offset: Offset,
+        (to, corr): (NodeId, u64),
+        response: DelayedResponse,
+        timeout_ms: TimeMs,
+        effects: &mut Effects,
+    ) {
+        let waits = vec![AckWait::new(tp, required_offset, 0)];
+        self.replicate(now_ms, effects, |rm, ctx| rm.await_acks(to, corr, waits, response, timeout_ms, ctx));
     }
 
     /// With one replica in the ISR the HW follows the log end at once, unless the scenario moves it by hand.
