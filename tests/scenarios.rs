@@ -137,9 +137,10 @@ fn a_wrong_expectation_fails_with_exit_1_and_names_the_difference() {
     assert!(stdout.contains("op 2 (produce): expect.first_offset: expected 1, actual 0"), "{stdout}");
 }
 
-/// Mutations only faults reach (a marker answer that crosses its resend's answer); the scenario layer
-/// stages none, so other suites prove these bite.
-const NEEDS_FAULTS: [Mutation; 1] = [Mutation::DoubleComplete];
+/// Mutations only faults reach (a marker answer that crosses its resend's answer, an old coordinator's
+/// marker landing after its successor's); the scenario layer stages none, so other suites prove these bite
+/// (`sim/tests/sim.rs`, REPLICATION_CATCHERS).
+const NEEDS_FAULTS: [Mutation; 2] = [Mutation::DoubleComplete, Mutation::FailoverKeepsCoordinatorEpoch];
 
 /// The departures from Kafka 4.x fixed on the coordinator and leader side, each with the ported Kafka
 /// test whose exact expectation catches it: the scenario must fail with a difference (not an input error).

@@ -369,8 +369,9 @@ pub fn caught_by(m: Mutation) -> Vec<Invariant> {
         Mutation::DropPendingMarkersOnRestart => &[MarkerMatchesDecision],
         // A plain producer told to send once writes twice (seeds/retries-ignored-*.toml).
         Mutation::RetriesIgnored => &[Duplicate],
-        // The sim catches it after a coordinator failover (sim/tests/sim.rs REPLICATION_CATCHERS).
+        // The sim catches these after a coordinator failover (sim/tests/sim.rs REPLICATION_CATCHERS).
         Mutation::NoMarkerResendOnFailover => &[DecidedTransactionsComplete],
+        Mutation::FailoverKeepsCoordinatorEpoch => &[MarkerMatchesDecision],
         _ => &[],
     };
     let mut found: Vec<Invariant> = Invariant::catalogue().filter(|i| i.mutation() == m).collect();
@@ -406,15 +407,13 @@ pub const SCENARIO_CATCHER: &str = "a ported network scenario's exact expectatio
 /// clients send them to the coordinator FindCoordinator names; a wire client may not), a restarted
 /// follower taking its previous life's fetch answer (the sim met it only while it drew a fetch wait above
 /// the lag bound, which Kafka refuses), an ISR change the other brokers' metadata caches never hear of
-/// (nothing but a Metadata answer reads them), a fenced follower holding the HW (it costs only time),
-/// a new coordinator taking its predecessor's epoch (the sim needs a late marker of the old one to
-/// land after the new one's, beyond every other fault: 1 standard seed in 3,000 caught it), and a parked
-/// follower fetch waiting out a leader change (the sim moves leadership only off a dead broker, whose
+/// (nothing but a Metadata answer reads them), a fenced follower holding the HW (it costs only time), a
+/// parked follower fetch waiting out a leader change (the sim moves leadership only off a dead broker, whose
 /// purgatory dies with it; elsewhere it costs only time), and the wire driver answering a waiting write
 /// timed out (the sim's clients talk to the engine without it), groups kept in memory only (the sim's
 /// workload uses no consumer group), a client's write to an internal topic (the engine's clients never
 /// send one), and a SyncGroup answered before its metadata record is stored (no consumer group again).
-pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 15] = [
+pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 14] = [
     (
         Mutation::OffsetCommitRefusedWhilePreparingRebalance,
         "a ported Kafka test's exact expectation (engine/tests/engine/txn_offsets.rs)",
@@ -432,10 +431,6 @@ pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 15] = [
     (
         Mutation::IsrChangeToldToLeaderOnly,
         "every broker's metadata cache after an ISR shrink (engine/tests/engine/replication.rs)",
-    ),
-    (
-        Mutation::FailoverKeepsCoordinatorEpoch,
-        "a ported Kafka test's exact expectation (engine/tests/engine/coordinator_failover.rs)",
     ),
     (Mutation::FencedReplicaHoldsHw, "a ported Kafka test's exact expectation (engine/tests/engine/replication.rs)"),
     (
