@@ -369,6 +369,9 @@ pub fn caught_by(m: Mutation) -> Vec<Invariant> {
         Mutation::DropPendingMarkersOnRestart => &[MarkerMatchesDecision],
         // A plain producer told to send once writes twice (seeds/retries-ignored-*.toml).
         Mutation::RetriesIgnored => &[Duplicate],
+        // A superseded commit's markers beside the abort that replaced it
+        // (seeds/load-resends-superseded-decisions-*.toml).
+        Mutation::LoadResendsSupersededDecisions => &[MarkerMatchesDecision],
         // The sim catches these after a coordinator failover (sim/tests/sim.rs REPLICATION_CATCHERS).
         Mutation::NoMarkerResendOnFailover => &[DecidedTransactionsComplete],
         Mutation::FailoverKeepsCoordinatorEpoch => &[MarkerMatchesDecision],

@@ -599,11 +599,17 @@ impl TransactionCoordinator {
             leader_epoch
         };
         self.loaded_at_epoch = self.coordinator_epoch;
+        // The cache keeps each id's newest record (`loadTransactionMetadata`), so a loaded Prepare* state is
+        // the id's newest decision. An older one left undecided was superseded: its append failed with its
+        // record in the log, and the coordinator decided again, at the same epoch after a timeout's fence.
+        let newest: BTreeMap<&str, usize> =
+            self.decisions.iter().enumerate().map(|(i, d)| (d.transactional_id.as_str(), i)).collect();
+        let resend_superseded = ctx.config.mutations.has(Mutation::LoadResendsSupersededDecisions);
         let prepared: Vec<(String, usize)> = self
             .decisions
             .iter()
             .enumerate()
-            .filter(|(_, d)| !d.completed)
+            .filter(|(i, d)| !d.completed && (resend_superseded || newest[d.transactional_id.as_str()] == *i))
             .map(|(i, d)| (d.transactional_id.clone(), i))
             .filter(|(tid, _)| {
                 self.txns.get(tid).is_some_and(|m| {
@@ -614,8 +620,16 @@ impl TransactionCoordinator {
         for (tid, decision) in prepared {
             let d = &self.decisions[decision];
             let meta = self.txns.get_mut(&tid).expect("filtered above");
-            if meta.producer_id != d.producer_id || meta.producer_epoch != d.marker_epoch {
-                continue; // An older decision of the id, superseded.
+            let loaded = (meta.producer_id, meta.producer_epoch, meta.state == TransactionState::PrepareCommit);
+            let decided = (d.producer_id, d.marker_epoch, d.result == TransactionResult::Commit);
+            if resend_superseded {
+                // The bug: every undecided decision whose producer and epoch match the loaded state gets
+                // markers, a superseded commit beside the abort that replaced it.
+                if (loaded.0, loaded.1) != (decided.0, decided.1) {
+                    continue;
+                }
+            } else {
+                assert_eq!(loaded, decided, "{tid}: the loaded Prepare* state is its newest decision");
             }
             meta.pending_state = Some(match d.result {
                 TransactionResult::Commit => TransactionState::CompleteCommit,

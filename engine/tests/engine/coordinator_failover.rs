@@ -4,12 +4,15 @@
 //! decided.
 
 use std::collections::BTreeMap;
-use txnsim_engine::coordinator::{transaction_state_partition, TransactionState};
+use txnsim_engine::coordinator::{
+    transaction_state_partition, Ctx, DecisionCause, PartitionLeaders, TransactionCoordinator, TransactionMetadata,
+    TransactionState, TxnLogValue,
+};
 use txnsim_engine::producer::{ConsumerGroupMetadata, OpOutput};
-use txnsim_engine::protocol::{Envelope, Message, NodeId};
+use txnsim_engine::protocol::{Effects, Envelope, Message, NodeId};
 use txnsim_engine::{
     Cluster, EngineConfig, IsolationLevel, KafkaError, Mutation, Mutations, ProducerKind, Proposal, TopicPartition,
-    Topology,
+    Topology, TransactionVersion,
 };
 
 fn tp() -> TopicPartition {
@@ -287,4 +290,81 @@ fn pending_transactional_offsets_survive_the_group_coordinators_crash() {
     assert!(matches!(r, Ok(Some(OpOutput::Committed))), "the transaction commits on broker 1: {r:?}");
     let fetched = c.broker_mut(2).unwrap().groups.fetch_offsets("g", Some(vec![tp()]), true);
     assert_eq!(fetched, vec![(tp(), Ok(Some((5, None))))], "the COMMIT marker on broker 2 made it the group's");
+}
+
+/// Every partition of the transaction below leads on broker 2.
+struct OnBroker2;
+impl PartitionLeaders for OnBroker2 {
+    fn leader_of(&self, _: &TopicPartition) -> Option<NodeId> {
+        Some(NodeId::Broker(2))
+    }
+}
+
+/// The WriteTxnMarkers a coordinator sends when it loads this `__transaction_state` log: 'tx-a' (TV2, epoch
+/// 1, over t/0 and t/1) decided to commit at marker epoch 2, but that append timed out with its record
+/// in the log and the cache reverted to Ongoing (`TransactionStateManagerTest#testAppendFailToCoordinatorNotAvailableError`);
+/// the timeout scan then fenced the transaction to epoch 2 and decided to abort it there.
+fn markers_loaded_after_a_failed_commit_append(mutations: Mutations) -> (TransactionCoordinator, Vec<(String, i16)>) {
+    let mut ongoing = TransactionMetadata::new("tx-a", 1000, 60_000, 0);
+    ongoing.producer_epoch = 1;
+    ongoing.client_transaction_version = TransactionVersion::V2;
+    ongoing.state = TransactionState::Ongoing;
+    ongoing.topic_partitions = [tp(), TopicPartition::new("t", 1)].into_iter().collect();
+    let decided = |state, cause| {
+        let metadata = TransactionMetadata { state, producer_epoch: 2, ..ongoing.clone() };
+        TxnLogValue::Metadata { metadata, decided: Some((cause, 1)), markers: Vec::new() }.encode()
+    };
+    let log = [
+        TxnLogValue::Metadata { metadata: ongoing.clone(), decided: None, markers: Vec::new() }.encode(),
+        decided(TransactionState::PrepareCommit, DecisionCause::Client),
+        decided(TransactionState::PrepareAbort, DecisionCause::Timeout),
+    ];
+    let config = EngineConfig { mutations, ..EngineConfig::default() };
+    let mut effects = Effects::default();
+    let mut ctx =
+        Ctx { now_ms: 0, config: &config, me: &NodeId::Broker(1), leaders: &OnBroker2, effects: &mut effects };
+    let mut c = TransactionCoordinator::new();
+    c.load_from_log(1, log.iter().map(|v| (0, v.as_str())), &mut ctx);
+    let sent = effects
+        .sends
+        .iter()
+        .flat_map(|e| match &e.message {
+            Message::WriteTxnMarkersRequest { markers } => markers.clone(),
+            other => panic!("only markers go out on a load, not {other:?}"),
+        })
+        .flat_map(|m| {
+            m.partitions.iter().map(move |p| (format!("{} {p}", m.result.name()), m.producer_epoch)).collect::<Vec<_>>()
+        })
+        .collect();
+    (c, sent)
+}
+
+/// `TransactionStateManagerTest#testLoadAndRemoveTransactionsForPartition` (the cache holds each id's latest
+/// record) and `#shouldWriteTxnMarkersForTransactionInPreparedAbortState`: the load completes the newest
+/// decision, the abort, and never sends the superseded commit's markers.
+#[test]
+fn a_load_completes_only_the_newest_decision_of_an_id() {
+    let (c, sent) = markers_loaded_after_a_failed_commit_append(Mutations::none());
+    assert_eq!(c.txns["tx-a"].state, TransactionState::PrepareAbort, "the newest record is the loaded state");
+    assert_eq!(c.txns["tx-a"].pending_state, Some(TransactionState::CompleteAbort), "its completion is pending");
+    assert_eq!(sent, [("ABORT t/0".to_string(), 2), ("ABORT t/1".to_string(), 2)], "ABORT markers only");
+}
+
+/// Under `load-resends-superseded-decisions` the superseded PrepareCommit's markers go out too: a COMMIT and
+/// an ABORT at the same epoch for one transaction, which the sim's `marker-matches-decision` sees
+/// (seeds/load-resends-superseded-decisions-timeouts-2033919.toml).
+#[test]
+fn load_resends_superseded_decisions_is_caught_by_the_exact_markers() {
+    let (_, sent) =
+        markers_loaded_after_a_failed_commit_append(Mutations::one(Mutation::LoadResendsSupersededDecisions));
+    assert_eq!(
+        sent,
+        [
+            ("COMMIT t/0".to_string(), 2),
+            ("COMMIT t/1".to_string(), 2),
+            ("ABORT t/0".to_string(), 2),
+            ("ABORT t/1".to_string(), 2)
+        ],
+        "the mutation sends both decisions' markers"
+    );
 }
