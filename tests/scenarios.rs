@@ -139,10 +139,14 @@ fn a_wrong_expectation_fails_with_exit_1_and_names_the_difference() {
 
 /// Mutations only faults reach (a marker answer that crosses its resend's answer, an old coordinator's
 /// marker landing after its successor's, a commit's append timing out before a timeout abort at the same
-/// epoch and a failover); the scenario layer stages none, so other suites prove these bite (`sim/tests/sim.rs`,
-/// REPLICATION_CATCHERS and the seed corpus).
-const NEEDS_FAULTS: [Mutation; 3] =
-    [Mutation::DoubleComplete, Mutation::FailoverKeepsCoordinatorEpoch, Mutation::LoadResendsSupersededDecisions];
+/// epoch and a failover, brokers acting on an ISR the controller changed); the scenario layer stages none,
+/// so other suites prove these bite (`sim/tests/sim.rs`, REPLICATION_CATCHERS and the seed corpus).
+const NEEDS_FAULTS: [Mutation; 4] = [
+    Mutation::DoubleComplete,
+    Mutation::FailoverKeepsCoordinatorEpoch,
+    Mutation::LoadResendsSupersededDecisions,
+    Mutation::IsrChangeToldToLeaderOnly,
+];
 
 /// The departures from Kafka 4.x fixed on the coordinator and leader side, each with the ported Kafka
 /// test whose exact expectation catches it: the scenario must fail with a difference (not an input error).

@@ -375,6 +375,7 @@ pub fn caught_by(m: Mutation) -> Vec<Invariant> {
         // The sim catches these after a coordinator failover (sim/tests/sim.rs REPLICATION_CATCHERS).
         Mutation::NoMarkerResendOnFailover => &[DecidedTransactionsComplete],
         Mutation::FailoverKeepsCoordinatorEpoch => &[MarkerMatchesDecision],
+        Mutation::IsrChangeToldToLeaderOnly => &[DecidedTransactionsComplete],
         _ => &[],
     };
     let mut found: Vec<Invariant> = Invariant::catalogue().filter(|i| i.mutation() == m).collect();
@@ -409,14 +410,13 @@ pub const SCENARIO_CATCHER: &str = "a ported network scenario's exact expectatio
 /// on broker 0), and a broker other than the coordinator's serving coordinator requests (the engine's
 /// clients send them to the coordinator FindCoordinator names; a wire client may not), a restarted
 /// follower taking its previous life's fetch answer (the sim met it only while it drew a fetch wait above
-/// the lag bound, which Kafka refuses), an ISR change the other brokers' metadata caches never hear of
-/// (nothing but a Metadata answer reads them), a fenced follower holding the HW (it costs only time), a
-/// parked follower fetch waiting out a leader change (the sim moves leadership only off a dead broker, whose
+/// the lag bound, which Kafka refuses), a fenced follower holding the HW (it costs only time), a parked
+/// follower fetch waiting out a leader change (the sim moves leadership only off a dead broker, whose
 /// purgatory dies with it; elsewhere it costs only time), and the wire driver answering a waiting write
 /// timed out (the sim's clients talk to the engine without it), groups kept in memory only (the sim's
 /// workload uses no consumer group), a client's write to an internal topic (the engine's clients never
 /// send one), and a SyncGroup answered before its metadata record is stored (no consumer group again).
-pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 14] = [
+pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 13] = [
     (
         Mutation::OffsetCommitRefusedWhilePreparingRebalance,
         "a ported Kafka test's exact expectation (engine/tests/engine/txn_offsets.rs)",
@@ -431,10 +431,6 @@ pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 14] = [
     ),
     (Mutation::FencedReplicaJoinsIsr, "a ported Kafka test's exact expectation (engine/tests/engine/replication.rs)"),
     (Mutation::FetchIdsReusedAfterRestart, "a restarted follower's fetches (engine/tests/engine/replication.rs)"),
-    (
-        Mutation::IsrChangeToldToLeaderOnly,
-        "every broker's metadata cache after an ISR shrink (engine/tests/engine/replication.rs)",
-    ),
     (Mutation::FencedReplicaHoldsHw, "a ported Kafka test's exact expectation (engine/tests/engine/replication.rs)"),
     (
         Mutation::DelayedFetchIgnoresLeaderChange,

@@ -86,8 +86,9 @@ fn sweep_single_broker() {
 /// long transactions reach it at seed 214, atomicity at 224, standard first at 362. A coordinator that keeps
 /// its predecessor's epoch needs a late marker of the old one to land after its own: the timeouts
 /// profile's lost and delayed answers reach it at seed 135, long-txns at 1672, atomicity at 1870, and
-/// 3,000 standard seeds never do.
-const REPLICATION_CATCHERS: [(Mutation, Profile, u64, &str); 8] = [
+/// 3,000 standard seeds never do. A coordinator whose metadata cache missed the controller's ISR changes
+/// sends an abort's markers to a broker that no longer leads the partition, forever, at timeouts seed 137.
+const REPLICATION_CATCHERS: [(Mutation, Profile, u64, &str); 9] = [
     (Mutation::LsoIgnoresUnreplicatedTxns, Profile::Standard, 0, "lso-is-first-unstable-offset"),
     (Mutation::LsoNotClampedToHw, Profile::Standard, 0, "lso-bounds"),
     (Mutation::HwFromLeaderLeo, Profile::Standard, 5, "replica-log-matches-leader"),
@@ -96,6 +97,7 @@ const REPLICATION_CATCHERS: [(Mutation, Profile, u64, &str); 8] = [
     (Mutation::NoMarkerResendOnFailover, Profile::Standard, 33, "decided-transactions-complete"),
     (Mutation::DoubleComplete, Profile::LongTxns, 214, "valid-coordinator-transitions"),
     (Mutation::FailoverKeepsCoordinatorEpoch, Profile::Timeouts, 135, "marker-matches-decision"),
+    (Mutation::IsrChangeToldToLeaderOnly, Profile::Timeouts, 137, "decided-transactions-complete"),
 ];
 
 #[test]
