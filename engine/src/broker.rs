@@ -501,6 +501,7 @@ impl Broker {
         if self.config.mutations.has(Mutation::GroupsKeptInMemory) {
             // The bug: nothing is written, every answer goes at once.
             for w in writes {
+                self.groups.replay_offset_commits(&w.records, None);
                 if let Some(generation) = w.stored {
                     self.group_stored(now_ms, w.group_id, generation, Ok(()), effects);
                 }
@@ -518,8 +519,10 @@ impl Broker {
                 let log = self.partitions.get_mut(&tp).expect("the coordinator's partition is hosted");
                 log.append_data(&batch, AppendOrigin::Coordinator, now_ms, &self.config.mutations)
             });
-            if appended.is_ok() {
+            if let Ok(info) = &appended {
+                self.groups.replay_offset_commits(&records, Some(info.first_offset));
                 self.after_leader_append(now_ms, &tp, effects);
+                self.groups.settle(&tp, self.partitions[&tp].high_watermark());
             }
             if let Some(generation) = stored {
                 self.store_group(now_ms, &tp, group_id.clone(), generation, appended, effects);
@@ -536,6 +539,35 @@ impl Broker {
                 }
                 Ok(_) => effects.send(&self.id, &client, corr, Message::Group(answer)),
             }
+        }
+    }
+
+    /// OffsetFetch as the coordinator runtime serves it (`GroupCoordinatorService.fetchOffsets`): a read
+    /// operation at the last committed offset, the HW of the group's partition; with `require_stable` a
+    /// write operation, which reads every record and is answered once the HW reaches the log end it read.
+    fn handle_offset_fetch(
+        &mut self,
+        now_ms: TimeMs,
+        (group_id, partitions, require_stable): (String, Option<Vec<TopicPartition>>, bool),
+        (client, corr): (NodeId, u64),
+        effects: &mut Effects,
+    ) {
+        let tp = self.offsets_partition(&group_id);
+        // Only under `any-broker-coordinates` is the partition not here: the latest state is all there is.
+        let latest = self.config.mutations.has(Mutation::OffsetFetchReadsLatest);
+        let ends = self.partitions.get(&tp).filter(|_| !latest).map(|l| (l.high_watermark(), l.log_end_offset()));
+        if let Some((hw, _)) = ends {
+            self.groups.settle(&tp, hw);
+        }
+        let at = ends.filter(|_| !require_stable).map(|(hw, _)| hw);
+        let offsets = self.groups.fetch_offsets(&group_id, partitions, require_stable, at);
+        let answer = GroupMessage::OffsetFetchResponse { offsets: Ok(offsets) };
+        let waits_for = ends.filter(|(hw, log_end)| require_stable && hw < log_end).map(|(_, log_end)| log_end);
+        if let Some(log_end) = waits_for.filter(|_| self.replica_manager.is_replicated(&tp)) {
+            let (response, timeout) = (DelayedResponse::Group { answer }, self.config.request_timeout_ms);
+            self.await_hw(now_ms, tp, log_end, (client, corr), response, timeout, effects);
+        } else {
+            effects.send(&self.id, &client, corr, Message::Group(answer));
         }
     }
 
@@ -883,6 +915,11 @@ impl Broker {
                 self.handle_txn_offset_commit(now_ms, asked, offsets, &reply_to, corr, &mut effects);
                 None
             }
+            Message::Group(GroupMessage::OffsetFetchRequest { group_id, partitions, require_stable }) => {
+                let asked = (group_id, partitions, require_stable);
+                self.handle_offset_fetch(now_ms, asked, (reply_to.clone(), corr), &mut effects);
+                None
+            }
             Message::Group(request) => {
                 self.groups.handle(now_ms, &self.config, &self.id, (reply_to.clone(), corr), request, &mut effects);
                 self.write_groups(now_ms, &mut effects);
@@ -1194,7 +1231,7 @@ impl Broker {
                 if let Ok(offset) = result {
                     if tp.topic == GROUP_METADATA_TOPIC {
                         // `GroupCoordinator.completeTransaction`: the marker settles the offsets waiting on it.
-                        self.groups.complete_transaction(m.producer_id, m.result, tp);
+                        self.groups.complete_transaction(m.producer_id, m.result, tp, offset);
                     }
                     self.after_leader_append(now_ms, tp, effects);
                     if self.replica_manager.is_replicated(tp) {

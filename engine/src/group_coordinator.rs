@@ -11,6 +11,9 @@
 //! once that record is replicated: `complete_store`) or the group becomes Empty. A broker that comes to lead the partition
 //! replays it (`load`, to its log end), one that stops unloads its groups (`unload`); the broker holds an
 //! OffsetCommit's answer until the record is replicated, as the coordinator runtime's write future does.
+//! A commit takes effect as its record is appended (`replay_offset_commits`), and what records above the
+//! HW changed stays visible only to writes: OffsetFetch reads at the HW (`Uncommitted`, `settle`), as the
+//! runtime's reads at the last committed offset do.
 //!
 //! Transactional offsets (KIP-98, KIP-447; `OffsetMetadataManager`): a TxnOffsetCommit is written to the
 //! group's `__consumer_offsets` partition as a batch of the producer's transaction (the broker does that)
@@ -265,8 +268,8 @@ impl GroupMessage {
         }
     }
 
-    /// An offset commit's answer when its record could not be written: every partition gets the write's
-    /// error as the coordinator answers it, which a client retries.
+    /// An offset commit's answer when its record could not be written, or a stable OffsetFetch's when the HW
+    /// did not reach what it read: the write's error as the coordinator answers it, which a client retries.
     pub fn failed_write(self, e: KafkaError) -> GroupMessage {
         let e = e.for_coordinator_append();
         let fail = |results: Vec<(TopicPartition, Result<(), KafkaError>)>| {
@@ -279,7 +282,8 @@ impl GroupMessage {
             GroupMessage::TxnOffsetCommitResponse { results } => {
                 GroupMessage::TxnOffsetCommitResponse { results: fail(results) }
             }
-            other => unreachable!("only offset commits wait for their write, not {other:?}"),
+            GroupMessage::OffsetFetchResponse { .. } => GroupMessage::OffsetFetchResponse { offsets: Err(e) },
+            other => unreachable!("only offset commits and stable fetches wait for the HW, not {other:?}"),
         }
     }
 
@@ -543,6 +547,17 @@ impl Group {
     }
 }
 
+/// What a committed offset was before a record not yet below its partition's HW changed it: a read at the
+/// last committed offset sees `before` until the HW passes `at` (the coordinator runtime's timeline
+/// snapshots, `CoordinatorRuntime.scheduleReadOperation`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct Uncommitted {
+    at: Offset,
+    group: String,
+    tp: TopicPartition,
+    before: Option<(CommittedOffset, CommitRecord)>,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct GroupCoordinator {
     pub groups: BTreeMap<String, Group>,
@@ -554,6 +569,8 @@ pub struct GroupCoordinator {
     records_written: u64,
     /// Offset commits to write, taken by the broker after each call (`take_writes`).
     writes: Vec<GroupWrite>,
+    /// Committed offsets changed by records above their partition's HW, in log order (`settle` drops them).
+    uncommitted: Vec<Uncommitted>,
 }
 
 fn answer(effects: &mut Effects, me: &NodeId, to: &NodeId, corr: u64, message: GroupMessage) {
@@ -627,11 +644,11 @@ impl GroupCoordinator {
     pub fn load(&mut self, offsets_partition: &TopicPartition, log: &PartitionLog, now_ms: TimeMs) {
         for batch in log.batches() {
             if let (Some(marker), Some(pid)) = (batch.marker(), batch.producer_id()) {
-                self.complete_transaction(pid, marker.result, offsets_partition);
+                self.complete_transaction(pid, marker.result, offsets_partition, batch.base_offset);
                 continue;
             }
             let txn = batch.producer_id().filter(|_| batch.is_transactional).map(|pid| (pid, batch.base_offset));
-            for r in batch.records() {
+            for (at, r) in (batch.base_offset..).zip(batch.records()) {
                 let record: OffsetsRecord = serde_json::from_str(&r.value).expect("a record the coordinator wrote");
                 assert_eq!(offsets_partition_for(record.group()), *offsets_partition, "a group in its own partition");
                 match record {
@@ -642,7 +659,7 @@ impl GroupCoordinator {
                                 let pending = PendingOffset { offset: (offset, metadata), record: commit };
                                 self.pending_txn_offsets.entry(pid).or_default().insert((group, partition), pending);
                             }
-                            None => self.materialize(&group, &partition, (offset, metadata), commit),
+                            None => self.materialize(&group, &partition, (offset, metadata), commit, Some(at)),
                         }
                     }
                     OffsetsRecord::Group { group, metadata } => {
@@ -673,6 +690,7 @@ impl GroupCoordinator {
         }
         self.pending_txn_offsets.retain(|_, p| !p.is_empty());
         self.writes.retain(|w| !here(&w.group_id));
+        self.uncommitted.retain(|u| !here(&u.group));
     }
 
     /// Ends join phases whose time is up and removes members whose session expired.
@@ -788,20 +806,15 @@ impl GroupCoordinator {
                     })
                 };
                 if check.is_ok() {
-                    for (tp, o) in &offsets {
-                        let record = self.next_record(None);
-                        self.materialize(&group_id, tp, o.clone(), record);
-                    }
+                    // The commits take effect as the broker appends them (`replay_offset_commits`).
                     let records = offsets.iter().map(|(tp, o)| OffsetsRecord::offset(&group_id, tp, o)).collect();
                     let answer = Some(asker.clone());
                     self.writes.push(GroupWrite { group_id: group_id.clone(), records, answer, stored: None });
                 }
                 GroupMessage::OffsetCommitResponse { results: offsets.into_iter().map(|(tp, _)| (tp, check)).collect() }
             }
-            GroupMessage::OffsetFetchRequest { group_id, partitions, require_stable } => {
-                GroupMessage::OffsetFetchResponse {
-                    offsets: Ok(self.fetch_offsets(&group_id, partitions, require_stable)),
-                }
+            GroupMessage::OffsetFetchRequest { .. } => {
+                unreachable!("the broker reads OffsetFetch at its partition's HW (`Broker::handle_offset_fetch`)")
             }
             GroupMessage::TxnOffsetCommitRequest { .. } => {
                 unreachable!(
@@ -823,28 +836,36 @@ impl GroupCoordinator {
         answer(effects, me, from, corr, reply);
     }
 
-    /// `fetchOffsets` / `fetchAllOffsets`: each partition's committed offset, or UNSTABLE_OFFSET_COMMIT
-    /// under `require_stable` while a transaction's offset for it is pending (KIP-447).
+    /// `fetchOffsets` / `fetchAllOffsets` at `committed_offset` of the group's partition (`None`: every
+    /// record, as a write operation sees them): each partition's committed offset, or
+    /// UNSTABLE_OFFSET_COMMIT under `require_stable` while a transaction's offset for it is pending (KIP-447).
     pub fn fetch_offsets(
         &self,
         group_id: &str,
         partitions: Option<Vec<TopicPartition>>,
         require_stable: bool,
+        committed_offset: Option<Offset>,
     ) -> Vec<(TopicPartition, Result<Option<CommittedOffset>, KafkaError>)> {
-        let committed = self.groups.get(group_id).map(|g| &g.offsets);
+        let latest = self.groups.get(group_id).map(|g| &g.offsets);
+        let all = partitions.is_none();
         let tps: Vec<TopicPartition> = match partitions {
             Some(ps) => ps,
-            None => committed.into_iter().flatten().map(|(tp, _)| tp.clone()).collect(),
+            None => latest.into_iter().flatten().map(|(tp, _)| tp.clone()).collect(),
         };
         tps.into_iter()
             .map(|tp| {
                 let o = if require_stable && self.has_pending(group_id, &tp) {
                     Err(KafkaError::UnstableOffsetCommit)
                 } else {
-                    Ok(committed.and_then(|c| c.get(&tp)).cloned())
+                    Ok(match committed_offset {
+                        Some(at) => self.committed_at(group_id, &tp, at),
+                        None => latest.and_then(|c| c.get(&tp)).cloned(),
+                    })
                 };
                 (tp, o)
             })
+            // `fetchAllOffsets` lists only the partitions with an offset at that point.
+            .filter(|(_, o)| !(all && matches!(o, Ok(None))))
             .collect()
     }
 
@@ -855,13 +876,53 @@ impl GroupCoordinator {
 
     /// Stores a committed offset; a record older than the one already there loses (`replayEndTransactionMarker`
     /// keeps the most recent commit record when transactional and plain commits mix).
-    fn materialize(&mut self, group_id: &str, tp: &TopicPartition, offset: CommittedOffset, record: CommitRecord) {
+    /// `at`: where the record that commits it is in the group's partition (`None`: nowhere, as under
+    /// `groups-kept-in-memory`, so it counts as committed at once).
+    fn materialize(
+        &mut self,
+        group_id: &str,
+        tp: &TopicPartition,
+        offset: CommittedOffset,
+        record: CommitRecord,
+        at: Option<Offset>,
+    ) {
         let group = self.groups.entry(group_id.to_string()).or_insert_with(Group::new);
         if group.records.get(tp).is_some_and(|r| r.order > record.order) {
             return;
         }
+        if let Some(at) = at {
+            let before = group.offsets.get(tp).cloned().zip(group.records.get(tp).copied());
+            self.uncommitted.push(Uncommitted { at, group: group_id.to_string(), tp: tp.clone(), before });
+        }
         group.offsets.insert(tp.clone(), offset);
         group.records.insert(tp.clone(), record);
+    }
+
+    /// The broker appended `records` at `first` of their group's partition (`None`: not written, under
+    /// `groups-kept-in-memory`): the offset commits among them take effect, each at its record's offset.
+    /// A commit whose append failed never does (the runtime reverts its state to the last written offset).
+    pub fn replay_offset_commits(&mut self, records: &[OffsetsRecord], first: Option<Offset>) {
+        for (i, r) in records.iter().enumerate() {
+            if let OffsetsRecord::Offset { group, partition, offset, metadata } = r {
+                let record = self.next_record(None);
+                let at = first.map(|f| f + i as Offset);
+                self.materialize(group, partition, (*offset, metadata.clone()), record, at);
+            }
+        }
+    }
+
+    /// `offsets_partition`'s HW reached `high_watermark`: what its records below it changed is committed.
+    pub fn settle(&mut self, offsets_partition: &TopicPartition, high_watermark: Offset) {
+        self.uncommitted.retain(|u| u.at >= high_watermark || offsets_partition_for(&u.group) != *offsets_partition);
+    }
+
+    /// The offset committed for `tp` as of `committed_offset` of the group's partition: the value before
+    /// the first change at or above it, or the latest.
+    fn committed_at(&self, group_id: &str, tp: &TopicPartition, committed_offset: Offset) -> Option<CommittedOffset> {
+        match self.uncommitted.iter().find(|u| u.at >= committed_offset && u.group == group_id && u.tp == *tp) {
+            Some(u) => u.before.as_ref().map(|(o, _)| o.clone()),
+            None => self.groups.get(group_id).and_then(|g| g.offsets.get(tp)).cloned(),
+        }
     }
 
     /// `hasPendingTransactionalOffsets`.
@@ -918,7 +979,7 @@ impl GroupCoordinator {
             let record = self.next_record(Some((producer_id, log_offset)));
             if mutations.has(Mutation::TxnOffsetsVisibleBeforeCommit) {
                 // The bug: the offsets are committed at once, before the transaction is decided.
-                self.materialize(group_id, tp, o.clone(), record);
+                self.materialize(group_id, tp, o.clone(), record, Some(log_offset));
                 continue;
             }
             let pending = PendingOffset { offset: o.clone(), record };
@@ -929,13 +990,14 @@ impl GroupCoordinator {
         }
     }
 
-    /// `replayEndTransactionMarker`: the marker of `producer_id` was written to `offsets_partition`; the
-    /// pending offsets of the groups that partition holds are committed or dropped.
+    /// `replayEndTransactionMarker`: the marker of `producer_id` was written to `offsets_partition` at
+    /// `marker_offset`; the pending offsets of the groups that partition holds are committed or dropped.
     pub fn complete_transaction(
         &mut self,
         producer_id: ProducerId,
         result: TransactionResult,
         offsets_partition: &TopicPartition,
+        marker_offset: Offset,
     ) {
         let Some(pending) = self.pending_txn_offsets.get_mut(&producer_id) else { return };
         let (done, rest): (BTreeMap<_, _>, BTreeMap<_, _>) = std::mem::take(pending)
@@ -948,7 +1010,7 @@ impl GroupCoordinator {
         }
         if result == TransactionResult::Commit {
             for ((group, tp), p) in done {
-                self.materialize(&group, &tp, p.offset, p.record);
+                self.materialize(&group, &tp, p.offset, p.record, Some(marker_offset));
             }
         }
     }

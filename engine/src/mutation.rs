@@ -74,10 +74,11 @@ pub enum Mutation {
     InternalTopicsWritable,
     SyncAnsweredBeforeStored,
     LoadResendsSupersededDecisions,
+    OffsetFetchReadsLatest,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 66] = [
+    pub const ALL: [Mutation; 67] = [
         Mutation::ReadCommittedBoundedByHw,
         Mutation::LsoInclusive,
         Mutation::LsoIgnoresOngoingTxns,
@@ -144,6 +145,7 @@ impl Mutation {
         Mutation::InternalTopicsWritable,
         Mutation::SyncAnsweredBeforeStored,
         Mutation::LoadResendsSupersededDecisions,
+        Mutation::OffsetFetchReadsLatest,
     ];
 
     /// The kebab-case name used on the command line and in seed files.
@@ -209,6 +211,7 @@ impl Mutation {
             Mutation::InternalTopicsWritable => "internal-topics-writable",
             Mutation::SyncAnsweredBeforeStored => "sync-answered-before-stored",
             Mutation::LoadResendsSupersededDecisions => "load-resends-superseded-decisions",
+            Mutation::OffsetFetchReadsLatest => "offset-fetch-reads-latest",
             Mutation::MarkerRetryResendsAllPartitions => "marker-retry-resends-all-partitions",
             Mutation::EpochExhaustionIgnored => "epoch-exhaustion-ignored",
             Mutation::TransactionalIdsNeverExpire => "transactional-ids-never-expire",
@@ -324,6 +327,7 @@ impl Mutation {
             Mutation::InternalTopicsWritable => "A client's Produce to __transaction_state or __consumer_offsets is appended like any other: a wire client can write records the coordinators never wrote into their logs, and the next coordinator to load the log reads them as its own.",
             Mutation::SyncAnsweredBeforeStored => "The leader's SyncGroup makes the group Stable and answers every member at once, before the group's metadata record is replicated: a coordinator that takes the group over after a crash may know an older generation than its members were told, and a failed write is never reported to them.",
             Mutation::LoadResendsSupersededDecisions => "A loading coordinator resends the markers of every undecided Prepare* record whose producer id and epoch match the id's loaded state, not only its newest: a PrepareCommit whose append timed out (its record still in the log) and the PrepareAbort the timeout scan wrote after it at the same TV2 epoch both get markers, so one transaction is committed on some partitions and aborted on others.",
+            Mutation::OffsetFetchReadsLatest => "The group coordinator answers every OffsetFetch from its latest state, at once: an offset whose record is not yet replicated (a commit just appended, or one a new coordinator loaded from its log end) is handed to a consumer, though an election may still lose it, and a stable fetch does not wait for it.",
             Mutation::NoMarkerResendOnFailover => "A broker that becomes the leader of __transaction_state loads its transactions but sends no markers for those it finds PrepareCommit or PrepareAbort: the decision its predecessor made is never written to the partitions it has not reached, and they stay open, blocking the LSO, until something else ends them.",
             Mutation::FailoverKeepsCoordinatorEpoch => "A coordinator that loads __transaction_state after a failover takes the coordinator epoch its predecessor wrote with instead of the partition's new leader epoch: partition leaders cannot tell the old coordinator's late markers from its own, so a retry of an old decision can close the producer's next transaction.",
             Mutation::IsrChangeToldToLeaderOnly => "The controller answers a committed AlterPartition to the leader alone and writes no PartitionChangeRecord: every broker's metadata cache (the leader's too; only its partition state takes the answer) keeps the old ISR, so Metadata answers name replicas that left it, or miss those that rejoined.",
@@ -409,6 +413,7 @@ impl Mutation {
             Mutation::InternalTopicsWritable => "ReplicaManager.appendToLocalLog refuses an append to an internal topic (Topic.isInternal) from any client but the admin client with InvalidTopicException, \"Cannot append to internal topic\" (from the code; no test of Kafka's ported)",
             Mutation::SyncAnsweredBeforeStored => "GroupMetadataManager's classic SyncGroup appends the group's metadata record and, in its append callback, propagates the assignment and transitions to Stable, or on an error answers every member it (appendGroupMetadataErrorToResponseError) and rebalances (resetAndPropagateAssignmentWithError)",
             Mutation::LoadResendsSupersededDecisions => "TransactionStateManager.loadTransactionMetadata puts each record into the cache by transactional id, so only the newest survives (TransactionStateManagerTest#testLoadAndRemoveTransactionsForPartition: the loaded metadata equals the latest status), and loadTransactionsForTxnTopicPartition completes that one state's transaction (#shouldWriteTxnMarkersForTransactionInPreparedAbortState); a failed append leaves its record in the log while the cache reverts (#testAppendFailToCoordinatorNotAvailableError)",
+            Mutation::OffsetFetchReadsLatest => "GroupCoordinatorService.fetchOffsets: without requireStable a read operation at the last committed offset (CoordinatorRuntime.scheduleReadOperation; OffsetMetadataManagerTest#testFetchOffsetsAtDifferentCommittedOffset), with it a write operation answered once the HW reaches the last written offset (#testFetchOffsetsWithPendingTransactionalOffsets)",
             Mutation::NoMarkerResendOnFailover => "TransactionStateManager.loadTransactionsForTxnTopicPartition sends the markers of every PrepareCommit/PrepareAbort it loads (TransactionStateManagerTest#testLoadAndRemoveTransactionsForPartition, TransactionMarkerChannelManagerTest#shouldNotLoseTxnCompletionAfterLoad)",
             Mutation::FailoverKeepsCoordinatorEpoch => "TransactionCoordinator.onElection(txnTopicPartitionId, coordinatorEpoch): the coordinator epoch is the __transaction_state partition's leader epoch, and leaders fence markers of a lower one (ProducerStateManager, TRANSACTION_COORDINATOR_FENCED)",
             Mutation::IsrChangeToldToLeaderOnly => "ReplicationControlManager.alterPartition returns the change as a PartitionChangeRecord, which every broker replays into its metadata cache (ReplicationControlManagerTest's sendAlterPartition replays result.records())",

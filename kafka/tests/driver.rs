@@ -994,8 +994,13 @@ fn group_after_its_coordinator_crashed(mutations: Mutations) -> ((i16, i64), i16
     d.crash_broker(1_000, 1).expect("broker 1 crashes");
     assert_eq!(find_group_coordinator(&mut d, 1_001, 1), (0, 2), "broker 2 leads __consumer_offsets/3 now");
     assert_eq!(fetch_group_offset(&mut d, 1_002, 1).0, 16, "NOT_COORDINATOR from broker 0");
-    let fetched = fetch_group_offset(&mut d, 1_003, 3);
-    let beat = heartbeat(&mut d, 1_004, 3, 1, &id);
+    // The coordinator runtime reads at the last committed offset, so the fetch waits until broker 0, now
+    // broker 2's follower, has fetched from it and broker 2's HW has passed the commit.
+    for now in (1_003..1_600).step_by(50) {
+        assert_eq!(d.on_tick(now).len(), 0, "nothing is sent to a client while the brokers replicate");
+    }
+    let fetched = fetch_group_offset(&mut d, 1_600, 3);
+    let beat = heartbeat(&mut d, 1_601, 3, 1, &id);
     assert_eq!(d.violations(), &[], "no state or replica invariant broke");
     (fetched, beat)
 }

@@ -415,8 +415,9 @@ pub const SCENARIO_CATCHER: &str = "a ported network scenario's exact expectatio
 /// purgatory dies with it; elsewhere it costs only time), and the wire driver answering a waiting write
 /// timed out (the sim's clients talk to the engine without it), groups kept in memory only (the sim's
 /// workload uses no consumer group), a client's write to an internal topic (the engine's clients never
-/// send one), and a SyncGroup answered before its metadata record is stored (no consumer group again).
-pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 13] = [
+/// send one), a SyncGroup answered before its metadata record is stored (no consumer group again), and an
+/// OffsetFetch answered past the HW (the scenarios read group offsets from the coordinator, not by request).
+pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 14] = [
     (
         Mutation::OffsetCommitRefusedWhilePreparingRebalance,
         "a ported Kafka test's exact expectation (engine/tests/engine/txn_offsets.rs)",
@@ -444,6 +445,10 @@ pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 13] = [
     (
         Mutation::SyncAnsweredBeforeStored,
         "the group coordinator's SyncGroup answers (engine/tests/engine/txn_offsets.rs)",
+    ),
+    (
+        Mutation::OffsetFetchReadsLatest,
+        "a ported Kafka test's exact expectation (engine/tests/engine/coordinator_failover.rs)",
     ),
 ];
 

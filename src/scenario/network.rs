@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use txnsim_engine::coordinator::{TransactionMetadata, TransactionState};
-use txnsim_engine::group_coordinator::GroupMessage;
+use txnsim_engine::group_coordinator::{offsets_partition_for, GroupMessage};
 use txnsim_engine::log::PartitionLog;
 use txnsim_engine::producer::ConsumerGroupMetadata;
 use txnsim_engine::producer::{OpId, OpOutput, Producer};
@@ -1235,9 +1235,12 @@ impl<'a> NetworkRunner<'a> {
         for (k, g) in e.group_offsets.iter().flatten().enumerate() {
             let partitions: Vec<TopicPartition> =
                 g.offsets.keys().map(|key| partition_key(key).expect("validated")).collect();
-            let groups = &self.cluster.broker.groups;
-            let got: BTreeMap<String, Value> = groups
-                .fetch_offsets(&g.group, Some(partitions), g.require_stable)
+            let broker = &self.cluster.broker;
+            // As OffsetFetch reads: at the HW of the group's partition, or every record when stable.
+            let committed = broker.partition(&offsets_partition_for(&g.group)).map(|log| log.high_watermark());
+            let got: BTreeMap<String, Value> = broker
+                .groups
+                .fetch_offsets(&g.group, Some(partitions), g.require_stable, committed.filter(|_| !g.require_stable))
                 .into_iter()
                 .map(|(tp, r)| {
                     let v = match r {

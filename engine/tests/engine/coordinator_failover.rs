@@ -4,10 +4,12 @@
 //! decided.
 
 use std::collections::BTreeMap;
+use txnsim_engine::cluster::Step;
 use txnsim_engine::coordinator::{
     transaction_state_partition, Ctx, DecisionCause, PartitionLeaders, TransactionCoordinator, TransactionMetadata,
     TransactionState, TxnLogValue,
 };
+use txnsim_engine::group_coordinator::GroupMessage;
 use txnsim_engine::producer::{ConsumerGroupMetadata, OpOutput};
 use txnsim_engine::protocol::{Effects, Envelope, Message, NodeId};
 use txnsim_engine::{
@@ -251,7 +253,7 @@ fn transactional_offsets_commit_once_the_coordinator_moved() {
     assert!(matches!(r, Ok(Some(OpOutput::OffsetsSent))), "the group coordinator took the offsets: {r:?}");
     let r = c.call_producer("p", |p, now| p.commit_transaction(now));
     assert!(matches!(r, Ok(Some(OpOutput::Committed))), "the transaction commits: {r:?}");
-    let fetched = c.broker_mut(0).unwrap().groups.fetch_offsets("g", Some(vec![tp()]), true);
+    let fetched = c.broker_mut(0).unwrap().groups.fetch_offsets("g", Some(vec![tp()]), true, None);
     assert_eq!(fetched, vec![(tp(), Ok(Some((5, None))))], "the COMMIT marker made the offset the group's");
 }
 
@@ -283,12 +285,12 @@ fn pending_transactional_offsets_survive_the_group_coordinators_crash() {
     c.fire_timers_until(c.now_ms);
     c.run_until_quiet();
     assert_eq!(leader(&mut c), 2, "broker 2 leads the group's partition");
-    let pending = c.broker_mut(2).unwrap().groups.fetch_offsets("g", Some(vec![tp()]), true);
+    let pending = c.broker_mut(2).unwrap().groups.fetch_offsets("g", Some(vec![tp()]), true, None);
     assert_eq!(pending, vec![(tp(), Err(KafkaError::UnstableOffsetCommit))], "loaded as pending, not committed");
 
     let r = c.call_producer("p", |p, now| p.commit_transaction(now));
     assert!(matches!(r, Ok(Some(OpOutput::Committed))), "the transaction commits on broker 1: {r:?}");
-    let fetched = c.broker_mut(2).unwrap().groups.fetch_offsets("g", Some(vec![tp()]), true);
+    let fetched = c.broker_mut(2).unwrap().groups.fetch_offsets("g", Some(vec![tp()]), true, None);
     assert_eq!(fetched, vec![(tp(), Ok(Some((5, None))))], "the COMMIT marker on broker 2 made it the group's");
 }
 
@@ -367,4 +369,85 @@ fn load_resends_superseded_decisions_is_caught_by_the_exact_markers() {
         ],
         "the mutation sends both decisions' markers"
     );
+}
+
+/// A transaction committed offset 5 for 'g' on `t/0`; its COMMIT marker has just been appended to the
+/// group's `__consumer_offsets/3` on broker 0, which leads it, and no follower has fetched it yet.
+fn group_offset_committed_above_the_hw(config: EngineConfig) -> Cluster {
+    let mut c = cluster(config);
+    c.add_producer("p", ProducerKind::Transactional { transactional_id: "p".into() });
+    let r = c.call_producer("p", |p, now| p.init_transactions(now));
+    assert!(matches!(r, Ok(Some(OpOutput::Initialized(_)))), "init succeeds: {r:?}");
+    c.producers.get_mut("p").unwrap().begin_transaction().unwrap();
+    let group = ConsumerGroupMetadata { group_id: "g".into(), generation_id: -1, member_id: String::new() };
+    let r = c.call_producer("p", |p, now| p.send_offsets_to_transaction(now, vec![(tp(), (5, None))], group));
+    assert!(matches!(r, Ok(None)), "FindCoordinator(GROUP) has the controller create the topic first: {r:?}");
+    c.advance_time(1_000);
+    c.run_until_quiet();
+    let offsets = TopicPartition::new("__consumer_offsets", 3);
+    let log_end = |c: &mut Cluster| c.broker_mut(0).unwrap().partitions[&offsets].log_end_offset();
+    let before = log_end(&mut c);
+    let (_, effects) = c.producers.get_mut("p").unwrap().commit_transaction(c.now_ms).unwrap();
+    c.apply(&NodeId::Client("p".into()), effects);
+    while log_end(&mut c) == before {
+        assert!(c.step(), "the COMMIT marker reaches the group's partition");
+    }
+    let log = &c.broker_mut(0).unwrap().partitions[&offsets];
+    assert!(log.high_watermark() < log.log_end_offset(), "the marker is above the HW");
+    c
+}
+
+/// What broker 0 answers an OffsetFetch of 'g' for `t/0` at once (nothing: the answer waits).
+fn offset_fetch_now(c: &mut Cluster, require_stable: bool) -> Vec<Message> {
+    let request = Message::Group(GroupMessage::OffsetFetchRequest {
+        group_id: "g".into(),
+        partitions: Some(vec![tp()]),
+        require_stable,
+    });
+    let env =
+        Envelope { from: NodeId::Client("reader".into()), to: NodeId::Broker(0), correlation_id: 7, message: request };
+    let now = c.now_ms;
+    let effects = c.broker_mut(0).unwrap().on_message(now, env);
+    effects.sends.into_iter().filter(|e| e.to == NodeId::Client("reader".into())).map(|e| e.message).collect()
+}
+
+fn fetched(offset: Option<i64>) -> Message {
+    Message::Group(GroupMessage::OffsetFetchResponse { offsets: Ok(vec![(tp(), Ok(offset.map(|o| (o, None))))]) })
+}
+
+/// `OffsetMetadataManagerTest#testFetchOffsetsAtDifferentCommittedOffset` and
+/// `#testFetchOffsetsWithPendingTransactionalOffsets`, served as `GroupCoordinatorService.fetchOffsets`
+/// serves them: a fetch without `require_stable` reads at the last committed offset, so the offset the
+/// unreplicated marker commits is not there yet; a stable fetch is a write operation, answered with it once
+/// the HW passes the marker.
+#[test]
+fn an_offset_fetch_reads_at_the_hw_and_a_stable_one_waits_for_it() {
+    let mut c = group_offset_committed_above_the_hw(EngineConfig::default());
+    assert_eq!(offset_fetch_now(&mut c, false), [fetched(None)], "read at the HW: not committed yet");
+    assert_eq!(offset_fetch_now(&mut c, true), [], "the stable fetch waits for the HW");
+    c.record_steps = true;
+    c.run_until_quiet();
+    let answered: Vec<&Message> = c
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Delivered { envelope, .. } if envelope.to == NodeId::Client("reader".into()) => {
+                Some(&envelope.message)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(answered, [&fetched(Some(5))], "the stable fetch is answered once the HW passed the marker");
+    assert_eq!(offset_fetch_now(&mut c, false), [fetched(Some(5))], "now committed, the read sees it");
+}
+
+/// Under `offset-fetch-reads-latest` both fetches answer the unreplicated offset at once.
+#[test]
+fn offset_fetch_reads_latest_is_caught_by_the_exact_answers() {
+    let mut c = group_offset_committed_above_the_hw(EngineConfig {
+        mutations: Mutations::one(Mutation::OffsetFetchReadsLatest),
+        ..EngineConfig::default()
+    });
+    assert_eq!(offset_fetch_now(&mut c, false), [fetched(Some(5))], "the mutation reads past the HW");
+    assert_eq!(offset_fetch_now(&mut c, true), [fetched(Some(5))], "and does not wait");
 }

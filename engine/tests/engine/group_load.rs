@@ -111,3 +111,41 @@ fn unloading_removes_the_partitions_groups() {
     assert!(!groups.groups.contains_key(GROUP), "removed group remained in cache");
     assert!(effects.sends.is_empty(), "nobody was waiting for a join or a sync");
 }
+
+/// `OffsetMetadataManagerTest#testFetchOffsetsAtDifferentCommittedOffset`: five commits, one record each
+/// at offsets 0 to 4 of the group's partition; a fetch at committed offset `k` sees the first `k`, and a
+/// stable fetch (every record, as a write operation reads) sees all five.
+#[test]
+fn offsets_are_fetched_as_of_a_committed_offset() {
+    let tp = offsets_partition_for(GROUP);
+    let log = log_of(&[
+        commits(&[("foo", 0, 100)]),
+        commits(&[("foo", 1, 110)]),
+        commits(&[("bar", 0, 200)]),
+        commits(&[("foo", 1, 111)]),
+        commits(&[("bar", 1, 210)]),
+    ]);
+    let mut groups = GroupCoordinator::default();
+    groups.load(&tp, &log, 0);
+    let partitions = ["foo/0", "foo/1", "bar/0", "bar/1"].map(|p| {
+        let (t, n) = p.split_once('/').unwrap();
+        TopicPartition::new(t, n.parse().unwrap())
+    });
+    let at_of = |groups: &GroupCoordinator, committed: Option<u64>| -> Vec<Option<i64>> {
+        groups
+            .fetch_offsets(GROUP, Some(partitions.to_vec()), false, committed)
+            .into_iter()
+            .map(|(_, r)| r.expect("no error").map(|(o, _)| o))
+            .collect()
+    };
+    let at = |committed| at_of(&groups, committed);
+    assert_eq!(at(Some(0)), [None, None, None, None], "nothing committed at 0");
+    assert_eq!(at(Some(1)), [Some(100), None, None, None], "foo-0 at 1");
+    assert_eq!(at(Some(2)), [Some(100), Some(110), None, None], "foo-1 at 2");
+    assert_eq!(at(Some(3)), [Some(100), Some(110), Some(200), None], "bar-0 at 3");
+    assert_eq!(at(Some(4)), [Some(100), Some(111), Some(200), None], "foo-1 moved at 4");
+    assert_eq!(at(Some(5)), [Some(100), Some(111), Some(200), Some(210)], "bar-1 at 5");
+    assert_eq!(at(None), [Some(100), Some(111), Some(200), Some(210)], "every record");
+    groups.settle(&tp, 5);
+    assert_eq!(at_of(&groups, Some(0)), [Some(100), Some(111), Some(200), Some(210)], "all below the HW: committed");
+}
