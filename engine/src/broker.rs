@@ -553,8 +553,9 @@ impl Broker {
         effects: &mut Effects,
     ) {
         let tp = self.offsets_partition(&group_id);
-        // Only under `any-broker-coordinates` is the partition not here: the latest state is all there is.
         let latest = self.config.mutations.has(Mutation::OffsetFetchReadsLatest);
+        // The partition's HW and log end. It is missing only under `any-broker-coordinates`, and then the
+        // latest state is all there is.
         let ends = self.partitions.get(&tp).filter(|_| !latest).map(|l| (l.high_watermark(), l.log_end_offset()));
         if let Some((hw, _)) = ends {
             self.groups.settle(&tp, hw);
