@@ -257,14 +257,10 @@ fn transactional_offsets_commit_once_the_coordinator_moved() {
     assert_eq!(fetched, vec![(tp(), Ok(Some((5, None))))], "the COMMIT marker made the offset the group's");
 }
 
-/// A transaction's offsets are written to the group's `__consumer_offsets/3` (led by broker 0, replicas
-/// 0, 2, 1) and pending when broker 0, the leader of both `__transaction_state` and the group's partition,
-/// crashes. Broker 2 takes the group over and loads the offsets' batch as pending (`replay` of a
-/// transactional offset commit: no marker follows it yet); broker 1 takes the transaction over, and the
-/// commit's marker reaches broker 2, which makes the offset the group's.
-#[test]
-fn pending_transactional_offsets_survive_the_group_coordinators_crash() {
-    let mut c = cluster(EngineConfig::default());
+/// Producer `p`'s open transaction has sent offset 5 of 'g' for `t/0` to the group coordinator (its first
+/// try waits for the controller to create `__consumer_offsets`, its retry is taken).
+fn offsets_sent_in_a_transaction(config: EngineConfig) -> Cluster {
+    let mut c = cluster(config);
     c.add_producer("p", ProducerKind::Transactional { transactional_id: "p".into() });
     let r = c.call_producer("p", |p, now| p.init_transactions(now));
     assert!(matches!(r, Ok(Some(OpOutput::Initialized(_)))), "init succeeds: {r:?}");
@@ -275,6 +271,17 @@ fn pending_transactional_offsets_survive_the_group_coordinators_crash() {
     c.advance_time(1_000);
     let done: Vec<_> = c.producers.get_mut("p").unwrap().take_completions().into_iter().map(|d| d.result).collect();
     assert_eq!(done, vec![Ok(OpOutput::OffsetsSent)], "retried, the group coordinator took the offsets");
+    c
+}
+
+/// A transaction's offsets are written to the group's `__consumer_offsets/3` (led by broker 0, replicas
+/// 0, 2, 1) and pending when broker 0, the leader of both `__transaction_state` and the group's partition,
+/// crashes. Broker 2 takes the group over and loads the offsets' batch as pending (`replay` of a
+/// transactional offset commit: no marker follows it yet); broker 1 takes the transaction over, and the
+/// commit's marker reaches broker 2, which makes the offset the group's.
+#[test]
+fn pending_transactional_offsets_survive_the_group_coordinators_crash() {
+    let mut c = offsets_sent_in_a_transaction(EngineConfig::default());
     let offsets = TopicPartition::new("__consumer_offsets", 3);
     let leader = |c: &mut Cluster| c.controller.partitions[&offsets].state.leader;
     assert_eq!(leader(&mut c), 0, "broker 0 coordinates group g");
@@ -374,15 +381,7 @@ fn load_resends_superseded_decisions_is_caught_by_the_exact_markers() {
 /// A transaction committed offset 5 for 'g' on `t/0`; its COMMIT marker has just been appended to the
 /// group's `__consumer_offsets/3` on broker 0, which leads it, and no follower has fetched it yet.
 fn group_offset_committed_above_the_hw(config: EngineConfig) -> Cluster {
-    let mut c = cluster(config);
-    c.add_producer("p", ProducerKind::Transactional { transactional_id: "p".into() });
-    let r = c.call_producer("p", |p, now| p.init_transactions(now));
-    assert!(matches!(r, Ok(Some(OpOutput::Initialized(_)))), "init succeeds: {r:?}");
-    c.producers.get_mut("p").unwrap().begin_transaction().unwrap();
-    let group = ConsumerGroupMetadata { group_id: "g".into(), generation_id: -1, member_id: String::new() };
-    let r = c.call_producer("p", |p, now| p.send_offsets_to_transaction(now, vec![(tp(), (5, None))], group));
-    assert!(matches!(r, Ok(None)), "FindCoordinator(GROUP) has the controller create the topic first: {r:?}");
-    c.advance_time(1_000);
+    let mut c = offsets_sent_in_a_transaction(config);
     c.run_until_quiet();
     let offsets = TopicPartition::new("__consumer_offsets", 3);
     let log_end = |c: &mut Cluster| c.broker_mut(0).unwrap().partitions[&offsets].log_end_offset();
