@@ -555,7 +555,7 @@ struct Uncommitted {
     at: Offset,
     group: String,
     tp: TopicPartition,
-    before: Option<(CommittedOffset, CommitRecord)>,
+    before: Option<CommittedOffset>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -891,7 +891,7 @@ impl GroupCoordinator {
             return;
         }
         if let Some(at) = at {
-            let before = group.offsets.get(tp).cloned().zip(group.records.get(tp).copied());
+            let before = group.offsets.get(tp).cloned();
             self.uncommitted.push(Uncommitted { at, group: group_id.to_string(), tp: tp.clone(), before });
         }
         group.offsets.insert(tp.clone(), offset);
@@ -920,7 +920,7 @@ impl GroupCoordinator {
     /// the first change at or above it, or the latest.
     fn committed_at(&self, group_id: &str, tp: &TopicPartition, committed_offset: Offset) -> Option<CommittedOffset> {
         match self.uncommitted.iter().find(|u| u.at >= committed_offset && u.group == group_id && u.tp == *tp) {
-            Some(u) => u.before.as_ref().map(|(o, _)| o.clone()),
+            Some(u) => u.before.clone(),
             None => self.groups.get(group_id).and_then(|g| g.offsets.get(tp)).cloned(),
         }
     }
