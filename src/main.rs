@@ -153,7 +153,7 @@ fn main() -> ExitCode {
         Command::Explore(args) => txnsim_model::cli::run_explore(&args),
         Command::Sweep(SweepCmd { sim, target: None, .. }) => txnsim_sim::cli::run_sweep(&sim),
         Command::Sweep(SweepCmd { sim, target: Some(target), history }) => {
-            txnsim_kafka::target::run_target_sweep(&txnsim_kafka::target::TargetArgs {
+            txnsim_kafka::remote::run_target_sweep(&txnsim_kafka::remote::TargetArgs {
                 target,
                 seeds: sim.seeds,
                 from: sim.from,
@@ -163,7 +163,7 @@ fn main() -> ExitCode {
                 json: sim.json,
             })
         }
-        Command::CheckHistory { file } => txnsim_kafka::target::file::run_check_history(&file),
+        Command::CheckHistory { file } => txnsim_kafka::remote::file::run_check_history(&file),
         Command::Replay(args) => txnsim_sim::cli::run_replay(&args, &|spec, report| {
             let story = txnsim::html::runs::replay_story(spec, report)?;
             Ok(txnsim::html::render(&format!("txnsim {}", story.title), &[story]))

@@ -6,8 +6,9 @@ pub mod api;
 pub mod driver;
 pub mod frame;
 pub mod records;
+/// `sweep --target`: the workload against a remote cluster (named apart from cargo's `target/`).
+pub mod remote;
 pub mod server;
-pub mod target;
 pub mod timeline;
 
 pub use driver::{Driver, Output};
