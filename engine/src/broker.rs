@@ -102,6 +102,7 @@ struct TxnOffsetCommit {
     producer: ProducerIdAndEpoch,
     generation_id: i32,
     member_id: String,
+    transaction_version: TransactionVersion,
 }
 
 /// The broker of a single-broker cluster, which coordinates every transactional id and group (in a
@@ -837,8 +838,10 @@ impl Broker {
                 self.take_group_roles(now_ms, &changed, &mut effects);
                 None
             }
-            Message::FetchRequest { partition, fetch_offset, isolation } => {
-                let result = match self.leader_log(&partition) {
+            Message::FetchRequest { partition, fetch_offset, isolation, client_metadata } => {
+                let any_replica = client_metadata && !self.config.mutations.has(Mutation::FollowerRefusesConsumerFetch);
+                let log = if any_replica { self.replica_log(&partition) } else { self.leader_log(&partition) };
+                let result = match log {
                     Err(e) => Err(e),
                     Ok(log) => log.read(fetch_offset, isolation, &self.config.mutations),
                 };
@@ -911,8 +914,16 @@ impl Broker {
                 generation_id,
                 member_id,
                 offsets,
+                transaction_version,
             }) => {
-                let asked = TxnOffsetCommit { transactional_id, group_id, producer, generation_id, member_id };
+                let asked = TxnOffsetCommit {
+                    transactional_id,
+                    group_id,
+                    producer,
+                    generation_id,
+                    member_id,
+                    transaction_version,
+                };
                 self.handle_txn_offset_commit(now_ms, asked, offsets, &reply_to, corr, &mut effects);
                 None
             }
@@ -1106,12 +1117,18 @@ impl Broker {
     /// The log of a partition this broker leads, for a client's read: a follower's copy is not served
     /// (`Partition.localLogWithEpochOrThrow` with `fetchOnlyLeader`).
     fn leader_log(&self, tp: &TopicPartition) -> Result<&PartitionLog, KafkaError> {
-        let log = self.partitions.get(tp).ok_or_else(|| self.not_hosted(tp))?;
+        let log = self.replica_log(tp)?;
         let NodeId::Broker(me) = self.id else { unreachable!("a broker's id is a broker id") };
         match self.replica_manager.partitions.get(tp) {
             Some(p) if p.leader != me => Err(KafkaError::NotLeaderOrFollower),
             _ => Ok(log),
         }
+    }
+
+    /// The log of a partition this broker hosts a replica of, leader or follower: a read bounded by this
+    /// replica's own HW and LSO (`Partition.localLogWithEpochOrThrow` without `fetchOnlyLeader`).
+    fn replica_log(&self, tp: &TopicPartition) -> Result<&PartitionLog, KafkaError> {
+        self.partitions.get(tp).ok_or_else(|| self.not_hosted(tp))
     }
 
     fn complete_verification(
@@ -1280,7 +1297,10 @@ impl Broker {
             return self.answer_txn_offsets(now_ms, (reply_to.clone(), corr), results, None, effects);
         }
         let verify = self.config.partition_verification && !self.config.mutations.has(Mutation::NoTxnVerification);
-        let local = !self.has_transaction_log() || self.coordinator_loaded_at.is_some();
+        // A TV2 add (v5+) may write `__transaction_state`, so it always goes to the coordinator as a request.
+        let adds = asked.transaction_version.supports_epoch_bump()
+            && !self.config.mutations.has(Mutation::TxnOffsetCommitV5OnlyVerifies);
+        let local = !adds && (!self.has_transaction_log() || self.coordinator_loaded_at.is_some());
         let outcome = if asked.group_id.is_empty() {
             Err(KafkaError::InvalidGroupId)
         } else if verify && !local {
@@ -1292,8 +1312,8 @@ impl Broker {
                         transactional_id: asked.transactional_id.clone(),
                         producer: asked.producer,
                         partitions,
-                        verify_only: true,
-                        transaction_version: TransactionVersion::V1,
+                        verify_only: !adds,
+                        transaction_version: if adds { TransactionVersion::V2 } else { TransactionVersion::V1 },
                     };
                     self.next_correlation_id += 1;
                     let id = self.next_correlation_id;

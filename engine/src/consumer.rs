@@ -218,6 +218,9 @@ impl Consumer {
             partition: partition.clone(),
             fetch_offset: offset,
             isolation: Some(self.isolation),
+            // This consumer fetches leader-only, as before Fetch v11: a stale leader answers
+            // NOT_LEADER_OR_FOLLOWER and the consumer refreshes its metadata.
+            client_metadata: false,
         };
         let leader = self.leaders.get(partition).unwrap_or(&self.broker).clone();
         effects.send(&self.id, &leader, corr, message);

@@ -29,7 +29,9 @@ use crate::error::KafkaError;
 use crate::log::PartitionLog;
 use crate::mutation::Mutation;
 use crate::protocol::{Effects, Message, NodeId};
-use crate::types::{Offset, ProducerId, ProducerIdAndEpoch, TimeMs, TopicPartition, TransactionResult};
+use crate::types::{
+    Offset, ProducerId, ProducerIdAndEpoch, TimeMs, TopicPartition, TransactionResult, TransactionVersion,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -224,6 +226,9 @@ pub enum GroupMessage {
         generation_id: i32,
         member_id: String,
         offsets: Vec<(TopicPartition, CommittedOffset)>,
+        /// TxnOffsetCommit v5+ is TV2: the group's broker adds the offsets partition to the transaction
+        /// (`TransactionSupportedOperation.addPartition`, KIP-890 part 2); older versions only verify it.
+        transaction_version: TransactionVersion,
     },
     TxnOffsetCommitResponse {
         results: Vec<(TopicPartition, Result<(), KafkaError>)>,

@@ -607,6 +607,9 @@ impl Producer {
                 generation_id: c.group.generation_id,
                 member_id: c.group.member_id.clone(),
                 offsets: c.offsets.clone(),
+                // This producer sends AddOffsetsToTxn first, as TV1 does, so the offsets partition is
+                // only verified.
+                transaction_version: TransactionVersion::V1,
             }),
             InFlight::InitProducerId { op, after_abort } => {
                 let (op, after_abort) = (*op, *after_abort);

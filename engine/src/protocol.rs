@@ -129,6 +129,9 @@ pub enum Message {
         partition: TopicPartition,
         fetch_offset: Offset,
         isolation: Option<IsolationLevel>,
+        /// Fetch v11+ carries the client's metadata, which lets a follower serve it from its own log
+        /// (KIP-392; `FetchParams.fetchOnlyLeader` is false for a consumer with `clientMetadata`).
+        client_metadata: bool,
     },
     FetchResponse {
         partition: TopicPartition,

@@ -16,9 +16,10 @@ pub mod code {
     pub const UNKNOWN_TOPIC_ID: i16 = 100;
 }
 
-/// The finalized `transaction.version`: 1, the classic protocol every client here speaks (no client in
-/// the gate has KIP-890's TV2 client side).
-pub const TRANSACTION_VERSION: i16 = 1;
+/// The finalized `transaction.version`: 2, as a new Kafka 4.3.1 cluster finalizes it (KIP-890's
+/// transactions v2 and KIP-1022; `kafka-features describe` on a freshly formatted 4.3.1 cluster). A
+/// client speaks TV2 only if it knows it (Kafka's Java client 4.0 and newer); others keep TV1's requests.
+pub const TRANSACTION_VERSION: i16 = 2;
 
 /// The implemented APIs and the versions served: each range lies inside what kafka-protocol 0.18 (Kafka
 /// 4.1's schemas) decodes, which lies inside Kafka 4.3's. Narrower where a version means more than is
@@ -37,7 +38,7 @@ pub const SUPPORTED: [(ApiKey, i16, i16); 18] = [
     (ApiKey::AddPartitionsToTxn, 0, 3),
     (ApiKey::EndTxn, 0, 5),
     (ApiKey::AddOffsetsToTxn, 0, 4),
-    (ApiKey::TxnOffsetCommit, 0, 4),
+    (ApiKey::TxnOffsetCommit, 0, 5),
     (ApiKey::JoinGroup, 0, 9),
     (ApiKey::SyncGroup, 0, 5),
     (ApiKey::Heartbeat, 0, 4),

@@ -1121,6 +1121,7 @@ impl Driver {
                 generation_id,
                 member_id,
                 offsets,
+                transaction_version: if version >= 5 { TransactionVersion::V2 } else { TransactionVersion::V1 },
             }));
         }
         self.ask(now_ms, node, messages, move |_, answers| {
@@ -1311,6 +1312,7 @@ impl Driver {
                             partition: TopicPartition::new(name, i as u32),
                             fetch_offset: o as u64,
                             isolation: Some(isolation),
+                            client_metadata: version >= 11,
                         });
                         Ok((messages.len() - 1, p.partition_max_bytes.max(0) as usize))
                     }

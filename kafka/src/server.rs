@@ -3,6 +3,7 @@
 //! applies each frame, fires timers when they fall due and writes the answers, so the engine is only ever
 //! touched by one thread.
 
+use crate::api::TRANSACTION_VERSION;
 use crate::driver::{ConnId, Driver, Output};
 use crate::frame::{self, FrameError};
 use clap::Args;
@@ -161,11 +162,15 @@ pub fn run_serve(args: &ServeArgs) -> ExitCode {
         driver.timeline.enable();
     }
     if args.brokers == 1 {
-        println!("txnsim serve: listening on {} (transaction.version 1, one broker, id 0)", locals[0]);
+        println!(
+            "txnsim serve: listening on {} (transaction.version {TRANSACTION_VERSION}, one broker, id 0)",
+            locals[0]
+        );
     } else {
         let each: Vec<String> = locals.iter().enumerate().map(|(i, a)| format!("broker {i} on {a}")).collect();
         println!(
-            "txnsim serve: listening as {} brokers: {} (transaction.version 1, default.replication.factor {}, \
+            "txnsim serve: listening as {} brokers: {} (transaction.version {TRANSACTION_VERSION}, \
+             default.replication.factor {}, \
              min.insync.replicas {})",
             args.brokers,
             each.join(" / "),

@@ -228,7 +228,7 @@ fn an_empty_fetch_waits_until_data_or_its_deadline() {
 }
 
 #[test]
-fn api_versions_advertises_transaction_version_1_and_answers_unknown_versions_at_v0() {
+fn api_versions_advertises_transaction_version_2_and_answers_unknown_versions_at_v0() {
     let mut d = Driver::new(EngineConfig::default(), "127.0.0.1", 9092, 0);
     let r: ApiVersionsResponse =
         answer(d.on_frame(0, 1, request(ApiKey::ApiVersions, 3, 1, &ApiVersionsRequest::default())), 1, 3);
@@ -236,7 +236,11 @@ fn api_versions_advertises_transaction_version_1_and_answers_unknown_versions_at
     assert_eq!(r.api_keys.len(), txnsim_kafka::api::SUPPORTED.len());
     let tv: Vec<_> =
         r.finalized_features.iter().map(|f| (f.name.to_string(), f.min_version_level, f.max_version_level)).collect();
-    assert_eq!(tv, vec![("transaction.version".to_string(), 1, 1)]);
+    assert_eq!(
+        tv,
+        vec![("transaction.version".to_string(), 2, 2)],
+        "Kafka 4.3.1 finalizes TV2 (tests/apache_kafka.rs)"
+    );
     // Version 99 of ApiVersions: a v0 answer with UNSUPPORTED_VERSION (35), not a closed connection.
     let mut frame = request(ApiKey::ApiVersions, 3, 2, &ApiVersionsRequest::default()).to_vec();
     frame[2..4].copy_from_slice(&99i16.to_be_bytes());
@@ -585,10 +589,56 @@ fn three_brokers_list_every_replica_and_refuse_a_produce_to_a_follower() {
     assert_eq!(offsets[1], (1, 1), "the leader's HW passed the record before the acknowledgement");
     assert_eq!(offsets.iter().map(|o| o.0).collect::<Vec<_>>(), vec![1, 1, 1], "every replica holds the record");
     assert_eq!(d.violations(), &[], "no state or replica invariant broke");
+}
 
-    // A fetch from the follower is refused as well.
-    let r: FetchResponse = answer(d.on_frame(6, 1, request(ApiKey::Fetch, 12, 5, &fetch(0, 0))), 1, 12);
-    assert_eq!(r.responses[0].partitions[0].error_code, 6, "Fetch at broker 0: NOT_LEADER_OR_FOLLOWER");
+/// One partition's Fetch answer: error, HW, LSO and the records' (offset, value).
+type FetchAnswer = (i16, i64, i64, Vec<(i64, String)>);
+
+/// Follower 0's answers to a read_uncommitted Fetch from offset 0 at v10 and at v12, after leader 1
+/// acknowledged one record at acks=all, then at v12 again once the follower fetched the leader's new HW:
+/// (error, HW, LSO, values) of each.
+fn follower_fetches(mutations: Mutations) -> Vec<FetchAnswer> {
+    let addresses: Vec<(String, u16)> = (0..3).map(|i| ("127.0.0.1".to_string(), 9092 + i)).collect();
+    let mut d = Driver::cluster(EngineConfig { mutations, ..EngineConfig::default() }, &addresses, 3, 0);
+    d.on_connect(1, 0);
+    d.on_connect(2, 1);
+    let r: CreateTopicsResponse =
+        answer(d.on_frame(1, 2, request(ApiKey::CreateTopics, 7, 1, &create_topic(TOPIC, 1, -1))), 2, 7);
+    assert_eq!(r.topics[0].error_code, 0, "topic created, led by broker 1");
+    let frame = request(ApiKey::Produce, 9, 2, &produce(None, records(-1, -1, -1, false, &["y"])));
+    let acked: ProduceResponse = answer(d.on_frame(2, 2, frame), 2, 9);
+    assert_eq!(acked.responses[0].partition_responses[0].error_code, 0, "leader 1 acknowledges");
+    [(3, 10), (3, 12), (1_000, 12)]
+        .into_iter()
+        .map(|(now, version)| {
+            while let Some(deadline) = d.next_deadline_ms().filter(|&t| t <= now) {
+                d.on_tick(deadline);
+            }
+            let r: FetchResponse =
+                answer(d.on_frame(now, 1, request(ApiKey::Fetch, version, 3, &fetch(0, 0))), 1, version);
+            let p = &r.responses[0].partitions[0];
+            let got = p.records.as_ref().map(values).unwrap_or_default();
+            (p.error_code, p.high_watermark, p.last_stable_offset, got)
+        })
+        .collect()
+}
+
+/// KIP-392: a consumer's Fetch v11+ carries its client metadata, and a follower serves it from its own
+/// log (`FetchParams.fetchOnlyLeader`); a v10 fetch is leader-only. Real Kafka 4.3.1 answers the same
+/// (tests/apache_kafka.rs reads every replica this way).
+#[test]
+fn a_follower_serves_a_fetch_v11_from_its_own_log_and_refuses_an_older_one() {
+    let answers = follower_fetches(Mutations::default());
+    assert_eq!(answers[0], (6, -1, -1, vec![]), "v10 at follower 0: NOT_LEADER_OR_FOLLOWER");
+    assert_eq!(answers[1], (0, 0, 0, vec![]), "v12 at follower 0: its own copy, HW 0 until it fetches again");
+    assert_eq!(answers[2], (0, 1, 1, vec![(0, "y".to_string())]), "then HW 1 and the record");
+}
+
+/// Under `follower-refuses-consumer-fetch` the v12 fetch is refused too: the exact answer catches it.
+#[test]
+fn follower_refusing_consumer_fetches_is_caught_by_the_exact_answer() {
+    let answers = follower_fetches(Mutations::one(Mutation::FollowerRefusesConsumerFetch));
+    assert_eq!(answers[1].0, 6, "the mutation refuses the v12 fetch: NOT_LEADER_OR_FOLLOWER");
 }
 
 #[test]
@@ -1074,4 +1124,52 @@ fn a_frame_from_a_crashed_brokers_connection_is_not_served() {
     let late = d.on_frame(3, 1, request(ApiKey::Metadata, 12, 9, &m));
     assert_eq!(late, vec![Output::Close(1, "broker 0 crashed".into())], "not served, closed again");
     assert_eq!(metadata_of(&mut d, 4, 2, TOPIC).topics[0].error_code, 0, "broker 1 serves on");
+}
+
+/// Under transaction version 2 Kafka's Java client sends no AddOffsetsToTxn: its TxnOffsetCommit v5 has
+/// the group's broker add the offsets partition to the transaction (KIP-890 part 2). What a v5 commit of
+/// `t-0@1` for group `g`, then EndTxn v5's commit and an OffsetFetch answer on one broker: (TxnOffsetCommit
+/// error, EndTxn error, OffsetFetch (error, offset)).
+fn txn_offset_commit_v5(mutations: Mutations) -> (i16, i16, (i16, i64)) {
+    let mut d = Driver::new(EngineConfig { mutations, ..EngineConfig::default() }, "127.0.0.1", 9092, 0);
+    let r: CreateTopicsResponse =
+        answer(d.on_frame(1, 1, request(ApiKey::CreateTopics, 7, 1, &create_topic(TOPIC, 1, 1))), 1, 7);
+    assert_eq!(r.topics[0].error_code, 0, "topic created");
+    let (pid, epoch) = init_transaction(&mut d, 2, 1);
+    let mut p = txn_offset_commit_request::TxnOffsetCommitRequestPartition::default();
+    p.partition_index = 0;
+    p.committed_offset = 1;
+    let mut t = txn_offset_commit_request::TxnOffsetCommitRequestTopic::default();
+    t.name = StrBytes::from_static_str(TOPIC).into();
+    t.partitions = vec![p];
+    let mut commit = TxnOffsetCommitRequest::default();
+    commit.transactional_id = StrBytes::from_static_str("tx").into();
+    commit.group_id = StrBytes::from_static_str("g").into();
+    commit.producer_id = pid.into();
+    commit.producer_epoch = epoch;
+    commit.generation_id = -1;
+    commit.topics = vec![t];
+    let r: TxnOffsetCommitResponse = answer(d.on_frame(3, 1, request(ApiKey::TxnOffsetCommit, 5, 3, &commit)), 1, 5);
+    let offsets_error = r.topics[0].partitions[0].error_code;
+    let mut end = EndTxnRequest::default();
+    end.transactional_id = StrBytes::from_static_str("tx").into();
+    end.producer_id = pid.into();
+    end.producer_epoch = epoch;
+    end.committed = true;
+    let e: EndTxnResponse = answer(d.on_frame(4, 1, request(ApiKey::EndTxn, 5, 4, &end)), 1, 5);
+    (offsets_error, e.error_code, fetch_group_offset(&mut d, 5, 1))
+}
+
+#[test]
+fn a_txn_offset_commit_v5_adds_the_offsets_partition_to_the_transaction() {
+    assert_eq!(txn_offset_commit_v5(Mutations::default()), (0, 0, (0, 1)), "added, committed, then fetched");
+}
+
+/// Under `txn-offset-commit-v5-only-verifies` the v5 commit is refused INVALID_TXN_STATE (48): the
+/// partition was never added, so the transaction is empty, a TV2 commit of it is INVALID_TXN_STATE too,
+/// and the group has no offset.
+#[test]
+fn a_txn_offset_commit_v5_that_only_verifies_is_caught_by_the_exact_answers() {
+    let got = txn_offset_commit_v5(Mutations::one(Mutation::TxnOffsetCommitV5OnlyVerifies));
+    assert_eq!(got, (48, 48, (0, -1)), "refused, the empty transaction's commit refused, no offset");
 }

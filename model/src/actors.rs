@@ -1086,7 +1086,8 @@ impl Node {
         let mut request = r.consumer.poll(NOW_MS, tp);
         assert_eq!(request.sends.len(), 1, "one fetch per poll");
         let request = request.sends.pop().expect("one fetch");
-        let Message::FetchRequest { partition: asked, fetch_offset: from, isolation: level } = &request.message else {
+        let Message::FetchRequest { partition: asked, fetch_offset: from, isolation: level, .. } = &request.message
+        else {
             unreachable!("a consumer polls with a fetch")
         };
         let result = match broker.partition(asked) {

@@ -1899,7 +1899,7 @@ pub fn describe_with(env: &Envelope, marker: &dyn Fn(&TopicPartition, Offset) ->
                 .collect();
             format!("{api} resp {}", parts.join("; "))
         }
-        Message::FetchRequest { partition, fetch_offset, isolation } => {
+        Message::FetchRequest { partition, fetch_offset, isolation, .. } => {
             let reader = isolation.map(|i| i.name()).unwrap_or("replica");
             format!("{api} req {partition} from offset {fetch_offset} {reader}")
         }
