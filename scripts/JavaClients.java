@@ -3,7 +3,7 @@
 // broker_crash.py, printing the same lines, with the same bounds (every call and read ends within 10 s, so a broken broker fails the
 // program, never hangs it).
 //
-// usage: java -cp kafka-clients.jar:slf4j-api.jar JavaClients.java seed HOST:PORT [REPLICATION_FACTOR]
+// usage: java -cp kafka-clients.jar:slf4j-api.jar JavaClients.java seed HOST:PORT [REPLICATION_FACTOR [TOPIC]]
 //        java -cp ... JavaClients.java ctp HOST:PORT
 //        java -cp ... JavaClients.java crash HOST:PORT   (then `crashed` on stdin)
 //
@@ -188,11 +188,14 @@ public class JavaClients {
         ru.close(CALL_TIMEOUT);
     }
 
-    /** seed_experiment.py's steps and lines. */
-    static void seed(String bootstrap, int replicationFactor) throws Exception {
-        String topic = "tx-demo";
+    /**
+     * seed_experiment.py's steps and lines; `topic` also names the transactional id and the groups (the
+     * default topic keeps the article's names), so that runs on one cluster do not meet.
+     */
+    static void seed(String bootstrap, int replicationFactor, String topic) throws Exception {
+        String prefix = topic.equals("tx-demo") ? "seed" : topic;
         createTopic(bootstrap, topic, replicationFactor);
-        KafkaProducer<String, String> p = producer(bootstrap, "tx-demo-producer");
+        KafkaProducer<String, String> p = producer(bootstrap, topic + "-producer");
         p.initTransactions();
         p.beginTransaction();
         for (int i = 0; i < 3; i++) {
@@ -200,8 +203,8 @@ public class JavaClients {
         }
         p.flush();
         // commitTransaction() has not been called yet.
-        KafkaConsumer<String, String> ru = consumer(bootstrap, "seed-ru", "read_uncommitted", topic);
-        KafkaConsumer<String, String> rc = consumer(bootstrap, "seed-rc", "read_committed", topic);
+        KafkaConsumer<String, String> ru = consumer(bootstrap, prefix + "-ru", "read_uncommitted", topic);
+        KafkaConsumer<String, String> rc = consumer(bootstrap, prefix + "-rc", "read_committed", topic);
         System.out.println("read_uncommitted sees (before commit): " + list(poll(ru, 3)));
         System.out.println("read_committed sees (before commit): " + list(poll(rc, 0)));
 
@@ -223,10 +226,10 @@ public class JavaClients {
         p.close(CALL_TIMEOUT);
 
         System.out.println();
-        KafkaConsumer<String, String> freshRu = consumer(bootstrap, "seed-fresh-ru", "read_uncommitted", topic);
+        KafkaConsumer<String, String> freshRu = consumer(bootstrap, prefix + "-fresh-ru", "read_uncommitted", topic);
         System.out.println("fresh read_uncommitted consumer reading from offset 0 sees ALL raw records:");
         System.out.println("  " + list(poll(freshRu, 6)));
-        KafkaConsumer<String, String> freshRc = consumer(bootstrap, "seed-fresh-rc", "read_committed", topic);
+        KafkaConsumer<String, String> freshRc = consumer(bootstrap, prefix + "-fresh-rc", "read_committed", topic);
         System.out.println("fresh read_committed consumer reading from offset 0 sees only:");
         System.out.println("  " + list(poll(freshRc, 3)));
         freshRu.close(CALL_TIMEOUT);
@@ -280,7 +283,7 @@ public class JavaClients {
     public static void main(String[] args) {
         try {
             switch (args[0]) {
-                case "seed" -> seed(args[1], args.length > 2 ? Integer.parseInt(args[2]) : 1);
+                case "seed" -> seed(args[1], args.length > 2 ? Integer.parseInt(args[2]) : 1, args.length > 3 ? args[3] : "tx-demo");
                 case "ctp" -> ctp(args[1]);
                 case "crash" -> crash(args[1]);
                 default -> throw new IllegalArgumentException("unknown experiment " + args[0]);

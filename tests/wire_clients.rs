@@ -1,42 +1,17 @@
-//! Real Kafka clients against `txnsim serve`, in the gate. A virtualenv under target/ gets pinned
-//! clients from PyPI (a failed install fails the test: nothing here is skipped), the server runs on a
-//! free loopback port, each client script runs bounded in time, and its output must equal the expected
-//! lines exactly. The clients are librdkafka (confluent-kafka), kafka-python and Kafka's own Java client
-//! (kafka-clients 3.9.1, run by `java`); all three speak transaction.version 1 (none has KIP-890's TV2
-//! client side: Java's came in 4.0), so these are TV1 tests.
+//! Real Kafka clients against `txnsim serve`, in the gate: serve runs on a free loopback port and each
+//! client's output must equal the expected lines exactly. The clients are librdkafka (confluent-kafka) and
+//! kafka-python, which speak transaction version 1, and Kafka's own Java client 4.3.1, which speaks
+//! transaction version 2 (KIP-890: an epoch bump at every transaction's end) against serve's finalized
+//! `transaction.version` 2, as a new Kafka 4.3.1 cluster has it.
 
+mod clients;
 mod common;
 
+use clients::{java, python, run, spawn, SCRIPT_TIMEOUT, SEED_LINES};
 use common::{wait_bounded, Server};
 use std::io::Read;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
 use std::time::Duration;
-
-/// The clients under test. The seed document ran confluent-kafka; kafka-python is independent of it
-/// (its own protocol code) and supports transactions.
-/// Kafka's own Java client, kafka-clients 3.9.1 with slf4j-api 1.7.36, comes in a wheel that redistributes
-/// them for PyFlink (Maven Central is out of this machine's reach); `java` runs it from the venv's copy.
-const PINS: [&str; 3] =
-    ["confluent-kafka==2.16.1", "kafka-python==3.0.12", "shigawire-apache-flink-libraries==2.0.0.post1"];
-/// Each client script ends within this (its own reads are bounded at 10 s each).
-const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
-const INSTALL_TIMEOUT: Duration = Duration::from_secs(300);
-
-/// The seed document's printed lines (its English output, verbatim).
-const SEED_LINES: &str = "\
-read_uncommitted sees (before commit): ['inflight-0', 'inflight-1', 'inflight-2']
-read_committed sees (before commit): []
-read_committed sees (after commit): ['inflight-0', 'inflight-1', 'inflight-2']
-read_uncommitted sees (before abort, transiently): ['aborted-0', 'aborted-1', 'aborted-2']
-read_committed sees (after abort): []  (should be empty)
-
-fresh read_uncommitted consumer reading from offset 0 sees ALL raw records:
-  ['inflight-0', 'inflight-1', 'inflight-2', 'aborted-0', 'aborted-1', 'aborted-2']
-fresh read_committed consumer reading from offset 0 sees only:
-  ['inflight-0', 'inflight-1', 'inflight-2']
-";
 
 /// Commit [c-0, c-1] at 0..1 (marker 2), abort [a-0, a-1] at 3..4 (marker 5), commit [c-2] at 6 (marker 7).
 const KAFKA_PYTHON_LINES: &str = "\
@@ -57,103 +32,9 @@ read_committed on ctp-out: ['A', 'B']
 read_uncommitted on ctp-out: ['A', 'B', 'C', 'D']
 ";
 
-static VENV: Mutex<Option<PathBuf>> = Mutex::new(None);
-
-/// The virtualenv with the pinned clients, made once per pin set and reused across runs.
-fn venv() -> PathBuf {
-    let mut guard = VENV.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(v) = guard.as_ref() {
-        return v.clone();
-    }
-    let key: String = PINS.join("_").chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("wire-venv-{key}"));
-    let ready = dir.join(".installed");
-    if !ready.exists() {
-        let status = Command::new("python3").args(["-m", "venv", "--clear"]).arg(&dir).status();
-        assert!(
-            status.as_ref().is_ok_and(|s| s.success()),
-            "python3 -m venv {} failed ({status:?}): the wire tests need Python 3 with venv",
-            dir.display()
-        );
-        let mut pip = Command::new(dir.join("bin/pip"))
-            .args(["install", "--disable-pip-version-check", "--quiet"])
-            .args(PINS)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run pip");
-        let status = wait_bounded(&mut pip, INSTALL_TIMEOUT, "pip install");
-        let mut err = String::new();
-        pip.stderr.take().expect("piped").read_to_string(&mut err).ok();
-        assert!(status.success(), "pip install {} failed ({status}): {err}", PINS.join(" "));
-        std::fs::write(&ready, PINS.join("\n")).expect("mark the venv ready");
-    }
-    *guard = Some(dir.clone());
-    dir
-}
-
-/// `python` running `script` from scripts/ in the venv, against the server's broker 0, with `args` after.
-fn python(script: &str, server: &Server, args: &[&str]) -> Command {
-    let mut command = Command::new(venv().join("bin/python"));
-    command
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts").join(script))
-        .arg(&server.addresses[0])
-        .args(args)
-        // The scripts import scripts/clients.py: no bytecode cache is left in the source tree.
-        .env("PYTHONDONTWRITEBYTECODE", "1");
-    command
-}
-
-/// Kafka's own Java client running `experiment` of scripts/JavaClients.java (a single source file, JEP
-/// 330) against the server's broker 0, with `args` after; the jars come from the venv's pinned wheel.
-fn java(experiment: &str, server: &Server, args: &[&str]) -> Command {
-    let site = std::fs::read_dir(venv().join("lib"))
-        .expect("the venv has lib/")
-        .filter_map(|e| e.ok().map(|e| e.path().join("site-packages/pyflink/lib")))
-        .find(|p| p.is_dir())
-        .expect("the pinned wheel put its jars in the venv's site-packages/pyflink/lib");
-    let classpath = ["kafka-clients.jar", "slf4j-api.jar"].map(|j| site.join(j).display().to_string()).join(":");
-    let mut command = Command::new("java");
-    command
-        .args(["-cp", &classpath])
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/JavaClients.java"))
-        .arg(experiment)
-        .arg(&server.addresses[0])
-        .args(args);
-    command
-}
-
-/// Starts a client; a missing `java` is named with what the test needs.
-fn spawn(command: &mut Command, what: &str) -> std::process::Child {
-    command.spawn().unwrap_or_else(|e| {
-        let program = command.get_program().to_string_lossy().into_owned();
-        let need = if program == "java" { ": the Java client tests need a JDK 17 or newer on PATH" } else { "" };
-        panic!("cannot run {what} ({program}: {e}){need}")
-    })
-}
-
-/// Runs a client to its end, bounded in time; returns its stdout.
-fn run(mut command: Command, what: &str) -> String {
-    let mut child = spawn(command.stdout(Stdio::piped()).stderr(Stdio::piped()), what);
-    // Drain both pipes while waiting, so a chatty client cannot block on a full pipe.
-    let drain = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            r.read_to_string(&mut s).ok();
-            s
-        })
-    };
-    let out = drain(Box::new(child.stdout.take().expect("piped")));
-    let err = drain(Box::new(child.stderr.take().expect("piped")));
-    let status = wait_bounded(&mut child, SCRIPT_TIMEOUT, what);
-    let (out, err) = (out.join().expect("stdout"), err.join().expect("stderr"));
-    assert!(status.success(), "{what} exited {status}\nstdout:\n{out}\nstderr:\n{err}");
-    out
-}
-
 /// Runs a script from scripts/ against the server; returns its stdout.
 fn run_script(script: &str, server: &Server) -> String {
-    run(python(script, server, &[]), script)
+    run(python(script, &server.addresses[0], &[]), script)
 }
 
 /// The producer id the coordinator gave the transactional producer, from the timeline.
@@ -197,7 +78,7 @@ fn confluent_kafka_prints_the_seed_documents_lines() {
 #[test]
 fn confluent_kafka_prints_the_seed_documents_lines_on_three_brokers() {
     let server = Server::start("seed-3-brokers", &SEED_THREE_BROKERS);
-    let out = run(python("seed_experiment.py", &server, &["3"]), "seed_experiment.py");
+    let out = run(python("seed_experiment.py", &server.addresses[0], &["3"]), "seed_experiment.py");
     assert_seed_on_three_brokers(&out, &server.stop_clean());
 }
 
@@ -226,12 +107,13 @@ fn assert_seed_on_three_brokers(out: &str, timeline: &str) {
     }
 }
 
-/// The seed document's experiment in Kafka's own Java client (kafka-clients 3.9.1, whose transaction
-/// manager every other client follows), on the seed's three brokers: the same lines, markers and index.
+/// The seed document's experiment in Kafka's own Java client 4.3.1 (whose transaction manager every other
+/// client follows), on the seed's three brokers under transaction version 2: the same lines, markers and
+/// index.
 #[test]
 fn kafkas_java_client_prints_the_seed_documents_lines_on_three_brokers() {
     let server = Server::start("java-seed-3-brokers", &SEED_THREE_BROKERS);
-    let out = run(java("seed", &server, &["3"]), "JavaClients.java seed");
+    let out = run(java("seed", &server.addresses[0], &["3"]), "JavaClients.java seed");
     assert_seed_on_three_brokers(&out, &server.stop_clean());
 }
 
@@ -323,22 +205,26 @@ fn ctp_offsets_log(pid: &str) -> Vec<String> {
     ]
 }
 
-/// Consume-transform-produce in Kafka's Java client: `sendOffsetsToTransaction` with the consumer's group
-/// metadata (KIP-447: TxnOffsetCommit v3 carries its generation and member id, which the group checks),
-/// the same lines as librdkafka's. Its plain producer is idempotent by default and takes the first
-/// producer id, so the transactional one is read off its AddOffsetsToTxn.
+/// Consume-transform-produce in Kafka's Java client 4.3.1: `sendOffsetsToTransaction` with the consumer's
+/// group metadata (KIP-447: TxnOffsetCommit carries its generation and member id, which the group checks),
+/// the same lines as librdkafka's. Under transaction version 2 it sends no AddOffsetsToTxn: its
+/// TxnOffsetCommit v5 adds the offsets partition (KIP-890 part 2), and each transaction's end bumps the
+/// epoch, so the aborted transaction's offsets go at epoch 1. Its plain producer is idempotent by default
+/// and takes the first producer id, so the transactional one is read off its TxnOffsetCommit.
 #[test]
 fn kafkas_java_client_consume_transform_produce_commits_offsets_with_the_transaction() {
     let server = Server::start("java-ctp", &["--group-initial-rebalance-delay-ms", "0"]);
-    let out = run(java("ctp", &server, &[]), "JavaClients.java ctp");
+    let out = run(java("ctp", &server.addresses[0], &[]), "JavaClients.java ctp");
     let timeline = server.stop_clean();
     assert_eq!(out, CONSUME_TRANSFORM_PRODUCE_LINES, "the group's offsets follow the transactions");
     let pid = timeline
         .lines()
-        .find_map(|l| l.split("AddOffsetsToTxn req ctp-producer pid ").nth(1))
+        .find_map(|l| l.split("TxnOffsetCommit req ctp-group pid ").nth(1))
         .and_then(|rest| rest.split_whitespace().next())
-        .expect("the timeline shows the transactional producer's AddOffsetsToTxn");
-    for want in ctp_offsets_log(pid) {
+        .expect("the timeline shows the transactional producer's TxnOffsetCommit");
+    assert!(!timeline.contains("AddOffsetsToTxn req"), "a TV2 client sends no AddOffsetsToTxn:\n{timeline}");
+    let second = format!("TxnOffsetCommit req ctp-group pid {pid} epoch 1 [ctp-in/0@4]");
+    for want in ctp_offsets_log(pid).into_iter().chain([second]) {
         assert!(timeline.contains(&want), "the timeline lacks {want:?}:\n{timeline}");
     }
 }
@@ -404,8 +290,9 @@ read_committed sees: ['c-0', 'c-1']
 type CrashClient = (&'static str, &'static str, fn(&Server) -> Command);
 
 const LIBRDKAFKA_CRASH: CrashClient =
-    ("broker_crash.py", "broker-crash", |server| python("broker_crash.py", server, &[]));
-const JAVA_CRASH: CrashClient = ("JavaClients.java crash", "java-broker-crash", |server| java("crash", server, &[]));
+    ("broker_crash.py", "broker-crash", |server| python("broker_crash.py", &server.addresses[0], &[]));
+const JAVA_CRASH: CrashClient =
+    ("JavaClients.java crash", "java-broker-crash", |server| java("crash", &server.addresses[0], &[]));
 
 /// Runs the broker crash experiment (`scripts/broker_crash.py`, or the same in Kafka's Java client)
 /// against `serve --brokers 3`, crashing broker `crash` once its records are acknowledged and restarting

@@ -35,6 +35,8 @@ const IO_TIMEOUT: Duration = Duration::from_secs(10);
 const FETCH_BYTES: i32 = 4 << 20;
 /// `TOPIC_ALREADY_EXISTS`: a re-run of the same seed and run tag finds its topics there.
 const TOPIC_ALREADY_EXISTS: i16 = 36;
+/// `OFFSET_OUT_OF_RANGE`: a fetch below the log start.
+const OFFSET_OUT_OF_RANGE: i16 = 1;
 
 /// One connection to one broker, one call at a time.
 pub struct Conn {
@@ -245,7 +247,48 @@ fn leader_of(metadata: &MetadataResponse, tp: &TopicPartition) -> Result<BrokerI
 }
 
 fn read_partition(conn: &mut Conn, tp: &TopicPartition) -> Result<WireLog, String> {
-    let mut log = WireLog { topic: tp.topic.clone(), partition: tp.partition, high_watermark: 0, batches: Vec::new() };
+    let view = fetch_log(conn, tp, Isolation::ReadUncommitted)?;
+    if view.log_start_offset > 0 {
+        return Err(format!("{tp}: log starts at {}, records were deleted", view.log_start_offset));
+    }
+    Ok(WireLog {
+        topic: tp.topic.clone(),
+        partition: tp.partition,
+        high_watermark: view.high_watermark,
+        batches: view.batches,
+    })
+}
+
+/// A Fetch's isolation level (`IsolationLevel`: 0 read_uncommitted, 1 read_committed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isolation {
+    ReadUncommitted = 0,
+    ReadCommitted = 1,
+}
+
+/// What one broker's Fetch answers said of a partition read from its log start to its end (the HW at
+/// read_uncommitted, the LSO at read_committed): the whole batches below that end, and the last answer's
+/// HW, LSO, log start and, at read_committed, every aborted transaction the answers listed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FetchView {
+    pub high_watermark: Offset,
+    pub last_stable_offset: Offset,
+    pub log_start_offset: Offset,
+    /// `(producer id, first offset)` of each aborted transaction the answers listed, in order, once each.
+    pub aborted: Vec<(i64, Offset)>,
+    pub batches: Vec<RecordBatch>,
+}
+
+/// Reads `tp` on the broker behind `conn` at `isolation`, from its log start to the end its answers give,
+/// as a consumer's Fetch (replica id -1; v12, whose consumer fetches a follower also answers, KIP-392).
+pub fn fetch_log(conn: &mut Conn, tp: &TopicPartition, isolation: Isolation) -> Result<FetchView, String> {
+    let mut view = FetchView {
+        high_watermark: 0,
+        last_stable_offset: 0,
+        log_start_offset: 0,
+        aborted: Vec::new(),
+        batches: Vec::new(),
+    };
     let mut next: Offset = 0;
     loop {
         let mut partition = FetchPartition::default();
@@ -260,7 +303,7 @@ fn read_partition(conn: &mut Conn, tp: &TopicPartition) -> Result<WireLog, Strin
         request.max_wait_ms = 0;
         request.min_bytes = 0;
         request.max_bytes = FETCH_BYTES;
-        request.isolation_level = 0;
+        request.isolation_level = isolation as i8;
         request.session_epoch = -1;
         request.topics = vec![topic];
         let response = conn.call(FETCH_VERSION, &request)?;
@@ -270,32 +313,42 @@ fn read_partition(conn: &mut Conn, tp: &TopicPartition) -> Result<WireLog, Strin
             .flat_map(|t| t.partitions)
             .find(|p| p.partition_index == tp.partition as i32)
             .ok_or_else(|| format!("{tp}: the Fetch answer has no such partition"))?;
+        if data.error_code == OFFSET_OUT_OF_RANGE && next == 0 && data.log_start_offset > 0 {
+            next = data.log_start_offset as Offset; // the log starts later: read from there
+            continue;
+        }
         if data.error_code != 0 {
             return Err(format!("{tp}: Fetch from {next}: error code {}", data.error_code));
         }
-        if data.log_start_offset > 0 {
-            return Err(format!("{tp}: log starts at {}, records were deleted", data.log_start_offset));
+        view.high_watermark = data.high_watermark.max(0) as Offset;
+        view.last_stable_offset = data.last_stable_offset.max(0) as Offset;
+        view.log_start_offset = data.log_start_offset.max(0) as Offset;
+        for a in data.aborted_transactions.unwrap_or_default() {
+            let entry = (a.producer_id.0, a.first_offset.max(0) as Offset);
+            if !view.aborted.contains(&entry) {
+                view.aborted.push(entry);
+            }
         }
-        log.high_watermark = data.high_watermark.max(0) as Offset;
-        if next >= log.high_watermark {
-            return Ok(log);
+        let end = match isolation {
+            Isolation::ReadUncommitted => view.high_watermark,
+            Isolation::ReadCommitted => view.last_stable_offset,
+        };
+        if next >= end {
+            return Ok(view);
         }
         let before = next;
         for batch in decode_batches(tp, data.records.unwrap_or_default())? {
             if batch.base_offset < next {
                 continue; // Kafka may answer from the start of the batch holding the fetch offset.
             }
-            if batch.base_offset >= log.high_watermark {
+            if batch.base_offset >= end {
                 break;
             }
             next = batch.next_offset();
-            log.batches.push(batch);
+            view.batches.push(batch);
         }
         if next == before {
-            return Err(format!(
-                "{tp}: Fetch from {next} returned no complete batch below the HW {}",
-                log.high_watermark
-            ));
+            return Err(format!("{tp}: Fetch from {next} returned no complete batch below {end}"));
         }
     }
 }

@@ -1,0 +1,466 @@
+//! Real Apache Kafka 4.3.1 on loopback: the broker the engine claims to be, for the tests that hold the
+//! engine against it. Maven resolves the broker, Kafka's Java client and its tools from the pinned POM in
+//! `kafka/apache-kafka/` into a cache folder; each node is a KRaft process in combined mode
+//! (`process.roles=broker,controller`, a static quorum of every node), formatted and started in its own
+//! folder, which keeps its `server.log`. Readiness is asked of the cluster (Metadata lists every broker),
+//! never slept on. The harness can kill -9, pause (SIGSTOP), resume and restart a node; every process it
+//! starts dies with the harness: on drop, and through `PR_SET_PDEATHSIG` when the test process itself dies.
+
+use crate::remote::wire::Conn;
+use kafka_protocol::messages::MetadataRequest;
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// The Kafka release the harness runs, as the POM pins it.
+pub const KAFKA_VERSION: &str = "4.3.1";
+const POM: &str = include_str!("../apache-kafka/pom.xml");
+const LOG4J2: &str = include_str!("../apache-kafka/log4j2.properties");
+/// A cold resolve downloads about 60 MB of jars (BENCHMARKS.md); a stuck one fails the caller.
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(300);
+/// Three JVMs starting on two cores took about 15 s; anything past this is a failure.
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+/// Heap per node (Kafka's scripts default to 1 GiB; the tests' logs are small).
+pub const DEFAULT_HEAP_MB: u32 = 512;
+/// The JDK the broker needs (Kafka 4.x's brokers run on Java 17 and newer).
+const MIN_JAVA: u32 = 17;
+/// Metadata v12: the first version every Kafka 4.x broker and `txnsim serve` answer with the brokers.
+const METADATA_VERSION: i16 = 12;
+
+/// The resolved jars of Kafka 4.3.1 (broker, client, tools and their dependencies).
+#[derive(Clone, Debug)]
+pub struct Distribution {
+    pub lib: PathBuf,
+}
+
+impl Distribution {
+    /// Resolves the pinned POM with `mvn` into `cache/apache-kafka-4.3.1-<pom hash>/lib`, once: a later call
+    /// finds the folder marked complete and runs nothing. A missing `mvn` or JDK, or a failed resolve, is
+    /// an error that says why.
+    pub fn resolve(cache: &Path) -> Result<Distribution, String> {
+        java_major().and_then(|v| {
+            if v >= MIN_JAVA {
+                Ok(())
+            } else {
+                Err(format!("java is version {v}: Kafka {KAFKA_VERSION} needs a JDK {MIN_JAVA} or newer on PATH"))
+            }
+        })?;
+        let dir = cache.join(format!("apache-kafka-{KAFKA_VERSION}-{:016x}", fnv1a(POM.as_bytes())));
+        let lib = dir.join("lib");
+        let done = dir.join(".resolved");
+        if done.exists() {
+            return Ok(Distribution { lib });
+        }
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let pom = dir.join("pom.xml");
+        std::fs::write(&pom, POM).map_err(|e| format!("{}: {e}", pom.display()))?;
+        let mut mvn = Command::new("mvn");
+        mvn.args(["-B", "-q", "-f"])
+            .arg(&pom)
+            .arg("dependency:copy-dependencies")
+            .arg(format!("-DoutputDirectory={}", lib.display()))
+            .current_dir(&dir);
+        let (ok, output) = run_bounded(mvn, RESOLVE_TIMEOUT).map_err(|e| {
+            format!("cannot run mvn ({e}): the real-Kafka tests need Maven and a JDK {MIN_JAVA}+ on PATH")
+        })?;
+        if !ok {
+            let tail: Vec<&str> = output.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev().collect();
+            return Err(format!(
+                "mvn could not resolve Kafka {KAFKA_VERSION} from {}:\n{}",
+                pom.display(),
+                tail.join("\n")
+            ));
+        }
+        if !lib.join(format!("kafka_2.13-{KAFKA_VERSION}.jar")).exists() {
+            return Err(format!("mvn finished but {} has no kafka_2.13-{KAFKA_VERSION}.jar", lib.display()));
+        }
+        std::fs::write(&done, POM).map_err(|e| format!("{}: {e}", done.display()))?;
+        Ok(Distribution { lib })
+    }
+
+    /// Every resolved jar, `:`-joined, in a stable order.
+    pub fn classpath(&self) -> Result<String, String> {
+        self.jars(|_| true)
+    }
+
+    /// Kafka's Java client alone: `kafka-clients` and what its producer and consumer load (the codecs
+    /// and slf4j's API, which without a binding logs nothing), so a client program's stdout is its own.
+    pub fn client_classpath(&self) -> Result<String, String> {
+        const CLIENT: [&str; 5] = ["kafka-clients-", "slf4j-api-", "lz4-java-", "snappy-java-", "zstd-jni-"];
+        let cp = self.jars(|name| CLIENT.iter().any(|p| name.starts_with(p)))?;
+        match cp.matches(".jar").count() {
+            5 => Ok(cp),
+            n => Err(format!("{} holds {n} of the client's 5 jars ({CLIENT:?})", self.lib.display())),
+        }
+    }
+
+    fn jars(&self, keep: impl Fn(&str) -> bool) -> Result<String, String> {
+        let mut jars: Vec<PathBuf> = std::fs::read_dir(&self.lib)
+            .map_err(|e| format!("{}: {e}", self.lib.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "jar"))
+            .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(&keep))
+            .collect();
+        jars.sort();
+        Ok(jars.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(":"))
+    }
+}
+
+/// The cluster to start: `nodes` combined broker-controllers (1 or 3; the seed document's cluster is 3),
+/// and settings that differ from Kafka's defaults.
+#[derive(Clone, Debug)]
+pub struct ClusterSpec {
+    pub nodes: usize,
+    pub heap_mb: u32,
+    /// `server.properties` lines added after the harness's own, in order (a later line wins).
+    pub overrides: Vec<(String, String)>,
+}
+
+impl ClusterSpec {
+    /// The seed document's cluster: 3 nodes, replication factor 3 for every topic, `min.insync.replicas` 2.
+    pub fn seed() -> ClusterSpec {
+        ClusterSpec { nodes: 3, heap_mb: DEFAULT_HEAP_MB, overrides: Vec::new() }
+    }
+
+    /// The settings the harness changes from Kafka's defaults, each with its reason (README, "Real Kafka").
+    pub fn settings(&self) -> Vec<(String, String)> {
+        let rf = self.nodes.to_string();
+        let min_isr = self.nodes.min(2).to_string();
+        let mut s: Vec<(String, String)> = [
+            // Every topic, and both internal topics, replicated to every node, as in the seed document.
+            ("default.replication.factor", rf.as_str()),
+            ("offsets.topic.replication.factor", rf.as_str()),
+            ("transaction.state.log.replication.factor", rf.as_str()),
+            ("transaction.state.log.min.isr", min_isr.as_str()),
+            ("min.insync.replicas", min_isr.as_str()),
+            // A new group's first rebalance waits 3 s by default; the tests make many fresh groups, and
+            // `txnsim serve` runs with the same 0 (`--group-initial-rebalance-delay-ms`).
+            ("group.initial.rebalance.delay.ms", "0"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        s.extend(self.overrides.iter().cloned());
+        s
+    }
+}
+
+/// One node's process and where it lives.
+struct Node {
+    id: usize,
+    dir: PathBuf,
+    port: u16,
+    child: Option<Child>,
+}
+
+/// A running Kafka 4.3.1 cluster on loopback. Dropping it kills every node.
+pub struct KafkaCluster {
+    nodes: Vec<Node>,
+    classpath: String,
+    heap_mb: u32,
+}
+
+impl KafkaCluster {
+    /// Formats and starts `spec.nodes` nodes under `dir` (emptied first) and waits until every node's
+    /// Metadata lists every broker.
+    pub fn start(dist: &Distribution, dir: &Path, spec: &ClusterSpec) -> Result<KafkaCluster, String> {
+        if !(spec.nodes == 1 || spec.nodes == 3) {
+            return Err(format!("a cluster of {} nodes: the harness starts 1 or 3", spec.nodes));
+        }
+        if dir.exists() {
+            std::fs::remove_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        }
+        let ports = free_ports(spec.nodes * 2)?;
+        let (client, controller) = ports.split_at(spec.nodes);
+        let voters: Vec<String> = controller.iter().enumerate().map(|(i, p)| format!("{i}@127.0.0.1:{p}")).collect();
+        let classpath = dist.classpath()?;
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        std::fs::write(dir.join("log4j2.properties"), LOG4J2).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let mut nodes = Vec::new();
+        for id in 0..spec.nodes {
+            let node_dir = dir.join(format!("node-{id}"));
+            std::fs::create_dir_all(&node_dir).map_err(|e| format!("{}: {e}", node_dir.display()))?;
+            let mut props = vec![
+                ("process.roles".to_string(), "broker,controller".to_string()),
+                ("node.id".to_string(), id.to_string()),
+                ("controller.quorum.voters".to_string(), voters.join(",")),
+                (
+                    "listeners".to_string(),
+                    format!("PLAINTEXT://127.0.0.1:{},CONTROLLER://127.0.0.1:{}", client[id], controller[id]),
+                ),
+                ("advertised.listeners".to_string(), format!("PLAINTEXT://127.0.0.1:{}", client[id])),
+                ("controller.listener.names".to_string(), "CONTROLLER".to_string()),
+                ("inter.broker.listener.name".to_string(), "PLAINTEXT".to_string()),
+                ("listener.security.protocol.map".to_string(), "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT".to_string()),
+                ("log.dirs".to_string(), node_dir.join("data").display().to_string()),
+            ];
+            props.extend(spec.settings());
+            let text: String = props.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+            std::fs::write(node_dir.join("server.properties"), text)
+                .map_err(|e| format!("{}: {e}", node_dir.display()))?;
+            format_storage(&classpath, &node_dir)?;
+            nodes.push(Node { id, dir: node_dir, port: client[id], child: None });
+        }
+        let mut cluster = KafkaCluster { nodes, classpath, heap_mb: spec.heap_mb };
+        for id in 0..spec.nodes {
+            cluster.spawn(id)?;
+        }
+        cluster.wait_ready(READY_TIMEOUT)?;
+        Ok(cluster)
+    }
+
+    /// Every node's client address, node 0 first.
+    pub fn addresses(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect()
+    }
+
+    /// `bootstrap.servers` for a client: every node.
+    pub fn bootstrap(&self) -> String {
+        self.addresses().join(",")
+    }
+
+    /// The classpath of the resolved distribution (Kafka's Java client and tools run from it).
+    pub fn classpath(&self) -> &str {
+        &self.classpath
+    }
+
+    /// The folder holding node `id`'s `server.properties`, `server.log`, `stdout.log` and data.
+    pub fn node_dir(&self, id: usize) -> &Path {
+        &self.nodes[id].dir
+    }
+
+    /// kill -9 of node `id`; it stays down until `restart`.
+    pub fn kill(&mut self, id: usize) {
+        if let Some(mut child) = self.nodes[id].child.take() {
+            child.kill().ok();
+            child.wait().ok();
+        }
+    }
+
+    /// SIGSTOP: the node stops answering but keeps its sockets, as a long GC pause or a stalled host.
+    pub fn pause(&self, id: usize) -> Result<(), String> {
+        self.signal(id, libc::SIGSTOP)
+    }
+
+    /// SIGCONT after `pause`.
+    pub fn resume(&self, id: usize) -> Result<(), String> {
+        self.signal(id, libc::SIGCONT)
+    }
+
+    /// Starts node `id` again on its own data (killing it first if it runs) and waits for the cluster.
+    pub fn restart(&mut self, id: usize) -> Result<(), String> {
+        self.kill(id);
+        self.spawn(id)?;
+        self.wait_ready(READY_TIMEOUT)
+    }
+
+    /// Waits until every running node answers Metadata listing every node as a broker.
+    pub fn wait_ready(&mut self, limit: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + limit;
+        let want = self.nodes.len();
+        let mut last = String::from("no answer yet");
+        loop {
+            self.check_alive()?;
+            let mut ready = 0;
+            for node in self.nodes.iter().filter(|n| n.child.is_some()) {
+                match brokers_listed(node.port) {
+                    Ok(n) if n == want => ready += 1,
+                    Ok(n) => last = format!("node {} lists {n} of {want} brokers", node.id),
+                    Err(e) => last = e,
+                }
+            }
+            if ready == self.nodes.iter().filter(|n| n.child.is_some()).count() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!("Kafka was not ready within {limit:?}: {last} (logs under {})", self.log_hint()));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn log_hint(&self) -> String {
+        self.nodes.first().and_then(|n| n.dir.parent()).map(|p| p.display().to_string()).unwrap_or_default()
+    }
+
+    /// A node that exited by itself is an error naming the end of its log.
+    fn check_alive(&mut self) -> Result<(), String> {
+        for node in &mut self.nodes {
+            let Some(child) = node.child.as_mut() else { continue };
+            if let Ok(Some(status)) = child.try_wait() {
+                node.child = None;
+                let log = std::fs::read_to_string(node.dir.join("stdout.log")).unwrap_or_default()
+                    + &std::fs::read_to_string(node.dir.join("server.log")).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(20).collect::<Vec<_>>().into_iter().rev().collect();
+                return Err(format!("Kafka node {} exited ({status}):\n{}", node.id, tail.join("\n")));
+            }
+        }
+        Ok(())
+    }
+
+    fn signal(&self, id: usize, signal: libc::c_int) -> Result<(), String> {
+        let child = self.nodes[id].child.as_ref().ok_or_else(|| format!("node {id} is not running"))?;
+        // SAFETY: kill(2) on our own child's pid, which `child` has not reaped.
+        let rc = unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(format!("signal {signal} to node {id}: {}", std::io::Error::last_os_error()))
+        }
+    }
+
+    fn spawn(&mut self, id: usize) -> Result<(), String> {
+        let node = &self.nodes[id];
+        let stdout =
+            std::fs::File::create(node.dir.join("stdout.log")).map_err(|e| format!("{}: {e}", node.dir.display()))?;
+        let stderr = stdout.try_clone().map_err(|e| e.to_string())?;
+        let log4j2 = node.dir.parent().expect("a node folder has a parent").join("log4j2.properties");
+        let mut java = Command::new("java");
+        java.arg(format!("-Xms{}m", self.heap_mb))
+            .arg(format!("-Xmx{}m", self.heap_mb))
+            .args(["-XX:+UseG1GC", "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true"])
+            .arg(format!("-Dkafka.logs.dir={}", node.dir.display()))
+            .arg(format!("-Dlog4j2.configurationFile={}", log4j2.display()))
+            .args(["-cp", &self.classpath, "kafka.Kafka"])
+            .arg(node.dir.join("server.properties"))
+            .current_dir(&node.dir)
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr);
+        let child = spawn_tied(java).map_err(|e| format!("cannot start java for Kafka node {id}: {e}"))?;
+        self.nodes[id].child = Some(child);
+        Ok(())
+    }
+}
+
+impl Drop for KafkaCluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            if let Some(mut child) = node.child.take() {
+                // A paused node must be killed too: SIGKILL works on a stopped process.
+                child.kill().ok();
+                child.wait().ok();
+            }
+        }
+    }
+}
+
+/// `kafka-storage.sh format` for one node: a fixed cluster id, the static quorum from its properties.
+fn format_storage(classpath: &str, node_dir: &Path) -> Result<(), String> {
+    let mut java = Command::new("java");
+    java.args(["-cp", classpath, "kafka.tools.StorageTool", "format", "-t", "dHhuc2ltLWFwYWNoZS1rYQ", "-c"])
+        .arg(node_dir.join("server.properties"));
+    let (ok, output) = run_bounded(java, Duration::from_secs(60)).map_err(|e| format!("cannot run java: {e}"))?;
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("kafka-storage format of {} failed:\n{output}", node_dir.display()))
+    }
+}
+
+/// How many brokers the node on `port` lists in its Metadata answer.
+fn brokers_listed(port: u16) -> Result<usize, String> {
+    let mut conn = Conn::connect(&format!("127.0.0.1:{port}"))?;
+    let mut request = MetadataRequest::default();
+    request.topics = Some(Vec::new());
+    let answer = conn.call(METADATA_VERSION, &request)?;
+    Ok(answer.brokers.len())
+}
+
+/// `n` distinct free loopback ports, all held until every one is chosen.
+fn free_ports(n: usize) -> Result<Vec<u16>, String> {
+    let listeners: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free loopback port: {e}")))
+        .collect::<Result<_, _>>()?;
+    listeners.iter().map(|l| l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())).collect()
+}
+
+/// The major version `java -version` reports.
+fn java_major() -> Result<u32, String> {
+    let output = Command::new("java")
+        .arg("-version")
+        .output()
+        .map_err(|e| format!("cannot run java ({e}): the real-Kafka tests need a JDK {MIN_JAVA}+ on PATH"))?;
+    let text = String::from_utf8_lossy(&output.stderr);
+    let quoted = text.split('"').nth(1).ok_or_else(|| format!("java -version printed no version: {text}"))?;
+    let major = quoted.split('.').next().unwrap_or_default();
+    major.parse().map_err(|_| format!("java -version printed {quoted:?}"))
+}
+
+/// Runs `command` to its end within `limit`, with stdout and stderr together; kills it past the limit.
+fn run_bounded(mut command: Command, limit: Duration) -> Result<(bool, String), String> {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            r.read_to_string(&mut s).ok();
+            s
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().expect("piped")));
+    let err = drain(Box::new(child.stderr.take().expect("piped")));
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            break status;
+        }
+        if Instant::now() > deadline {
+            child.kill().ok();
+            child.wait().ok();
+            return Err(format!("{:?} did not finish within {limit:?}", command.get_program()));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let text = out.join().unwrap_or_default() + &err.join().unwrap_or_default();
+    Ok((status.success(), text))
+}
+
+/// A request to the spawner thread: a command to start, and where to send the child.
+type SpawnRequest = (Command, mpsc::Sender<std::io::Result<Child>>);
+
+/// Starts `command` with `PR_SET_PDEATHSIG(SIGKILL)`, from a thread that lives as long as the process: the
+/// kernel kills the child when the thread that forked it ends, so a child forked by a test's own thread
+/// would die with that test, and one forked here dies only with the process (a panic, a kill, or exit).
+pub fn spawn_tied(command: Command) -> std::io::Result<Child> {
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<SpawnRequest>>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<SpawnRequest>();
+        std::thread::Builder::new()
+            .name("kafka-spawner".into())
+            .spawn(move || {
+                for (mut command, reply) in rx {
+                    use std::os::unix::process::CommandExt;
+                    // SAFETY: prctl and getppid are async-signal-safe; nothing else runs between fork and exec.
+                    unsafe {
+                        command.pre_exec(|| {
+                            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                            Ok(())
+                        });
+                    }
+                    reply.send(command.spawn()).ok();
+                }
+            })
+            .expect("start the spawner thread");
+        Mutex::new(tx)
+    });
+    let (tx, rx) = mpsc::channel();
+    spawner
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .send((command, tx))
+        .map_err(|_| std::io::Error::other("spawner gone"))?;
+    rx.recv().map_err(|_| std::io::Error::other("spawner gone"))?
+}
+
+/// FNV-1a, to name the cache folder after the POM it was resolved from.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3))
+}
