@@ -12,6 +12,8 @@ use common::{wait_bounded, Server};
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::Duration;
+use txnsim_engine::record::BatchBody;
+use txnsim_engine::{TopicPartition, TransactionResult};
 
 /// Commit [c-0, c-1] at 0..1 (marker 2), abort [a-0, a-1] at 3..4 (marker 5), commit [c-2] at 6 (marker 7).
 const KAFKA_PYTHON_LINES: &str = "\
@@ -405,4 +407,37 @@ fn kafkas_java_client_commits_after_the_partitions_leader_crashes() {
 fn kafkas_java_client_commits_after_the_coordinators_broker_crashes() {
     let lines = BROKER_CRASH_LINES.replace("crash-demo/0: 2", "crash-demo/0: 1");
     assert_commit_survives(0, JAVA_CRASH, &lines, &COORDINATOR_ELECTION, "broker-1");
+}
+
+/// `sweep --target` reads each partition back only once its LSO reaches its HW: Kafka answers EndTxn
+/// before it writes the markers, so a log read at once can lack a COMMIT marker that a later read_committed
+/// reader has passed (on real Kafka that read raised a false precommitted-read). With a transaction held
+/// open the read-back is still waiting a second later, and once the commit is made it holds the marker.
+#[test]
+fn a_log_read_back_waits_for_an_open_transactions_marker() {
+    let server = Server::start("open-transaction", &[]);
+    let what = "open_transaction.py";
+    let mut command = python(what, &server.addresses[0], &[]);
+    let mut child = spawn(command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()), what);
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("piped"));
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).expect("the script's first line");
+    assert_eq!(line, "open\n", "{what} holds its transaction open");
+    let addresses = server.addresses.clone();
+    let reader = std::thread::spawn(move || {
+        txnsim_kafka::remote::wire::read_logs(&addresses, &[TopicPartition::new("open-demo", 0)])
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let early = reader.is_finished();
+    std::io::Write::write_all(&mut child.stdin.take().expect("piped"), b"commit\n").expect("tell the script");
+    let status = wait_bounded(&mut child, SCRIPT_TIMEOUT, what);
+    assert!(status.success(), "{what} exited {status}");
+    assert!(!early, "the read-back returned while the transaction was open");
+    let logs = reader.join().expect("the read-back").expect("the read-back succeeds");
+    let last = logs[0].batches.last().map(|b| b.body.clone());
+    assert!(
+        matches!(&last, Some(BatchBody::Control(Some(m))) if m.result == TransactionResult::Commit),
+        "the log read back ends with the COMMIT marker: {last:?}"
+    );
+    server.stop_clean();
 }

@@ -8,10 +8,10 @@
 
 mod common;
 
-use common::{wait_bounded, Server};
+use common::{txnsim, Server};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
 
 /// 20 seeds of about 2-3 s each, four at a time; far above that something hangs.
@@ -47,31 +47,6 @@ const NOT_CHECKED: [&str; 21] = [
 
 fn tmp(name: &str) -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join(name)
-}
-
-/// Runs txnsim with a bounded wait; its exit code, stdout and stderr.
-fn txnsim(args: &[&str], limit: Duration) -> (i32, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_txnsim"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run txnsim");
-    // Drain the pipes on threads so a long report cannot block the child.
-    let mut stdout = child.stdout.take().expect("piped");
-    let mut stderr = child.stderr.take().expect("piped");
-    let out = std::thread::spawn(move || {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut stdout, &mut s).ok();
-        s
-    });
-    let err = std::thread::spawn(move || {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut stderr, &mut s).ok();
-        s
-    });
-    let status = wait_bounded(&mut child, limit, &format!("txnsim {}", args.join(" ")));
-    (status.code().unwrap_or(-1), out.join().expect("stdout"), err.join().expect("stderr"))
 }
 
 /// `seed N: C committed, A aborted, T timed out, F fenced, P polls, faults [...], VERDICT` -> the counts.

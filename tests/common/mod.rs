@@ -100,3 +100,29 @@ impl Server {
         timeline
     }
 }
+
+/// Runs txnsim with a bounded wait; its exit code, stdout and stderr.
+#[allow(dead_code)] // Each test binary compiles this module; the client-only ones run no txnsim command.
+pub fn txnsim(args: &[&str], limit: Duration) -> (i32, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_txnsim"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run txnsim");
+    // Drain the pipes on threads so a long report cannot block the child.
+    let mut stdout = child.stdout.take().expect("piped");
+    let mut stderr = child.stderr.take().expect("piped");
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut stdout, &mut s).ok();
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut s).ok();
+        s
+    });
+    let status = wait_bounded(&mut child, limit, &format!("txnsim {}", args.join(" ")));
+    (status.code().unwrap_or(-1), out.join().expect("stdout"), err.join().expect("stderr"))
+}

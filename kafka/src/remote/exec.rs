@@ -224,13 +224,33 @@ impl ProducerContext for Ctx {
 
     fn delivery(&self, result: &DeliveryResult<'_>, call_id: usize) {
         let outcome = match result {
-            Ok(m) => {
-                let o = m.offset() as Offset;
-                CallOutcome::Sent { first_offset: o, last_offset: o, duplicate: false }
-            }
+            Ok(m) => delivered_at(m.offset()),
             Err((e, _)) => CallOutcome::Failed { error: error_name(e) },
         };
         lock(&self.rec).complete(call_id as u64, outcome);
+    }
+}
+
+/// A successful delivery report's outcome. librdkafka reports success with offset -1001
+/// (`RD_KAFKA_OFFSET_INVALID`) when a retry is answered DUPLICATE_SEQUENCE_NUMBER: the first send was
+/// written, where is unknown (`rd_kafka_handle_Produce_error`). That is no offset: the send is recorded as
+/// unknown, not as an acknowledgement at offset 2^64 - 1001 (which, seen on real Kafka, raised a false
+/// inconsistent-offsets and nonmonotonic-send).
+fn delivered_at(offset: i64) -> CallOutcome {
+    match Offset::try_from(offset) {
+        Ok(o) => CallOutcome::Sent { first_offset: o, last_offset: o, duplicate: false },
+        Err(_) => CallOutcome::Unknown,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_delivery_without_an_offset_is_unknown_not_an_acknowledgement() {
+        assert_eq!(delivered_at(-1001), CallOutcome::Unknown, "RD_KAFKA_OFFSET_INVALID");
+        assert_eq!(delivered_at(7), CallOutcome::Sent { first_offset: 7, last_offset: 7, duplicate: false });
     }
 }
 

@@ -246,8 +246,30 @@ fn leader_of(metadata: &MetadataResponse, tp: &TopicPartition) -> Result<BrokerI
     Ok(p.leader_id)
 }
 
+/// How long a partition read back may take to become stable (its LSO at its HW): the transaction timeouts
+/// here are at most 1.5 s, and Kafka's coordinator aborts a timed-out one at its next scan (10 s).
+const STABLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Reads `tp` once its LSO has reached its HW: every transaction has ended by now, but Kafka answers
+/// EndTxn once the Prepare record is durable and writes the markers after it (`TransactionCoordinator
+/// .endTransaction`), so a log read at once can lack a marker a later reader sees.
 fn read_partition(conn: &mut Conn, tp: &TopicPartition) -> Result<WireLog, String> {
-    let view = fetch_log(conn, tp, Isolation::ReadUncommitted)?;
+    let deadline = std::time::Instant::now() + STABLE_TIMEOUT;
+    let view = loop {
+        let view = fetch_log(conn, tp, Isolation::ReadUncommitted)?;
+        if view.last_stable_offset >= view.high_watermark {
+            break view;
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!(
+                "{tp}: LSO {} still below HW {} {} s after every transaction ended: a transaction is left open",
+                view.last_stable_offset,
+                view.high_watermark,
+                STABLE_TIMEOUT.as_secs()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     if view.log_start_offset > 0 {
         return Err(format!("{tp}: log starts at {}, records were deleted", view.log_start_offset));
     }
