@@ -6,8 +6,8 @@
 mod clients;
 mod common;
 
-use clients::{java, kafka_distribution, python, run, SEED_LINES};
-use common::Server;
+use clients::{java, java_source, kafka_distribution, output, python, run, SEED_LINES};
+use common::{txnsim, Server};
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest};
 use kafka_protocol::protocol::StrBytes;
 use std::collections::BTreeMap;
@@ -250,4 +250,220 @@ fn serve_advertises_the_transaction_version_and_api_versions_of_real_kafka() {
             );
         }
     }
+}
+
+/// `sweep --target` against the real cluster: two seeds of every profile through librdkafka, each with
+/// its own topics and transactional ids. Every seed must pass, and the report must say which invariants
+/// ran and why the rest could not.
+#[test]
+fn two_seeds_of_every_profile_pass_on_real_kafka() {
+    let guard = seed_cluster();
+    let url = format!("kafka://{}", guard.as_ref().expect("started").addresses().join(","));
+    let mut ran = Vec::new();
+    for profile in ["standard", "contention", "long-txns", "timeouts", "atomicity", "late-sends", "single-broker"] {
+        let args = ["sweep", "--target", &url, "--seeds", "2", "--jobs", "2", "--profile", profile];
+        let (code, out, err) = txnsim(&args, Duration::from_secs(120));
+        assert_eq!(code, 0, "profile {profile} on real Kafka 4.3.1 must pass:\n{out}\n{err}");
+        assert_eq!(out.lines().last(), Some("PASS: 2 seeds, no violation"), "profile {profile}:\n{out}");
+        assert!(out.lines().any(|l| l.starts_with("checked: aborted-read, ")), "which invariants ran:\n{out}");
+        assert!(out.lines().any(|l| l.starts_with("not checked: ")), "which did not, and why:\n{out}");
+        ran.push(format!("{profile}: {}", out.lines().rev().nth(1).unwrap_or_default()));
+    }
+    println!("sweep --target on real Kafka 4.3.1:\n{}", ran.join("\n"));
+}
+
+/// The differential's scripts, played by scripts/Differential.java.
+const DIFFERENTIAL_SCRIPTS: &str = "tests/differential/scripts.txt";
+
+/// How many scripts the differential's client plays at once on each system: the steps wait on the network.
+const DIFFERENTIAL_WORKERS: &str = "8";
+
+/// The differential's client on one system: each script's printed lines, by script name.
+fn play_scripts(bootstrap: &str, prefix: &str, what: &str) -> BTreeMap<String, Vec<String>> {
+    let mut command = java_source("Differential.java");
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join(DIFFERENTIAL_SCRIPTS);
+    command.arg(bootstrap).arg(prefix).arg(file).arg(DIFFERENTIAL_WORKERS);
+    let (status, out, err) = output(command, what, Duration::from_secs(300));
+    assert!(status.success(), "{what} exited {status} (a step failed or the client broke)\n{out}\n{err}");
+    let mut scripts = BTreeMap::new();
+    let mut name = None;
+    for line in out.lines() {
+        match line.strip_prefix("== ") {
+            Some(n) => name = Some(n.to_string()),
+            None => scripts
+                .entry(name.clone().expect("a script's name first"))
+                .or_insert_with(Vec::new)
+                .push(line.to_string()),
+        }
+    }
+    scripts
+}
+
+/// The partitions a script's `topic T N` steps create.
+fn script_partitions(file: &str) -> Vec<(String, Vec<(String, u32)>)> {
+    let mut out: Vec<(String, Vec<(String, u32)>)> = Vec::new();
+    for line in file.lines() {
+        if let Some(name) = line.strip_prefix("## ") {
+            out.push((name.trim().to_string(), Vec::new()));
+        } else if let Some(["topic", t, n]) = line.split_whitespace().collect::<Vec<_>>().get(..3) {
+            let n: u32 = n.parse().expect("a partition count");
+            out.last_mut().expect("a script").1.extend((0..n).map(|p| (t.to_string(), p)));
+        }
+    }
+    out
+}
+
+/// Every replica of `tp` described as `describe` does, once they agree on the HW and the LSO has reached
+/// it (followers learn the HW on their next fetch; markers follow EndTxn's answer).
+fn stable_replica_logs(addresses: &[String], tp: &TopicPartition) -> Vec<Vec<String>> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let views: Vec<Result<(FetchView, FetchView), String>> = addresses
+            .iter()
+            .map(|address| {
+                let mut conn = Conn::connect(address)?;
+                Ok((
+                    fetch_log(&mut conn, tp, Isolation::ReadUncommitted)?,
+                    fetch_log(&mut conn, tp, Isolation::ReadCommitted)?,
+                ))
+            })
+            .collect();
+        let stable = views.iter().all(|v| {
+            v.as_ref().is_ok_and(|(ru, rc)| {
+                rc.last_stable_offset == ru.high_watermark
+                    && views
+                        .iter()
+                        .all(|w| w.as_ref().is_ok_and(|(other, _)| other.high_watermark == ru.high_watermark))
+            })
+        });
+        if stable {
+            return views.into_iter().map(|v| v.map(|(ru, rc)| describe(&ru, &rc)).expect("checked")).collect();
+        }
+        assert!(Instant::now() < deadline, "{tp}'s replicas did not settle in 20 s: {views:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// One script, one system: what the client printed and each partition's log on every replica.
+type Observed = (Vec<String>, Vec<(String, Vec<Vec<String>>)>);
+
+fn observe(
+    mut played: BTreeMap<String, Vec<String>>,
+    partitions: &[(String, Vec<(String, u32)>)],
+    addresses: &[String],
+    prefix: &str,
+) -> Vec<(String, Observed)> {
+    partitions
+        .iter()
+        .map(|(name, tps)| {
+            let lines = played.remove(name).unwrap_or_else(|| panic!("script {name} printed nothing"));
+            let logs = tps
+                .iter()
+                .map(|(t, p)| {
+                    let tp = TopicPartition::new(&format!("{prefix}-{name}-{t}"), *p);
+                    (format!("{t}/{p}"), stable_replica_logs(addresses, &tp))
+                })
+                .collect();
+            (name.clone(), (lines, logs))
+        })
+        .collect()
+}
+
+/// The differential: every script of tests/differential/scripts.txt through Kafka's Java client 4.3.1 on
+/// real Kafka 4.3.1 and on `txnsim serve` (both as the seed's cluster). Each script's printed lines (every
+/// send's offset or error, every call's outcome, every read's records with their offsets and the position
+/// reached, ListOffsets at both levels, the group's committed offsets) and the log of each of its
+/// partitions on every replica (batches, producers numbered by first appearance, epochs, sequences,
+/// markers, HW, LSO, log start and the aborted list) must be the same on both systems; on each system
+/// every replica must hold the same log.
+#[test]
+fn differential_scripts_observe_the_same_on_real_kafka_and_on_serve() {
+    let file = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(DIFFERENTIAL_SCRIPTS))
+        .expect("the differential's scripts");
+    let partitions = script_partitions(&file);
+    let guard = seed_cluster();
+    let started = Instant::now();
+    let real_addresses = guard.as_ref().expect("started").addresses();
+    let server = Server::start("differential", &SERVE_SEED_CLUSTER);
+    // Each run has its own prefix: the real cluster outlives a run (it is the test binary's).
+    let run =
+        format!("d{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("time").as_secs());
+    let (real_bootstrap, serve_bootstrap) = (real_addresses.join(","), server.addresses.join(","));
+    let real_run = run.clone();
+    let real = std::thread::spawn(move || play_scripts(&real_bootstrap, &real_run, "Differential.java on real Kafka"));
+    let serve = play_scripts(&serve_bootstrap, &run, "Differential.java on serve");
+    let real = real.join().expect("the real-Kafka run");
+    let real = observe(real, &partitions, &real_addresses, &run);
+    drop(guard);
+    let serve = observe(serve, &partitions, &server.addresses, &run);
+    server.stop_clean();
+
+    assert_eq!(real.len(), partitions.len(), "every script ran on real Kafka");
+    let mut differences = Vec::new();
+    for ((name, (real_lines, real_logs)), (_, (serve_lines, serve_logs))) in real.iter().zip(&serve) {
+        for (tp, replicas) in real_logs {
+            assert!(
+                replicas.iter().all(|r| r == &replicas[0]),
+                "{name}: real Kafka's replicas of {tp} differ: {replicas:#?}"
+            );
+        }
+        if real_lines != serve_lines {
+            differences.push(format!("{name}: the client saw\nreal Kafka: {real_lines:#?}\nserve: {serve_lines:#?}"));
+        }
+        for ((tp, real_replicas), (_, serve_replicas)) in real_logs.iter().zip(serve_logs) {
+            for (i, replica) in serve_replicas.iter().enumerate() {
+                if replica != &real_replicas[0] {
+                    differences.push(format!(
+                        "{name}: {tp} on serve's replica {i}\nreal Kafka: {:#?}\nserve: {replica:#?}",
+                        real_replicas[0]
+                    ));
+                }
+            }
+        }
+    }
+    println!(
+        "differential: {} scripts on real Kafka 4.3.1 and serve in {:.1} s, {} differences",
+        real.len(),
+        started.elapsed().as_secs_f64(),
+        differences.len()
+    );
+    assert!(differences.is_empty(), "{} differences:\n{}", differences.len(), differences.join("\n\n"));
+}
+
+/// Whether `pid` is stopped (`/proc/PID/stat`'s state `T`), once a signal has had up to 5 s to land.
+fn stopped(pid: u32, want: bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_else(|e| panic!("/proc/{pid}/stat: {e}"));
+        let is = stat.rsplit(") ").next().is_some_and(|rest| rest.starts_with('T'));
+        if is == want || Instant::now() > deadline {
+            return is;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The harness's faults on the seed's cluster: SIGSTOP stops a node's process and SIGCONT resumes it;
+/// kill -9 closes its port; a restart on its own data brings it back, and every node lists all three
+/// brokers again.
+#[test]
+fn the_harness_pauses_kills_and_restarts_a_node() {
+    let mut guard = seed_cluster();
+    let cluster = guard.as_mut().expect("started");
+    let pid = cluster.pid(1).expect("node 1 runs");
+    cluster.pause(1).expect("SIGSTOP");
+    let was_stopped = stopped(pid, true);
+    // Resumed before any assertion, so that a failure here leaves the shared cluster running.
+    cluster.resume(1).expect("SIGCONT");
+    assert!(was_stopped, "node 1 is stopped");
+    assert!(!stopped(pid, false), "node 1 runs again");
+
+    let address = cluster.addresses()[2].clone();
+    cluster.kill(2);
+    assert_eq!(cluster.pid(2), None, "node 2 is down");
+    assert!(Conn::connect(&address).is_err(), "nothing listens on {address} after kill -9");
+    cluster.restart(2).expect("node 2 restarts and the cluster is ready");
+    assert!(cluster.pid(2).is_some_and(|p| p != pid), "node 2 runs in a new process");
+    Conn::connect(&address).expect("node 2 listens again");
 }

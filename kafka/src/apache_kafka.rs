@@ -232,6 +232,11 @@ impl KafkaCluster {
         &self.nodes[id].dir
     }
 
+    /// Node `id`'s process id while it runs.
+    pub fn pid(&self, id: usize) -> Option<u32> {
+        self.nodes[id].child.as_ref().map(Child::id)
+    }
+
     /// kill -9 of node `id`; it stays down until `restart`.
     pub fn kill(&mut self, id: usize) {
         if let Some(mut child) = self.nodes[id].child.take() {

@@ -6,7 +6,7 @@
 use crate::common::wait_bounded;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 use txnsim_kafka::apache_kafka::Distribution;
@@ -91,14 +91,16 @@ pub fn python(script: &str, bootstrap: &str, args: &[&str]) -> Command {
 /// Kafka's own Java client 4.3.1 running `experiment` of scripts/JavaClients.java (a single source file,
 /// JEP 330) against `bootstrap`, with `args` after.
 pub fn java(experiment: &str, bootstrap: &str, args: &[&str]) -> Command {
+    let mut command = java_source("JavaClients.java");
+    command.arg(experiment).arg(bootstrap).args(args);
+    command
+}
+
+/// `java` running scripts/`source` (a single source file) with Kafka's Java client 4.3.1 on its classpath.
+pub fn java_source(source: &str) -> Command {
     let classpath = kafka_distribution().client_classpath().unwrap_or_else(|e| panic!("Kafka's Java client: {e}"));
     let mut command = Command::new("java");
-    command
-        .args(["-cp", &classpath])
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/JavaClients.java"))
-        .arg(experiment)
-        .arg(bootstrap)
-        .args(args);
+    command.args(["-cp", &classpath]).arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts").join(source));
     command
 }
 
@@ -113,7 +115,15 @@ pub fn spawn(command: &mut Command, what: &str) -> Child {
 
 /// Runs a client to its end, bounded in time; returns its stdout, and fails with both streams if it
 /// exits other than 0.
-pub fn run(mut command: Command, what: &str) -> String {
+pub fn run(command: Command, what: &str) -> String {
+    let (status, out, err) = output(command, what, SCRIPT_TIMEOUT);
+    assert!(status.success(), "{what} exited {status}\nstdout:\n{out}\nstderr:\n{err}");
+    out
+}
+
+/// Runs a client to its end within `limit` (it is killed and the test fails past it): its exit status,
+/// stdout and stderr.
+pub fn output(mut command: Command, what: &str, limit: Duration) -> (ExitStatus, String, String) {
     let mut child = spawn(command.stdout(Stdio::piped()).stderr(Stdio::piped()), what);
     // Drain both pipes while waiting, so a chatty client cannot block on a full pipe.
     let drain = |mut r: Box<dyn Read + Send>| {
@@ -125,8 +135,6 @@ pub fn run(mut command: Command, what: &str) -> String {
     };
     let out = drain(Box::new(child.stdout.take().expect("piped")));
     let err = drain(Box::new(child.stderr.take().expect("piped")));
-    let status = wait_bounded(&mut child, SCRIPT_TIMEOUT, what);
-    let (out, err) = (out.join().expect("stdout"), err.join().expect("stderr"));
-    assert!(status.success(), "{what} exited {status}\nstdout:\n{out}\nstderr:\n{err}");
-    out
+    let status = wait_bounded(&mut child, limit, what);
+    (status, out.join().expect("stdout"), err.join().expect("stderr"))
 }
