@@ -39,11 +39,17 @@ fn scenario_files_shown_in_the_docs_pass() {
 /// reader never follows a pointer to nothing.
 #[test]
 fn paths_named_in_the_docs_exist() {
-    let prefixes = ["docs/", "seeds/", "src/", "engine/", "properties/", "model/", "sim/", "tests/", "scripts/"];
+    let prefixes =
+        ["docs/", "seeds/", "src/", "engine/", "properties/", "model/", "sim/", "kafka/", "tests/", "scripts/"];
     let mut missing = Vec::new();
-    for doc in
-        ["README.md", "docs/scenario-format.md", "docs/invariants.md", "docs/seed-experiment.md", "docs/extending.md"]
-    {
+    for doc in [
+        "README.md",
+        "docs/scenario-format.md",
+        "docs/invariants.md",
+        "docs/seed-experiment.md",
+        "docs/extending.md",
+        "docs/real-kafka.md",
+    ] {
         let text = read(doc);
         for token in text.split(|c: char| c.is_whitespace() || "`()[]<>\"',;:".contains(c)) {
             let token = token.trim_end_matches('.');
