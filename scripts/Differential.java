@@ -18,6 +18,7 @@
 //   read LEVEL T PART FROM     rc or ru: poll from FROM until the position reaches the end offset at LEVEL
 //   end T PART                 the earliest offset and the end offsets at both levels (ListOffsets)
 //   committed GROUP T PART     GROUP's committed offset of T/PART as a read_committed consumer fetches it
+//   sleep MS                   wait (a transaction left open past its timeout)
 //
 // Run as a single source file (JEP 330): nothing is compiled into the tree.
 
@@ -252,14 +253,16 @@ public class Differential {
                 String outcome;
                 try (KafkaConsumer<String, String> c = new KafkaConsumer<>(p)) {
                     // An offset of an open transaction is answered UNSTABLE_OFFSET_COMMIT, which the consumer
-                    // retries until the call's time is up: a second says so without waiting ten.
-                    OffsetAndMetadata o = c.committed(Set.of(tp), Duration.ofSeconds(1)).get(tp);
+                    // retries until the call's time is up: five seconds say so (a busy machine needs more than
+                    // one to find a new group's coordinator) without waiting ten.
+                    OffsetAndMetadata o = c.committed(Set.of(tp), Duration.ofSeconds(5)).get(tp);
                     outcome = o == null ? "none" : Long.toString(o.offset());
                 } catch (RuntimeException e) {
                     outcome = error(e);
                 }
                 print("committed " + w[1] + " " + w[2] + "/" + w[3] + ": " + outcome);
             }
+            case "sleep" -> sleep(Long.parseLong(w[1]));
             default -> throw new IllegalArgumentException("unknown step: " + String.join(" ", w));
         }
     }

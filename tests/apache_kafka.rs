@@ -39,7 +39,7 @@ fn seed_cluster() -> MutexGuard<'static, Option<KafkaCluster>> {
 }
 
 /// `txnsim serve` as the seed document's cluster.
-const SERVE_SEED_CLUSTER: [&str; 8] = [
+const SERVE_SEED_CLUSTER: [&str; 10] = [
     "--brokers",
     "3",
     "--default-replication-factor",
@@ -48,6 +48,8 @@ const SERVE_SEED_CLUSTER: [&str; 8] = [
     "2",
     "--group-initial-rebalance-delay-ms",
     "0",
+    "--transaction-abort-timed-out-transaction-cleanup-interval-ms",
+    "1000",
 ];
 
 /// One replica's log as a consumer reads it at both levels: each batch (offsets, producer as `P<n>` in

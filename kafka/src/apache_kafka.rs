@@ -139,6 +139,9 @@ impl ClusterSpec {
             // A new group's first rebalance waits 3 s by default; the tests make many fresh groups, and
             // `txnsim serve` runs with the same 0 (`--group-initial-rebalance-delay-ms`).
             ("group.initial.rebalance.delay.ms", "0"),
+            // The coordinator looks for transactions open past their timeout every 10 s by default; the
+            // differential's timeout scripts wait 1 s plus a scan, and serve runs with the same 1000.
+            ("transaction.abort.timed.out.transaction.cleanup.interval.ms", "1000"),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
