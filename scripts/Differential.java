@@ -19,6 +19,11 @@
 //   end T PART                 the earliest offset and the end offsets at both levels (ListOffsets)
 //   committed GROUP T PART     GROUP's committed offset of T/PART as a read_committed consumer fetches it
 //   sleep MS                   wait (a transaction left open past its timeout)
+//   kill-leader T PART         the test kills T/PART's leader (kill -9 on real Kafka, `crash` on serve)
+//   restart-killed             the test restarts the node it killed
+//
+// A fault step prints `FAULT <step> <topic on the cluster> <partition>` on stdout and waits for a line on
+// stdin: the test does the fault and answers. Fault scripts run with one worker.
 //
 // Run as a single source file (JEP 330): nothing is compiled into the tree.
 
@@ -178,6 +183,17 @@ public class Differential {
         print("  " + what + " " + p + ": markers not written in 10 s (end offsets " + before + " then " + now + ")");
     }
 
+    static final java.io.BufferedReader STDIN =
+            new java.io.BufferedReader(new java.io.InputStreamReader(System.in));
+
+    /** Asks the test for a fault and waits for its answer. */
+    static synchronized String fault(String what) throws java.io.IOException {
+        System.out.println("FAULT " + what);
+        System.out.flush();
+        String answer = STDIN.readLine();
+        return answer == null ? "no answer" : answer;
+    }
+
     static void sleep(long ms) {
         try {
             Thread.sleep(ms);
@@ -263,6 +279,10 @@ public class Differential {
                 print("committed " + w[1] + " " + w[2] + "/" + w[3] + ": " + outcome);
             }
             case "sleep" -> sleep(Long.parseLong(w[1]));
+            case "kill-leader", "restart-killed" -> {
+                String target = w.length > 2 ? " " + name(w[1]) + " " + w[2] : "";
+                print(w[0] + ": " + fault(w[0] + target));
+            }
             default -> throw new IllegalArgumentException("unknown step: " + String.join(" ", w));
         }
     }

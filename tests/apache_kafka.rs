@@ -6,12 +6,15 @@
 mod clients;
 mod common;
 
-use clients::{java, java_source, kafka_distribution, output, python, run, SEED_LINES};
-use common::{txnsim, Server};
-use kafka_protocol::messages::{ApiKey, ApiVersionsRequest};
+use clients::{java, java_source, kafka_distribution, python, run, spawn, SEED_LINES};
+use common::{txnsim, wait_bounded, Server};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, MetadataRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::Path;
+use std::process::Stdio;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use txnsim::scenario::{self, RunOptions};
@@ -134,18 +137,23 @@ fn assert_seed_log(system: &str, replica: usize, log: &[String]) {
 /// with the COMMIT at 3, the ABORT at 7 and the aborted transaction listed, and the in-process scenario
 /// of the article's cluster ends with the same cells.
 fn seed_experiment_on_both(topic: &str, client: fn(&str, &[&str]) -> std::process::Command, what: &str) {
+    // Both systems at once: the client waits on the network far more than on the CPU.
+    let (serve_topic, serve_what) = (topic.to_string(), what.to_string());
+    let serve = std::thread::spawn(move || {
+        let server = Server::start(&format!("{serve_topic}-serve"), &SERVE_SEED_CLUSTER);
+        let out = run(client(&server.addresses[0], &["3", &serve_topic]), &serve_what);
+        let logs = replica_logs(&server.addresses, &serve_topic, 8);
+        server.stop_clean();
+        (out, logs)
+    });
     let guard = seed_cluster();
     let cluster = guard.as_ref().expect("started");
     let out = run(client(&cluster.bootstrap(), &["3", topic]), what);
     assert_eq!(out, SEED_LINES, "{what} against real Kafka 4.3.1 must print the seed document's lines");
     let real = replica_logs(&cluster.addresses(), topic, 8);
     drop(guard);
-
-    let server = Server::start(&format!("{topic}-serve"), &SERVE_SEED_CLUSTER);
-    let out = run(client(&server.addresses[0], &["3", topic]), what);
+    let (out, serve) = serve.join().expect("the serve run");
     assert_eq!(out, SEED_LINES, "{what} against txnsim serve --brokers 3 must print the seed document's lines");
-    let serve = replica_logs(&server.addresses, topic, 8);
-    server.stop_clean();
 
     for (replica, log) in real.iter().enumerate() {
         assert_seed_log("real Kafka", replica, log);
@@ -279,28 +287,72 @@ fn two_seeds_of_every_profile_pass_on_real_kafka() {
 /// The differential's scripts, played by scripts/Differential.java.
 const DIFFERENTIAL_SCRIPTS: &str = "tests/differential/scripts.txt";
 
-/// How many scripts the differential's client plays at once on each system: the steps wait on the network.
-const DIFFERENTIAL_WORKERS: &str = "8";
-
-/// The differential's client on one system: each script's printed lines, by script name.
-fn play_scripts(bootstrap: &str, prefix: &str, what: &str) -> BTreeMap<String, Vec<String>> {
+/// The differential's client on one system, `workers` scripts at once: each script's printed lines, by
+/// script name. `fault` does what a `FAULT ...` line asks (a fault step) and says what to answer.
+fn play_scripts(
+    (bootstrap, prefix, what): (&str, &str, &str),
+    (file, workers): (&str, usize),
+    fault: &mut dyn FnMut(&str) -> String,
+) -> BTreeMap<String, Vec<String>> {
     let mut command = java_source("Differential.java");
-    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join(DIFFERENTIAL_SCRIPTS);
-    command.arg(bootstrap).arg(prefix).arg(file).arg(DIFFERENTIAL_WORKERS);
-    let (status, out, err) = output(command, what, Duration::from_secs(300));
-    assert!(status.success(), "{what} exited {status} (a step failed or the client broke)\n{out}\n{err}");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+    command.arg(bootstrap).arg(prefix).arg(path).arg(workers.to_string());
+    let mut child = spawn(command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()), what);
+    let (tx, lines) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().expect("piped");
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)).map_while(Result::ok) {
+            tx.send(line).ok();
+        }
+    });
+    let mut stderr = child.stderr.take().expect("piped");
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut s).ok();
+        s
+    });
+    let mut stdin = child.stdin.take().expect("piped");
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let mut out = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) => match line.strip_prefix("FAULT ") {
+                Some(asked) => writeln!(stdin, "{}", fault(asked)).expect("answer the client"),
+                None => out.push(line),
+            },
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                child.kill().ok();
+                panic!("{what} did not finish in 300 s:\n{}", out.join("\n"));
+            }
+        }
+    }
+    drop(stdin);
+    let status = wait_bounded(&mut child, Duration::from_secs(30), what);
+    let err = err.join().expect("stderr");
+    assert!(status.success(), "{what} exited {status} (a step failed or the client broke)\n{}\n{err}", out.join("\n"));
     let mut scripts = BTreeMap::new();
     let mut name = None;
-    for line in out.lines() {
+    for line in out {
         match line.strip_prefix("== ") {
             Some(n) => name = Some(n.to_string()),
-            None => scripts
-                .entry(name.clone().expect("a script's name first"))
-                .or_insert_with(Vec::new)
-                .push(line.to_string()),
+            None => scripts.entry(name.clone().expect("a script's name first")).or_insert_with(Vec::new).push(line),
         }
     }
     scripts
+}
+
+/// The leader of `topic`/`partition` as the broker at `address` names it.
+fn leader_of(address: &str, topic: &str, partition: i32) -> i32 {
+    let mut conn = Conn::connect(address).unwrap_or_else(|e| panic!("connect to {address}: {e}"));
+    let mut t = MetadataRequestTopic::default();
+    t.name = Some(TopicName(StrBytes::from_string(topic.to_string())));
+    let mut request = MetadataRequest::default();
+    request.topics = Some(vec![t]);
+    let r = conn.call(9, &request).unwrap_or_else(|e| panic!("Metadata at {address}: {e}"));
+    let p = r.topics.iter().flat_map(|t| &t.partitions).find(|p| p.partition_index == partition);
+    p.map(|p| p.leader_id.0).unwrap_or_else(|| panic!("{topic}/{partition} has no metadata at {address}"))
 }
 
 /// The partitions a script's `topic T N` steps create.
@@ -373,32 +425,70 @@ fn observe(
         .collect()
 }
 
-/// The differential: every script of tests/differential/scripts.txt through Kafka's Java client 4.3.1 on
-/// real Kafka 4.3.1 and on `txnsim serve` (both as the seed's cluster). Each script's printed lines (every
-/// send's offset or error, every call's outcome, every read's records with their offsets and the position
-/// reached, ListOffsets at both levels, the group's committed offsets) and the log of each of its
-/// partitions on every replica (batches, producers numbered by first appearance, epochs, sequences,
-/// markers, HW, LSO, log start and the aborted list) must be the same on both systems; on each system
-/// every replica must hold the same log.
-#[test]
-fn differential_scripts_observe_the_same_on_real_kafka_and_on_serve() {
-    let file = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(DIFFERENTIAL_SCRIPTS))
-        .expect("the differential's scripts");
-    let partitions = script_partitions(&file);
-    let guard = seed_cluster();
-    let started = Instant::now();
-    let real_addresses = guard.as_ref().expect("started").addresses();
-    let server = Server::start("differential", &SERVE_SEED_CLUSTER);
+/// Plays `file` on real Kafka and on `txnsim serve` (both as the seed's cluster), both at once, and
+/// returns every difference between them; on each system every replica must hold the same log. A fault
+/// step kills the partition's leader (kill -9 on real Kafka, `crash` on serve) or restarts it.
+fn differential(file: &str, workers: usize) -> (usize, Vec<String>) {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).expect("the scripts");
+    let partitions = script_partitions(&text);
     // Each run has its own prefix: the real cluster outlives a run (it is the test binary's).
-    let run =
-        format!("d{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("time").as_secs());
-    let (real_bootstrap, serve_bootstrap) = (real_addresses.join(","), server.addresses.join(","));
-    let real_run = run.clone();
-    let real = std::thread::spawn(move || play_scripts(&real_bootstrap, &real_run, "Differential.java on real Kafka"));
-    let serve = play_scripts(&serve_bootstrap, &run, "Differential.java on serve");
-    let real = real.join().expect("the real-Kafka run");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("time");
+    let run = format!("d{:x}", now.as_millis());
+    let serve_run = run.clone();
+    let file_name = file.to_string();
+    let serve = std::thread::spawn(move || {
+        let mut server = Server::start(&format!("differential-{}", serve_run), &SERVE_SEED_CLUSTER);
+        let (bootstrap, addresses) = (server.addresses.join(","), server.addresses.clone());
+        let mut crashed = None;
+        let mut fault = |asked: &str| -> String {
+            let words: Vec<&str> = asked.split(' ').collect();
+            match words[..] {
+                ["kill-leader", topic, partition] => {
+                    let leader = leader_of(&addresses[0], topic, partition.parse().expect("a partition"));
+                    let answer = server.command(&format!("crash {leader}"));
+                    assert_eq!(answer, format!("txnsim serve: broker {leader} crashed"));
+                    crashed = Some(leader);
+                    "ok".to_string()
+                }
+                ["restart-killed"] => {
+                    let id = crashed.take().expect("a crashed broker");
+                    let answer = server.command(&format!("restart {id}"));
+                    assert_eq!(answer, format!("txnsim serve: broker {id} restarted"));
+                    "ok".to_string()
+                }
+                _ => panic!("unknown fault {asked}"),
+            }
+        };
+        let played =
+            play_scripts((&bootstrap, &serve_run, "Differential.java on serve"), (&file_name, workers), &mut fault);
+        (played, server)
+    });
+    let mut guard = seed_cluster();
+    let cluster = guard.as_mut().expect("started");
+    let real_addresses = cluster.addresses();
+    let mut killed: Option<usize> = None;
+    let mut fault = |asked: &str| -> String {
+        let words: Vec<&str> = asked.split(' ').collect();
+        match words[..] {
+            ["kill-leader", topic, partition] => {
+                let leader = leader_of(&real_addresses[0], topic, partition.parse().expect("a partition"));
+                let leader = usize::try_from(leader).expect("a leader");
+                cluster.kill(leader);
+                killed = Some(leader);
+                "ok".to_string()
+            }
+            ["restart-killed"] => match cluster.restart(killed.take().expect("a killed node")) {
+                Ok(()) => "ok".to_string(),
+                Err(e) => e,
+            },
+            _ => panic!("unknown fault {asked}"),
+        }
+    };
+    let real =
+        play_scripts((&real_addresses.join(","), &run, "Differential.java on real Kafka"), (file, workers), &mut fault);
     let real = observe(real, &partitions, &real_addresses, &run);
     drop(guard);
+    let (serve, server) = serve.join().expect("the serve run");
     let serve = observe(serve, &partitions, &server.addresses, &run);
     server.stop_clean();
 
@@ -425,9 +515,35 @@ fn differential_scripts_observe_the_same_on_real_kafka_and_on_serve() {
             }
         }
     }
+    (real.len(), differences)
+}
+
+/// The differential: every script of tests/differential/scripts.txt through Kafka's Java client 4.3.1 on
+/// real Kafka 4.3.1 and on `txnsim serve`, 8 at a time on each. Each script's printed lines (every send's
+/// offset or error, every call's outcome, every read's records with their offsets and the position
+/// reached, ListOffsets at both levels, the group's committed offsets) and the log of each of its
+/// partitions on every replica (batches, producers numbered by first appearance, epochs, sequences,
+/// markers, HW, LSO, log start and the aborted list) must be the same on both systems.
+#[test]
+fn differential_scripts_observe_the_same_on_real_kafka_and_on_serve() {
+    let started = Instant::now();
+    let (scripts, differences) = differential(DIFFERENTIAL_SCRIPTS, 8);
     println!(
-        "differential: {} scripts on real Kafka 4.3.1 and serve in {:.1} s, {} differences",
-        real.len(),
+        "differential: {scripts} scripts on real Kafka 4.3.1 and serve in {:.1} s, {} differences",
+        started.elapsed().as_secs_f64(),
+        differences.len()
+    );
+    assert!(differences.is_empty(), "{} differences:\n{}", differences.len(), differences.join("\n\n"));
+}
+
+/// The differential's fault scripts (tests/differential/faults.txt), one at a time: a partition's leader
+/// killed mid-transaction and restarted (kill -9 on real Kafka, `crash` and `restart` on serve).
+#[test]
+fn differential_fault_scripts_observe_the_same_on_real_kafka_and_on_serve() {
+    let started = Instant::now();
+    let (scripts, differences) = differential("tests/differential/faults.txt", 1);
+    println!(
+        "differential with faults: {scripts} scripts on real Kafka 4.3.1 and serve in {:.1} s, {} differences",
         started.elapsed().as_secs_f64(),
         differences.len()
     );

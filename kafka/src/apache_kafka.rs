@@ -142,6 +142,10 @@ impl ClusterSpec {
             // The coordinator looks for transactions open past their timeout every 10 s by default; the
             // differential's timeout scripts wait 1 s plus a scan, and serve runs with the same 1000.
             ("transaction.abort.timed.out.transaction.cleanup.interval.ms", "1000"),
+            // A killed node is fenced once its controller session lapses, 9 s by default: 4 s keeps the
+            // fault scripts short, with heartbeats every second (2 s by default) to keep a busy node in.
+            ("broker.session.timeout.ms", "4000"),
+            ("broker.heartbeat.interval.ms", "1000"),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
