@@ -12,6 +12,8 @@
 // Script steps (one per line, `#` starts a comment, `## name` starts a script):
 //   topic T N                  create topic T with N partitions (the cluster's default replication factor)
 //   producer P ID [K=V ...]    a transactional producer P with transactional id ID (config overrides after)
+//   idempotent P [K=V ...]     an idempotent producer P, no transactional id
+//   plain P [K=V ...]          a producer P without idempotence (no producer id)
 //   init P | begin P | flush P | commit P | abort P | close P
 //   send P T PART VALUE        a send, printed with its outcome by the next flush, commit, abort or close of P
 //   offsets P GROUP T PART OFF send the consumer offset OFF of T/PART for GROUP to P's transaction
@@ -209,15 +211,25 @@ public class Differential {
                 admin.createTopics(List.of(t)).all().get(CALL_TIMEOUT.toMillis(), TimeUnit.MILLISECONDS);
                 print("topic " + w[1] + ": created");
             }
-            case "producer" -> {
+            case "producer", "idempotent", "plain" -> {
                 Properties p = config();
-                p.put("transactional.id", name(w[2]));
+                if (producers.containsKey(w[1])) {
+                    producers.get(w[1]).close(Duration.ZERO); // a new instance under the same name
+                }
+                if (w[0].equals("producer")) {
+                    p.put("transactional.id", name(w[2]));
+                } else {
+                    p.put("enable.idempotence", w[0].equals("idempotent") ? "true" : "false");
+                }
                 // Every send before a flush, commit or abort goes out in one batch per partition then, so
                 // batch boundaries are the script's, not the client's timing.
                 p.put("linger.ms", "1000");
+                // A send refused outside a transaction stays queued until its delivery timeout (120 s by
+                // default); the least Kafka allows here is linger.ms + request.timeout.ms.
+                p.put("delivery.timeout.ms", "11000");
                 p.put("key.serializer", "org.apache.kafka.common.serialization.StringSerializer");
                 p.put("value.serializer", "org.apache.kafka.common.serialization.StringSerializer");
-                for (int i = 3; i < w.length; i++) {
+                for (int i = w[0].equals("producer") ? 3 : 2; i < w.length; i++) {
                     String[] kv = w[i].split("=", 2);
                     p.put(kv[0], kv[1]);
                 }

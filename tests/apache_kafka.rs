@@ -11,7 +11,7 @@ use common::{txnsim, wait_bounded, Server};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, MetadataRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::Path;
 use std::process::Stdio;
@@ -429,7 +429,8 @@ fn observe(
 /// returns every difference between them; on each system every replica must hold the same log. A fault
 /// step kills the partition's leader (kill -9 on real Kafka, `crash` on serve) or restarts it.
 fn differential(file: &str, workers: usize) -> (usize, Vec<String>) {
-    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).expect("the scripts");
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file))
+        .unwrap_or_else(|e| panic!("the scripts {file}: {e}"));
     let partitions = script_partitions(&text);
     // Each run has its own prefix: the real cluster outlives a run (it is the test binary's).
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("time");
@@ -586,4 +587,112 @@ fn the_harness_pauses_kills_and_restarts_a_node() {
     cluster.restart(2).expect("node 2 restarts and the cluster is ready");
     assert!(cluster.pid(2).is_some_and(|p| p != pid), "node 2 runs in a new process");
     Conn::connect(&address).expect("node 2 listens again");
+}
+
+/// A corpus scenario as a differential script, or why a client cannot play it. Its topics as `topic`
+/// steps; each `init_producer` a new transactional producer instance; `produce` a send per value and a
+/// flush (a scenario's produce is answered before the next op); `produce_nontxn` the same through an
+/// idempotent (named) or plain producer; `read` and `check` the reads and ListOffsets; `crash_producer` a
+/// close with the transaction left open. `aborted_txns` needs no step: every replica's aborted list is
+/// compared anyway.
+fn corpus_script(scenario: &serde_json::Value) -> Result<Vec<String>, String> {
+    let layer = scenario["layer"].as_str().unwrap_or("producer");
+    if layer != "producer" {
+        return Err(format!("the {layer} layer drives a log or a fetch directly, below any client"));
+    }
+    if scenario["transaction_version"].as_u64() == Some(1) {
+        return Err("transaction version 1: Kafka's Java client 4.3.1 speaks 2".to_string());
+    }
+    let mut steps = Vec::new();
+    let topics = scenario["topics"].as_object().cloned().unwrap_or_default();
+    if topics.is_empty() {
+        steps.push("topic t 1".to_string());
+    }
+    for (topic, partitions) in &topics {
+        steps.push(format!("topic {topic} {}", partitions.as_u64().expect("a partition count")));
+    }
+    let mut nontxn = BTreeSet::new();
+    for op in scenario["ops"].as_array().expect("ops") {
+        let kind = op["op"].as_str().expect("an op");
+        let producer = op["producer"].as_str().unwrap_or("plain-producer");
+        let topic = op["topic"].as_str().unwrap_or("t");
+        let partition = op["partition"].as_u64().unwrap_or(0);
+        let values = || -> Result<Vec<String>, String> {
+            let values: Vec<String> = op["values"]
+                .as_array()
+                .expect("values")
+                .iter()
+                .map(|v| v.as_str().expect("a value").to_string())
+                .collect();
+            match values.iter().find(|v| v.contains(char::is_whitespace) || v.is_empty()) {
+                Some(v) => Err(format!("the value {v:?} is not one word")),
+                None => Ok(values),
+            }
+        };
+        match kind {
+            "init_producer" => {
+                let id = op["transactional_id"].as_str().unwrap_or(producer);
+                steps.push(format!("producer {producer} {id}"));
+                steps.push(format!("init {producer}"));
+            }
+            "begin" | "commit" | "abort" => steps.push(format!("{kind} {producer}")),
+            "produce" | "produce_nontxn" => {
+                if kind == "produce_nontxn" && nontxn.insert(producer.to_string()) {
+                    let plain = op["producer"].is_null();
+                    steps.push(format!("{} {producer}", if plain { "plain" } else { "idempotent" }));
+                }
+                steps.extend(values()?.iter().map(|v| format!("send {producer} {topic} {partition} {v}")));
+                steps.push(format!("flush {producer}"));
+            }
+            "read" => {
+                let level = if op["isolation"] == "read_committed" { "rc" } else { "ru" };
+                let from = op["from_offset"].as_u64().expect("from_offset");
+                steps.push(format!("read {level} {topic} {partition} {from}"));
+            }
+            "check" => steps.push(format!("end {topic} {partition}")),
+            "aborted_txns" => {}
+            "crash_producer" => steps.push(format!("close {producer}")),
+            "expire_txn" => return Err("expire_txn: the coordinator's timeout on the scenario's clock".to_string()),
+            other => return Err(format!("{other}: a broker by id (the fault scripts kill a partition's leader)")),
+        }
+    }
+    Ok(steps)
+}
+
+/// Every producer-layer scenario of the corpus (`seeds/scenarios/*.json`) that a client can express,
+/// played through Kafka's Java client on both systems: the same lines and the same logs. The others are
+/// listed with the reason (printed with `--nocapture`).
+#[test]
+fn corpus_scenarios_observe_the_same_on_real_kafka_and_on_serve() {
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds/scenarios");
+    let mut files: Vec<_> = std::fs::read_dir(&corpus).expect("the corpus").flatten().map(|e| e.path()).collect();
+    files.retain(|p| p.extension().is_some_and(|e| e == "json"));
+    files.sort();
+    let (mut script, mut skipped, mut names) = (String::new(), Vec::new(), BTreeSet::new());
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("a corpus file");
+        let json: serde_json::Value = serde_json::from_str(&text).expect("corpus JSON");
+        for scenario in json["scenarios"].as_array().expect("scenarios") {
+            let name = scenario["name"].as_str().expect("a name");
+            assert!(names.insert(name.to_string()), "two corpus scenarios are called {name}");
+            match corpus_script(scenario) {
+                Ok(steps) => script.push_str(&format!("## {name}\n{}\n\n", steps.join("\n"))),
+                Err(why) => skipped.push(format!("{name}: {why}")),
+            }
+        }
+    }
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("differential-corpus.txt");
+    std::fs::write(&path, &script).expect("write the corpus scripts");
+    let started = Instant::now();
+    let (played, differences) = differential(path.to_str().expect("utf-8"), 8);
+    println!(
+        "corpus differential: {played} scenarios played on real Kafka 4.3.1 and serve in {:.1} s, {} differences; \
+         {} not a client's:\n{}",
+        started.elapsed().as_secs_f64(),
+        differences.len(),
+        skipped.len(),
+        skipped.join("\n")
+    );
+    assert!(played >= 40, "most producer-layer scenarios are a client's; played {played}");
+    assert!(differences.is_empty(), "{} differences:\n{}", differences.len(), differences.join("\n\n"));
 }
