@@ -9,7 +9,11 @@ mod common;
 use clients::{java, java_source, kafka_distribution, python, run, spawn, SEED_LINES};
 use common::{txnsim, wait_bounded, Server};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, MetadataRequest, TopicName};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, EndTxnRequest, FindCoordinatorRequest, InitProducerIdRequest, MetadataRequest,
+    ProduceRequest, ProducerId, TopicName, TransactionalId,
+};
 use kafka_protocol::protocol::StrBytes;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -18,10 +22,10 @@ use std::process::Stdio;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use txnsim::scenario::{self, RunOptions};
-use txnsim_engine::record::BatchBody;
+use txnsim_engine::record::{BatchBody, BatchProducer, Record, RecordBatch};
 use txnsim_engine::TopicPartition;
 use txnsim_kafka::apache_kafka::{ClusterSpec, KafkaCluster};
-use txnsim_kafka::remote::wire::{fetch_log, Conn, FetchView, Isolation};
+use txnsim_kafka::remote::wire::{create_topics, fetch_log, Conn, FetchView, Isolation};
 
 static SEED_CLUSTER: Mutex<Option<KafkaCluster>> = Mutex::new(None);
 
@@ -695,4 +699,114 @@ fn corpus_scenarios_observe_the_same_on_real_kafka_and_on_serve() {
     );
     assert!(played >= 40, "most producer-layer scenarios are a client's; played {played}");
     assert!(differences.is_empty(), "{} differences:\n{}", differences.len(), differences.join("\n\n"));
+}
+
+/// A connection to the broker that `address`'s Metadata names `node`.
+fn connect_node(address: &str, node: i32) -> Conn {
+    let mut conn = Conn::connect(address).unwrap_or_else(|e| panic!("connect to {address}: {e}"));
+    let r = conn.call(9, &MetadataRequest::default()).unwrap_or_else(|e| panic!("Metadata at {address}: {e}"));
+    let b = r.brokers.iter().find(|b| b.node_id.0 == node).unwrap_or_else(|| panic!("no broker {node}"));
+    Conn::connect(&format!("{}:{}", b.host.as_str(), b.port))
+        .unwrap_or_else(|e| panic!("connect to broker {node}: {e}"))
+}
+
+/// A Produce v12 (transaction version 2: the leader adds the partition) of one transactional batch:
+/// the partition's error code.
+fn produce_v12(leader: &mut Conn, (tid, topic): (&str, &str), producer: BatchProducer, value: &str) -> i16 {
+    let batch = RecordBatch {
+        base_offset: 0,
+        last_offset: 0,
+        producer: Some(producer),
+        is_transactional: true,
+        body: BatchBody::Data(vec![Record { offset: 0, value: value.to_string() }]),
+        partition_leader_epoch: 0,
+    };
+    let tp = TopicPartition::new(topic, 0);
+    let mut p = PartitionProduceData::default();
+    p.records = Some(txnsim_kafka::records::encode_fetch(&tp, &[batch], &BTreeMap::new(), usize::MAX));
+    let mut t = TopicProduceData::default();
+    t.name = TopicName(StrBytes::from_string(topic.to_string()));
+    t.partition_data = vec![p];
+    let mut r = ProduceRequest::default();
+    r.transactional_id = Some(TransactionalId(StrBytes::from_string(tid.to_string())));
+    r.acks = -1;
+    r.timeout_ms = 10_000;
+    r.topic_data = vec![t];
+    let answer = leader.call(12, &r).unwrap_or_else(|e| panic!("Produce v12: {e}"));
+    answer.responses[0].partition_responses[0].error_code
+}
+
+/// KIP-890's late batch on the wire, which no client can send: a TV2 transaction's batch, the
+/// transaction aborted (EndTxn v5 bumps the epoch), its ABORT marker in, then a second batch at the old
+/// epoch, as a retry stuck in the network would arrive. What each step answered (epochs relative to the
+/// first) and the partition's log, per replica.
+fn late_batch_after_abort(addresses: &[String], run: &str) -> (Vec<String>, Vec<Vec<String>>) {
+    let (tid, topic) = (format!("{run}-late-tx"), format!("{run}-late"));
+    create_topics(addresses, &[(topic.clone(), 1)]).expect("CreateTopics");
+    let mut find = FindCoordinatorRequest::default();
+    find.key_type = 1;
+    find.coordinator_keys = vec![StrBytes::from_string(tid.clone())];
+    let mut init = InitProducerIdRequest::default();
+    init.transactional_id = Some(TransactionalId(StrBytes::from_string(tid.clone())));
+    init.transaction_timeout_ms = 60_000;
+    let mut lines = Vec::new();
+    // A fresh `__transaction_state` is being created and its leaders settle: retry as a client would
+    // (COORDINATOR_NOT_AVAILABLE 15, NOT_COORDINATOR 16, COORDINATOR_LOAD_IN_PROGRESS 14).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (mut coordinator, r) = loop {
+        let mut conn = Conn::connect(&addresses[0]).expect("connect");
+        let found = conn.call(4, &find).expect("FindCoordinator");
+        let error = match found.coordinators[0].error_code {
+            0 => {
+                let mut coordinator = connect_node(&addresses[0], found.coordinators[0].node_id.0);
+                let r = coordinator.call(5, &init).expect("InitProducerId");
+                if r.error_code == 0 {
+                    break (coordinator, r);
+                }
+                r.error_code
+            }
+            e => e,
+        };
+        assert!([14, 15, 16].contains(&error), "FindCoordinator or InitProducerId: error {error}");
+        assert!(Instant::now() < deadline, "no transaction coordinator in 30 s (error {error})");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let (pid, epoch) = (r.producer_id.0, r.producer_epoch);
+    let mut leader = connect_node(&addresses[0], leader_of(&addresses[0], &topic, 0));
+    let first = BatchProducer { producer_id: pid, epoch, base_sequence: 0 };
+    lines.push(format!("produce at epoch +0: error {}", produce_v12(&mut leader, (&tid, &topic), first, "first")));
+    let mut end = EndTxnRequest::default();
+    end.transactional_id = TransactionalId(StrBytes::from_string(tid.clone()));
+    end.producer_id = ProducerId(pid);
+    end.producer_epoch = epoch;
+    end.committed = false;
+    let r = coordinator.call(5, &end).expect("EndTxn");
+    lines.push(format!("abort: error {}, epoch +{}", r.error_code, r.producer_epoch - epoch));
+    // The marker in (the HW past it) before the late batch: the race without it is Kafka's, not the rule.
+    let tp = TopicPartition::new(&topic, 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while fetch_log(&mut leader, &tp, Isolation::ReadUncommitted).expect("Fetch").high_watermark < 2 {
+        assert!(Instant::now() < deadline, "the ABORT marker did not arrive in 10 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let late = BatchProducer { producer_id: pid, epoch, base_sequence: 1 };
+    lines.push(format!("late produce at epoch +0: error {}", produce_v12(&mut leader, (&tid, &topic), late, "late")));
+    (lines, stable_replica_logs(addresses, &tp))
+}
+
+/// KIP-890's late batch, sent raw to both systems: the answers and every replica's log must agree, and
+/// the late batch must not be written.
+#[test]
+fn a_late_batch_after_a_tv2_abort_is_refused_on_real_kafka_and_on_serve() {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("time");
+    let run = format!("l{:x}", now.as_millis());
+    let server = Server::start("late-batch", &SERVE_SEED_CLUSTER);
+    let serve = late_batch_after_abort(&server.addresses, &run);
+    server.stop_clean();
+    let guard = seed_cluster();
+    let real = late_batch_after_abort(&guard.as_ref().expect("started").addresses(), &run);
+    drop(guard);
+    println!("late batch on real Kafka 4.3.1: {:?}", real.0);
+    assert_eq!(serve, real, "serve's answers and logs (left) differ from real Kafka's");
+    assert!(real.1[0].iter().all(|l| !l.contains(":late")), "the late batch is not in the log: {:#?}", real.1[0]);
 }
