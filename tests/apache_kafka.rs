@@ -27,6 +27,14 @@ use txnsim_engine::TopicPartition;
 use txnsim_kafka::apache_kafka::{ClusterSpec, KafkaCluster};
 use txnsim_kafka::remote::wire::{create_topics, fetch_log, Conn, FetchView, Isolation};
 
+/// A line for the gate's own output, shown for a passing test too: libtest captures `println!`, not a
+/// direct write to the process's stderr.
+macro_rules! report {
+    ($($arg:tt)*) => {
+        writeln!(std::io::stderr(), $($arg)*).ok()
+    };
+}
+
 static SEED_CLUSTER: Mutex<Option<KafkaCluster>> = Mutex::new(None);
 
 /// The seed document's cluster, started on first use; the guard keeps other tests off it meanwhile. A
@@ -39,7 +47,7 @@ fn seed_cluster() -> MutexGuard<'static, Option<KafkaCluster>> {
         let started = Instant::now();
         let cluster = KafkaCluster::start(kafka_distribution(), &dir, &ClusterSpec::seed())
             .unwrap_or_else(|e| panic!("the seed's Kafka 4.3.1 cluster did not start: {e}"));
-        println!("Kafka 4.3.1's seed cluster resolved and ready in {:.1} s", started.elapsed().as_secs_f64());
+        report!("Kafka 4.3.1's seed cluster resolved and ready in {:.1} s", started.elapsed().as_secs_f64());
         *guard = Some(cluster);
     }
     guard
@@ -285,7 +293,7 @@ fn two_seeds_of_every_profile_pass_on_real_kafka() {
         assert!(out.lines().any(|l| l.starts_with("not checked: ")), "which did not, and why:\n{out}");
         ran.push(format!("{profile}: {}", out.lines().rev().nth(1).unwrap_or_default()));
     }
-    println!("sweep --target on real Kafka 4.3.1:\n{}", ran.join("\n"));
+    report!("sweep --target on real Kafka 4.3.1:\n{}", ran.join("\n"));
 }
 
 /// The differential's scripts, played by scripts/Differential.java.
@@ -533,7 +541,7 @@ fn differential(file: &str, workers: usize) -> (usize, Vec<String>) {
 fn differential_scripts_observe_the_same_on_real_kafka_and_on_serve() {
     let started = Instant::now();
     let (scripts, differences) = differential(DIFFERENTIAL_SCRIPTS, 8);
-    println!(
+    report!(
         "differential: {scripts} scripts on real Kafka 4.3.1 and serve in {:.1} s, {} differences",
         started.elapsed().as_secs_f64(),
         differences.len()
@@ -547,7 +555,7 @@ fn differential_scripts_observe_the_same_on_real_kafka_and_on_serve() {
 fn differential_fault_scripts_observe_the_same_on_real_kafka_and_on_serve() {
     let started = Instant::now();
     let (scripts, differences) = differential("tests/differential/faults.txt", 1);
-    println!(
+    report!(
         "differential with faults: {scripts} scripts on real Kafka 4.3.1 and serve in {:.1} s, {} differences",
         started.elapsed().as_secs_f64(),
         differences.len()
@@ -689,7 +697,7 @@ fn corpus_scenarios_observe_the_same_on_real_kafka_and_on_serve() {
     std::fs::write(&path, &script).expect("write the corpus scripts");
     let started = Instant::now();
     let (played, differences) = differential(path.to_str().expect("utf-8"), 8);
-    println!(
+    report!(
         "corpus differential: {played} scenarios played on real Kafka 4.3.1 and serve in {:.1} s, {} differences; \
          {} not a client's:\n{}",
         started.elapsed().as_secs_f64(),
@@ -806,7 +814,23 @@ fn a_late_batch_after_a_tv2_abort_is_refused_on_real_kafka_and_on_serve() {
     let guard = seed_cluster();
     let real = late_batch_after_abort(&guard.as_ref().expect("started").addresses(), &run);
     drop(guard);
-    println!("late batch on real Kafka 4.3.1: {:?}", real.0);
+    report!("late batch on real Kafka 4.3.1: {:?}", real.0);
     assert_eq!(serve, real, "serve's answers and logs (left) differ from real Kafka's");
     assert!(real.1[0].iter().all(|l| !l.contains(":late")), "the late batch is not in the log: {:#?}", real.1[0]);
+}
+
+/// The harness's one-node cluster (its own folder and ports, beside the seed's): the seed experiment
+/// through librdkafka at replication factor 1 prints the seed document's lines, and its log holds the
+/// COMMIT marker at 3 and the ABORT marker at 7.
+#[test]
+fn a_one_node_cluster_runs_the_seed_experiment() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("apache-kafka-one-node");
+    let spec = ClusterSpec { nodes: 1, ..ClusterSpec::seed() };
+    let cluster = KafkaCluster::start(kafka_distribution(), &dir, &spec)
+        .unwrap_or_else(|e| panic!("a one-node Kafka 4.3.1 cluster did not start: {e}"));
+    let out = run(python("seed_experiment.py", &cluster.bootstrap(), &["1", "seed-one-node"]), "seed_experiment.py");
+    assert_eq!(out, SEED_LINES, "the seed experiment on one node");
+    let logs = replica_logs(&cluster.addresses(), "seed-one-node", 8);
+    assert_eq!(logs.len(), 1, "one replica");
+    assert_seed_log("real Kafka, one node", 0, &logs[0]);
 }
