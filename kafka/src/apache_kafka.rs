@@ -11,7 +11,7 @@ use kafka_protocol::messages::MetadataRequest;
 use std::io::Read;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{mpsc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -63,10 +63,11 @@ impl Distribution {
             .arg("dependency:copy-dependencies")
             .arg(format!("-DoutputDirectory={}", lib.display()))
             .current_dir(&dir);
-        let (ok, output) = run_bounded(mvn, RESOLVE_TIMEOUT).map_err(|e| {
+        let (status, out, err) = run_bounded(mvn, RESOLVE_TIMEOUT).map_err(|e| {
             format!("cannot run mvn ({e}): the real-Kafka tests need Maven and a JDK {MIN_JAVA}+ on PATH")
         })?;
-        if !ok {
+        if !status.success() {
+            let output = out + &err;
             let tail: Vec<&str> = output.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev().collect();
             return Err(format!(
                 "mvn could not resolve Kafka {KAFKA_VERSION} from {}:\n{}",
@@ -365,7 +366,8 @@ fn format_storage(classpath: &str, node_dir: &Path) -> Result<(), String> {
     let mut java = Command::new("java");
     java.args(["-cp", classpath, "kafka.tools.StorageTool", "format", "-t", "dHhuc2ltLWFwYWNoZS1rYQ", "-c"])
         .arg(node_dir.join("server.properties"));
-    let (ok, output) = run_bounded(java, Duration::from_secs(60)).map_err(|e| format!("cannot run java: {e}"))?;
+    let (status, out, err) = run_bounded(java, Duration::from_secs(60)).map_err(|e| format!("cannot run java: {e}"))?;
+    let (ok, output) = (status.success(), out + &err);
     if ok {
         Ok(())
     } else {
@@ -402,8 +404,9 @@ fn java_major() -> Result<u32, String> {
     major.parse().map_err(|_| format!("java -version printed {quoted:?}"))
 }
 
-/// Runs `command` to its end within `limit`, with stdout and stderr together; kills it past the limit.
-fn run_bounded(mut command: Command, limit: Duration) -> Result<(bool, String), String> {
+/// Runs `command` to its end within `limit`: its exit status, stdout and stderr (drained while it runs,
+/// so a chatty program cannot block on a full pipe). Past the limit it is killed and that is the error.
+pub fn run_bounded(mut command: Command, limit: Duration) -> Result<(ExitStatus, String, String), String> {
     let mut child = command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -431,8 +434,7 @@ fn run_bounded(mut command: Command, limit: Duration) -> Result<(bool, String), 
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    let text = out.join().unwrap_or_default() + &err.join().unwrap_or_default();
-    Ok((status.success(), text))
+    Ok((status, out.join().unwrap_or_default(), err.join().unwrap_or_default()))
 }
 
 /// A request to the spawner thread: a command to start, and where to send the child.

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
-use txnsim_kafka::apache_kafka::Distribution;
+use txnsim_kafka::apache_kafka::{run_bounded, Distribution};
 
 /// The Python clients. The seed document ran confluent-kafka; kafka-python is independent of it (its own
 /// protocol code) and supports transactions.
@@ -123,18 +123,10 @@ pub fn run(command: Command, what: &str) -> String {
 
 /// Runs a client to its end within `limit` (it is killed and the test fails past it): its exit status,
 /// stdout and stderr.
-pub fn output(mut command: Command, what: &str, limit: Duration) -> (ExitStatus, String, String) {
-    let mut child = spawn(command.stdout(Stdio::piped()).stderr(Stdio::piped()), what);
-    // Drain both pipes while waiting, so a chatty client cannot block on a full pipe.
-    let drain = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            r.read_to_string(&mut s).ok();
-            s
-        })
-    };
-    let out = drain(Box::new(child.stdout.take().expect("piped")));
-    let err = drain(Box::new(child.stderr.take().expect("piped")));
-    let status = wait_bounded(&mut child, limit, what);
-    (status, out.join().expect("stdout"), err.join().expect("stderr"))
+pub fn output(command: Command, what: &str, limit: Duration) -> (ExitStatus, String, String) {
+    let program = command.get_program().to_string_lossy().into_owned();
+    run_bounded(command, limit).unwrap_or_else(|e| {
+        let need = if program == "java" { ": the Java client tests need a JDK 17 or newer on PATH" } else { "" };
+        panic!("{what} ({program}): {e}{need}")
+    })
 }
