@@ -744,24 +744,18 @@ fn produce_v12(leader: &mut Conn, (tid, topic): (&str, &str), producer: BatchPro
     answer.responses[0].partition_responses[0].error_code
 }
 
-/// KIP-890's late batch on the wire, which no client can send: a TV2 transaction's batch, the
-/// transaction aborted (EndTxn v5 bumps the epoch), its ABORT marker in, then a second batch at the old
-/// epoch, as a retry stuck in the network would arrive. What each step answered (epochs relative to the
-/// first) and the partition's log, per replica.
-fn late_batch_after_abort(addresses: &[String], run: &str) -> (Vec<String>, Vec<Vec<String>>) {
-    let (tid, topic) = (format!("{run}-late-tx"), format!("{run}-late"));
-    create_topics(addresses, &[(topic.clone(), 1)]).expect("CreateTopics");
+/// A transactional id's coordinator and a fresh producer id and epoch from it (InitProducerId v5),
+/// retried as a client would while a fresh `__transaction_state` is created and its leaders settle
+/// (COORDINATOR_LOAD_IN_PROGRESS 14, COORDINATOR_NOT_AVAILABLE 15, NOT_COORDINATOR 16).
+fn init_producer_raw(addresses: &[String], tid: &str) -> (Conn, i64, i16) {
     let mut find = FindCoordinatorRequest::default();
     find.key_type = 1;
-    find.coordinator_keys = vec![StrBytes::from_string(tid.clone())];
+    find.coordinator_keys = vec![StrBytes::from_string(tid.to_string())];
     let mut init = InitProducerIdRequest::default();
-    init.transactional_id = Some(TransactionalId(StrBytes::from_string(tid.clone())));
+    init.transactional_id = Some(TransactionalId(StrBytes::from_string(tid.to_string())));
     init.transaction_timeout_ms = 60_000;
-    let mut lines = Vec::new();
-    // A fresh `__transaction_state` is being created and its leaders settle: retry as a client would
-    // (COORDINATOR_NOT_AVAILABLE 15, NOT_COORDINATOR 16, COORDINATOR_LOAD_IN_PROGRESS 14).
     let deadline = Instant::now() + Duration::from_secs(30);
-    let (mut coordinator, r) = loop {
+    loop {
         let mut conn = Conn::connect(&addresses[0]).expect("connect");
         let found = conn.call(4, &find).expect("FindCoordinator");
         let error = match found.coordinators[0].error_code {
@@ -769,7 +763,7 @@ fn late_batch_after_abort(addresses: &[String], run: &str) -> (Vec<String>, Vec<
                 let mut coordinator = connect_node(&addresses[0], found.coordinators[0].node_id.0);
                 let r = coordinator.call(5, &init).expect("InitProducerId");
                 if r.error_code == 0 {
-                    break (coordinator, r);
+                    return (coordinator, r.producer_id.0, r.producer_epoch);
                 }
                 r.error_code
             }
@@ -778,8 +772,18 @@ fn late_batch_after_abort(addresses: &[String], run: &str) -> (Vec<String>, Vec<
         assert!([14, 15, 16].contains(&error), "FindCoordinator or InitProducerId: error {error}");
         assert!(Instant::now() < deadline, "no transaction coordinator in 30 s (error {error})");
         std::thread::sleep(Duration::from_millis(100));
-    };
-    let (pid, epoch) = (r.producer_id.0, r.producer_epoch);
+    }
+}
+
+/// KIP-890's late batch on the wire, which no client can send: a TV2 transaction's batch, the
+/// transaction aborted (EndTxn v5 bumps the epoch), its ABORT marker in, then a second batch at the old
+/// epoch, as a retry stuck in the network would arrive. What each step answered (epochs relative to the
+/// first) and the partition's log, per replica.
+fn late_batch_after_abort(addresses: &[String], run: &str) -> (Vec<String>, Vec<Vec<String>>) {
+    let (tid, topic) = (format!("{run}-late-tx"), format!("{run}-late"));
+    create_topics(addresses, &[(topic.clone(), 1)]).expect("CreateTopics");
+    let (mut coordinator, pid, epoch) = init_producer_raw(addresses, &tid);
+    let mut lines = Vec::new();
     let mut leader = connect_node(&addresses[0], leader_of(&addresses[0], &topic, 0));
     let first = BatchProducer { producer_id: pid, epoch, base_sequence: 0 };
     lines.push(format!("produce at epoch +0: error {}", produce_v12(&mut leader, (&tid, &topic), first, "first")));
@@ -833,4 +837,40 @@ fn a_one_node_cluster_runs_the_seed_experiment() {
     let logs = replica_logs(&cluster.addresses(), "seed-one-node", 8);
     assert_eq!(logs.len(), 1, "one replica");
     assert_seed_log("real Kafka, one node", 0, &logs[0]);
+}
+
+/// KAFKA-18202 (Kafka 4.1): under transaction version 2 a transactional batch from a producer with no
+/// state on the partition must start at sequence 0. A first batch at sequence 5, sent raw (a client
+/// starts at 0), then one at 0: what each answers and the log, on both systems.
+fn first_batch_at_sequence_5(addresses: &[String], run: &str) -> (Vec<String>, Vec<String>) {
+    let (tid, topic) = (format!("{run}-seq-tx"), format!("{run}-seq"));
+    create_topics(addresses, &[(topic.clone(), 1)]).expect("CreateTopics");
+    let (_, pid, epoch) = init_producer_raw(addresses, &tid);
+    let mut leader = connect_node(&addresses[0], leader_of(&addresses[0], &topic, 0));
+    let mut lines = Vec::new();
+    for (seq, value) in [(5, "five"), (0, "zero")] {
+        let batch = BatchProducer { producer_id: pid, epoch, base_sequence: seq };
+        lines.push(format!(
+            "produce at sequence {seq}: error {}",
+            produce_v12(&mut leader, (&tid, &topic), batch, value)
+        ));
+    }
+    // The transaction stays open, so the followers' HW may lag: the leader's log is the one compared.
+    let ru = fetch_log(&mut leader, &TopicPartition::new(&topic, 0), Isolation::ReadUncommitted).expect("Fetch");
+    (lines, describe(&ru, &ru))
+}
+
+#[test]
+fn a_first_transactional_batch_past_sequence_0_is_refused_on_real_kafka_and_on_serve() {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("time");
+    let run = format!("q{:x}", now.as_millis());
+    let server = Server::start("first-sequence", &SERVE_SEED_CLUSTER);
+    let serve = first_batch_at_sequence_5(&server.addresses, &run);
+    server.stop_clean();
+    let guard = seed_cluster();
+    let real = first_batch_at_sequence_5(&guard.as_ref().expect("started").addresses(), &run);
+    drop(guard);
+    report!("first batch at sequence 5 on real Kafka 4.3.1: {:?}", real.0);
+    assert_eq!(serve, real, "serve's answers and leader's log (left) differ from real Kafka's");
+    assert_eq!(real.0[0], "produce at sequence 5: error 45", "OUT_OF_ORDER_SEQUENCE_NUMBER (KAFKA-18202)");
 }

@@ -1087,6 +1087,7 @@ impl Broker {
             p.base_sequence,
             p.epoch,
             corr_to_coordinator,
+            version.supports_epoch_bump(),
             now_ms,
         );
         // `AddPartitionsToTxnManager`: a Produce v12+ (TV2) adds the partition; an older one only verifies.

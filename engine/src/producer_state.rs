@@ -100,6 +100,9 @@ pub struct VerificationStateEntry {
     pub guard: u64,
     pub lowest_sequence: i32,
     pub epoch: ProducerEpoch,
+    /// Made for a transaction version 2 write (Produce v12+): such a producer with no state here must
+    /// start at sequence 0 (KAFKA-18202, `VerificationStateEntry.supportsEpochBump`).
+    pub supports_epoch_bump: bool,
 }
 
 impl VerificationStateEntry {
@@ -197,6 +200,14 @@ impl ProducerStateManager {
             if verifying.is_some_and(|v| first_seq > v.lowest_sequence)
                 && entry.current_txn_first_offset.is_none()
                 && !mutations.has(Mutation::VerificationIgnoresLowestSequence)
+            {
+                return Err(KafkaError::OutOfOrderSequence);
+            }
+            // KAFKA-18202 (Kafka 4.1): a TV2 producer with no batches here must start at sequence 0.
+            if verifying.is_some_and(|v| v.supports_epoch_bump)
+                && first_seq != 0
+                && entry.last_seq().is_none()
+                && !mutations.has(Mutation::Tv2FirstSequenceUnchecked)
             {
                 return Err(KafkaError::OutOfOrderSequence);
             }
@@ -330,6 +341,7 @@ impl ProducerStateManager {
         sequence: i32,
         epoch: ProducerEpoch,
         guard: u64,
+        supports_epoch_bump: bool,
         now_ms: TimeMs,
     ) -> u64 {
         let entry = self.verification_entries.entry(producer_id).or_insert(VerificationStateEntry {
@@ -337,6 +349,7 @@ impl ProducerStateManager {
             guard,
             lowest_sequence: sequence,
             epoch,
+            supports_epoch_bump,
         });
         entry.maybe_update_lowest_sequence_and_epoch(sequence, epoch);
         entry.guard

@@ -1173,3 +1173,33 @@ fn a_txn_offset_commit_v5_that_only_verifies_is_caught_by_the_exact_answers() {
     let got = txn_offset_commit_v5(Mutations::one(Mutation::TxnOffsetCommitV5OnlyVerifies));
     assert_eq!(got, (48, 48, (0, -1)), "refused, the empty transaction's commit refused, no offset");
 }
+
+/// KAFKA-18202: a Produce v12 (transaction version 2) of a transactional batch at sequence 5 from a fresh
+/// producer, then one at 0: the partition's (error, base offset) of each.
+fn tv2_first_batch_at_sequence_5(mutations: Mutations) -> [(i16, i64); 2] {
+    let mut d = Driver::new(EngineConfig { mutations, ..EngineConfig::default() }, "127.0.0.1", 9092, 0);
+    let r: CreateTopicsResponse =
+        answer(d.on_frame(1, 1, request(ApiKey::CreateTopics, 7, 1, &create_topic(TOPIC, 1, 1))), 1, 7);
+    assert_eq!(r.topics[0].error_code, 0, "topic created");
+    let (pid, epoch) = init_transaction(&mut d, 2, 1);
+    [(5, "five"), (0, "zero")].map(|(seq, value)| {
+        let frame = request(ApiKey::Produce, 12, 3, &produce(Some("tx"), records(pid, epoch, seq, true, &[value])));
+        let r: ProduceResponse = answer(d.on_frame(3, 1, frame), 1, 12);
+        let p = &r.responses[0].partition_responses[0];
+        (p.error_code, p.base_offset)
+    })
+}
+
+/// Real Kafka 4.3.1 answers the first OUT_OF_ORDER_SEQUENCE_NUMBER (45) and takes the second at offset 0
+/// (tests/apache_kafka.rs).
+#[test]
+fn a_tv2_producer_with_no_state_must_start_at_sequence_0() {
+    assert_eq!(tv2_first_batch_at_sequence_5(Mutations::default()), [(45, -1), (0, 0)]);
+}
+
+/// Under `tv2-first-sequence-unchecked` the batch at 5 is appended at offset 0 and the one at 0 refused.
+#[test]
+fn an_unchecked_tv2_first_sequence_is_caught_by_the_exact_answers() {
+    let got = tv2_first_batch_at_sequence_5(Mutations::one(Mutation::Tv2FirstSequenceUnchecked));
+    assert_eq!(got, [(0, 0), (45, -1)]);
+}
