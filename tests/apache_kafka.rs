@@ -230,6 +230,14 @@ fn kafkas_java_client_prints_the_seed_documents_lines_on_real_kafka_and_on_serve
 /// A finalized feature: name, min and max level.
 type Feature = (String, i16, i16);
 
+/// ApiVersions v3 at `address` with no client name: its error code and how many APIs it lists (Kafka:
+/// INVALID_REQUEST and none, `ApiVersionsRequest.isValid`).
+fn api_versions_unnamed(address: &str) -> (i16, usize) {
+    let mut conn = Conn::connect(address).unwrap_or_else(|e| panic!("connect to {address}: {e}"));
+    let r = conn.call(3, &ApiVersionsRequest::default()).unwrap_or_else(|e| panic!("ApiVersions at {address}: {e}"));
+    (r.error_code, r.api_keys.len())
+}
+
 /// ApiVersions v3 at `address`: each API's served range by key, and the finalized `transaction.version`.
 fn api_versions(address: &str) -> (BTreeMap<i16, (i16, i16)>, Vec<Feature>) {
     let mut conn = Conn::connect(address).unwrap_or_else(|e| panic!("connect to {address}: {e}"));
@@ -250,13 +258,18 @@ fn api_versions(address: &str) -> (BTreeMap<i16, (i16, i16)>, Vec<Feature>) {
 /// carry transaction version 2 (Produce v12, EndTxn v5, TxnOffsetCommit v5: KIP-890 part 2) served by both.
 #[test]
 fn serve_advertises_the_transaction_version_and_api_versions_of_real_kafka() {
-    let (real, real_features) = {
+    let ((real, real_features), real_unnamed) = {
         let guard = seed_cluster();
-        api_versions(&guard.as_ref().expect("started").addresses()[0])
+        let address = &guard.as_ref().expect("started").addresses()[0];
+        (api_versions(address), api_versions_unnamed(address))
     };
     let server = Server::start("api-versions", &SERVE_SEED_CLUSTER);
     let (serve, serve_features) = api_versions(&server.addresses[0]);
+    let serve_unnamed = api_versions_unnamed(&server.addresses[0]);
     server.stop_clean();
+
+    assert_eq!(serve_unnamed, real_unnamed, "ApiVersions v3 without a client name (left: serve)");
+    assert_eq!(real_unnamed, (42, 0), "Kafka answers INVALID_REQUEST and lists no API");
 
     let tv = |f: &[Feature]| f.iter().find(|(n, _, _)| n == "transaction.version").cloned();
     assert_eq!(tv(&serve_features), tv(&real_features), "finalized transaction.version (left: serve)");

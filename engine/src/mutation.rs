@@ -78,10 +78,11 @@ pub enum Mutation {
     FollowerRefusesConsumerFetch,
     TxnOffsetCommitV5OnlyVerifies,
     Tv2FirstSequenceUnchecked,
+    ApiVersionsNamesUnchecked,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 70] = [
+    pub const ALL: [Mutation; 71] = [
         Mutation::ReadCommittedBoundedByHw,
         Mutation::LsoInclusive,
         Mutation::LsoIgnoresOngoingTxns,
@@ -152,6 +153,7 @@ impl Mutation {
         Mutation::FollowerRefusesConsumerFetch,
         Mutation::TxnOffsetCommitV5OnlyVerifies,
         Mutation::Tv2FirstSequenceUnchecked,
+        Mutation::ApiVersionsNamesUnchecked,
     ];
 
     /// The kebab-case name used on the command line and in seed files.
@@ -221,6 +223,7 @@ impl Mutation {
             Mutation::FollowerRefusesConsumerFetch => "follower-refuses-consumer-fetch",
             Mutation::TxnOffsetCommitV5OnlyVerifies => "txn-offset-commit-v5-only-verifies",
             Mutation::Tv2FirstSequenceUnchecked => "tv2-first-sequence-unchecked",
+            Mutation::ApiVersionsNamesUnchecked => "api-versions-names-unchecked",
             Mutation::MarkerRetryResendsAllPartitions => "marker-retry-resends-all-partitions",
             Mutation::EpochExhaustionIgnored => "epoch-exhaustion-ignored",
             Mutation::TransactionalIdsNeverExpire => "transactional-ids-never-expire",
@@ -339,6 +342,7 @@ impl Mutation {
             Mutation::FollowerRefusesConsumerFetch => "A follower refuses every consumer's Fetch with NOT_LEADER_OR_FOLLOWER, as before KIP-392: a Fetch v11+, which carries the client's metadata, is not served from the follower's own log bounded by its own HW and LSO, so a client that reads a partition's replicas one by one (as the real-Kafka test does) cannot.",
             Mutation::TxnOffsetCommitV5OnlyVerifies => "A TxnOffsetCommit v5 (transaction version 2) only verifies that the group's offsets partition is in the transaction, as v4 does, instead of adding it: a TV2 client, which sends no AddOffsetsToTxn, has its offsets refused with INVALID_TXN_STATE.",
             Mutation::Tv2FirstSequenceUnchecked => "KAFKA-18202 undone: under transaction version 2 a transactional batch from a producer with no batches on the partition is appended whatever its first sequence, so a reordered second batch lands at the partition's first offset and the first one is then refused.",
+            Mutation::ApiVersionsNamesUnchecked => "An ApiVersions v3+ request is answered in full whatever the client's software name and version, where Kafka answers INVALID_REQUEST with no API listed for an empty or malformed one.",
             Mutation::OffsetFetchReadsLatest => "The group coordinator answers every OffsetFetch from its latest state, at once: an offset whose record is not yet replicated (a commit just appended, or one a new coordinator loaded from its log end) is handed to a consumer, though an election may still lose it, and a stable fetch does not wait for it.",
             Mutation::NoMarkerResendOnFailover => "A broker that becomes the leader of __transaction_state loads its transactions but sends no markers for those it finds PrepareCommit or PrepareAbort: the decision its predecessor made is never written to the partitions it has not reached, and they stay open, blocking the LSO, until something else ends them.",
             Mutation::FailoverKeepsCoordinatorEpoch => "A coordinator that loads __transaction_state after a failover takes the coordinator epoch its predecessor wrote with instead of the partition's new leader epoch: partition leaders cannot tell the old coordinator's late markers from its own, so a retry of an old decision can close the producer's next transaction.",
@@ -428,6 +432,7 @@ impl Mutation {
             Mutation::FollowerRefusesConsumerFetch => "KIP-392: FetchParams.fetchOnlyLeader is false for a consumer's fetch with clientMetadata, which KafkaApis.handleFetchRequest sets from Fetch v11; Partition.localLogWithEpochOrThrow then serves a follower's log (checked against a real Kafka 4.3.1 cluster in tests/apache_kafka.rs)",
             Mutation::TxnOffsetCommitV5OnlyVerifies => "KIP-890 part 2: CoordinatorPartitionWriter.maybeStartTransactionVerification asks ReplicaManager for TransactionSupportedOperation addPartition from TxnOffsetCommit v5, and TransactionManager.sendOffsetsToTransaction skips AddOffsetsToTxn under TV2 (Kafka's Java client 4.3.1 against serve, tests/wire_clients.rs)",
             Mutation::Tv2FirstSequenceUnchecked => "KAFKA-18202 (Kafka 4.1): ProducerAppendInfo.checkSequence refuses a non-zero first sequence when the VerificationStateEntry supports epoch bump and the producer's entry is empty (checked against a real Kafka 4.3.1 cluster in tests/apache_kafka.rs)",
+            Mutation::ApiVersionsNamesUnchecked => "KIP-511: ApiVersionsRequest.isValid (SOFTWARE_NAME_VERSION_PATTERN) and KafkaApis.handleApiVersionsRequest's INVALID_REQUEST (checked against a real Kafka 4.3.1 cluster in tests/apache_kafka.rs)",
             Mutation::OffsetFetchReadsLatest => "GroupCoordinatorService.fetchOffsets: without requireStable a read operation at the last committed offset (CoordinatorRuntime.scheduleReadOperation; OffsetMetadataManagerTest#testFetchOffsetsAtDifferentCommittedOffset), with it a write operation answered once the HW reaches the last written offset (#testFetchOffsetsWithPendingTransactionalOffsets)",
             Mutation::NoMarkerResendOnFailover => "TransactionStateManager.loadTransactionsForTxnTopicPartition sends the markers of every PrepareCommit/PrepareAbort it loads (TransactionStateManagerTest#testLoadAndRemoveTransactionsForPartition, TransactionMarkerChannelManagerTest#shouldNotLoseTxnCompletionAfterLoad)",
             Mutation::FailoverKeepsCoordinatorEpoch => "TransactionCoordinator.onElection(txnTopicPartitionId, coordinatorEpoch): the coordinator epoch is the __transaction_state partition's leader epoch, and leaders fence markers of a lower one (ProducerStateManager, TRANSACTION_COORDINATOR_FENCED)",

@@ -2,7 +2,7 @@
 //! finalized `transaction.version` feature (KIP-584, KIP-1022).
 
 use kafka_protocol::messages::api_versions_response::{ApiVersion, FinalizedFeatureKey, SupportedFeatureKey};
-use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
 use kafka_protocol::protocol::StrBytes;
 
 /// Kafka's wire error codes (`Errors.java`) the driver answers itself; the engine's are `KafkaError::code`.
@@ -46,6 +46,25 @@ pub const SUPPORTED: [(ApiKey, i16, i16); 18] = [
     (ApiKey::OffsetCommit, 2, 9),
     (ApiKey::OffsetFetch, 1, 7),
 ];
+
+/// `ApiVersionsRequest.isValid` for v3+: the client's software name and version each match
+/// `[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?` (KIP-511).
+pub fn names_valid(request: &ApiVersionsRequest) -> bool {
+    let valid = |s: &str| {
+        let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+        edge(s.chars().next())
+            && edge(s.chars().last())
+            && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+    };
+    valid(&request.client_software_name) && valid(&request.client_software_version)
+}
+
+/// `ApiVersionsRequest.getErrorResponse` for INVALID_REQUEST: the error alone, no API or feature listed.
+pub fn invalid_api_versions_request() -> ApiVersionsResponse {
+    let mut r = ApiVersionsResponse::default();
+    r.error_code = code::INVALID_REQUEST;
+    r
+}
 
 /// The served range of an API, if it is served.
 pub fn served(key: ApiKey) -> Option<(i16, i16)> {

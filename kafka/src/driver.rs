@@ -496,7 +496,13 @@ impl Driver {
 
     fn dispatch(&mut self, now_ms: TimeMs, node: &NodeId, version: i16, request: RequestKind) -> Reply {
         let response = match request {
-            RequestKind::ApiVersions(_) => {
+            RequestKind::ApiVersions(request) => {
+                // `ApiVersionsRequest.isValid`: v3+ names the client, and Kafka refuses a malformed name.
+                // Every broker runs with the one config the driver was given.
+                let checked = !self.brokers[0].config.mutations.has(Mutation::ApiVersionsNamesUnchecked);
+                if version >= 3 && checked && !api::names_valid(&request) {
+                    return Reply::Response(Box::new(ResponseKind::ApiVersions(api::invalid_api_versions_request())));
+                }
                 let mut r = api::api_versions_response(0);
                 if version < 3 {
                     // Features are tagged fields of v3+.

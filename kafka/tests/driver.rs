@@ -219,7 +219,7 @@ fn an_empty_fetch_waits_until_data_or_its_deadline() {
     waiting.max_wait_ms = 500;
     assert_eq!(d.on_frame(10, 4, request(ApiKey::Fetch, 12, 1, &waiting)), vec![], "nothing to return: it waits");
     // A request behind it on the same connection waits too (one request at a time per connection).
-    assert_eq!(d.on_frame(11, 4, request(ApiKey::ApiVersions, 3, 2, &ApiVersionsRequest::default())), vec![]);
+    assert_eq!(d.on_frame(11, 4, request(ApiKey::ApiVersions, 3, 2, &api_versions_request())), vec![]);
     assert_eq!(d.next_deadline_ms(), Some(510), "the fetch's deadline comes before the broker's timers");
     let out = d.on_tick(510);
     assert_eq!(out.len(), 2, "the fetch is answered (empty), then the queued ApiVersions: {out:?}");
@@ -227,11 +227,19 @@ fn an_empty_fetch_waits_until_data_or_its_deadline() {
     assert_eq!(r.responses[0].partitions[0].records.as_ref().map(|b| b.len()), Some(0));
 }
 
+/// ApiVersions as a client sends it from v3: with its software name and version (KIP-511).
+fn api_versions_request() -> ApiVersionsRequest {
+    let mut r = ApiVersionsRequest::default();
+    r.client_software_name = StrBytes::from_static_str("txnsim-test");
+    r.client_software_version = StrBytes::from_static_str("1.0");
+    r
+}
+
 #[test]
 fn api_versions_advertises_transaction_version_2_and_answers_unknown_versions_at_v0() {
     let mut d = Driver::new(EngineConfig::default(), "127.0.0.1", 9092, 0);
     let r: ApiVersionsResponse =
-        answer(d.on_frame(0, 1, request(ApiKey::ApiVersions, 3, 1, &ApiVersionsRequest::default())), 1, 3);
+        answer(d.on_frame(0, 1, request(ApiKey::ApiVersions, 3, 1, &api_versions_request())), 1, 3);
     assert_eq!(r.error_code, 0);
     assert_eq!(r.api_keys.len(), txnsim_kafka::api::SUPPORTED.len());
     let tv: Vec<_> =
@@ -242,7 +250,7 @@ fn api_versions_advertises_transaction_version_2_and_answers_unknown_versions_at
         "Kafka 4.3.1 finalizes TV2 (tests/apache_kafka.rs)"
     );
     // Version 99 of ApiVersions: a v0 answer with UNSUPPORTED_VERSION (35), not a closed connection.
-    let mut frame = request(ApiKey::ApiVersions, 3, 2, &ApiVersionsRequest::default()).to_vec();
+    let mut frame = request(ApiKey::ApiVersions, 3, 2, &api_versions_request()).to_vec();
     frame[2..4].copy_from_slice(&99i16.to_be_bytes());
     let r: ApiVersionsResponse = answer(d.on_frame(0, 1, Bytes::from(frame)), 1, 0);
     assert_eq!(r.error_code, 35);
@@ -1202,4 +1210,34 @@ fn a_tv2_producer_with_no_state_must_start_at_sequence_0() {
 fn an_unchecked_tv2_first_sequence_is_caught_by_the_exact_answers() {
     let got = tv2_first_batch_at_sequence_5(Mutations::one(Mutation::Tv2FirstSequenceUnchecked));
     assert_eq!(got, [(0, 0), (45, -1)]);
+}
+
+/// ApiVersions v3 with the client's software name and version (KIP-511): (error, APIs listed) for a
+/// valid name, an empty one and one ending in a dot.
+fn api_versions_v3_by_name(mutations: Mutations) -> Vec<(i16, usize)> {
+    let mut d = Driver::new(EngineConfig { mutations, ..EngineConfig::default() }, "127.0.0.1", 9092, 0);
+    [("txnsim", "0.1.0"), ("", "0.1.0"), ("txnsim", "0.1.")]
+        .map(|(name, version)| {
+            let mut r = ApiVersionsRequest::default();
+            r.client_software_name = StrBytes::from_static_str(name);
+            r.client_software_version = StrBytes::from_static_str(version);
+            let a: ApiVersionsResponse = answer(d.on_frame(0, 1, request(ApiKey::ApiVersions, 3, 1, &r)), 1, 3);
+            (a.error_code, a.api_keys.len())
+        })
+        .to_vec()
+}
+
+/// Kafka refuses a malformed client name with INVALID_REQUEST (42) and lists nothing
+/// (`ApiVersionsRequest.isValid`); real Kafka 4.3.1 answers the empty name so (tests/apache_kafka.rs).
+#[test]
+fn api_versions_v3_refuses_a_malformed_client_name() {
+    let n = txnsim_kafka::api::SUPPORTED.len();
+    assert_eq!(api_versions_v3_by_name(Mutations::default()), [(0, n), (42, 0), (42, 0)]);
+}
+
+/// Under `api-versions-names-unchecked` every name gets the full answer.
+#[test]
+fn unchecked_client_names_are_caught_by_the_exact_answers() {
+    let n = txnsim_kafka::api::SUPPORTED.len();
+    assert_eq!(api_versions_v3_by_name(Mutations::one(Mutation::ApiVersionsNamesUnchecked)), [(0, n); 3]);
 }
