@@ -63,7 +63,12 @@ public class JavaClients {
     }
 
     static KafkaProducer<String, String> producer(String bootstrap, String transactionalId) {
+        return producer(bootstrap, transactionalId, new Properties());
+    }
+
+    static KafkaProducer<String, String> producer(String bootstrap, String transactionalId, Properties extra) {
         Properties p = config(bootstrap);
+        p.putAll(extra);
         p.put("transactional.id", transactionalId);
         p.put("key.serializer", "org.apache.kafka.common.serialization.StringSerializer");
         p.put("value.serializer", "org.apache.kafka.common.serialization.StringSerializer");
@@ -195,7 +200,11 @@ public class JavaClients {
     static void seed(String bootstrap, int replicationFactor, String topic) throws Exception {
         String prefix = topic.equals("tx-demo") ? "seed" : topic;
         createTopic(bootstrap, topic, replicationFactor);
-        KafkaProducer<String, String> p = producer(bootstrap, topic + "-producer");
+        // The three sends of each transaction wait for the flush and go out as one batch, so the log's batch
+        // boundaries are the program's and not the client's timing (the tests compare them with real Kafka's).
+        Properties oneBatch = new Properties();
+        oneBatch.put("linger.ms", "1000");
+        KafkaProducer<String, String> p = producer(bootstrap, topic + "-producer", oneBatch);
         p.initTransactions();
         p.beginTransaction();
         for (int i = 0; i < 3; i++) {

@@ -36,7 +36,9 @@ def main():
     topic = NewTopic(topic_name, num_partitions=1, replication_factor=replication_factor)
     admin.create_topics([topic])[topic_name].result(CALL_TIMEOUT_S)
 
-    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic_name}-producer"})
+    # The three produces of each transaction wait for the flush and go out as one batch, so the log's batch
+    # boundaries are the program's and not the client's timing (the tests compare them with real Kafka's).
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic_name}-producer", "linger.ms": 1000})
     p.init_transactions(CALL_TIMEOUT_S)
     p.begin_transaction()
     for i in range(3):
