@@ -590,13 +590,13 @@ fn stopped(pid: u32, want: bool) -> bool {
     }
 }
 
-/// The harness's faults on the seed's cluster: SIGSTOP stops a node's process and SIGCONT resumes it;
-/// kill -9 closes its port; a restart on its own data brings it back, and every node lists all three
-/// brokers again.
+/// The harness's pause on the seed's cluster: SIGSTOP stops a node's process and SIGCONT resumes it.
+/// (Its kill -9 and restart run in the differential's fault scripts, whose outputs say each restart
+/// succeeded.)
 #[test]
-fn the_harness_pauses_kills_and_restarts_a_node() {
-    let mut guard = seed_cluster();
-    let cluster = guard.as_mut().expect("started");
+fn the_harness_pauses_and_resumes_a_node() {
+    let guard = seed_cluster();
+    let cluster = guard.as_ref().expect("started");
     let pid = cluster.pid(1).expect("node 1 runs");
     cluster.pause(1).expect("SIGSTOP");
     let was_stopped = stopped(pid, true);
@@ -604,14 +604,6 @@ fn the_harness_pauses_kills_and_restarts_a_node() {
     cluster.resume(1).expect("SIGCONT");
     assert!(was_stopped, "node 1 is stopped");
     assert!(!stopped(pid, false), "node 1 runs again");
-
-    let address = cluster.addresses()[2].clone();
-    cluster.kill(2);
-    assert_eq!(cluster.pid(2), None, "node 2 is down");
-    assert!(Conn::connect(&address).is_err(), "nothing listens on {address} after kill -9");
-    cluster.restart(2).expect("node 2 restarts and the cluster is ready");
-    assert!(cluster.pid(2).is_some_and(|p| p != pid), "node 2 runs in a new process");
-    Conn::connect(&address).expect("node 2 listens again");
 }
 
 /// A corpus scenario as a differential script, or why a client cannot play it. Its topics as `topic`
