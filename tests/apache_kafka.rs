@@ -457,9 +457,7 @@ fn differential(file: &str, workers: usize) -> (usize, Vec<String>) {
     let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file))
         .unwrap_or_else(|e| panic!("the scripts {file}: {e}"));
     let partitions = script_partitions(&text);
-    // Each run has its own prefix: the real cluster outlives a run (it is the test binary's).
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("time");
-    let run = format!("d{:x}", now.as_millis());
+    let run = run_prefix("d");
     let serve_run = run.clone();
     let file_name = file.to_string();
     let serve = std::thread::spawn(move || {
@@ -780,6 +778,23 @@ fn init_producer_raw(addresses: &[String], tid: &str) -> (Conn, i64, i16) {
     }
 }
 
+/// A name prefix of its own for each run: the real cluster outlives a run (it is the test binary's).
+fn run_prefix(kind: &str) -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("time");
+    format!("{kind}{:x}", now.as_millis())
+}
+
+/// `probe` on `serve` (the seed's cluster) and then on real Kafka, with one name prefix: (serve's, real's).
+fn on_both<T>(name: &str, probe: fn(&[String], &str) -> T) -> (T, T) {
+    let run = run_prefix("r");
+    let server = Server::start(name, &SERVE_SEED_CLUSTER);
+    let serve = probe(&server.addresses, &run);
+    server.stop_clean();
+    let guard = seed_cluster();
+    let real = probe(&guard.as_ref().expect("started").addresses(), &run);
+    (serve, real)
+}
+
 /// KIP-890's late batch on the wire, which no client can send: a TV2 transaction's batch, the
 /// transaction aborted (EndTxn v5 bumps the epoch), its ABORT marker in, then a second batch at the old
 /// epoch, as a retry stuck in the network would arrive. What each step answered (epochs relative to the
@@ -815,14 +830,7 @@ fn late_batch_after_abort(addresses: &[String], run: &str) -> (Vec<String>, Vec<
 /// the late batch must not be written.
 #[test]
 fn a_late_batch_after_a_tv2_abort_is_refused_on_real_kafka_and_on_serve() {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("time");
-    let run = format!("l{:x}", now.as_millis());
-    let server = Server::start("late-batch", &SERVE_SEED_CLUSTER);
-    let serve = late_batch_after_abort(&server.addresses, &run);
-    server.stop_clean();
-    let guard = seed_cluster();
-    let real = late_batch_after_abort(&guard.as_ref().expect("started").addresses(), &run);
-    drop(guard);
+    let (serve, real) = on_both("late-batch", late_batch_after_abort);
     report!("late batch on real Kafka 4.3.1: {:?}", real.0);
     assert_eq!(serve, real, "serve's answers and logs (left) differ from real Kafka's");
     assert!(real.1[0].iter().all(|l| !l.contains(":late")), "the late batch is not in the log: {:#?}", real.1[0]);
@@ -867,14 +875,7 @@ fn first_batch_at_sequence_5(addresses: &[String], run: &str) -> (Vec<String>, V
 
 #[test]
 fn a_first_transactional_batch_past_sequence_0_is_refused_on_real_kafka_and_on_serve() {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("time");
-    let run = format!("q{:x}", now.as_millis());
-    let server = Server::start("first-sequence", &SERVE_SEED_CLUSTER);
-    let serve = first_batch_at_sequence_5(&server.addresses, &run);
-    server.stop_clean();
-    let guard = seed_cluster();
-    let real = first_batch_at_sequence_5(&guard.as_ref().expect("started").addresses(), &run);
-    drop(guard);
+    let (serve, real) = on_both("first-sequence", first_batch_at_sequence_5);
     report!("first batch at sequence 5 on real Kafka 4.3.1: {:?}", real.0);
     assert_eq!(serve, real, "serve's answers and leader's log (left) differ from real Kafka's");
     assert_eq!(real.0[0], "produce at sequence 5: error 45", "OUT_OF_ORDER_SEQUENCE_NUMBER (KAFKA-18202)");
