@@ -281,9 +281,9 @@ public class Differential {
                 String outcome;
                 try (KafkaConsumer<String, String> c = new KafkaConsumer<>(p)) {
                     // An offset of an open transaction is answered UNSTABLE_OFFSET_COMMIT, which the consumer
-                    // retries until the call's time is up: five seconds say so (a busy machine needs more than
-                    // one to find a new group's coordinator) without waiting ten.
-                    OffsetAndMetadata o = c.committed(Set.of(tp), Duration.ofSeconds(5)).get(tp);
+                    // retries until the call's time is up (ten seconds: a gate's busy machine once took more
+                    // than five to answer a settled one on serve).
+                    OffsetAndMetadata o = c.committed(Set.of(tp), CALL_TIMEOUT).get(tp);
                     outcome = o == null ? "none" : Long.toString(o.offset());
                 } catch (RuntimeException e) {
                     outcome = error(e);
