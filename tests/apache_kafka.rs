@@ -543,7 +543,7 @@ fn differential(file: &str, workers: usize) -> (usize, Vec<String>) {
 }
 
 /// The differential: every script of tests/differential/scripts.txt through Kafka's Java client 4.3.1 on
-/// real Kafka 4.3.1 and on `txnsim serve`, 8 at a time on each. Each script's printed lines (every send's
+/// real Kafka 4.3.1 and on `txnsim serve`, 4 at a time on each. Each script's printed lines (every send's
 /// offset or error, every call's outcome, every read's records with their offsets and the position
 /// reached, ListOffsets at both levels, the group's committed offsets) and the log of each of its
 /// partitions on every replica (batches, producers numbered by first appearance, epochs, sequences,
@@ -551,7 +551,7 @@ fn differential(file: &str, workers: usize) -> (usize, Vec<String>) {
 #[test]
 fn differential_scripts_observe_the_same_on_real_kafka_and_on_serve() {
     let started = Instant::now();
-    let (scripts, differences) = differential(DIFFERENTIAL_SCRIPTS, 8);
+    let (scripts, differences) = differential(DIFFERENTIAL_SCRIPTS, 4);
     report!(
         "differential: {scripts} scripts on real Kafka 4.3.1 and serve in {:.1} s, {} differences",
         started.elapsed().as_secs_f64(),
@@ -699,7 +699,7 @@ fn corpus_scenarios_observe_the_same_on_real_kafka_and_on_serve() {
     let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("differential-corpus.txt");
     std::fs::write(&path, &script).expect("write the corpus scripts");
     let started = Instant::now();
-    let (played, differences) = differential(path.to_str().expect("utf-8"), 8);
+    let (played, differences) = differential(path.to_str().expect("utf-8"), 4);
     report!(
         "corpus differential: {played} scenarios played on real Kafka 4.3.1 and serve in {:.1} s, {} differences; \
          {} not a client's:\n{}",
