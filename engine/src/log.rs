@@ -471,8 +471,15 @@ impl PartitionLog {
         };
         if isolation == Some(IsolationLevel::ReadCommitted) && mutations.has(Mutation::LsoInclusive) {
             // The bug reads the LSO as the last readable offset: the batch starting there leaks.
-            max_offset = (max_offset + 1).min(self.high_watermark);
+            let at_lso = self.segments.iter().flat_map(|s| &s.batches).find(|b| b.base_offset == max_offset);
+            max_offset = at_lso.map_or(max_offset, |b| b.last_offset + 1).min(self.high_watermark);
         }
+        // The bound is a position, the start of the batch holding it (`UnifiedLog.fetchHighWatermarkMetadata`,
+        // `LogSegment.translateOffset`), so `LocalLog.read` stops before a batch that straddles it.
+        let below_bound = |b: &RecordBatch| match mutations.has(Mutation::BatchStraddlingBoundReturned) {
+            true => b.base_offset < max_offset,
+            false => b.last_offset < max_offset,
+        };
         let mut batches = Vec::new();
         let mut upper_bound = self.log_end_offset;
         if fetch_offset < max_offset {
@@ -481,7 +488,7 @@ impl PartitionLog {
                 let found: Vec<&RecordBatch> = segment
                     .batches
                     .iter()
-                    .filter(|b| b.last_offset >= fetch_offset && b.base_offset < max_offset)
+                    .filter(|b| b.last_offset >= fetch_offset && below_bound(b))
                     .collect();
                 if found.is_empty() {
                     continue;
