@@ -150,7 +150,7 @@ const NEEDS_FAULTS: [Mutation; 4] = [
 
 /// The departures from Kafka 4.x fixed on the coordinator and leader side, each with the ported Kafka
 /// test whose exact expectation catches it: the scenario must fail with a difference (not an input error).
-const CATCHERS: [(Mutation, &str, &str); 22] = [
+const CATCHERS: [(Mutation, &str, &str); 23] = [
     (Mutation::NoMarkerResendOnFailover, "a-new-coordinator-completes-a-prepared-commit", "coordinator[0].state"),
     (
         Mutation::FenceAbortKeepsExhaustedId,
@@ -224,7 +224,16 @@ const CATCHERS: [(Mutation, &str, &str); 22] = [
         "producers[0].state",
     ),
     (Mutation::MarkerRetryResendsAllPartitions, "marker-retry-resends-only-the-failed-partition", "expect.held"),
-    (Mutation::BatchStraddlingBoundReturned, "read-bounded-inside-a-batch-returns-nothing-of-that-batch", "expect.values"),
+    (
+        Mutation::BatchStraddlingBoundReturned,
+        "read-bounded-inside-a-batch-returns-nothing-of-that-batch",
+        "expect.values",
+    ),
+    (
+        Mutation::LogStartDropsOpenTransactions,
+        "delete-records-that-drops-an-open-transactions-segment-keeps-it-open",
+        "invariant lso-is-first-unstable-offset",
+    ),
 ];
 
 #[test]

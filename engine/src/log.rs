@@ -409,7 +409,12 @@ impl PartitionLog {
         }
         if before_offset > self.log_start_offset {
             self.log_start_offset = before_offset;
+            // `ProducerStateManager.onLogStartOffsetIncremented` removes completed transactions only: an
+            // open one that began below the new start keeps holding the LSO, at the log start.
             self.producer_state.remove_unreplicated_transactions(before_offset);
+            if mutations.has(Mutation::LogStartDropsOpenTransactions) {
+                self.producer_state.forget_open_transactions_below(before_offset);
+            }
         }
         while self.segments.len() > 1 && self.segments[1].base_offset <= self.log_start_offset {
             self.segments.remove(0);
@@ -485,11 +490,8 @@ impl PartitionLog {
         if fetch_offset < max_offset {
             let first = self.segment_index_for(fetch_offset);
             for (i, segment) in self.segments.iter().enumerate().skip(first) {
-                let found: Vec<&RecordBatch> = segment
-                    .batches
-                    .iter()
-                    .filter(|b| b.last_offset >= fetch_offset && below_bound(b))
-                    .collect();
+                let found: Vec<&RecordBatch> =
+                    segment.batches.iter().filter(|b| b.last_offset >= fetch_offset && below_bound(b)).collect();
                 if found.is_empty() {
                     continue;
                 }

@@ -80,10 +80,11 @@ pub enum Mutation {
     Tv2FirstSequenceUnchecked,
     ApiVersionsNamesUnchecked,
     BatchStraddlingBoundReturned,
+    LogStartDropsOpenTransactions,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 72] = [
+    pub const ALL: [Mutation; 73] = [
         Mutation::ReadCommittedBoundedByHw,
         Mutation::LsoInclusive,
         Mutation::LsoIgnoresOngoingTxns,
@@ -156,6 +157,7 @@ impl Mutation {
         Mutation::Tv2FirstSequenceUnchecked,
         Mutation::ApiVersionsNamesUnchecked,
         Mutation::BatchStraddlingBoundReturned,
+        Mutation::LogStartDropsOpenTransactions,
     ];
 
     /// The kebab-case name used on the command line and in seed files.
@@ -227,6 +229,7 @@ impl Mutation {
             Mutation::Tv2FirstSequenceUnchecked => "tv2-first-sequence-unchecked",
             Mutation::ApiVersionsNamesUnchecked => "api-versions-names-unchecked",
             Mutation::BatchStraddlingBoundReturned => "batch-straddling-bound-returned",
+            Mutation::LogStartDropsOpenTransactions => "log-start-drops-open-transactions",
             Mutation::MarkerRetryResendsAllPartitions => "marker-retry-resends-all-partitions",
             Mutation::EpochExhaustionIgnored => "epoch-exhaustion-ignored",
             Mutation::TransactionalIdsNeverExpire => "transactional-ids-never-expire",
@@ -347,6 +350,7 @@ impl Mutation {
             Mutation::Tv2FirstSequenceUnchecked => "KAFKA-18202 undone: under transaction version 2 a transactional batch from a producer with no batches on the partition is appended whatever its first sequence, so a reordered second batch lands at the partition's first offset and the first one is then refused.",
             Mutation::ApiVersionsNamesUnchecked => "An ApiVersions v3+ request is answered in full whatever the client's software name and version, where Kafka answers INVALID_REQUEST with no API listed for an empty or malformed one.",
             Mutation::BatchStraddlingBoundReturned => "A read bounded inside a batch (a high watermark or LSO that falls between a batch's first and last offsets) returns that batch whole, records above the bound included, where Kafka stops before it.",
+            Mutation::LogStartDropsOpenTransactions => "DeleteRecords forgets every open transaction that began below the new log start: the LSO jumps past it to the HW, so read_committed consumers read the rest of a transaction that has not ended, and its ABORT marker writes no aborted-index entry.",
             Mutation::OffsetFetchReadsLatest => "The group coordinator answers every OffsetFetch from its latest state, at once: an offset whose record is not yet replicated (a commit just appended, or one a new coordinator loaded from its log end) is handed to a consumer, though an election may still lose it, and a stable fetch does not wait for it.",
             Mutation::NoMarkerResendOnFailover => "A broker that becomes the leader of __transaction_state loads its transactions but sends no markers for those it finds PrepareCommit or PrepareAbort: the decision its predecessor made is never written to the partitions it has not reached, and they stay open, blocking the LSO, until something else ends them.",
             Mutation::FailoverKeepsCoordinatorEpoch => "A coordinator that loads __transaction_state after a failover takes the coordinator epoch its predecessor wrote with instead of the partition's new leader epoch: partition leaders cannot tell the old coordinator's late markers from its own, so a retry of an old decision can close the producer's next transaction.",
@@ -438,6 +442,7 @@ impl Mutation {
             Mutation::Tv2FirstSequenceUnchecked => "KAFKA-18202 (Kafka 4.1): ProducerAppendInfo.checkSequence refuses a non-zero first sequence when the VerificationStateEntry supports epoch bump and the producer's entry is empty (checked against a real Kafka 4.3.1 cluster in tests/apache_kafka.rs)",
             Mutation::ApiVersionsNamesUnchecked => "KIP-511: ApiVersionsRequest.isValid (SOFTWARE_NAME_VERSION_PATTERN) and KafkaApis.handleApiVersionsRequest's INVALID_REQUEST (checked against a real Kafka 4.3.1 cluster in tests/apache_kafka.rs)",
             Mutation::BatchStraddlingBoundReturned => "UnifiedLog.fetchHighWatermarkMetadata and LogSegment.translateOffset turn the bound into the position of the batch holding it, and LocalLog.read reads up to that position",
+            Mutation::LogStartDropsOpenTransactions => "ProducerStateManager.onLogStartOffsetIncremented removes only completed transactions (removeUnreplicatedTransactions); UnifiedLog.maybeIncrementFirstUnstableOffset clamps the first unstable offset to the log start",
             Mutation::OffsetFetchReadsLatest => "GroupCoordinatorService.fetchOffsets: without requireStable a read operation at the last committed offset (CoordinatorRuntime.scheduleReadOperation; OffsetMetadataManagerTest#testFetchOffsetsAtDifferentCommittedOffset), with it a write operation answered once the HW reaches the last written offset (#testFetchOffsetsWithPendingTransactionalOffsets)",
             Mutation::NoMarkerResendOnFailover => "TransactionStateManager.loadTransactionsForTxnTopicPartition sends the markers of every PrepareCommit/PrepareAbort it loads (TransactionStateManagerTest#testLoadAndRemoveTransactionsForPartition, TransactionMarkerChannelManagerTest#shouldNotLoseTxnCompletionAfterLoad)",
             Mutation::FailoverKeepsCoordinatorEpoch => "TransactionCoordinator.onElection(txnTopicPartitionId, coordinatorEpoch): the coordinator epoch is the __transaction_state partition's leader epoch, and leaders fence markers of a lower one (ProducerStateManager, TRANSACTION_COORDINATOR_FENCED)",

@@ -401,6 +401,17 @@ impl ProducerStateManager {
             .insert(completed.first_offset, TxnMetadata { last_offset: Some(completed.last_offset), ..txn });
     }
 
+    /// Mutation `log-start-drops-open-transactions`: forgets the open transactions that began below the new
+    /// log start, as if they had never started; Kafka keeps them (`onLogStartOffsetIncremented`).
+    pub fn forget_open_transactions_below(&mut self, log_start: Offset) {
+        let kept = self.ongoing_txns.split_off(&log_start);
+        for txn in std::mem::replace(&mut self.ongoing_txns, kept).into_values() {
+            if let Some(entry) = self.producers.get_mut(&txn.producer_id) {
+                entry.current_txn_first_offset = None;
+            }
+        }
+    }
+
     /// `onHighWatermarkUpdated` / `removeUnreplicatedTransactions`: markers below `offset` are stable.
     pub fn remove_unreplicated_transactions(&mut self, offset: Offset) {
         self.unreplicated_txns.retain(|_, t| t.last_offset.expect("unreplicated txns have markers") >= offset);

@@ -376,6 +376,8 @@ pub fn caught_by(m: Mutation) -> Vec<Invariant> {
         Mutation::NoMarkerResendOnFailover => &[DecidedTransactionsComplete],
         Mutation::FailoverKeepsCoordinatorEpoch => &[MarkerMatchesDecision],
         Mutation::IsrChangeToldToLeaderOnly => &[DecidedTransactionsComplete],
+        // The log-start scenarios of seeds/scenarios/log_start.json (tests/scenarios.rs CATCHERS).
+        Mutation::LogStartDropsOpenTransactions => &[LsoIsFirstUnstableOffset],
         _ => &[],
     };
     let mut found: Vec<Invariant> = Invariant::catalogue().filter(|i| i.mutation() == m).collect();

@@ -89,6 +89,28 @@ impl LogFactsBuilder {
         open
     }
 
+    /// A builder for the log from `first` on that still knows the transactions open at `first`, which
+    /// began below it. Kafka's producer state keeps a transaction whose first batches went with dropped
+    /// segments (`ProducerStateManager.onLogStartOffsetIncremented` removes only completed ones), so the
+    /// LSO and the ABORT's aborted-index entry still start at the transaction's first offset.
+    pub fn carried_below(&self, first: Offset) -> LogFactsBuilder {
+        let mut carried = LogFactsBuilder::default();
+        let open_at_first = |t: &&TxnSpan| t.first_offset < first && t.marker.is_none_or(|m| m.offset >= first);
+        for t in self.facts.txns.iter().filter(open_at_first) {
+            carried.facts.txns.push(TxnSpan {
+                batches: Vec::new(),
+                record_offsets: Vec::new(),
+                marker: None,
+                index_lso: None,
+                first_of_producer: false,
+                ..t.clone()
+            });
+            carried.open.insert(t.producer_id, carried.facts.txns.len() - 1);
+            carried.seen.insert(t.producer_id);
+        }
+        carried
+    }
+
     /// Reads the next batch (batches come in offset order); the transaction it closed, if it did.
     pub fn push(&mut self, b: &RecordBatch) -> Option<usize> {
         let facts = &mut self.facts;

@@ -332,10 +332,12 @@ impl PartitionState {
         let intact = first == self.first_segment
             && still_there(segments, self.batches_at, |s| &s.batches)
             && still_there(segments, self.index_at, |s| &s.txn_index);
+        let mut txns_before = self.facts.facts.txns.len();
         if !intact {
-            *self = PartitionState { first_segment: first, ..PartitionState::default() };
+            let facts = self.facts.carried_below(first);
+            *self = PartitionState { first_segment: first, facts, ..PartitionState::default() };
+            txns_before = 0;
         }
-        let txns_before = self.facts.facts.txns.len();
         self.batches_at = read_from(segments, self.batches_at, |s| &s.batches, |b| self.read_batch(tp, b));
         self.unsettled.extend(txns_before..self.facts.facts.txns.len());
         let index = &mut self.index;

@@ -346,9 +346,11 @@ impl Expect {
 
     /// Whether DeleteRecords before `start` would split a transaction: drop the segment holding its first
     /// batch but not the one holding its marker (or drop it while it is open). The state checks learn of a
-    /// transaction only from the batches left in the log (its first offset, and the index LSO of other
-    /// transactions' entries, come from them), so a split transaction is beyond them: a checker gap
-    /// reported separately, not an engine rule. The harness deletes less instead.
+    /// transaction only from the batches left in the log when they first see it: the incremental
+    /// `StateChecker` carries what it saw before the drop (`LogFactsBuilder::carried_below`, proved by the
+    /// log-start scenarios), but the one-shot `check_state` this harness holds it to cannot know the
+    /// first offset or the index LSO of a transaction that began in a dropped segment. The harness deletes
+    /// less instead.
     fn would_split_a_transaction(&self, start: Offset) -> bool {
         self.spans.iter().any(|(&first, &marker)| {
             self.segment_dropped_at(first, start) && !marker.is_some_and(|m| self.segment_dropped_at(m, start))
