@@ -345,13 +345,11 @@ impl Runner<'_> {
                 })
             }
             Op::Begin { producer, expect_error } => {
-                let superseded = self.instances[producer].superseded;
+                // Client side only (`TransactionManager.beginTransaction`): a fenced instance that has not
+                // heard of it yet begins as usual (TransactionsTest#testFencingOnAddPartitions).
                 let p = self.cluster.producers.get_mut(producer).expect("validated live producer");
-                let mut result = p.begin_transaction();
-                if superseded {
-                    // begin is client-side; SCENARIOS.md defines a fenced instance's begin as PRODUCER_FENCED.
-                    result = Err(KafkaError::ProducerFenced);
-                }
+                let result = p.begin_transaction();
+                let result = self.fenced_view(producer, result);
                 self.check_result(i, op, &result, expect_error.as_deref(), false)?;
                 Ok(result.map(|_| "ok".to_string()).unwrap_or_else(error_name))
             }
@@ -616,11 +614,14 @@ impl Runner<'_> {
         }
     }
 
-    /// A superseded instance fails every op with PRODUCER_FENCED (SCENARIOS.md), whatever the client saw
-    /// first; a success stays a success, so a zombie write the engine wrongly accepts is still caught.
+    /// A superseded instance learns of its fence from a broker: a partition leader's INVALID_PRODUCER_EPOCH
+    /// and the coordinator's PRODUCER_FENCED count as one (docs/scenario-format.md). Local refusals stay as
+    /// the client gives them (`TransactionsTest#testFencingOnSend`, `#testFencingOnCommit`).
     fn fenced_view<T>(&self, producer: &str, result: Result<T, KafkaError>) -> Result<T, KafkaError> {
         match result {
-            Err(_) if self.instances.get(producer).is_some_and(|i| i.superseded) => Err(KafkaError::ProducerFenced),
+            Err(KafkaError::InvalidProducerEpoch) if self.instances.get(producer).is_some_and(|i| i.superseded) => {
+                Err(KafkaError::ProducerFenced)
+            }
             other => other,
         }
     }
