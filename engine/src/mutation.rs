@@ -81,10 +81,12 @@ pub enum Mutation {
     ApiVersionsNamesUnchecked,
     BatchStraddlingBoundReturned,
     LogStartDropsOpenTransactions,
+    LastProducerEpochPersisted,
+    RotationRecordsOverflowedEpoch,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 73] = [
+    pub const ALL: [Mutation; 75] = [
         Mutation::ReadCommittedBoundedByHw,
         Mutation::LsoInclusive,
         Mutation::LsoIgnoresOngoingTxns,
@@ -158,6 +160,8 @@ impl Mutation {
         Mutation::ApiVersionsNamesUnchecked,
         Mutation::BatchStraddlingBoundReturned,
         Mutation::LogStartDropsOpenTransactions,
+        Mutation::LastProducerEpochPersisted,
+        Mutation::RotationRecordsOverflowedEpoch,
     ];
 
     /// The kebab-case name used on the command line and in seed files.
@@ -230,6 +234,8 @@ impl Mutation {
             Mutation::ApiVersionsNamesUnchecked => "api-versions-names-unchecked",
             Mutation::BatchStraddlingBoundReturned => "batch-straddling-bound-returned",
             Mutation::LogStartDropsOpenTransactions => "log-start-drops-open-transactions",
+            Mutation::LastProducerEpochPersisted => "last-producer-epoch-persisted",
+            Mutation::RotationRecordsOverflowedEpoch => "rotation-records-overflowed-epoch",
             Mutation::MarkerRetryResendsAllPartitions => "marker-retry-resends-all-partitions",
             Mutation::EpochExhaustionIgnored => "epoch-exhaustion-ignored",
             Mutation::TransactionalIdsNeverExpire => "transactional-ids-never-expire",
@@ -351,6 +357,8 @@ impl Mutation {
             Mutation::ApiVersionsNamesUnchecked => "An ApiVersions v3+ request is answered in full whatever the client's software name and version, where Kafka answers INVALID_REQUEST with no API listed for an empty or malformed one.",
             Mutation::BatchStraddlingBoundReturned => "A read bounded inside a batch (a high watermark or LSO that falls between a batch's first and last offsets) returns that batch whole, records above the bound included, where Kafka stops before it.",
             Mutation::LogStartDropsOpenTransactions => "DeleteRecords forgets every open transaction that began below the new log start: the LSO jumps past it to the HW, so read_committed consumers read the rest of a transaction that has not ended, and its ABORT marker writes no aborted-index entry.",
+            Mutation::LastProducerEpochPersisted => "A coordinator that loads __transaction_state after a move keeps each id's last producer epoch, as KAFKA-20357 (after Kafka 4.3.1) makes it: a KIP-360 InitProducerId retried after the failover gets its answer again, where Kafka 4.3.1 loads no last epoch and fences it with PRODUCER_FENCED.",
+            Mutation::RotationRecordsOverflowedEpoch => "A TV2 completion that moves an exhausted id to its next producer id records the overflowed epoch (Short.MAX_VALUE) as the last one, where Kafka keeps Short.MAX_VALUE - 1 from prepareAbortOrCommit: a KIP-360 InitProducerId retried with the client's last epoch is then fenced.",
             Mutation::OffsetFetchReadsLatest => "The group coordinator answers every OffsetFetch from its latest state, at once: an offset whose record is not yet replicated (a commit just appended, or one a new coordinator loaded from its log end) is handed to a consumer, though an election may still lose it, and a stable fetch does not wait for it.",
             Mutation::NoMarkerResendOnFailover => "A broker that becomes the leader of __transaction_state loads its transactions but sends no markers for those it finds PrepareCommit or PrepareAbort: the decision its predecessor made is never written to the partitions it has not reached, and they stay open, blocking the LSO, until something else ends them.",
             Mutation::FailoverKeepsCoordinatorEpoch => "A coordinator that loads __transaction_state after a failover takes the coordinator epoch its predecessor wrote with instead of the partition's new leader epoch: partition leaders cannot tell the old coordinator's late markers from its own, so a retry of an old decision can close the producer's next transaction.",
@@ -443,6 +451,8 @@ impl Mutation {
             Mutation::ApiVersionsNamesUnchecked => "KIP-511: ApiVersionsRequest.isValid (SOFTWARE_NAME_VERSION_PATTERN) and KafkaApis.handleApiVersionsRequest's INVALID_REQUEST (checked against a real Kafka 4.3.1 cluster in tests/apache_kafka.rs)",
             Mutation::BatchStraddlingBoundReturned => "UnifiedLog.fetchHighWatermarkMetadata and LogSegment.translateOffset turn the bound into the position of the batch holding it, and LocalLog.read reads up to that position",
             Mutation::LogStartDropsOpenTransactions => "ProducerStateManager.onLogStartOffsetIncremented removes only completed transactions (removeUnreplicatedTransactions); UnifiedLog.maybeIncrementFirstUnstableOffset clamps the first unstable offset to the log start",
+            Mutation::LastProducerEpochPersisted => "Kafka 4.3.1: TransactionLogValue has no last-epoch field and TransactionLog.read sets lastProducerEpoch to NO_PRODUCER_EPOCH; TransactionMetadata.prepareIncrementProducerEpoch then finds the retried epoch neither current nor last (KAFKA-20357 persists it, after 4.3.1)",
+            Mutation::RotationRecordsOverflowedEpoch => "TransactionMetadata.prepareComplete keeps lastProducerEpoch as prepareAbortOrCommit left it (Short.MAX_VALUE - 1; its comment says validProducerEpoch relies on it), Kafka 4.3.1",
             Mutation::OffsetFetchReadsLatest => "GroupCoordinatorService.fetchOffsets: without requireStable a read operation at the last committed offset (CoordinatorRuntime.scheduleReadOperation; OffsetMetadataManagerTest#testFetchOffsetsAtDifferentCommittedOffset), with it a write operation answered once the HW reaches the last written offset (#testFetchOffsetsWithPendingTransactionalOffsets)",
             Mutation::NoMarkerResendOnFailover => "TransactionStateManager.loadTransactionsForTxnTopicPartition sends the markers of every PrepareCommit/PrepareAbort it loads (TransactionStateManagerTest#testLoadAndRemoveTransactionsForPartition, TransactionMarkerChannelManagerTest#shouldNotLoseTxnCompletionAfterLoad)",
             Mutation::FailoverKeepsCoordinatorEpoch => "TransactionCoordinator.onElection(txnTopicPartitionId, coordinatorEpoch): the coordinator epoch is the __transaction_state partition's leader epoch, and leaders fence markers of a lower one (ProducerStateManager, TRANSACTION_COORDINATOR_FENCED)",

@@ -558,7 +558,14 @@ impl TransactionCoordinator {
                     self.txns.remove(&transactional_id);
                     continue;
                 }
-                TxnLogValue::Metadata { metadata, decided, markers } => (metadata, decided, markers),
+                TxnLogValue::Metadata { mut metadata, decided, markers } => {
+                    // Kafka 4.3.1's TransactionLogValue has no field for it: TransactionLog.read loads
+                    // NO_PRODUCER_EPOCH (KAFKA-20357, which persists it, came after 4.3.1).
+                    if !ctx.config.mutations.has(Mutation::LastProducerEpochPersisted) {
+                        metadata.last_producer_epoch = NO_PRODUCER_EPOCH;
+                    }
+                    (metadata, decided, markers)
+                }
             };
             let tid = metadata.transactional_id.clone();
             match metadata.state {
@@ -1072,7 +1079,11 @@ impl TransactionCoordinator {
                 t.previous_producer_id = Some(t.producer_id);
             }
             if let Some(next) = t.next_producer_id.take() {
-                t.last_producer_epoch = t.producer_epoch;
+                // `prepareComplete` keeps the last epoch `prepareAbortOrCommit` left (Short.MAX_VALUE - 1),
+                // which `validProducerEpoch` relies on; the bug records the overflowed one.
+                if ctx.config.mutations.has(Mutation::RotationRecordsOverflowedEpoch) {
+                    t.last_producer_epoch = t.producer_epoch;
+                }
                 t.producer_id = next;
                 t.producer_epoch = 0;
             }
