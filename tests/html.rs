@@ -155,7 +155,7 @@ fn screenshot_script_explains_itself() {
     assert!(text.contains("scripts/screenshot.sh PAGE.html OUT.png [STEP]"), "usage: {text}");
 }
 
-const REPLAYED: &str = "seeds/lso-inclusive-standard-0.toml";
+const REPLAYED: &str = "seeds/lso-inclusive-standard-7.toml";
 
 /// `replay --html`: the page's data is the replay's own steps, each step's numbers are those the trace
 /// recorded at its event, and the mutation's bug is in the picture (read_committed past the LSO).

@@ -150,7 +150,7 @@ const NEEDS_FAULTS: [Mutation; 4] = [
 
 /// The departures from Kafka 4.x fixed on the coordinator and leader side, each with the ported Kafka
 /// test whose exact expectation catches it: the scenario must fail with a difference (not an input error).
-const CATCHERS: [(Mutation, &str, &str); 25] = [
+const CATCHERS: [(Mutation, &str, &str); 26] = [
     (Mutation::NoMarkerResendOnFailover, "a-new-coordinator-completes-a-prepared-commit", "coordinator[0].state"),
     (
         Mutation::FenceAbortKeepsExhaustedId,
@@ -234,12 +234,17 @@ const CATCHERS: [(Mutation, &str, &str); 25] = [
         "delete-records-that-drops-an-open-transactions-segment-keeps-it-open",
         "invariant lso-is-first-unstable-offset",
     ),
-    (Mutation::LastProducerEpochPersisted, "a-kip360-init-retried-after-a-coordinator-failover-is-fenced", "producers[0].state"),
+    (
+        Mutation::LastProducerEpochPersisted,
+        "a-kip360-init-retried-after-a-coordinator-failover-is-fenced",
+        "producers[0].state",
+    ),
     (
         Mutation::RotationRecordsOverflowedEpoch,
         "coordinator-tv2-commit-at-the-last-epoch-rotates-the-producer-id",
         "coordinator[0].last_epoch",
     ),
+    (Mutation::RetriesOvertake, "snd-retries-keep-their-order-behind-an-unanswered-batch", "in_flight"),
 ];
 
 #[test]

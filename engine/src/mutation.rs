@@ -83,10 +83,11 @@ pub enum Mutation {
     LogStartDropsOpenTransactions,
     LastProducerEpochPersisted,
     RotationRecordsOverflowedEpoch,
+    RetriesOvertake,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 75] = [
+    pub const ALL: [Mutation; 76] = [
         Mutation::ReadCommittedBoundedByHw,
         Mutation::LsoInclusive,
         Mutation::LsoIgnoresOngoingTxns,
@@ -162,6 +163,7 @@ impl Mutation {
         Mutation::LogStartDropsOpenTransactions,
         Mutation::LastProducerEpochPersisted,
         Mutation::RotationRecordsOverflowedEpoch,
+        Mutation::RetriesOvertake,
     ];
 
     /// The kebab-case name used on the command line and in seed files.
@@ -236,6 +238,7 @@ impl Mutation {
             Mutation::LogStartDropsOpenTransactions => "log-start-drops-open-transactions",
             Mutation::LastProducerEpochPersisted => "last-producer-epoch-persisted",
             Mutation::RotationRecordsOverflowedEpoch => "rotation-records-overflowed-epoch",
+            Mutation::RetriesOvertake => "retries-overtake",
             Mutation::MarkerRetryResendsAllPartitions => "marker-retry-resends-all-partitions",
             Mutation::EpochExhaustionIgnored => "epoch-exhaustion-ignored",
             Mutation::TransactionalIdsNeverExpire => "transactional-ids-never-expire",
@@ -359,6 +362,7 @@ impl Mutation {
             Mutation::LogStartDropsOpenTransactions => "DeleteRecords forgets every open transaction that began below the new log start: the LSO jumps past it to the HW, so read_committed consumers read the rest of a transaction that has not ended, and its ABORT marker writes no aborted-index entry.",
             Mutation::LastProducerEpochPersisted => "A coordinator that loads __transaction_state after a move keeps each id's last producer epoch, as KAFKA-20357 (after Kafka 4.3.1) makes it: a KIP-360 InitProducerId retried after the failover gets its answer again, where Kafka 4.3.1 loads no last epoch and fences it with PRODUCER_FENCED.",
             Mutation::RotationRecordsOverflowedEpoch => "A TV2 completion that moves an exhausted id to its next producer id records the overflowed epoch (Short.MAX_VALUE) as the last one, where Kafka keeps Short.MAX_VALUE - 1 from prepareAbortOrCommit: a KIP-360 InitProducerId retried with the client's last epoch is then fenced.",
+            Mutation::RetriesOvertake => "A retried batch is resent as soon as its backoff is over, whatever earlier batch of its partition is still unanswered, and new batches of the partition drain past it: the leader gets the partition's sequences out of order and answers OUT_OF_ORDER_SEQUENCE_NUMBER again, until the earlier batch lands.",
             Mutation::OffsetFetchReadsLatest => "The group coordinator answers every OffsetFetch from its latest state, at once: an offset whose record is not yet replicated (a commit just appended, or one a new coordinator loaded from its log end) is handed to a consumer, though an election may still lose it, and a stable fetch does not wait for it.",
             Mutation::NoMarkerResendOnFailover => "A broker that becomes the leader of __transaction_state loads its transactions but sends no markers for those it finds PrepareCommit or PrepareAbort: the decision its predecessor made is never written to the partitions it has not reached, and they stay open, blocking the LSO, until something else ends them.",
             Mutation::FailoverKeepsCoordinatorEpoch => "A coordinator that loads __transaction_state after a failover takes the coordinator epoch its predecessor wrote with instead of the partition's new leader epoch: partition leaders cannot tell the old coordinator's late markers from its own, so a retry of an old decision can close the producer's next transaction.",
@@ -453,6 +457,7 @@ impl Mutation {
             Mutation::LogStartDropsOpenTransactions => "ProducerStateManager.onLogStartOffsetIncremented removes only completed transactions (removeUnreplicatedTransactions); UnifiedLog.maybeIncrementFirstUnstableOffset clamps the first unstable offset to the log start",
             Mutation::LastProducerEpochPersisted => "Kafka 4.3.1: TransactionLogValue has no last-epoch field and TransactionLog.read sets lastProducerEpoch to NO_PRODUCER_EPOCH; TransactionMetadata.prepareIncrementProducerEpoch then finds the retried epoch neither current nor last (KAFKA-20357 persists it, after 4.3.1)",
             Mutation::RotationRecordsOverflowedEpoch => "TransactionMetadata.prepareComplete keeps lastProducerEpoch as prepareAbortOrCommit left it (Short.MAX_VALUE - 1; its comment says validProducerEpoch relies on it), Kafka 4.3.1",
+            Mutation::RetriesOvertake => "RecordAccumulator.reenqueue puts a retried batch back at the head of its partition's queue (insertInSequenceOrder) and shouldStopDrainBatchesForPartition holds it while TransactionManager.firstInFlightSequence is another batch's (SenderTest#testCorrectHandlingOfOutOfOrderResponses)",
             Mutation::OffsetFetchReadsLatest => "GroupCoordinatorService.fetchOffsets: without requireStable a read operation at the last committed offset (CoordinatorRuntime.scheduleReadOperation; OffsetMetadataManagerTest#testFetchOffsetsAtDifferentCommittedOffset), with it a write operation answered once the HW reaches the last written offset (#testFetchOffsetsWithPendingTransactionalOffsets)",
             Mutation::NoMarkerResendOnFailover => "TransactionStateManager.loadTransactionsForTxnTopicPartition sends the markers of every PrepareCommit/PrepareAbort it loads (TransactionStateManagerTest#testLoadAndRemoveTransactionsForPartition, TransactionMarkerChannelManagerTest#shouldNotLoseTxnCompletionAfterLoad)",
             Mutation::FailoverKeepsCoordinatorEpoch => "TransactionCoordinator.onElection(txnTopicPartitionId, coordinatorEpoch): the coordinator epoch is the __transaction_state partition's leader epoch, and leaders fence markers of a lower one (ProducerStateManager, TRANSACTION_COORDINATOR_FENCED)",

@@ -203,6 +203,9 @@ pub struct Producer {
     in_flight: BTreeMap<u64, InFlight>,
     /// Requests waiting out `retry.backoff.ms`, by the correlation id of their retry timer.
     backing_off: BTreeMap<u64, InFlight>,
+    /// Retried batches whose backoff is over but which wait for an earlier batch of their partition to
+    /// finish (`RecordAccumulator.shouldStopDrainBatchesForPartition`): keys of `backing_off`.
+    due_retries: BTreeSet<u64>,
     next_correlation_id: u64,
     next_op: OpId,
     completions: Vec<Completion>,
@@ -286,6 +289,7 @@ impl Producer {
             pending_end: None,
             in_flight: BTreeMap::new(),
             backing_off: BTreeMap::new(),
+            due_retries: BTreeSet::new(),
             next_correlation_id: 0,
             next_op: 0,
             completions: Vec::new(),
@@ -828,7 +832,14 @@ impl Producer {
     fn drain(&mut self, effects: &mut Effects) {
         let tv1_txn = self.transactional_id().is_some() && !self.transaction_version().supports_epoch_bump();
         let flushing = matches!(self.pending_end, Some((_, TransactionResult::Commit)));
+        // A retried batch goes back to the head of its partition's queue: nothing behind it drains first.
         let mut blocked: BTreeSet<TopicPartition> = BTreeSet::new();
+        if !self.config.mutations.has(crate::mutation::Mutation::RetriesOvertake) {
+            blocked.extend(self.backing_off.values().filter_map(|f| match f {
+                InFlight::Produce { partition, .. } => Some(partition.clone()),
+                _ => None,
+            }));
+        }
         let mut k = 0;
         while k < self.accumulator.len() {
             let q = &self.accumulator[k];
@@ -846,6 +857,36 @@ impl Producer {
                 k += 1;
             }
         }
+    }
+
+    /// Resends each request whose backoff is over; a retried batch only once no earlier batch of its
+    /// partition is unfinished, so retries reach the leader in sequence order (`RecordAccumulator`'s
+    /// drain stops while the first in-flight sequence is another batch's, SenderTest#testCorrectHandlingOfOutOfOrderResponses).
+    fn send_due_retries(&mut self, effects: &mut Effects) {
+        self.due_retries.retain(|c| self.backing_off.contains_key(c));
+        let ordered = !self.config.mutations.has(crate::mutation::Mutation::RetriesOvertake);
+        while let Some(&corr) =
+            self.due_retries.iter().find(|&&c| !ordered || !self.waits_for_earlier(&self.backing_off[&c]))
+        {
+            self.due_retries.remove(&corr);
+            let in_flight = self.backing_off.remove(&corr).expect("due retries are backing off");
+            self.resend(in_flight, effects);
+        }
+    }
+
+    /// Whether `retry` is a batch with an unfinished earlier batch of the same partition and epoch.
+    fn waits_for_earlier(&self, retry: &InFlight) -> bool {
+        let InFlight::Produce { partition, batch: ProduceBatch { producer: Some(mine), .. }, .. } = retry else {
+            return false;
+        };
+        self.in_flight.values().chain(self.backing_off.values()).any(|f| match f {
+            InFlight::Produce { partition: other, batch: ProduceBatch { producer: Some(p), .. }, .. } => {
+                other == partition
+                    && (p.producer_id, p.epoch) == (mine.producer_id, mine.epoch)
+                    && p.base_sequence < mine.base_sequence
+            }
+            _ => false,
+        })
     }
 
     /// `RecordAccumulator.abortUndrainedBatches`: batches never sent fail with `error`; sent ones are left
@@ -999,8 +1040,8 @@ impl Producer {
         let mut effects = Effects::default();
         match timer {
             Timer::RetryBackoff { correlation_id } => {
-                if let Some(in_flight) = self.backing_off.remove(&correlation_id) {
-                    self.resend(in_flight, &mut effects);
+                if self.backing_off.contains_key(&correlation_id) {
+                    self.due_retries.insert(correlation_id);
                 }
             }
             Timer::RequestTimeout { correlation_id } => {
@@ -1029,6 +1070,7 @@ impl Producer {
 
     /// What the sender loop does after any input: drain, bump an idempotent epoch, send a waiting EndTxn.
     fn after_event(&mut self, effects: &mut Effects) {
+        self.send_due_retries(effects);
         self.drain(effects);
         self.maybe_bump_idempotent_epoch();
         self.drain(effects);

@@ -78,7 +78,7 @@ fn the_replay_command_a_sweep_prints_runs_as_printed_and_reproduces_the_failure(
 
 #[test]
 fn a_saved_seed_file_replays_by_path_with_its_own_profile_and_mutation() {
-    let path = "seeds/skip-aborted-index-on-fetch-standard-1.toml";
+    let path = "seeds/skip-aborted-index-on-fetch-standard-0.toml";
     let file = txnsim_sim::seeds::load_file(&repo_root().join(path)).expect("the corpus file loads");
     let spec = cli::replay_spec(&replay_args(&["replay", &repo_root().join(path).to_string_lossy()])).expect("valid");
     assert_eq!(spec.seed, file.seed);
@@ -224,7 +224,7 @@ fn replay_json_matches_its_schema_with_structured_events_and_a_verdict() {
     let spec = RunSpec {
         trace: true,
         keep_history: true,
-        ..RunSpec::new(1, Profile::Standard, Some(Mutation::SkipAbortedIndexOnFetch))
+        ..RunSpec::new(0, Profile::Standard, Some(Mutation::SkipAbortedIndexOnFetch))
     };
     let report = run_seed(&spec);
     let value = serde_json::to_value(ReplayJson::of(&spec, &report)).expect("serializes");
@@ -244,7 +244,7 @@ fn the_replay_reads_as_text_a_person_can_follow() {
     let spec = RunSpec {
         trace: true,
         keep_history: false,
-        ..RunSpec::new(1, Profile::Standard, Some(Mutation::SkipAbortedIndexOnFetch))
+        ..RunSpec::new(0, Profile::Standard, Some(Mutation::SkipAbortedIndexOnFetch))
     };
     let report = run_seed(&spec);
     let lines = cli::replay_lines(&spec, &report);
