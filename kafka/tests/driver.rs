@@ -191,25 +191,58 @@ fn fetch_returns_offsets_watermarks_and_the_aborted_list() {
     assert_eq!(first.headers.get(&StrBytes::from_static_str("h")), Some(&Some(Bytes::from_static(b"x"))));
 }
 
+/// ListOffsets v7 of partition 0 at `isolation` for `timestamp` (-1 latest, -2 earliest).
+fn list_offset(d: &mut Driver, now: u64, isolation: i8, timestamp: i64) -> i64 {
+    let mut p = list_offsets_request::ListOffsetsPartition::default();
+    p.partition_index = 0;
+    p.timestamp = timestamp;
+    let mut t = list_offsets_request::ListOffsetsTopic::default();
+    t.name = StrBytes::from_static_str(TOPIC).into();
+    t.partitions = vec![p];
+    let mut r = ListOffsetsRequest::default();
+    r.replica_id = (-1).into();
+    r.isolation_level = isolation;
+    r.topics = vec![t];
+    let r: ListOffsetsResponse = answer(d.on_frame(now, 3, request(ApiKey::ListOffsets, 7, 9, &r)), 3, 7);
+    r.topics[0].partitions[0].offset
+}
+
 #[test]
 fn list_offsets_latest_per_isolation_and_earliest() {
     let (mut d, _) = fixture();
-    let mut offsets = Vec::new();
-    for (isolation, ts) in [(0, -1), (1, -1), (0, -2)] {
-        let mut p = list_offsets_request::ListOffsetsPartition::default();
-        p.partition_index = 0;
-        p.timestamp = ts;
-        let mut t = list_offsets_request::ListOffsetsTopic::default();
-        t.name = StrBytes::from_static_str(TOPIC).into();
-        t.partitions = vec![p];
-        let mut r = ListOffsetsRequest::default();
-        r.replica_id = (-1).into();
-        r.isolation_level = isolation;
-        r.topics = vec![t];
-        let r: ListOffsetsResponse = answer(d.on_frame(10, 3, request(ApiKey::ListOffsets, 7, 9, &r)), 3, 7);
-        offsets.push(r.topics[0].partitions[0].offset);
-    }
+    let offsets: Vec<i64> =
+        [(0, -1), (1, -1), (0, -2)].into_iter().map(|(i, ts)| list_offset(&mut d, 10, i, ts)).collect();
     assert_eq!(offsets, vec![7, 7, 0], "HW, LSO (no open transaction), log start");
+}
+
+/// While a transaction is open its first offset is the LSO (`UnifiedLog.lastStableOffset`): the Fetch
+/// answer's `last_stable_offset`, what a read_committed Fetch returns (`FetchIsolation.TXN_COMMITTED`)
+/// and ListOffsets LATEST at read_committed (`UnifiedLog.fetchOffsetByTimestamp`, KIP-98) all stop
+/// there, while the HW and read_uncommitted go on past it; the commit frees them.
+#[test]
+fn an_open_transaction_holds_the_lso_in_fetch_and_list_offsets() {
+    let (mut d, pid) = fixture();
+    assert_eq!(add_partition(&mut d, 20, 1, pid, 0), 0, "AddPartitionsToTxn");
+    let open = produce(Some("tx"), records(pid, 0, 3, true, &["o-0"]));
+    let r: ProduceResponse = answer(d.on_frame(21, 1, request(ApiKey::Produce, 9, 21, &open)), 1, 9);
+    assert_eq!(r.responses[0].partition_responses[0].base_offset, 7, "the open transaction starts at 7");
+    let plain = produce(None, records(-1, -1, -1, false, &["p-2"]));
+    let r: ProduceResponse = answer(d.on_frame(22, 1, request(ApiKey::Produce, 9, 22, &plain)), 1, 9);
+    assert_eq!(r.responses[0].partition_responses[0].base_offset, 8, "a plain record above it");
+    let fetched = |d: &mut Driver, now: u64, isolation: i8| {
+        let r: FetchResponse = answer(d.on_frame(now, 2, request(ApiKey::Fetch, 12, 7, &fetch(isolation, 0))), 2, 12);
+        let p = &r.responses[0].partitions[0];
+        let last = values(p.records.as_ref().expect("records")).last().map(|(o, _)| *o);
+        (p.high_watermark, p.last_stable_offset, last)
+    };
+    assert_eq!(fetched(&mut d, 23, 1), (9, 7, Some(5)), "read_committed: HW 9, LSO 7, nothing from 7 on");
+    assert_eq!(fetched(&mut d, 24, 0), (9, 7, Some(8)), "read_uncommitted: the same LSO, records to the HW");
+    let latest = [0, 1].map(|isolation| list_offset(&mut d, 25, isolation, -1));
+    assert_eq!(latest, [9, 7], "ListOffsets LATEST: the HW at read_uncommitted, the LSO at read_committed");
+    assert_eq!(end_txn(&mut d, 26, 1, pid, 0, true), 0, "EndTxn");
+    assert_eq!(fetched(&mut d, 27, 1), (10, 10, Some(8)), "after the COMMIT at 9 the LSO is the HW again");
+    let latest = [0, 1].map(|isolation| list_offset(&mut d, 28, isolation, -1));
+    assert_eq!(latest, [10, 10], "ListOffsets LATEST after the commit");
 }
 
 #[test]

@@ -190,6 +190,27 @@ fn truncation_walks_back_epoch_by_epoch_until_the_logs_agree() {
     assert_eq!(follower.high_watermark(), leader.high_watermark());
 }
 
+/// AbstractFetcherThread.getOffsetTruncationState, the branch "the follower does not know about the epoch
+/// that leader replied with" (derived): on logs whose epochs start at different offsets on the two sides,
+/// the follower's last epoch 4 is answered with the leader's epoch 3 ending at 2; the follower has no
+/// epoch 3, so it truncates to the end of its own largest epoch below it (epoch 2, ending at 4), not to
+/// the leader's offset, and asks again: epoch 0 is shared and ends at 1 on both sides.
+#[test]
+fn a_follower_without_the_leaders_epoch_truncates_to_its_own_epoch_below_it() {
+    let mut follower = log_of(&[(0, "a"), (2, "b"), (2, "c"), (2, "d"), (4, "e")]);
+    let mut leader = log_of(&[(0, "a"), (3, "x"), (5, "y"), (5, "z"), (5, "w")]);
+    leader.update_high_watermark(1, &Mutations::none());
+    let first = leader.diverging_epoch(follower.log_end_offset(), Some(4)).expect("in range");
+    assert_eq!(first, Some(EpochEndOffset { epoch: 3, end_offset: 2 }), "the leader answers its epoch 3, ending at 2");
+    let mut ends = Vec::new();
+    while fetch_once(&mut follower, &leader) {
+        ends.push(follower.log_end_offset());
+        assert!(ends.len() <= 3, "truncation does not converge: {ends:?}");
+    }
+    assert_eq!(ends, vec![4, 1], "first to the end of its own epoch 2, then to the shared epoch 0's end");
+    assert_eq!(batches(&follower), batches(&leader), "the follower's log is the leader's");
+}
+
 /// The latest epoch entry of a two-record log written under epoch 19 after it leads from `epoch` at its
 /// log end and, replaced before appending, truncates to `offset` as a follower, under `mutations`.
 fn latest_entry_after_noop_truncation(
