@@ -8,11 +8,16 @@ mod common;
 
 use clients::{java, java_source, kafka_distribution, python, run, spawn, SEED_LINES};
 use common::{txnsim, wait_bounded, Server};
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::txn_offset_commit_request::{
+    TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, EndTxnRequest, FindCoordinatorRequest, InitProducerIdRequest, MetadataRequest,
-    ProduceRequest, ProducerId, TopicName, TransactionalId,
+    AddPartitionsToTxnRequest, ApiKey, ApiVersionsRequest, EndTxnRequest, FindCoordinatorRequest,
+    InitProducerIdRequest, MetadataRequest, ProduceRequest, ProducerId, TopicName, TransactionalId,
+    TxnOffsetCommitRequest,
 };
 use kafka_protocol::protocol::StrBytes;
 use std::collections::{BTreeMap, BTreeSet};
@@ -721,9 +726,15 @@ fn connect_node(address: &str, node: i32) -> Conn {
         .unwrap_or_else(|e| panic!("connect to broker {node}: {e}"))
 }
 
-/// A Produce v12 (transaction version 2: the leader adds the partition) of one transactional batch:
-/// the partition's error code.
-fn produce_v12(leader: &mut Conn, (tid, topic): (&str, &str), producer: BatchProducer, value: &str) -> i16 {
+/// A Produce of one transactional batch to `tp`'s leader at `version` (v12 and up, transaction version 2:
+/// the leader adds the partition; below, KIP-890 part 1: it only verifies it): the partition's error code.
+fn produce_txn(
+    leader: &mut Conn,
+    version: i16,
+    (tid, tp): (&str, &TopicPartition),
+    producer: BatchProducer,
+    value: &str,
+) -> i16 {
     let batch = RecordBatch {
         base_offset: 0,
         last_offset: 0,
@@ -732,18 +743,18 @@ fn produce_v12(leader: &mut Conn, (tid, topic): (&str, &str), producer: BatchPro
         body: BatchBody::Data(vec![Record { offset: 0, value: value.to_string() }]),
         partition_leader_epoch: 0,
     };
-    let tp = TopicPartition::new(topic, 0);
     let mut p = PartitionProduceData::default();
-    p.records = Some(txnsim_kafka::records::encode_fetch(&tp, &[batch], &BTreeMap::new(), usize::MAX));
+    p.index = tp.partition as i32;
+    p.records = Some(txnsim_kafka::records::encode_fetch(tp, &[batch], &BTreeMap::new(), usize::MAX));
     let mut t = TopicProduceData::default();
-    t.name = TopicName(StrBytes::from_string(topic.to_string()));
+    t.name = TopicName(StrBytes::from_string(tp.topic.to_string()));
     t.partition_data = vec![p];
     let mut r = ProduceRequest::default();
     r.transactional_id = Some(TransactionalId(StrBytes::from_string(tid.to_string())));
     r.acks = -1;
     r.timeout_ms = 10_000;
     r.topic_data = vec![t];
-    let answer = leader.call(12, &r).unwrap_or_else(|e| panic!("Produce v12: {e}"));
+    let answer = leader.call(version, &r).unwrap_or_else(|e| panic!("Produce v{version}: {e}"));
     answer.responses[0].partition_responses[0].error_code
 }
 
@@ -805,8 +816,9 @@ fn late_batch_after_abort(addresses: &[String], run: &str) -> (Vec<String>, Vec<
     let (mut coordinator, pid, epoch) = init_producer_raw(addresses, &tid);
     let mut lines = Vec::new();
     let mut leader = connect_node(&addresses[0], leader_of(&addresses[0], &topic, 0));
+    let tp = TopicPartition::new(&topic, 0);
     let first = BatchProducer { producer_id: pid, epoch, base_sequence: 0 };
-    lines.push(format!("produce at epoch +0: error {}", produce_v12(&mut leader, (&tid, &topic), first, "first")));
+    lines.push(format!("produce at epoch +0: error {}", produce_txn(&mut leader, 12, (&tid, &tp), first, "first")));
     let mut end = EndTxnRequest::default();
     end.transactional_id = TransactionalId(StrBytes::from_string(tid.clone()));
     end.producer_id = ProducerId(pid);
@@ -815,14 +827,13 @@ fn late_batch_after_abort(addresses: &[String], run: &str) -> (Vec<String>, Vec<
     let r = coordinator.call(5, &end).expect("EndTxn");
     lines.push(format!("abort: error {}, epoch +{}", r.error_code, r.producer_epoch - epoch));
     // The marker in (the HW past it) before the late batch: the race without it is Kafka's, not the rule.
-    let tp = TopicPartition::new(&topic, 0);
     let deadline = Instant::now() + Duration::from_secs(10);
     while fetch_log(&mut leader, &tp, Isolation::ReadUncommitted).expect("Fetch").high_watermark < 2 {
         assert!(Instant::now() < deadline, "the ABORT marker did not arrive in 10 s");
         std::thread::sleep(Duration::from_millis(50));
     }
     let late = BatchProducer { producer_id: pid, epoch, base_sequence: 1 };
-    lines.push(format!("late produce at epoch +0: error {}", produce_v12(&mut leader, (&tid, &topic), late, "late")));
+    lines.push(format!("late produce at epoch +0: error {}", produce_txn(&mut leader, 12, (&tid, &tp), late, "late")));
     (lines, stable_replica_logs(addresses, &tp))
 }
 
@@ -865,7 +876,7 @@ fn first_batch_at_sequence_5(addresses: &[String], run: &str) -> (Vec<String>, V
         let batch = BatchProducer { producer_id: pid, epoch, base_sequence: seq };
         lines.push(format!(
             "produce at sequence {seq}: error {}",
-            produce_v12(&mut leader, (&tid, &topic), batch, value)
+            produce_txn(&mut leader, 12, (&tid, &TopicPartition::new(&topic, 0)), batch, value)
         ));
     }
     // The transaction stays open, so the followers' HW may lag: the leader's log is the one compared.
@@ -879,4 +890,93 @@ fn a_first_transactional_batch_past_sequence_0_is_refused_on_real_kafka_and_on_s
     report!("first batch at sequence 5 on real Kafka 4.3.1: {:?}", real.0);
     assert_eq!(serve, real, "serve's answers and leader's log (left) differ from real Kafka's");
     assert_eq!(real.0[0], "produce at sequence 5: error 45", "OUT_OF_ORDER_SEQUENCE_NUMBER (KAFKA-18202)");
+}
+
+/// KIP-890 part 1 (transaction version 1 requests): a leader verifies a transactional batch's partition
+/// with the coordinator (AddPartitionsToTxn v4, verify only) and a group coordinator verifies the offsets
+/// partition of a TxnOffsetCommit below v5 the same way. A transaction holding partition 0 only: a
+/// Produce v11 to partition 0, one to partition 1 (never added), and a TxnOffsetCommit v3 with no
+/// AddOffsetsToTxn before it; then the abort. Each answer, on both systems.
+fn verify_only_outside_the_transaction(addresses: &[String], run: &str) -> Vec<String> {
+    let (tid, topic, group) = (format!("{run}-vo-tx"), format!("{run}-vo"), format!("{run}-vo-g"));
+    create_topics(addresses, &[(topic.clone(), 2)]).expect("CreateTopics");
+    let (mut coordinator, pid, epoch) = init_producer_raw(addresses, &tid);
+    let mut add = AddPartitionsToTxnRequest::default();
+    add.v3_and_below_transactional_id = TransactionalId(StrBytes::from_string(tid.clone()));
+    add.v3_and_below_producer_id = ProducerId(pid);
+    add.v3_and_below_producer_epoch = epoch;
+    let mut t = AddPartitionsToTxnTopic::default();
+    t.name = TopicName(StrBytes::from_string(topic.clone()));
+    t.partitions = vec![0];
+    add.v3_and_below_topics = vec![t];
+    let r = coordinator.call(3, &add).expect("AddPartitionsToTxn v3");
+    let mut lines = vec![format!(
+        "add t/0: error {}",
+        r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+    )];
+    // Below v11 a client knows no TRANSACTION_ABORTABLE (AddPartitionsToTxnManager's DEFAULT_ERROR).
+    for (partition, version) in [(0, 11), (1, 11), (1, 10)] {
+        let tp = TopicPartition::new(&topic, partition);
+        let mut leader = connect_node(&addresses[0], leader_of(&addresses[0], &topic, partition as i32));
+        let batch = BatchProducer { producer_id: pid, epoch, base_sequence: 0 };
+        lines.push(format!(
+            "produce v{version} to t/{partition}: error {}",
+            produce_txn(&mut leader, version, (&tid, &tp), batch, "v")
+        ));
+    }
+    let mut find = FindCoordinatorRequest::default();
+    find.key_type = 0;
+    find.coordinator_keys = vec![StrBytes::from_string(group.clone())];
+    let mut p = TxnOffsetCommitRequestPartition::default();
+    p.partition_index = 0;
+    p.committed_offset = 1;
+    let mut t = TxnOffsetCommitRequestTopic::default();
+    t.name = TopicName(StrBytes::from_string(topic.clone()));
+    t.partitions = vec![p];
+    let mut commit = TxnOffsetCommitRequest::default();
+    commit.transactional_id = TransactionalId(StrBytes::from_string(tid.clone()));
+    commit.group_id = StrBytes::from_string(group).into();
+    commit.producer_id = ProducerId(pid);
+    commit.producer_epoch = epoch;
+    commit.topics = vec![t];
+    // A fresh __consumer_offsets answers COORDINATOR_LOAD_IN_PROGRESS (14), COORDINATOR_NOT_AVAILABLE (15)
+    // or NOT_COORDINATOR (16) while its leaders settle: a client finds the coordinator again and retries.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for version in [3, 4] {
+        let error = loop {
+            let found = Conn::connect(&addresses[0]).and_then(|mut c| c.call(4, &find)).expect("FindCoordinator");
+            let error = match found.coordinators[0].error_code {
+                0 => {
+                    let mut groups = connect_node(&addresses[0], found.coordinators[0].node_id.0);
+                    let r = groups.call(version, &commit).expect("TxnOffsetCommit");
+                    r.topics[0].partitions[0].error_code
+                }
+                e => e,
+            };
+            if !matches!(error, 14..=16) {
+                break error;
+            }
+            assert!(Instant::now() < deadline, "the group's coordinator still answers error {error}");
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        lines.push(format!("txn offset commit v{version} without AddOffsetsToTxn: error {error}"));
+    }
+    let mut end = EndTxnRequest::default();
+    end.transactional_id = TransactionalId(StrBytes::from_string(tid));
+    end.producer_id = ProducerId(pid);
+    end.producer_epoch = epoch;
+    end.committed = false;
+    lines.push(format!("abort: error {}", coordinator.call(3, &end).expect("EndTxn v3").error_code));
+    lines
+}
+
+#[test]
+fn verify_only_refuses_a_partition_outside_the_transaction_on_real_kafka_and_on_serve() {
+    let (serve, real) = on_both("verify-only", verify_only_outside_the_transaction);
+    report!("verify-only on real Kafka 4.3.1: {real:?}");
+    assert_eq!(serve, real, "serve's answers (left) differ from real Kafka's");
+    assert_eq!(
+        real[2], "produce v11 to t/1: error 120",
+        "TRANSACTION_ABORTABLE: the partition is not in the transaction"
+    );
 }

@@ -52,6 +52,9 @@ pub enum KafkaError {
     UnstableOffsetCommit,
     /// Client-side only (`TransactionAbortedException`): a batch never sent, failed by an abort. No wire code.
     TransactionAborted,
+    /// KIP-890: the verification of a partition its transaction does not hold (`TransactionAbortableException`);
+    /// the client aborts and goes on.
+    TransactionAbortable,
 }
 
 impl KafkaError {
@@ -69,7 +72,7 @@ impl KafkaError {
         }
     }
 
-    pub const ALL: [KafkaError; 40] = [
+    pub const ALL: [KafkaError; 41] = [
         KafkaError::OffsetOutOfRange,
         KafkaError::UnknownTopicOrPartition,
         KafkaError::NotCoordinator,
@@ -110,6 +113,7 @@ impl KafkaError {
         KafkaError::IneligibleReplica,
         KafkaError::LeaderNotAvailable,
         KafkaError::UnstableOffsetCommit,
+        KafkaError::TransactionAbortable,
     ];
 
     /// The wire code from `Errors.java`.
@@ -156,6 +160,7 @@ impl KafkaError {
             KafkaError::IneligibleReplica => 107,
             KafkaError::LeaderNotAvailable => 5,
             KafkaError::UnstableOffsetCommit => 88,
+            KafkaError::TransactionAbortable => 120,
         }
     }
 
@@ -202,6 +207,7 @@ impl KafkaError {
             KafkaError::IneligibleReplica => "INELIGIBLE_REPLICA",
             KafkaError::LeaderNotAvailable => "LEADER_NOT_AVAILABLE",
             KafkaError::UnstableOffsetCommit => "UNSTABLE_OFFSET_COMMIT",
+            KafkaError::TransactionAbortable => "TRANSACTION_ABORTABLE",
         }
     }
 

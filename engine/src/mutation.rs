@@ -84,10 +84,11 @@ pub enum Mutation {
     LastProducerEpochPersisted,
     RotationRecordsOverflowedEpoch,
     RetriesOvertake,
+    VerificationRefusedInvalidTxnState,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 76] = [
+    pub const ALL: [Mutation; 77] = [
         Mutation::ReadCommittedBoundedByHw,
         Mutation::LsoInclusive,
         Mutation::LsoIgnoresOngoingTxns,
@@ -164,6 +165,7 @@ impl Mutation {
         Mutation::LastProducerEpochPersisted,
         Mutation::RotationRecordsOverflowedEpoch,
         Mutation::RetriesOvertake,
+        Mutation::VerificationRefusedInvalidTxnState,
     ];
 
     /// The kebab-case name used on the command line and in seed files.
@@ -239,6 +241,7 @@ impl Mutation {
             Mutation::LastProducerEpochPersisted => "last-producer-epoch-persisted",
             Mutation::RotationRecordsOverflowedEpoch => "rotation-records-overflowed-epoch",
             Mutation::RetriesOvertake => "retries-overtake",
+            Mutation::VerificationRefusedInvalidTxnState => "verification-refused-invalid-txn-state",
             Mutation::MarkerRetryResendsAllPartitions => "marker-retry-resends-all-partitions",
             Mutation::EpochExhaustionIgnored => "epoch-exhaustion-ignored",
             Mutation::TransactionalIdsNeverExpire => "transactional-ids-never-expire",
@@ -355,7 +358,7 @@ impl Mutation {
             Mutation::SyncAnsweredBeforeStored => "The leader's SyncGroup makes the group Stable and answers every member at once, before the group's metadata record is replicated: a coordinator that takes the group over after a crash may know an older generation than its members were told, and a failed write is never reported to them.",
             Mutation::LoadResendsSupersededDecisions => "A loading coordinator resends the markers of every undecided Prepare* record whose producer id and epoch match the id's loaded state, not only its newest: a PrepareCommit whose append timed out (its record still in the log) and the PrepareAbort the timeout scan wrote after it at the same TV2 epoch both get markers, so one transaction is committed on some partitions and aborted on others.",
             Mutation::FollowerRefusesConsumerFetch => "A follower refuses every consumer's Fetch with NOT_LEADER_OR_FOLLOWER, as before KIP-392: a Fetch v11+, which carries the client's metadata, is not served from the follower's own log bounded by its own HW and LSO, so a client that reads a partition's replicas one by one (as the real-Kafka test does) cannot.",
-            Mutation::TxnOffsetCommitV5OnlyVerifies => "A TxnOffsetCommit v5 (transaction version 2) only verifies that the group's offsets partition is in the transaction, as v4 does, instead of adding it: a TV2 client, which sends no AddOffsetsToTxn, has its offsets refused with INVALID_TXN_STATE.",
+            Mutation::TxnOffsetCommitV5OnlyVerifies => "A TxnOffsetCommit v5 (transaction version 2) only verifies that the group's offsets partition is in the transaction, as v4 does, instead of adding it: a TV2 client, which sends no AddOffsetsToTxn, has its offsets refused with TRANSACTION_ABORTABLE.",
             Mutation::Tv2FirstSequenceUnchecked => "KAFKA-18202 undone: under transaction version 2 a transactional batch from a producer with no batches on the partition is appended whatever its first sequence, so a reordered second batch lands at the partition's first offset and the first one is then refused.",
             Mutation::ApiVersionsNamesUnchecked => "An ApiVersions v3+ request is answered in full whatever the client's software name and version, where Kafka answers INVALID_REQUEST with no API listed for an empty or malformed one.",
             Mutation::BatchStraddlingBoundReturned => "A read bounded inside a batch (a high watermark or LSO that falls between a batch's first and last offsets) returns that batch whole, records above the bound included, where Kafka stops before it.",
@@ -363,6 +366,7 @@ impl Mutation {
             Mutation::LastProducerEpochPersisted => "A coordinator that loads __transaction_state after a move keeps each id's last producer epoch, as KAFKA-20357 (after Kafka 4.3.1) makes it: a KIP-360 InitProducerId retried after the failover gets its answer again, where Kafka 4.3.1 loads no last epoch and fences it with PRODUCER_FENCED.",
             Mutation::RotationRecordsOverflowedEpoch => "A TV2 completion that moves an exhausted id to its next producer id records the overflowed epoch (Short.MAX_VALUE) as the last one, where Kafka keeps Short.MAX_VALUE - 1 from prepareAbortOrCommit: a KIP-360 InitProducerId retried with the client's last epoch is then fenced.",
             Mutation::RetriesOvertake => "A retried batch is resent as soon as its backoff is over, whatever earlier batch of its partition is still unanswered, and new batches of the partition drain past it: the leader gets the partition's sequences out of order and answers OUT_OF_ORDER_SEQUENCE_NUMBER again, until the earlier batch lands.",
+            Mutation::VerificationRefusedInvalidTxnState => "The coordinator refuses a KIP-890 verification of a partition the transaction does not hold with INVALID_TXN_STATE whatever the client's request version, where Kafka answers TRANSACTION_ABORTABLE to Produce v11+ and TxnOffsetCommit v4+ and keeps INVALID_TXN_STATE for older clients.",
             Mutation::OffsetFetchReadsLatest => "The group coordinator answers every OffsetFetch from its latest state, at once: an offset whose record is not yet replicated (a commit just appended, or one a new coordinator loaded from its log end) is handed to a consumer, though an election may still lose it, and a stable fetch does not wait for it.",
             Mutation::NoMarkerResendOnFailover => "A broker that becomes the leader of __transaction_state loads its transactions but sends no markers for those it finds PrepareCommit or PrepareAbort: the decision its predecessor made is never written to the partitions it has not reached, and they stay open, blocking the LSO, until something else ends them.",
             Mutation::FailoverKeepsCoordinatorEpoch => "A coordinator that loads __transaction_state after a failover takes the coordinator epoch its predecessor wrote with instead of the partition's new leader epoch: partition leaders cannot tell the old coordinator's late markers from its own, so a retry of an old decision can close the producer's next transaction.",
@@ -458,6 +462,7 @@ impl Mutation {
             Mutation::LastProducerEpochPersisted => "Kafka 4.3.1: TransactionLogValue has no last-epoch field and TransactionLog.read sets lastProducerEpoch to NO_PRODUCER_EPOCH; TransactionMetadata.prepareIncrementProducerEpoch then finds the retried epoch neither current nor last (KAFKA-20357 persists it, after 4.3.1)",
             Mutation::RotationRecordsOverflowedEpoch => "TransactionMetadata.prepareComplete keeps lastProducerEpoch as prepareAbortOrCommit left it (Short.MAX_VALUE - 1; its comment says validProducerEpoch relies on it), Kafka 4.3.1",
             Mutation::RetriesOvertake => "RecordAccumulator.reenqueue puts a retried batch back at the head of its partition's queue (insertInSequenceOrder) and shouldStopDrainBatchesForPartition holds it while TransactionManager.firstInFlightSequence is another batch's (SenderTest#testCorrectHandlingOfOutOfOrderResponses)",
+            Mutation::VerificationRefusedInvalidTxnState => "TransactionCoordinator.handleVerifyPartitionsInTransaction answers TRANSACTION_ABORTABLE per missing partition; AddPartitionsToTxnManager turns it into INVALID_TXN_STATE only for DEFAULT_ERROR clients (Produce up to v10, TxnOffsetCommit up to v3), checked against a real Kafka 4.3.1 cluster in tests/apache_kafka.rs",
             Mutation::OffsetFetchReadsLatest => "GroupCoordinatorService.fetchOffsets: without requireStable a read operation at the last committed offset (CoordinatorRuntime.scheduleReadOperation; OffsetMetadataManagerTest#testFetchOffsetsAtDifferentCommittedOffset), with it a write operation answered once the HW reaches the last written offset (#testFetchOffsetsWithPendingTransactionalOffsets)",
             Mutation::NoMarkerResendOnFailover => "TransactionStateManager.loadTransactionsForTxnTopicPartition sends the markers of every PrepareCommit/PrepareAbort it loads (TransactionStateManagerTest#testLoadAndRemoveTransactionsForPartition, TransactionMarkerChannelManagerTest#shouldNotLoseTxnCompletionAfterLoad)",
             Mutation::FailoverKeepsCoordinatorEpoch => "TransactionCoordinator.onElection(txnTopicPartitionId, coordinatorEpoch): the coordinator epoch is the __transaction_state partition's leader epoch, and leaders fence markers of a lower one (ProducerStateManager, TRANSACTION_COORDINATOR_FENCED)",

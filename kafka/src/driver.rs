@@ -169,6 +169,15 @@ fn error_code(result: &Result<impl Sized, KafkaError>) -> i16 {
     result.as_ref().err().map_or(0, |e| e.code())
 }
 
+/// `AddPartitionsToTxnManager`'s DEFAULT_ERROR: a client older than Produce v11 or TxnOffsetCommit v4 knows
+/// no TRANSACTION_ABORTABLE, so a partition its transaction lacks is INVALID_TXN_STATE to it.
+fn for_client(e: KafkaError, knows_abortable: bool) -> KafkaError {
+    match e {
+        KafkaError::TransactionAbortable if !knows_abortable => KafkaError::InvalidTxnState,
+        e => e,
+    }
+}
+
 impl Driver {
     /// One broker; `host:port` is what Metadata and FindCoordinator advertise: where clients reach it.
     pub fn new(config: EngineConfig, host: &str, port: u16, now_ms: TimeMs) -> Self {
@@ -1135,7 +1144,8 @@ impl Driver {
                 let Message::Group(GroupMessage::TxnOffsetCommitResponse { results: answered }) = answer else {
                     unreachable!("TxnOffsetCommit answered with {answer:?}")
                 };
-                results.extend(answered.into_iter().map(|(tp, r)| (tp.topic, tp.partition as i32, error_code(&r))));
+                let r = |r: Result<(), KafkaError>| error_code(&r.map_err(|e| for_client(e, version >= 4)));
+                results.extend(answered.into_iter().map(|(tp, result)| (tp.topic, tp.partition as i32, r(result))));
             }
             let mut by_topic: BTreeMap<String, Vec<TxnOffsetCommitResponsePartition>> = BTreeMap::new();
             for (topic, index, code) in results {
@@ -1275,7 +1285,7 @@ impl Driver {
                 match (status, first) {
                     (Err(code), _) => pr.error_code = code,
                     (Ok(()), Some(Ok(offset))) => pr.base_offset = offset as i64,
-                    (Ok(()), Some(Err(e))) => pr.error_code = e.code(),
+                    (Ok(()), Some(Err(e))) => pr.error_code = for_client(e, version >= 11).code(),
                     (Ok(()), None) => pr.error_code = code::CORRUPT_MESSAGE,
                 }
                 if pr.error_code != 0 {

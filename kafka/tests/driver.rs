@@ -1206,13 +1206,63 @@ fn a_txn_offset_commit_v5_adds_the_offsets_partition_to_the_transaction() {
     assert_eq!(txn_offset_commit_v5(Mutations::default()), (0, 0, (0, 1)), "added, committed, then fetched");
 }
 
-/// Under `txn-offset-commit-v5-only-verifies` the v5 commit is refused INVALID_TXN_STATE (48): the
-/// partition was never added, so the transaction is empty, a TV2 commit of it is INVALID_TXN_STATE too,
+/// Under `txn-offset-commit-v5-only-verifies` the v5 commit is refused TRANSACTION_ABORTABLE (120): the
+/// partition was never added, so the transaction is empty, a TV2 commit of it is INVALID_TXN_STATE (48),
 /// and the group has no offset.
 #[test]
 fn a_txn_offset_commit_v5_that_only_verifies_is_caught_by_the_exact_answers() {
     let got = txn_offset_commit_v5(Mutations::one(Mutation::TxnOffsetCommitV5OnlyVerifies));
-    assert_eq!(got, (48, 48, (0, -1)), "refused, the empty transaction's commit refused, no offset");
+    assert_eq!(got, (120, 48, (0, -1)), "refused, the empty transaction's commit refused, no offset");
+}
+
+/// KIP-890 part 1: a transaction holding t-0 only. What a Produce v11 and a v10 to t-1 (never added) and a
+/// TxnOffsetCommit v3 and v4 of group `g` (no AddOffsetsToTxn before them) answer, each verified with
+/// the coordinator: (v11, v10, commit v3, commit v4).
+fn verify_only_outside_the_transaction(mutations: Mutations) -> [i16; 4] {
+    let mut d = Driver::new(EngineConfig { mutations, ..EngineConfig::default() }, "127.0.0.1", 9092, 0);
+    let r: CreateTopicsResponse =
+        answer(d.on_frame(1, 1, request(ApiKey::CreateTopics, 7, 1, &create_topic(TOPIC, 2, 1))), 1, 7);
+    assert_eq!(r.topics[0].error_code, 0, "topic created");
+    let (pid, epoch) = init_transaction(&mut d, 2, 1);
+    assert_eq!(add_partition(&mut d, 3, 1, pid, epoch), 0, "t-0 joins the transaction");
+    let mut codes = [0; 4];
+    for (i, version) in [11, 10].into_iter().enumerate() {
+        let mut r = produce(Some("tx"), records(pid, epoch, 0, true, &["v"]));
+        r.topic_data[0].partition_data[0].index = 1;
+        let got: ProduceResponse = answer(d.on_frame(4, 1, request(ApiKey::Produce, version, 4, &r)), 1, version);
+        codes[i] = got.responses[0].partition_responses[0].error_code;
+    }
+    let mut p = txn_offset_commit_request::TxnOffsetCommitRequestPartition::default();
+    p.committed_offset = 1;
+    let mut t = txn_offset_commit_request::TxnOffsetCommitRequestTopic::default();
+    t.name = StrBytes::from_static_str(TOPIC).into();
+    t.partitions = vec![p];
+    let mut commit = TxnOffsetCommitRequest::default();
+    commit.transactional_id = StrBytes::from_static_str("tx").into();
+    commit.group_id = StrBytes::from_static_str("g").into();
+    commit.producer_id = pid.into();
+    commit.producer_epoch = epoch;
+    commit.topics = vec![t];
+    for (i, version) in [3, 4].into_iter().enumerate() {
+        let frame = request(ApiKey::TxnOffsetCommit, version, 5, &commit);
+        let r: TxnOffsetCommitResponse = answer(d.on_frame(5, 1, frame), 1, version);
+        codes[2 + i] = r.topics[0].partitions[0].error_code;
+    }
+    codes
+}
+
+/// TRANSACTION_ABORTABLE (120) to clients that know it, INVALID_TXN_STATE (48) to older ones, as real
+/// Kafka 4.3.1 answers (tests/apache_kafka.rs checks the same requests there).
+#[test]
+fn a_partition_outside_the_transaction_is_refused_per_client_version() {
+    assert_eq!(verify_only_outside_the_transaction(Mutations::default()), [120, 48, 48, 120]);
+}
+
+/// Under `verification-refused-invalid-txn-state` every client gets INVALID_TXN_STATE.
+#[test]
+fn verification_refused_invalid_txn_state_is_caught_by_the_exact_answers() {
+    let got = verify_only_outside_the_transaction(Mutations::one(Mutation::VerificationRefusedInvalidTxnState));
+    assert_eq!(got, [48, 48, 48, 48]);
 }
 
 /// KAFKA-18202: a Produce v12 (transaction version 2) of a transactional batch at sequence 5 from a fresh

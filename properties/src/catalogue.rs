@@ -419,7 +419,7 @@ pub const SCENARIO_CATCHER: &str = "a ported network scenario's exact expectatio
 /// workload uses no consumer group), a client's write to an internal topic (the engine's clients never
 /// send one), a SyncGroup answered before its metadata record is stored (no consumer group again), and an
 /// OffsetFetch answered past the HW (the scenarios read group offsets from the coordinator, not by request).
-pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 18] = [
+pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 19] = [
     (
         Mutation::OffsetCommitRefusedWhilePreparingRebalance,
         "a ported Kafka test's exact expectation (engine/tests/engine/txn_offsets.rs)",
@@ -444,6 +444,7 @@ pub const ENGINE_TEST_CAUGHT: [(Mutation, &str); 18] = [
     (Mutation::TxnOffsetCommitV5OnlyVerifies, "the wire driver's exact answers (kafka/tests/driver.rs)"),
     (Mutation::Tv2FirstSequenceUnchecked, "the wire driver's exact answers (kafka/tests/driver.rs)"),
     (Mutation::ApiVersionsNamesUnchecked, "the wire driver's exact answers (kafka/tests/driver.rs)"),
+    (Mutation::VerificationRefusedInvalidTxnState, "the wire driver's exact answers (kafka/tests/driver.rs)"),
     (Mutation::AnyBrokerCoordinates, "the wire driver's exact answers (kafka/tests/driver.rs)"),
     (Mutation::DelayedAnswerTimedOut, "the wire driver's exact answers (kafka/tests/driver.rs)"),
     (Mutation::GroupsKeptInMemory, "the wire driver's exact answers (kafka/tests/driver.rs)"),

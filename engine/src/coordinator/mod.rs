@@ -1164,12 +1164,13 @@ impl TransactionCoordinator {
         }
         let all_known = partitions.iter().all(|tp| meta.topic_partitions.contains(tp));
         if verify_only {
-            // The leader asks "is this partition in the ongoing transaction?" and appends only if so.
-            return Some(if meta.state == TransactionState::Ongoing && all_known {
-                Ok(())
-            } else {
-                Err(KafkaError::InvalidTxnState)
-            });
+            // The leader asks "is this partition in the ongoing transaction?" and appends only if so
+            // (`TransactionCoordinator.handleVerifyPartitionsInTransaction`: TRANSACTION_ABORTABLE if not).
+            let refused = match ctx.config.mutations.has(Mutation::VerificationRefusedInvalidTxnState) {
+                true => KafkaError::InvalidTxnState,
+                false => KafkaError::TransactionAbortable,
+            };
+            return Some(if meta.state == TransactionState::Ongoing && all_known { Ok(()) } else { Err(refused) });
         }
         if meta.state == TransactionState::Ongoing && all_known {
             return Some(Ok(()));
