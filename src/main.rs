@@ -293,8 +293,9 @@ fn main_job(scenarios: &std::path::Path) -> ExitCode {
     let mut ok = code == ExitCode::SUCCESS;
     let mut summary = vec![scenario_line];
     type Job = fn() -> Result<Vec<String>, Vec<String>>;
+    type Counts = fn(&[String]) -> Vec<String>;
     // Each job with the counts the summary repeats (from its report lines, or its fixed size).
-    let jobs: [(&str, Job, fn(&[String]) -> Vec<String>); 2] = [
+    let jobs: [(&str, Job, Counts); 2] = [
         // A passing model job's lines are its counts, one per transaction version.
         ("model check (small)", txnsim_model::cli::main_job, |lines| lines.to_vec()),
         ("seed sweep", txnsim_sim::cli::main_job, |_| {

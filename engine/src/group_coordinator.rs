@@ -158,6 +158,9 @@ pub struct JoinRequest {
     pub rebalance_timeout_ms: TimeMs,
 }
 
+/// One partition's answer to an OffsetFetch: its committed offset, if any, or its error.
+pub type PartitionOffset = (TopicPartition, Result<Option<CommittedOffset>, KafkaError>);
+
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum GroupMessage {
     JoinGroupRequest {
@@ -215,7 +218,7 @@ pub enum GroupMessage {
     },
     /// `Ok(None)` for a partition with no committed offset; a group-level error (NOT_COORDINATOR) for all.
     OffsetFetchResponse {
-        offsets: Result<Vec<(TopicPartition, Result<Option<CommittedOffset>, KafkaError>)>, KafkaError>,
+        offsets: Result<Vec<PartitionOffset>, KafkaError>,
     },
     /// TxnOffsetCommit (KIP-98): offsets of the producer's transaction; `generation_id`/`member_id` are
     /// KIP-447's consumer group metadata (-1 and empty from a producer that does not give them).

@@ -103,6 +103,9 @@ struct Seen {
 /// `(producer, first offset, marker offset, index lso)`, an aborted-index entry's fields.
 type Entry = (ProducerId, Offset, Offset, Offset);
 
+/// An expected entry: its transaction, the entry, and whether the transaction began in a dropped segment.
+type Expected = (usize, Entry, bool);
+
 /// The aborted transactions of the log against the index entries, matched as they appear. An expected
 /// entry's transaction may have begun in a dropped segment (`truncated`): its first offset and LSO are
 /// then unknown here, and any entry of that producer and marker at or before its first offset matches.
@@ -110,7 +113,7 @@ type Entry = (ProducerId, Offset, Offset, Offset);
 struct IndexMatch {
     /// By producer and marker offset (`same` needs both equal): each expected entry with its
     /// transaction and `truncated`, each actual one with its index position.
-    expected: BTreeMap<(ProducerId, Offset), Vec<(usize, Entry, bool)>>,
+    expected: BTreeMap<(ProducerId, Offset), Vec<Expected>>,
     actual: BTreeMap<(ProducerId, Offset), Vec<(usize, Entry)>>,
     expected_count: usize,
     actual_count: usize,

@@ -864,7 +864,7 @@ impl World {
             return Vec::new();
         }
         let now = self.now_ms();
-        if !self.brokers[&id].next_replication_deadline_ms().is_some_and(|d| d <= now) {
+        if self.brokers[&id].next_replication_deadline_ms().is_none_or(|d| d > now) {
             self.schedule_replication(shared, id);
             return Vec::new();
         }

@@ -149,10 +149,10 @@ pub fn collect_all(paths: &[PathBuf]) -> Result<Vec<PathBuf>, ScenarioError> {
                 let canonical = p.canonicalize().ok();
                 match canonical {
                     Some(c) if c.is_dir() => stack.push((p, c)),
-                    _ if p.extension().is_some_and(|e| e == "json") => {
-                        if seen_files.insert(canonical.unwrap_or_else(|| p.clone())) {
-                            files.push(p);
-                        }
+                    _ if p.extension().is_some_and(|e| e == "json")
+                        && seen_files.insert(canonical.unwrap_or_else(|| p.clone())) =>
+                    {
+                        files.push(p);
                     }
                     _ => {}
                 }

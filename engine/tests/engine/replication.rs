@@ -330,17 +330,17 @@ fn isr_expansion_below_the_leader_epoch_start_is_caught_by_the_port() {
 /// replicas 1, 2, 3, 4 led by 1 (the setup of the Kafka test below).
 fn alter_partition_answers_around_a_fenced_broker(config: EngineConfig) -> Vec<MetadataMessage> {
     let mut controller = Controller::new(&BTreeMap::new(), &Topology::new(5, 4), &config);
-    let foo = TopicPartition::new("foo", 0);
+    let foo_0 = TopicPartition::new("foo", 0);
     let replicas = vec![1, 2, 3, 4];
     let state = LeaderAndIsr { leader: 1, leader_epoch: 0, isr: replicas.clone(), partition_epoch: 0 };
-    controller.partitions.insert(foo.clone(), PartitionRegistration { replicas, state });
+    controller.partitions.insert(foo_0.clone(), PartitionRegistration { replicas, state });
     controller.broker_fenced(3);
-    let committed = &controller.partitions[&foo].state;
+    let committed = &controller.partitions[&foo_0].state;
     assert_eq!((committed.isr.clone(), committed.leader, committed.partition_epoch), (vec![1, 2, 4], 1, 1));
     let ask = |controller: &mut Controller| {
         let request = MetadataMessage::AlterPartitionRequest {
             broker: 1,
-            partition: foo.clone(),
+            partition: foo_0.clone(),
             leader_epoch: 0,
             partition_epoch: 1,
             new_isr: vec![1, 2, 3, 4],
