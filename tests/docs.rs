@@ -107,3 +107,18 @@ fn no_unit_tests_hide_in_a_library_built_without_them() {
     }
     assert!(checked >= 5, "expected five libraries built without unit tests, found {checked}");
 }
+
+/// The repository cites Kafka's sources (class and method, KIP, JIRA) or its own pages, never a document
+/// it does not carry: no tracked file names the project's outside notes on Kafka's semantics.
+#[test]
+fn no_file_cites_a_document_outside_the_repository() {
+    let outside = concat!("KAFKA_", "SEMANTICS");
+    let listed = std::process::Command::new("git").args(["ls-files"]).current_dir(ROOT).output().expect("git ls-files");
+    assert!(listed.status.success(), "git ls-files failed");
+    let citing: Vec<String> = String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .filter(|f| std::fs::read_to_string(Path::new(ROOT).join(f)).is_ok_and(|text| text.contains(outside)))
+        .map(str::to_string)
+        .collect();
+    assert!(citing.is_empty(), "files citing {outside}, which the repository does not hold: {citing:?}");
+}

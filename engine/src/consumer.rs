@@ -1,5 +1,5 @@
 //! The consumer client: position per partition, isolation level, and Kafka's `CompletedFetch` filter
-//! (KAFKA_SEMANTICS 1.9).
+//! (`CompletedFetch.nextFetchedRecord`, `FetchCollector.fetchRecords`).
 
 use crate::config::EngineConfig;
 use crate::controller::NO_LEADER;

@@ -423,7 +423,7 @@ impl PartitionLog {
         Ok(self.log_start_offset)
     }
 
-    /// `ListOffsets` LATEST per isolation (KAFKA_SEMANTICS 1.13).
+    /// `ListOffsets` LATEST per isolation (`Partition.fetchOffsetForTimestamp`, KAFKA-5522).
     pub fn latest_offset(&self, isolation: IsolationLevel, mutations: &Mutations) -> Offset {
         match isolation {
             IsolationLevel::ReadCommitted => self.last_stable_offset(mutations),

@@ -1,4 +1,4 @@
-//! Injectable historical bugs (KAFKA_SEMANTICS.md section 3). Each is one small, marked branch in the
+//! Injectable historical bugs (Kafka JIRAs such as KAFKA-6119, KAFKA-13194). Each is one small, marked branch in the
 //! engine, off by default; they exist only to prove that the suite's checkers catch the bug. What each
 //! one breaks is `Mutation::mechanism`, where Kafka (or a Kafka-compatible broker) had it is
 //! `Mutation::kafka`; `txnsim mutations` prints both with the invariants that catch it.

@@ -1,4 +1,4 @@
-//! The producer client: Kafka's `KafkaProducer` + `TransactionManager` (KAFKA_SEMANTICS 1.4 client side).
+//! The producer client: Kafka's `KafkaProducer` + `TransactionManager` (its `State` machine, with `Sender`).
 //! Calls that Kafka's client would reject at once return `Err` immediately; the rest complete later as a
 //! `Completion` once the cluster has answered.
 
@@ -1028,7 +1028,7 @@ impl Producer {
 
     fn set_producer_id_and_epoch(&mut self, pie: ProducerIdAndEpoch) {
         if self.producer_id_and_epoch != Some(pie) {
-            // A new epoch starts every partition's sequence at 0 (KAFKA_SEMANTICS 2.4, 32).
+            // A new epoch starts every partition's sequence at 0 (`ProducerAppendInfo.checkSequence`).
             self.next_sequence.clear();
             self.last_acked_sequence.clear();
         }

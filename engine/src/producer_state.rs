@@ -1,5 +1,5 @@
 //! Per-partition producer state: Kafka's `ProducerStateManager`, `ProducerStateEntry` and
-//! `ProducerAppendInfo` (KAFKA_SEMANTICS 1.1, 1.6, 1.7).
+//! `ProducerAppendInfo` (`appendDataBatch`, `appendEndTxnMarker`; `firstUnstableOffset`).
 
 use crate::error::KafkaError;
 use crate::mutation::{Mutation, Mutations};

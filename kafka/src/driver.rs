@@ -1413,7 +1413,7 @@ impl Driver {
                     (p.partition_index >= 0).then(|| TopicPartition::new(&topic.name.0, p.partition_index as u32));
                 let slot = match (partition, p.timestamp) {
                     (None, _) => Err(KafkaError::UnknownTopicOrPartition.code()),
-                    // LATEST: the high watermark, or the LSO at read_committed (KAFKA_SEMANTICS 1.13).
+                    // LATEST: the high watermark, or the LSO at read_committed (`Partition.fetchOffsetForTimestamp`).
                     (Some(partition), -1) => Ok(Message::ListOffsetsRequest { partition, isolation }),
                     // EARLIEST, and EARLIEST_LOCAL (KIP-405; no tiered storage here, so the same).
                     (Some(partition), -2 | -4) => {

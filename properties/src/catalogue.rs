@@ -1,6 +1,6 @@
 //! The one catalogue of invariants. Every checker in txnsim (proptest, the stateright model, the madsim
 //! sim, the scenario tests) names invariants from here; none is stated twice. Numbers in the statements
-//! are KAFKA_SEMANTICS.md section 2's.
+//! ("2.1 #5", "L2") are only labels; `Invariant::source` names the Kafka class, method or KIP behind each.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

@@ -1,6 +1,7 @@
 //! A deliberately tiny reference model of the producer layer: per partition a list of entries tagged
 //! with their transaction, per transaction an outcome. No producer state, no index, no batches: it
-//! answers "what must each reader deliver from offset o" by definition (KAFKA_SEMANTICS 1.7, 1.9), and
+//! answers "what must each reader deliver from offset o" by definition (`UnifiedLog.lastStableOffset`,
+//! `CompletedFetch.nextFetchedRecord`), and
 //! which client calls succeed by Kafka's client rules. The proptests compare the engine against it.
 
 use std::collections::{BTreeMap, BTreeSet};

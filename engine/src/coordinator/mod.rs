@@ -1195,7 +1195,7 @@ impl TransactionCoordinator {
         None
     }
 
-    /// `endTransaction` from a client (KAFKA_SEMANTICS 1.5). Answers once the decision is durable, before
+    /// `TransactionCoordinator.endTransaction` from a client. Answers once the decision is durable, before
     /// any marker is written. The request's version picks the table: TV1's (`endTransactionWithTV1`) or
     /// TV2's, whose answer carries the bumped epoch and whose retries come one epoch behind.
     /// `None`: the answer goes to `reply` once the Prepare* record is written.

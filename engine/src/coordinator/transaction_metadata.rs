@@ -1,4 +1,4 @@
-//! `TransactionMetadata` and its state machine (KAFKA_SEMANTICS 1.4, `TransactionMetadata.scala`).
+//! `TransactionMetadata` and its state machine (`validPreviousStates`, `TransactionMetadata.scala`).
 
 use crate::types::{ProducerEpoch, ProducerId, TimeMs, TopicPartition, TransactionVersion};
 use serde::{Deserialize, Serialize};

@@ -1,7 +1,7 @@
 //! Consumer-filter proptests: random fetch responses (gaps between batches, compacted and empty batches,
 //! empty control batches, COMMIT and ABORT markers, aborted lists that match the batches and that do not,
 //! a list even at read_uncommitted) through `txnsim_engine::filter_fetch`, against a reference filter
-//! written from KAFKA_SEMANTICS 1.9's pseudo-code: the same delivered records and the same next fetch
+//! written from `CompletedFetch.nextFetchedRecord`: the same delivered records and the same next fetch
 //! offset, at both isolation levels.
 
 mod common;

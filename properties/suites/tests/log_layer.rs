@@ -3,7 +3,8 @@
 //! without a producer id), coordinator markers with random coordinator epochs, segment rolls, hand-moved
 //! high watermarks and DeleteRecords, appended to one `PartitionLog`. After every op the engine's answer
 //! (offsets, duplicate, or Kafka's error), log start / LSO / HW / LEO, segments, the aborted index and the
-//! producer state equal an expectation written from KAFKA_SEMANTICS 1.1 and 1.6-1.8; every state
+//! producer state equal an expectation written from `ProducerAppendInfo`, `ProducerStateManager` and
+//! `TransactionIndex`; every state
 //! invariant holds (no coordinator); LSO and HW never go back. At the end the history invariants hold over
 //! the appends' acknowledgements.
 

@@ -1,7 +1,7 @@
 //! The consumer filter: random fetch responses (offset gaps between batches, compacted records inside
 //! batches, empty control batches, COMMIT/ABORT markers, aborted lists that do and do not match the
 //! batches) through `txnsim_engine::filter_fetch`, against a reference filter written here straight from
-//! KAFKA_SEMANTICS 1.9's pseudo-code (`CompletedFetch.nextFetchedRecord`).
+//! Kafka's `CompletedFetch.nextFetchedRecord`.
 
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -183,7 +183,7 @@ fn lay_out(start: Offset, specs: &[BatchSpec]) -> Vec<RecordBatch> {
     out
 }
 
-/// KAFKA_SEMANTICS 1.9, line by line:
+/// `CompletedFetch.nextFetchedRecord`, paraphrased line by line:
 /// ```text
 /// aborted := min-heap of (pid, firstOffset) by firstOffset; abortedPids := {}
 /// for batch in fetched batches:

@@ -1,7 +1,8 @@
 //! The log layer: raw appends to one `PartitionLog` as a partition leader sees them (client batches from
 //! producers 1-3 with epochs 0-3, in- and out-of-order sequences, retries of earlier batches; coordinator
 //! markers with random coordinator epochs; segment rolls; HW moves; DeleteRecords), checked against an
-//! expectation written here, independently of the engine, from KAFKA_SEMANTICS 1.1 and 1.6-1.8.
+//! expectation written here, independently of the engine, from Kafka's `ProducerAppendInfo`,
+//! `ProducerStateManager` and `TransactionIndex`.
 
 use super::values_of;
 use proptest::prelude::*;
@@ -235,7 +236,8 @@ impl Expect {
         self.producers.get(&pid).and_then(|e| e.retained.back()).map(|r| r.1 + 1).unwrap_or(0)
     }
 
-    /// KAFKA_SEMANTICS 1.1, in Kafka's order: duplicate first, then epoch, sequence, transaction state.
+    /// `UnifiedLog.analyzeAndValidateProducerState`, then `ProducerAppendInfo.appendDataBatch`, in Kafka's order:
+    /// duplicate first, then epoch, sequence, transaction state.
     fn data(&mut self, batch: &ProduceBatch) -> Result<Appended, KafkaError> {
         let n = batch.values.len() as Offset;
         if batch.is_transactional && batch.producer.is_none() {
@@ -288,7 +290,7 @@ impl Expect {
         Ok(Appended::New { first, last })
     }
 
-    /// KAFKA_SEMANTICS 1.6: epoch check, then coordinator-epoch check; the marker closes the producer's
+    /// `ProducerAppendInfo.appendEndTxnMarker`: epoch, then coordinator-epoch check; the marker closes the producer's
     /// open transaction here, if any, and an aborted one gets its index entry.
     fn marker(&mut self, pid: ProducerId, epoch: ProducerEpoch, m: EndTxnMarker) -> Result<Offset, KafkaError> {
         if let Some(e) = self.producers.get(&pid) {
@@ -368,7 +370,7 @@ impl Expect {
         Ok(self.start)
     }
 
-    /// KAFKA_SEMANTICS 1.7: the first unstable offset, clamped to the log start, if it is below the HW.
+    /// `UnifiedLog.lastStableOffset`: the first unstable offset, clamped to the log start, if it is below the HW.
     fn lso(&self) -> Offset {
         let first = [self.ongoing.keys().next(), self.unreplicated.keys().next()].into_iter().flatten().min().copied();
         match first.map(|o| o.max(self.start)) {

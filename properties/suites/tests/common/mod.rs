@@ -5,11 +5,11 @@
 //!   mirrored in `txnsim_properties::ReferenceModel`, with fault ops (held, duplicated and lost messages,
 //!   broker restart, time) for the mutation bite proofs.
 //! - `log`: raw appends, markers, segment rolls, HW moves and DeleteRecords against one `PartitionLog`,
-//!   mirrored in an expectation written here from KAFKA_SEMANTICS 1.1, 1.6-1.8.
+//!   mirrored in an expectation written here from `ProducerAppendInfo`, `ProducerStateManager`, `TransactionIndex`.
 //! - `replication`: a plain producer against a 3-broker, replication factor 3 cluster, messages delivered
 //!   or lost in order and time moved, checked by the replica invariants.
 //! - `filter`: random fetch responses through `txnsim_engine::filter_fetch` and a reference filter written
-//!   here from KAFKA_SEMANTICS 1.9's pseudo-code.
+//!   here from `CompletedFetch.nextFetchedRecord`.
 #![allow(dead_code)]
 
 pub mod filter;
