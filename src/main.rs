@@ -151,7 +151,10 @@ fn main() -> ExitCode {
             })
         }
         Command::Explore(args) => txnsim_model::cli::run_explore(&args),
-        Command::Sweep(SweepCmd { sim, target: None, .. }) => txnsim_sim::cli::run_sweep(&sim),
+        Command::Sweep(SweepCmd { sim, target: None, .. }) => {
+            stop_sweep_on_signals();
+            txnsim_sim::cli::run_sweep(&sim)
+        }
         Command::Sweep(SweepCmd { sim, target: Some(target), history }) => {
             txnsim_kafka::remote::run_target_sweep(&txnsim_kafka::remote::TargetArgs {
                 target,
@@ -178,6 +181,28 @@ extern "C" fn on_interrupt(_: libc::c_int) {
     // SAFETY: signal() is async-signal-safe.
     unsafe {
         libc::signal(libc::SIGINT, libc::SIG_DFL);
+    }
+}
+
+/// SIGINT or SIGTERM during `sweep`: the workers finish the seeds in hand and the summary says INCOMPLETE
+/// (exit 3). A SIGINT the parent set to be ignored (a background job) stays ignored; SIGTERM still stops it.
+fn stop_sweep_on_signals() {
+    let handler = on_sweep_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    // SAFETY: the handler only stores to an atomic and restores the default disposition (both
+    // async-signal-safe), so a second signal kills at once; the sweep's threads do not exist yet.
+    unsafe {
+        if libc::signal(libc::SIGINT, libc::SIG_IGN) != libc::SIG_IGN {
+            libc::signal(libc::SIGINT, handler);
+        }
+        libc::signal(libc::SIGTERM, handler);
+    }
+}
+
+extern "C" fn on_sweep_signal(signal: libc::c_int) {
+    txnsim_sim::sweep::INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed);
+    // SAFETY: signal() is async-signal-safe.
+    unsafe {
+        libc::signal(signal, libc::SIG_DFL);
     }
 }
 

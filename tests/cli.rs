@@ -62,3 +62,55 @@ fn check_warns_when_the_bounds_cannot_reach_the_mutation() {
     assert_eq!(code, 1, "a reachable bug is found: {stderr}");
     assert!(!stderr.contains("warning"), "no warning for a reachable mutation: {stderr}");
 }
+
+/// SIGINT or SIGTERM during `sweep` ends it with the summary of the seeds it ran, marked INCOMPLETE, exit 3;
+/// a sweep whose parent set SIGINT to be ignored (a background job) still stops on SIGTERM.
+#[test]
+fn a_signalled_sweep_prints_its_summary_marked_incomplete() {
+    use std::io::{BufRead, Read};
+    use std::time::{Duration, Instant};
+    for (signal, ignore_sigint) in [(libc::SIGTERM, false), (libc::SIGINT, false), (libc::SIGTERM, true)] {
+        // bash's `trap '' INT` sets SIGINT to be ignored, which exec keeps.
+        let trap = if ignore_sigint { "trap '' INT; " } else { "" };
+        let script = format!("{trap}exec \"$0\" sweep --seeds 100000000 --jobs 1");
+        let mut child = Command::new("bash")
+            .args(["-c", &script, env!("CARGO_BIN_EXE_txnsim")])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start a sweep");
+        // The first progress line says the seeds are running.
+        let mut stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+        let mut first = String::new();
+        stderr.read_line(&mut first).expect("read stderr");
+        assert!(first.starts_with("sweep: 0/100000000 seeds"), "the sweep did not start: {first}");
+        let pid = child.id() as libc::pid_t;
+        // SAFETY: kill(2) on our own child.
+        unsafe {
+            if ignore_sigint {
+                libc::kill(pid, libc::SIGINT);
+            }
+            libc::kill(pid, signal);
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "the sweep did not stop within 60 s of signal {signal}");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut stdout = String::new();
+        child.stdout.take().expect("stdout").read_to_string(&mut stdout).expect("read stdout");
+        assert_eq!(status.code(), Some(3), "an interrupted sweep exits 3 (signal {signal}): {stdout}");
+        let summary = stdout.lines().find(|l| l.starts_with("INCOMPLETE: interrupted after ")).unwrap_or_else(|| {
+            panic!("no INCOMPLETE line after signal {signal}:\n{stdout}");
+        });
+        let ran = &stdout.lines().next().expect("a summary")["sweep standard: seeds 0..".len()..];
+        let ran: u64 = ran.split(' ').next().and_then(|n| n.parse().ok()).expect("the seeds run");
+        assert!(
+            summary.ends_with(&format!("{ran} of 100000000 seeds (seeds 0..{ran}); the counts above cover those")),
+            "the summary's seeds and the INCOMPLETE line agree: {summary}"
+        );
+    }
+}

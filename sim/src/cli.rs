@@ -247,6 +247,8 @@ pub struct SweepJson<'a> {
     proposal: Option<&'static str>,
     from: u64,
     seeds: u64,
+    /// Seeds run: `seeds`, or fewer when a signal interrupted the sweep (verdict `incomplete`).
+    seeds_run: u64,
     jobs: usize,
     failed: u64,
     first_failure_index: Option<u64>,
@@ -266,9 +268,18 @@ fn verdict(passed: bool) -> (&'static str, u8) {
     }
 }
 
+/// A sweep's verdict and exit code: an interrupted one is incomplete (3), whatever it found so far.
+fn sweep_verdict(r: &SweepResult) -> (&'static str, u8) {
+    if r.interrupted() {
+        ("incomplete", 3)
+    } else {
+        verdict(r.passed())
+    }
+}
+
 pub fn sweep_json(r: &SweepResult) -> SweepJson<'_> {
     let s = &r.spec;
-    let (verdict, exit_code) = verdict(r.passed());
+    let (verdict, exit_code) = sweep_verdict(r);
     SweepJson {
         format: SWEEP_FORMAT,
         verdict,
@@ -278,6 +289,7 @@ pub fn sweep_json(r: &SweepResult) -> SweepJson<'_> {
         proposal: s.proposal.map(|p| p.name()),
         from: s.from,
         seeds: s.seeds,
+        seeds_run: r.ran,
         jobs: s.jobs,
         failed: r.failed,
         first_failure_index: r.first_failure_index(),
@@ -364,7 +376,7 @@ pub fn run_sweep(args: &SweepArgs) -> ExitCode {
             return bad_input(&e);
         }
     }
-    ExitCode::from(verdict(result.passed()).1)
+    ExitCode::from(sweep_verdict(&result).1)
 }
 
 /// `replay --json`: the run as structured events with an explicit verdict.

@@ -4,7 +4,7 @@ use crate::profile::Profile;
 use crate::run::{run_seed, RunReport, RunSpec};
 use crate::world::Stats;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use txnsim_engine::{Mutation, Proposal};
@@ -49,11 +49,18 @@ pub struct SweepResult {
     pub by_invariant: BTreeMap<String, u64>,
     /// Failing seeds where a coordinator acted on loaded records the next coordinator's log lacked.
     pub failed_after_lost_load: u64,
+    /// Seeds run: `spec.seeds`, or fewer when the sweep was interrupted (always `from..from + ran`).
+    pub ran: u64,
 }
 
 impl SweepResult {
     pub fn passed(&self) -> bool {
         self.failed == 0
+    }
+
+    /// A signal stopped the sweep before its last seed; its counts cover the seeds run.
+    pub fn interrupted(&self) -> bool {
+        self.ran < self.spec.seeds
     }
 
     /// Index (from `spec.from`) of the first failing seed: time-to-detect.
@@ -62,7 +69,7 @@ impl SweepResult {
     }
 
     pub fn seeds_per_second(&self) -> f64 {
-        self.spec.seeds as f64 / self.wall.as_secs_f64().max(1e-9)
+        self.ran as f64 / self.wall.as_secs_f64().max(1e-9)
     }
 }
 
@@ -97,6 +104,10 @@ impl Tally {
     }
 }
 
+/// Set by a SIGINT or SIGTERM handler: each worker finishes the seed in hand and takes no other, so the
+/// seeds run are `from..from + ran` and the summary covers exactly them.
+pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
 /// Runs the sweep; `progress(done, failed)` is called from the calling thread about ten times a second.
 pub fn run_sweep(spec: &SweepSpec, mut progress: impl FnMut(u64, u64)) -> SweepResult {
     let started = Instant::now();
@@ -105,9 +116,14 @@ pub fn run_sweep(spec: &SweepSpec, mut progress: impl FnMut(u64, u64)) -> SweepR
     let failed = AtomicU64::new(0);
     let tally: Mutex<Tally> = Mutex::new(Tally::default());
     let jobs = spec.jobs.max(1);
+    let stopped = AtomicU64::new(0);
     std::thread::scope(|scope| {
         for _ in 0..jobs {
             scope.spawn(|| loop {
+                if INTERRUPTED.load(Ordering::Relaxed) {
+                    stopped.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= spec.seeds {
                     break;
@@ -123,7 +139,7 @@ pub fn run_sweep(spec: &SweepSpec, mut progress: impl FnMut(u64, u64)) -> SweepR
         loop {
             let d = done.load(Ordering::Relaxed);
             progress(d, failed.load(Ordering::Relaxed));
-            if d >= spec.seeds {
+            if d >= spec.seeds || stopped.load(Ordering::Relaxed) == jobs as u64 {
                 break;
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -139,6 +155,7 @@ pub fn run_sweep(spec: &SweepSpec, mut progress: impl FnMut(u64, u64)) -> SweepR
         wall: started.elapsed(),
         by_invariant: tally.by_invariant,
         failed_after_lost_load: tally.failed_after_lost_load,
+        ran: done.into_inner(),
     }
 }
 
@@ -223,8 +240,8 @@ pub fn summary_lines(r: &SweepResult, max_failures: usize) -> Vec<String> {
             "sweep {}: seeds {}..{} ({} seeds), {mutation}, {} jobs",
             s.profile.name(),
             s.from,
-            s.from + s.seeds,
-            s.seeds,
+            s.from + r.ran,
+            r.ran,
             s.jobs.max(1)
         ),
         format!(
@@ -241,7 +258,7 @@ pub fn summary_lines(r: &SweepResult, max_failures: usize) -> Vec<String> {
             t.committed, t.aborted, t.timed_out, t.fenced
         ),
     ];
-    out.push(replication_line(t, s.seeds));
+    out.push(replication_line(t, r.ran));
     out.extend(fault_lines(&t.fault_counts));
     if r.by_invariant.is_empty() {
         out.push("  violations: none".into());
@@ -250,7 +267,7 @@ pub fn summary_lines(r: &SweepResult, max_failures: usize) -> Vec<String> {
         out.push(format!(
             "  violations: {} of {} seeds failed (first at index {}); by invariant: {}",
             r.failed,
-            s.seeds,
+            r.ran,
             r.first_failure_index().unwrap_or(0),
             parts.join(", ")
         ));
@@ -276,6 +293,15 @@ pub fn summary_lines(r: &SweepResult, max_failures: usize) -> Vec<String> {
     let shown = r.failures.len().min(max_failures) as u64;
     if r.failed > shown {
         out.push(format!("... and {} more failing seeds", r.failed - shown));
+    }
+    if r.interrupted() {
+        out.push(format!(
+            "INCOMPLETE: interrupted after {} of {} seeds (seeds {}..{}); the counts above cover those",
+            r.ran,
+            s.seeds,
+            s.from,
+            s.from + r.ran
+        ));
     }
     out
 }
