@@ -19,12 +19,14 @@ pub struct SweepSpec {
     pub jobs: usize,
     /// How many failing runs (the lowest seeds) to keep in full; the counts cover every seed.
     pub keep_failures: usize,
+    /// Known anomalies fail the sweep too (`--strict`).
+    pub strict: bool,
 }
 
 impl SweepSpec {
     /// A sweep of `seeds` seeds from `from`, keeping the first ten failures.
     pub fn new(from: u64, seeds: u64, profile: Profile, mutation: Option<Mutation>, jobs: usize) -> Self {
-        SweepSpec { from, seeds, profile, mutation, proposal: None, jobs, keep_failures: 10 }
+        SweepSpec { from, seeds, profile, mutation, proposal: None, jobs, keep_failures: 10, strict: false }
     }
 
     /// One seed of this sweep.
@@ -51,11 +53,20 @@ pub struct SweepResult {
     pub failed_after_lost_load: u64,
     /// Seeds run: `spec.seeds`, or fewer when the sweep was interrupted (always `from..from + ran`).
     pub ran: u64,
+    /// Failing seeds that pass when replayed with a proposal (Kafka's known anomaly it fixes), all of them.
+    pub known_failed: u64,
+    /// The proposal that fixes each kept failure that is a known anomaly.
+    pub known: BTreeMap<u64, Proposal>,
 }
 
 impl SweepResult {
     pub fn passed(&self) -> bool {
         self.failed == 0
+    }
+
+    /// Failing seeds that no proposal explains: new failures.
+    pub fn unexplained(&self) -> u64 {
+        self.failed - self.known_failed
     }
 
     /// A signal stopped the sweep before its last seed; its counts cover the seeds run.
@@ -83,15 +94,21 @@ struct Tally {
     by_invariant: BTreeMap<String, u64>,
     failed_after_lost_load: u64,
     kept: BTreeMap<u64, RunReport>,
+    known_failed: u64,
+    known: BTreeMap<u64, Proposal>,
 }
 
 impl Tally {
-    fn add(&mut self, report: RunReport, keep: usize) {
+    fn add(&mut self, report: RunReport, keep: usize, known: Option<Proposal>) {
         add_stats(&mut self.totals, &report.stats);
         if report.passed() {
             return;
         }
         self.failed += 1;
+        self.known_failed += u64::from(known.is_some());
+        if let Some(p) = known {
+            self.known.insert(report.seed, p);
+        }
         self.failed_after_lost_load += u64::from(report.lost_load.is_some());
         self.first_failure = Some(self.first_failure.map_or(report.seed, |s| s.min(report.seed)));
         for f in &report.found {
@@ -99,7 +116,9 @@ impl Tally {
         }
         self.kept.insert(report.seed, report);
         if self.kept.len() > keep {
-            self.kept.pop_last();
+            if let Some((seed, _)) = self.kept.pop_last() {
+                self.known.remove(&seed);
+            }
         }
     }
 }
@@ -129,10 +148,11 @@ pub fn run_sweep(spec: &SweepSpec, mut progress: impl FnMut(u64, u64)) -> SweepR
                     break;
                 }
                 let report = run_seed(&spec.run_spec(spec.from + i));
+                let known = (!report.passed()).then(|| known_anomaly(spec, spec.from + i)).flatten();
                 if !report.passed() {
                     failed.fetch_add(1, Ordering::Relaxed);
                 }
-                tally.lock().unwrap_or_else(|e| e.into_inner()).add(report, spec.keep_failures);
+                tally.lock().unwrap_or_else(|e| e.into_inner()).add(report, spec.keep_failures, known);
                 done.fetch_add(1, Ordering::Relaxed);
             });
         }
@@ -156,7 +176,18 @@ pub fn run_sweep(spec: &SweepSpec, mut progress: impl FnMut(u64, u64)) -> SweepR
         by_invariant: tally.by_invariant,
         failed_after_lost_load: tally.failed_after_lost_load,
         ran: done.into_inner(),
+        known_failed: tally.known_failed,
+        known: tally.known,
     }
+}
+
+/// The proposal whose fix makes a failing seed pass, replayed with the same mutation: Kafka's known anomaly
+/// that proposal names, judged per seed (a mutation's own failure is not one, even on the same invariant).
+fn known_anomaly(spec: &SweepSpec, seed: u64) -> Option<Proposal> {
+    if spec.proposal.is_some() {
+        return None;
+    }
+    Proposal::ALL.into_iter().find(|&p| run_seed(&RunSpec { proposal: Some(p), ..spec.run_spec(seed) }).passed())
 }
 
 fn add_stats(total: &mut Stats, s: &Stats) {
@@ -271,6 +302,14 @@ pub fn summary_lines(r: &SweepResult, max_failures: usize) -> Vec<String> {
             r.first_failure_index().unwrap_or(0),
             parts.join(", ")
         ));
+        if r.known_failed > 0 {
+            let verdict = if s.strict { "--strict: they fail the sweep" } else { "not new failures" };
+            out.push(format!(
+                "  {} of the {} failing seeds are a known anomaly of Kafka's: each passes replayed with the proposal \
+                 that fixes it (docs/sim-output.md, \"--proposal\"); {verdict}",
+                r.known_failed, r.failed
+            ));
+        }
         if r.failed_after_lost_load > 0 {
             out.push(format!(
                 "  {} of the {} failing seeds had a coordinator load __transaction_state records above its HW \
@@ -281,7 +320,10 @@ pub fn summary_lines(r: &SweepResult, max_failures: usize) -> Vec<String> {
     }
     for f in r.failures.iter().take(max_failures) {
         let spec = s.run_spec(f.seed);
-        out.push(format!("FAIL seed {} ({})", f.seed, f.swarm));
+        match r.known.get(&f.seed) {
+            Some(p) => out.push(format!("KNOWN seed {} ({}): passes with --proposal {}", f.seed, f.swarm, p.name())),
+            None => out.push(format!("FAIL seed {} ({})", f.seed, f.swarm)),
+        }
         for v in &f.found {
             out.push(format!("  {}: {}", v.invariant, v.witness));
         }
