@@ -116,6 +116,87 @@ fn twenty_seeds_pass_against_serve_and_recheck_offline() {
     assert_eq!(code, 0, "the saved history re-checks clean:\n{out}\n{err}");
     assert_eq!(out.lines().last(), Some("PASS: 20 seed(s), no violation"), "{out}");
     server.stop_clean();
+    a_damaged_history_is_refused_or_fails(&file);
+}
+
+/// `check-history` judges only what the file can show: copies of a clean history with a seed twice, a
+/// polled partition's log gone, an offset beyond int64 or a batch overlapping the one before it are
+/// refused (exit 2, one line), and a log cut below what a reader delivered is a finding (exit 1).
+fn a_damaged_history_is_refused_or_fails(clean: &Value) {
+    let polled = |seed: &Value| {
+        let events = seed["history"]["events"].as_array().expect("events");
+        events.iter().position(|e| e["type"] == "poll" && e["records"].as_array().is_some_and(|r| !r.is_empty()))
+    };
+    let s = clean["seeds"].as_array().expect("seeds").iter().position(|seed| polled(seed).is_some()).expect("a poll");
+    let poll = polled(&clean["seeds"][s]).expect("a poll");
+    let partition = clean["seeds"][s]["history"]["events"][poll]["partition"].clone();
+    let log = clean["seeds"][s]["logs"]
+        .as_array()
+        .expect("logs")
+        .iter()
+        .position(|l| l["topic"] == partition["topic"] && l["partition"] == partition["partition"])
+        .expect("the polled partition's log");
+    type Damage = fn(&mut Value, usize, usize, usize);
+    let damages: [(&str, Damage, i32, &str); 5] = [
+        (
+            "seed-twice",
+            |f, s, _, _| {
+                let copy = f["seeds"][s].clone();
+                f["seeds"].as_array_mut().expect("seeds").push(copy);
+            },
+            2,
+            "appears twice",
+        ),
+        (
+            "log-gone",
+            |f, s, _, l| {
+                f["seeds"][s]["logs"].as_array_mut().expect("logs").remove(l);
+            },
+            2,
+            "whose log the file does not hold",
+        ),
+        (
+            "beyond-int64",
+            |f, s, p, _| {
+                f["seeds"][s]["history"]["events"][p]["records"][0][0] = Value::from(1u64 << 63);
+            },
+            2,
+            "beyond int64",
+        ),
+        (
+            "overlap",
+            |f, s, _, l| {
+                let batches = f["seeds"][s]["logs"][l]["batches"].as_array_mut().expect("batches");
+                let first = batches[0].clone();
+                batches.insert(1, first);
+            },
+            2,
+            "overlaps the batch before it",
+        ),
+        (
+            "log-cut",
+            |f, s, _, l| {
+                f["seeds"][s]["logs"][l]["batches"] = Value::Array(Vec::new());
+                f["seeds"][s]["logs"][l]["high_watermark"] = Value::from(0);
+            },
+            1,
+            "the log read back ends at 0",
+        ),
+    ];
+    for (name, damage, want, says) in damages {
+        let mut file = clean.clone();
+        damage(&mut file, s, poll, log);
+        let path = tmp(&format!("damaged-{name}.history.json"));
+        std::fs::write(&path, file.to_string()).expect("write the damaged history");
+        let (code, out, err) = txnsim(&["check-history", path.to_str().expect("utf-8")], Duration::from_secs(60));
+        assert_eq!(code, want, "{name}: exit {want}:\n{out}\n{err}");
+        let said = if want == 2 { err.trim().to_string() } else { out.clone() };
+        assert!(said.contains(says), "{name}: expected {says:?} in:\n{said}");
+        if want == 2 {
+            assert_eq!(err.trim().lines().count(), 1, "{name}: one line on stderr: {err}");
+            assert!(err.starts_with("error: "), "{name}: {err}");
+        }
+    }
 }
 
 #[test]

@@ -152,8 +152,15 @@ impl WireLog {
         let none = Mutations::none();
         let tp = self.topic_partition();
         for b in &self.batches {
-            if b.base_offset != log.log_end_offset() {
-                return Err(format!("{tp}: batch at {} after log end {} (a gap)", b.base_offset, log.log_end_offset()));
+            let end = log.log_end_offset();
+            if b.base_offset < end {
+                return Err(format!(
+                    "{tp}: batch at {} overlaps the batch before it, which ends at {end}",
+                    b.base_offset
+                ));
+            }
+            if b.base_offset > end {
+                return Err(format!("{tp}: batch at {} after log end {end} (a gap)", b.base_offset));
             }
             let refused = |e: txnsim_engine::KafkaError| format!("{tp}: batch at {}: {}", b.base_offset, e.name());
             match &b.body {
