@@ -39,6 +39,8 @@ fn out_of_range_check_flags_are_refused_before_checking() {
         (["check", "--polls", "256"], "256 is not in 0..=255"),
         (["check", "--threads", "0"], "at least one thread is needed"),
         (["explore", "--threads", "0"], "at least one thread is needed"),
+        (["check", "--threads", "100000"], "100000 threads is too many: give 1 to 1024"),
+        (["explore", "--threads", "1025"], "1025 threads is too many: give 1 to 1024"),
     ] {
         let (code, stdout, stderr) = txnsim(&args);
         assert_eq!(code, 2, "{args:?} is bad input: {stderr}");

@@ -148,7 +148,7 @@ pub struct CheckArgs {
     #[command(flatten)]
     pub bounds: BoundsArgs,
     /// Checker threads (BFS paths are shortest only with 1).
-    #[arg(long, default_value_t = 1, value_parser = threads_at_least_one)]
+    #[arg(long, default_value_t = 1, value_parser = thread_count)]
     pub threads: usize,
     /// Depth-first instead of breadth-first (less memory, longer counterexamples).
     #[arg(long)]
@@ -182,13 +182,18 @@ pub struct ExploreArgs {
     /// Where the Explorer listens.
     #[arg(long, default_value = "127.0.0.1:3000")]
     pub addr: String,
-    #[arg(long, default_value_t = 1, value_parser = threads_at_least_one)]
+    #[arg(long, default_value_t = 1, value_parser = thread_count)]
     pub threads: usize,
 }
 
-fn threads_at_least_one(s: &str) -> Result<usize, String> {
+/// The most checker threads a run may ask for, as `sweep --jobs`: each is an OS thread, and stateright
+/// aborts the process when it cannot spawn one.
+pub const MAX_THREADS: usize = 1024;
+
+fn thread_count(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
         Ok(0) => Err("at least one thread is needed".into()),
+        Ok(n) if n > MAX_THREADS => Err(format!("{n} threads is too many: give 1 to {MAX_THREADS}")),
         Ok(n) => Ok(n),
         Err(e) => Err(format!("not a thread count: {e}")),
     }
