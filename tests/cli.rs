@@ -116,3 +116,23 @@ fn a_signalled_sweep_prints_its_summary_marked_incomplete() {
         );
     }
 }
+
+/// A path to something endless is read up to a cap and refused, with the cap in the one-line error,
+/// never read into memory without bound.
+#[test]
+fn an_endless_input_file_is_refused_at_its_size_cap() {
+    for (args, cap) in [
+        (["scenario", "/dev/zero"], "64 MiB"),
+        (["replay", "/dev/zero"], "64 MiB"),
+        (["check-history", "/dev/zero"], "256 MiB"),
+    ] {
+        let (code, stdout, stderr) = txnsim(&args);
+        assert_eq!(code, 2, "{args:?} is bad input: {stderr}");
+        assert!(stdout.is_empty(), "{args:?}: {stdout}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: one line: {stderr}");
+        assert!(
+            stderr.contains("/dev/zero: ") && stderr.contains(&format!("larger than the {cap}")),
+            "{args:?}: {stderr}"
+        );
+    }
+}

@@ -9,11 +9,13 @@
 //! - `trace`: the replay timeline's events, legend and text rendering.
 //! - `seeds`: the `seeds/*.toml` regression corpus.
 //! - `cli`: `txnsim sweep` and `txnsim replay`.
+//! - `files`: reading a user's files with a size cap.
 
 #[cfg(not(madsim))]
 compile_error!("build with --cfg madsim (see .cargo/config.toml); a RUSTFLAGS variable replaces it");
 
 pub mod cli;
+pub mod files;
 pub mod profile;
 pub mod rng;
 pub mod run;

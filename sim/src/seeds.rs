@@ -63,7 +63,8 @@ pub fn load_dir(dir: &Path) -> Result<Vec<(PathBuf, SeedFile)>, String> {
 
 /// One seed file, checked: its profile and mutation name things that exist.
 pub fn load_file(path: &Path) -> Result<SeedFile, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let text =
+        crate::files::read_capped(path, crate::files::INPUT_CAP).map_err(|e| format!("{}: {e}", path.display()))?;
     // toml's message spans lines (it quotes the input); the first line names the problem.
     let seed: SeedFile = toml::from_str(&text).map_err(|e| {
         let msg = e.message().lines().next().unwrap_or("invalid").to_string();

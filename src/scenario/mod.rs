@@ -167,7 +167,7 @@ pub fn collect_all(paths: &[PathBuf]) -> Result<Vec<PathBuf>, ScenarioError> {
 /// Reads and validates every scenario of one file.
 pub fn load(path: &Path) -> Result<Vec<Scenario>, ScenarioError> {
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
+    let text = txnsim_sim::files::read_capped(path, txnsim_sim::files::INPUT_CAP).map_err(|e| ScenarioError {
         file: file.clone(),
         scenario: None,
         op_index: None,

@@ -145,7 +145,8 @@ pub fn save(path: &Path, file: &HistoryFile) -> Result<(), String> {
 }
 
 pub fn load(path: &Path) -> Result<HistoryFile, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = txnsim_sim::files::read_capped(path, txnsim_sim::files::HISTORY_CAP)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
     let file: HistoryFile = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     if file.format != HISTORY_FORMAT {
         return Err(format!("{}: format {:?}, expected {HISTORY_FORMAT:?}", path.display(), file.format));
