@@ -1167,16 +1167,8 @@ fn a_frame_from_a_crashed_brokers_connection_is_not_served() {
     assert_eq!(metadata_of(&mut d, 4, 2, TOPIC).topics[0].error_code, 0, "broker 1 serves on");
 }
 
-/// Under transaction version 2 Kafka's Java client sends no AddOffsetsToTxn: its TxnOffsetCommit v5 has
-/// the group's broker add the offsets partition to the transaction (KIP-890 part 2). What a v5 commit of
-/// `t-0@1` for group `g`, then EndTxn v5's commit and an OffsetFetch answer on one broker: (TxnOffsetCommit
-/// error, EndTxn error, OffsetFetch (error, offset)).
-fn txn_offset_commit_v5(mutations: Mutations) -> (i16, i16, (i16, i64)) {
-    let mut d = Driver::new(EngineConfig { mutations, ..EngineConfig::default() }, "127.0.0.1", 9092, 0);
-    let r: CreateTopicsResponse =
-        answer(d.on_frame(1, 1, request(ApiKey::CreateTopics, 7, 1, &create_topic(TOPIC, 1, 1))), 1, 7);
-    assert_eq!(r.topics[0].error_code, 0, "topic created");
-    let (pid, epoch) = init_transaction(&mut d, 2, 1);
+/// A TxnOffsetCommit of `tx`'s offset 1 for `t-0` in group `g` (no consumer group metadata).
+fn txn_offset_commit(pid: i64, epoch: i16) -> TxnOffsetCommitRequest {
     let mut p = txn_offset_commit_request::TxnOffsetCommitRequestPartition::default();
     p.partition_index = 0;
     p.committed_offset = 1;
@@ -1190,6 +1182,20 @@ fn txn_offset_commit_v5(mutations: Mutations) -> (i16, i16, (i16, i64)) {
     commit.producer_epoch = epoch;
     commit.generation_id = -1;
     commit.topics = vec![t];
+    commit
+}
+
+/// Under transaction version 2 Kafka's Java client sends no AddOffsetsToTxn: its TxnOffsetCommit v5 has
+/// the group's broker add the offsets partition to the transaction (KIP-890 part 2). What a v5 commit of
+/// `t-0@1` for group `g`, then EndTxn v5's commit and an OffsetFetch answer on one broker: (TxnOffsetCommit
+/// error, EndTxn error, OffsetFetch (error, offset)).
+fn txn_offset_commit_v5(mutations: Mutations) -> (i16, i16, (i16, i64)) {
+    let mut d = Driver::new(EngineConfig { mutations, ..EngineConfig::default() }, "127.0.0.1", 9092, 0);
+    let r: CreateTopicsResponse =
+        answer(d.on_frame(1, 1, request(ApiKey::CreateTopics, 7, 1, &create_topic(TOPIC, 1, 1))), 1, 7);
+    assert_eq!(r.topics[0].error_code, 0, "topic created");
+    let (pid, epoch) = init_transaction(&mut d, 2, 1);
+    let commit = txn_offset_commit(pid, epoch);
     let r: TxnOffsetCommitResponse = answer(d.on_frame(3, 1, request(ApiKey::TxnOffsetCommit, 5, 3, &commit)), 1, 5);
     let offsets_error = r.topics[0].partitions[0].error_code;
     let mut end = EndTxnRequest::default();
@@ -1232,17 +1238,7 @@ fn verify_only_outside_the_transaction(mutations: Mutations) -> [i16; 4] {
         let got: ProduceResponse = answer(d.on_frame(4, 1, request(ApiKey::Produce, version, 4, &r)), 1, version);
         codes[i] = got.responses[0].partition_responses[0].error_code;
     }
-    let mut p = txn_offset_commit_request::TxnOffsetCommitRequestPartition::default();
-    p.committed_offset = 1;
-    let mut t = txn_offset_commit_request::TxnOffsetCommitRequestTopic::default();
-    t.name = StrBytes::from_static_str(TOPIC).into();
-    t.partitions = vec![p];
-    let mut commit = TxnOffsetCommitRequest::default();
-    commit.transactional_id = StrBytes::from_static_str("tx").into();
-    commit.group_id = StrBytes::from_static_str("g").into();
-    commit.producer_id = pid.into();
-    commit.producer_epoch = epoch;
-    commit.topics = vec![t];
+    let commit = txn_offset_commit(pid, epoch);
     for (i, version) in [3, 4].into_iter().enumerate() {
         let frame = request(ApiKey::TxnOffsetCommit, version, 5, &commit);
         let r: TxnOffsetCommitResponse = answer(d.on_frame(5, 1, frame), 1, version);
