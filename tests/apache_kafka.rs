@@ -616,6 +616,12 @@ fn the_harness_pauses_and_resumes_a_node() {
 /// close with the transaction left open. `aborted_txns` needs no step: every replica's aborted list is
 /// compared anyway.
 fn corpus_script(scenario: &serde_json::Value) -> Result<Vec<String>, String> {
+    if scenario["name"] == "fenced-instance-local-misuse-stays-local" {
+        // Two gate runs saw Kafka's Java client answer the same calls differently (a begin after a commit
+        // it refused was IllegalStateException in one, ok in the other): its answers to misuse depend on
+        // its own timing, so neither system can be compared on them.
+        return Err("the Java client answers repeated local misuse by its own timing".to_string());
+    }
     let layer = scenario["layer"].as_str().unwrap_or("producer");
     if layer != "producer" {
         return Err(format!("the {layer} layer drives a log or a fetch directly, below any client"));
@@ -713,7 +719,7 @@ fn corpus_scenarios_observe_the_same_on_real_kafka_and_on_serve() {
         skipped.len(),
         skipped.join("\n")
     );
-    assert!(played >= 40, "most producer-layer scenarios are a client's; played {played}");
+    assert!(played >= 46, "most producer-layer scenarios are a client's; played {played}");
     assert!(differences.is_empty(), "{} differences:\n{}", differences.len(), differences.join("\n\n"));
 }
 
