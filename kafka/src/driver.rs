@@ -44,7 +44,7 @@ use txnsim_engine::{
     TransactionResult, TransactionVersion,
 };
 use txnsim_properties::{
-    check_group_offsets, check_replicas, check_state, check_timers, standing_leader, ClusterView, MonotonicityChecker,
+    check_group_offsets, check_replicas, check_timers, standing_leader, ClusterView, MonotonicityChecker, StateChecker,
     Violation,
 };
 use uuid::Uuid;
@@ -137,6 +137,11 @@ pub struct Driver {
     stored: BTreeMap<(TopicPartition, Offset), StoredRecord>,
     connections: BTreeMap<ConnId, Connection>,
     monotonicity: MonotonicityChecker,
+    /// The state invariants, checked incrementally (a full check at every event costs the size of every
+    /// log: long-lived servers slowed to a crawl); started afresh where the sim starts it afresh.
+    state: StateChecker,
+    /// The standing transaction coordinator and when it loaded, when the state invariants last ran.
+    coordinator_checked: (u32, Option<i32>),
     violations: Vec<Violation>,
     unreported: Vec<Violation>,
     /// Engine answers to clients not yet collected, by correlation id.
@@ -213,6 +218,8 @@ impl Driver {
             stored: BTreeMap::new(),
             connections: BTreeMap::new(),
             monotonicity: MonotonicityChecker::default(),
+            state: StateChecker::default(),
+            coordinator_checked: (BROKER_ID, None),
             violations: Vec::new(),
             unreported: Vec::new(),
             answers: BTreeMap::new(),
@@ -273,6 +280,8 @@ impl Driver {
             self.connections.remove(&conn);
             out.push(Output::Close(conn, format!("broker {id} crashed")));
         }
+        // The checkers start afresh on the logs that now stand, as on any leader change.
+        self.state = StateChecker::default();
         let controller = self.controller.as_mut().expect("a cluster of several brokers has a controller");
         let effects = controller.broker_fenced(id);
         self.run(now_ms, CONTROLLER_ID, effects);
@@ -288,6 +297,7 @@ impl Driver {
             return Err(format!("broker {id} is not down"));
         }
         self.timeline.event(now_ms, &NodeId::Broker(id).to_string(), || "restarted".to_string());
+        self.state = StateChecker::default();
         let controller = self.controller.as_mut().expect("only a cluster's broker can be down");
         let unfenced = controller.broker_unfenced(id);
         let image = controller.partitions.clone();
@@ -676,13 +686,21 @@ impl Driver {
     fn after_broker_step(&mut self, now_ms: TimeMs, id: u32, line: String) {
         self.timeline.broker_step(now_ms, &self.brokers[id as usize], line);
         let mut found = Vec::new();
-        // The replica invariants read every replica's batches: only when a log end, HW, leader or ISR
-        // moved (the followers' long-poll fetches come and go without moving any, twice a second each).
+        // The replica invariants read every replica's batches, so they run where the sim runs them: when
+        // a leader, leader epoch or ISR changed, or a log end moved back (a truncation), not at every
+        // append or HW advance (a long-lived server's checks then cost the size of every log each time).
         let replicas = self.replica_fingerprint();
         let moved = replicas != self.replicas_checked;
-        if moved {
+        let changed_hands = replicas.len() != self.replicas_checked.len()
+            || replicas
+                .iter()
+                .zip(&self.replicas_checked)
+                .any(|(now, was)| now.0 < was.0 || (now.2, now.3, &now.4) != (was.2, was.3, &was.4));
+        if changed_hands {
             // A crashed broker's frozen state is no replica's word (the sim's `check_replicas` too).
             found.extend(check_replicas(self.live_brokers()));
+        }
+        if moved {
             self.replicas_checked = replicas;
         }
         // A step that moved no replica changed no leader's log: only the coordinators' brokers need a look.
@@ -715,8 +733,8 @@ impl Driver {
     }
 
     /// The state invariants and LSO/HW monotonicity on every partition's leader log, with the transaction
-    /// coordinator that stands and every live broker's group coordinator. The logs are moved out of their brokers for the check and back (a copy would cost
-    /// their size at every step). A partition whose leader changed starts monotonicity afresh: a new
+    /// coordinator that stands and every live broker's group coordinator. The logs are moved out of their
+    /// brokers for the check and back (a copy would cost their size at every step). A partition whose leader changed starts monotonicity afresh: a new
     /// leader's HW may lag the old one's, as in Kafka.
     fn check_leaders(&mut self) -> Vec<Violation> {
         let tps: std::collections::BTreeSet<TopicPartition> =
@@ -732,19 +750,27 @@ impl Driver {
         if moved {
             self.monotonicity = MonotonicityChecker::default();
         }
+        let coordinator_id = self.coordinator_id();
+        let coordinator_now = (coordinator_id, self.brokers[coordinator_id as usize].coordinator_loaded_at);
+        if moved || coordinator_now != self.coordinator_checked {
+            // A new leader's log, or a coordinator that rebuilt its ledger from its own replica: the
+            // decisions and logs are read again from the start.
+            self.state = StateChecker::default();
+            self.coordinator_checked = coordinator_now;
+        }
         let mut logs = BTreeMap::new();
         for (tp, (id, _)) in &leaders {
             if let Some(log) = self.brokers[*id as usize].partitions.remove(tp) {
                 logs.insert(tp.clone(), log);
             }
         }
-        let coordinator = &self.brokers[self.coordinator_id() as usize];
+        let coordinator = &self.brokers[coordinator_id as usize];
         let view = ClusterView {
             partitions: &logs,
             coordinator: Some(&coordinator.coordinator),
             mutations: &coordinator.config.mutations,
         };
-        let mut found = check_state(&view);
+        let mut found = self.state.check(&view);
         found.extend(self.monotonicity.observe(&view));
         for (tp, log) in logs {
             self.brokers[leaders[&tp].0 as usize].partitions.insert(tp, log);
