@@ -1,6 +1,7 @@
 //! The engine held against real Apache Kafka 4.3.1 (the harness `txnsim_kafka::apache_kafka`): the seed
 //! document's cluster (3 nodes, replication factor 3, `min.insync.replicas` 2) starts once for this test
-//! binary, and each test runs on it alone (a lock), on topics of its own. Whatever a client prints and
+//! binary; tests run on it side by side, each on topics and transactional ids of its own, and a test that
+//! kills or pauses a node has it alone (a lock). Whatever a client prints and
 //! whatever each replica's log holds on real Kafka must be what `txnsim serve` gives for the same program.
 
 mod clients;
@@ -24,7 +25,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::Path;
 use std::process::Stdio;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 use txnsim::scenario::{self, RunOptions};
 use txnsim_engine::record::{BatchBody, BatchProducer, Record, RecordBatch};
@@ -40,13 +42,27 @@ macro_rules! report {
     };
 }
 
-static SEED_CLUSTER: Mutex<Option<KafkaCluster>> = Mutex::new(None);
+static SEED_CLUSTER: RwLock<Option<KafkaCluster>> = RwLock::new(None);
 
-/// The seed document's cluster, started on first use; the guard keeps other tests off it meanwhile. A
-/// test that failed while holding it leaves it running (the poison is cleared): each test's topics are its
-/// own.
-fn seed_cluster() -> MutexGuard<'static, Option<KafkaCluster>> {
-    let mut guard = SEED_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+/// The seed document's cluster, started on first use, shared with the other tests that leave its nodes
+/// alone (most of the time a test waits on the network: side by side, the binary takes about half as long).
+/// A test that failed while holding it leaves it running (the poison is cleared): each test's topics are
+/// its own.
+fn seed_cluster() -> RwLockReadGuard<'static, Option<KafkaCluster>> {
+    loop {
+        let guard = SEED_CLUSTER.read().unwrap_or_else(|e| e.into_inner());
+        if guard.is_some() {
+            return guard;
+        }
+        drop(guard);
+        drop(seed_cluster_alone());
+    }
+}
+
+/// The seed document's cluster for a test that kills, restarts or pauses its nodes: no other test runs on
+/// it meanwhile.
+fn seed_cluster_alone() -> RwLockWriteGuard<'static, Option<KafkaCluster>> {
+    let mut guard = SEED_CLUSTER.write().unwrap_or_else(|e| e.into_inner());
     if guard.is_none() {
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("apache-kafka-seed-cluster");
         let started = Instant::now();
@@ -458,7 +474,7 @@ fn observe(
 /// Plays `file` on real Kafka and on `txnsim serve` (both as the seed's cluster), both at once, and
 /// returns every difference between them; on each system every replica must hold the same log. A fault
 /// step kills the partition's leader (kill -9 on real Kafka, `crash` on serve) or restarts it.
-fn differential(file: &str, workers: usize) -> (usize, Vec<String>) {
+fn differential(file: &str, workers: usize, own: Option<&mut KafkaCluster>) -> (usize, Vec<String>) {
     let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file))
         .unwrap_or_else(|e| panic!("the scripts {file}: {e}"));
     let partitions = script_partitions(&text);
@@ -492,11 +508,17 @@ fn differential(file: &str, workers: usize) -> (usize, Vec<String>) {
             play_scripts((&bootstrap, &serve_run, "Differential.java on serve"), (&file_name, workers), &mut fault);
         (played, server)
     });
-    let mut guard = seed_cluster();
-    let cluster = guard.as_mut().expect("started");
-    let real_addresses = cluster.addresses();
+    // Scripts with fault steps kill nodes, so they run on a cluster of their own; the others share the
+    // seed cluster.
+    let shared = own.is_none().then(seed_cluster);
+    let mut own = own;
+    let real_addresses = match (&own, &shared) {
+        (Some(cluster), _) => cluster.addresses(),
+        (None, shared) => shared.as_ref().and_then(|guard| guard.as_ref()).expect("started").addresses(),
+    };
     let mut killed: Option<usize> = None;
     let mut fault = |asked: &str| -> String {
+        let cluster = own.as_deref_mut().expect("a script with fault steps runs on a cluster of its own");
         let words: Vec<&str> = asked.split(' ').collect();
         match words[..] {
             ["kill-leader", topic, partition] => {
@@ -516,7 +538,7 @@ fn differential(file: &str, workers: usize) -> (usize, Vec<String>) {
     let real =
         play_scripts((&real_addresses.join(","), &run, "Differential.java on real Kafka"), (file, workers), &mut fault);
     let real = observe(real, &partitions, &real_addresses, &run);
-    drop(guard);
+    drop(shared);
     let (serve, server) = serve.join().expect("the serve run");
     let serve = observe(serve, &partitions, &server.addresses, &run);
     server.stop_clean();
@@ -556,7 +578,7 @@ fn differential(file: &str, workers: usize) -> (usize, Vec<String>) {
 #[test]
 fn differential_scripts_observe_the_same_on_real_kafka_and_on_serve() {
     let started = Instant::now();
-    let (scripts, differences) = differential(DIFFERENTIAL_SCRIPTS, 4);
+    let (scripts, differences) = differential(DIFFERENTIAL_SCRIPTS, 4, None);
     report!(
         "differential: {scripts} scripts on real Kafka 4.3.1 and serve in {:.1} s, {} differences",
         started.elapsed().as_secs_f64(),
@@ -570,7 +592,12 @@ fn differential_scripts_observe_the_same_on_real_kafka_and_on_serve() {
 #[test]
 fn differential_fault_scripts_observe_the_same_on_real_kafka_and_on_serve() {
     let started = Instant::now();
-    let (scripts, differences) = differential("tests/differential/faults.txt", 1);
+    // A cluster of its own (the seed's spec), so that the other tests go on while it kills and restarts.
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("apache-kafka-fault-cluster");
+    let mut cluster = KafkaCluster::start(kafka_distribution(), &dir, &ClusterSpec::seed())
+        .unwrap_or_else(|e| panic!("the fault scripts' Kafka 4.3.1 cluster did not start: {e}"));
+    let (scripts, differences) = differential("tests/differential/faults.txt", 1, Some(&mut cluster));
+    drop(cluster);
     report!(
         "differential with faults: {scripts} scripts on real Kafka 4.3.1 and serve in {:.1} s, {} differences",
         started.elapsed().as_secs_f64(),
@@ -598,7 +625,7 @@ fn stopped(pid: u32, want: bool) -> bool {
 /// succeeded.)
 #[test]
 fn the_harness_pauses_and_resumes_a_node() {
-    let guard = seed_cluster();
+    let guard = seed_cluster_alone();
     let cluster = guard.as_ref().expect("started");
     let pid = cluster.pid(1).expect("node 1 runs");
     cluster.pause(1).expect("SIGSTOP");
@@ -710,7 +737,7 @@ fn corpus_scenarios_observe_the_same_on_real_kafka_and_on_serve() {
     let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("differential-corpus.txt");
     std::fs::write(&path, &script).expect("write the corpus scripts");
     let started = Instant::now();
-    let (played, differences) = differential(path.to_str().expect("utf-8"), 4);
+    let (played, differences) = differential(path.to_str().expect("utf-8"), 4, None);
     report!(
         "corpus differential: {played} scenarios played on real Kafka 4.3.1 and serve in {:.1} s, {} differences; \
          {} not a client's:\n{}",
@@ -795,10 +822,12 @@ fn init_producer_raw(addresses: &[String], tid: &str) -> (Conn, i64, i16) {
     }
 }
 
-/// A name prefix of its own for each run: the real cluster outlives a run (it is the test binary's).
+/// A name prefix of its own for each run: the real cluster outlives a run (it is the test binary's), and
+/// tests run on it side by side (the counter parts two runs of one millisecond).
 fn run_prefix(kind: &str) -> String {
+    static RUNS: AtomicU32 = AtomicU32::new(0);
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("time");
-    format!("{kind}{:x}", now.as_millis())
+    format!("{kind}{:x}n{}", now.as_millis(), RUNS.fetch_add(1, Ordering::Relaxed))
 }
 
 /// `probe` on `serve` (the seed's cluster) and then on real Kafka, with one name prefix: (serve's, real's).
