@@ -275,7 +275,8 @@ fn api_versions(address: &str) -> (BTreeMap<i16, (i16, i16)>, Vec<Feature>) {
 }
 
 /// What serve advertises is what real Kafka 4.3.1 serves: the same finalized `transaction.version`
-/// (a client picks its protocol by it), every API range of serve inside Kafka's, and the versions that
+/// (a client picks its protocol by it; real Kafka also finalizes `eligible.leader.replicas.version` 1,
+/// the engine's default), every API range of serve inside Kafka's, and the versions that
 /// carry transaction version 2 (Produce v12, EndTxn v5, TxnOffsetCommit v5: KIP-890 part 2) served by both.
 #[test]
 fn serve_advertises_the_transaction_version_and_api_versions_of_real_kafka() {
@@ -295,6 +296,9 @@ fn serve_advertises_the_transaction_version_and_api_versions_of_real_kafka() {
     let tv = |f: &[Feature]| f.iter().find(|(n, _, _)| n == "transaction.version").cloned();
     assert_eq!(tv(&serve_features), tv(&real_features), "finalized transaction.version (left: serve)");
     assert_eq!(tv(&real_features).map(|f| f.2), Some(2), "a new 4.3.1 cluster finalizes transaction version 2");
+    // The engine's controller keeps KIP-966's eligible leader replicas by default because real Kafka does.
+    let elr = real_features.iter().find(|(n, _, _)| n == "eligible.leader.replicas.version").map(|f| f.2);
+    assert_eq!(elr, Some(1), "a new 4.3.1 cluster finalizes eligible.leader.replicas.version 1: {real_features:?}");
     for (key, (min, max)) in &serve {
         let (kmin, kmax) = real.get(key).unwrap_or_else(|| panic!("real Kafka does not serve api {key}"));
         assert!(kmin <= min && max <= kmax, "api {key}: serve's v{min}-v{max} is not inside Kafka's v{kmin}-v{kmax}");

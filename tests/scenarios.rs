@@ -150,7 +150,7 @@ const NEEDS_FAULTS: [Mutation; 4] = [
 
 /// The departures from Kafka 4.x fixed on the coordinator and leader side, each with the ported Kafka
 /// test whose exact expectation catches it: the scenario must fail with a difference (not an input error).
-const CATCHERS: [(Mutation, &str, &str); 26] = [
+const CATCHERS: [(Mutation, &str, &str); 29] = [
     (Mutation::NoMarkerResendOnFailover, "a-new-coordinator-completes-a-prepared-commit", "coordinator[0].state"),
     (
         Mutation::FenceAbortKeepsExhaustedId,
@@ -245,6 +245,17 @@ const CATCHERS: [(Mutation, &str, &str); 26] = [
         "coordinator[0].last_epoch",
     ),
     (Mutation::RetriesOvertake, "snd-retries-keep-their-order-behind-an-unanswered-batch", "in_flight"),
+    (Mutation::ElrNotKept, "elr-member-leads-when-the-isr-dies", "registrations[0].elr"),
+    (
+        Mutation::UncleanShutdownStaysInElr,
+        "last-known-leader-elected-after-every-replica-crashed",
+        "registrations[0].leader",
+    ),
+    (
+        Mutation::LastKnownLeaderNotElected,
+        "last-known-leader-elected-after-every-replica-crashed",
+        "registrations[0].leader",
+    ),
 ];
 
 #[test]

@@ -161,14 +161,14 @@ impl Cluster {
         true
     }
 
-    /// A crashed broker starts again: the controller unfences it (it may lead a partition left without a
-    /// leader), and it loads its logs and the controller's current image (`Broker::restart_with_image`).
+    /// A crashed broker starts again: the controller registers it after its unclean shutdown (with ELR it
+    /// leaves every ISR and ELR) and unfences it (it may lead a partition left without a leader), and it loads its logs and the controller's current image (`Broker::restart_with_image`).
     /// Returns false if it was not down.
     pub fn start_broker(&mut self, id: u32) -> bool {
         if !self.down.remove(&id) {
             return false;
         }
-        let effects = self.controller.broker_unfenced(id);
+        let effects = self.controller.broker_restarted(id);
         self.apply(&NodeId::Broker(CONTROLLER_ID), effects);
         let now = self.now_ms;
         let image = self.controller.partitions.clone();

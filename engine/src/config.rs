@@ -57,6 +57,10 @@ pub struct EngineConfig {
     /// `unclean.leader.election.enable` (default false): the controller may elect a replica outside the
     /// ISR when no ISR member is alive, and what only the ISR held is lost.
     pub unclean_leader_election_enable: bool,
+    /// `eligible.leader.replicas.version` 1 (KIP-966; on in a cluster Kafka 4.1 or later formats, off at 0):
+    /// the controller keeps each partition's eligible leader replicas and last known leader, and elects
+    /// from the ISR, then the ELR, then the last known leader.
+    pub eligible_leader_replicas: bool,
     /// Historical bugs switched on; empty in every normal run.
     pub mutations: Mutations,
     /// A fix Kafka has not made, switched on to try it; `None` in every run that follows Kafka 4.3.
@@ -87,6 +91,7 @@ impl Default for EngineConfig {
             replica_fetch_backoff_ms: 1_000,
             offsets_topic_replication_factor: crate::group_coordinator::OFFSETS_TOPIC_REPLICATION_FACTOR,
             unclean_leader_election_enable: false,
+            eligible_leader_replicas: true,
             mutations: Mutations::none(),
             proposal: None,
         }

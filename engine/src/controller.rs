@@ -53,6 +53,13 @@ pub struct LeaderAndIsr {
 pub struct PartitionRegistration {
     pub replicas: Vec<u32>,
     pub state: LeaderAndIsr,
+    /// KIP-966's eligible leader replicas, ascending: members that left the ISR while it was below
+    /// `min.insync.replicas` (so the HW stood still and they hold everything committed) and that have
+    /// not shut down uncleanly since; electable when the ISR is empty.
+    pub elr: Vec<u32>,
+    /// `lastKnownElr` as Kafka 4.3 keeps it (`useLastKnownLeaderInBalancedRecovery`): the leader the
+    /// partition had when it last became leaderless, electable (uncleanly) once the ISR and ELR are empty.
+    pub last_known_elr: Vec<u32>,
 }
 
 impl PartitionRegistration {
@@ -60,8 +67,16 @@ impl PartitionRegistration {
     /// at epoch 0.
     fn new(replicas: Vec<u32>) -> Self {
         let state = LeaderAndIsr { leader: replicas[0], leader_epoch: 0, isr: replicas.clone(), partition_epoch: 0 };
-        PartitionRegistration { replicas, state }
+        PartitionRegistration { replicas, state, elr: Vec::new(), last_known_elr: Vec::new() }
     }
+}
+
+/// What a partition change asks of `PartitionChangeBuilder`: the target ISR, who may lead, and a broker
+/// that shut down uncleanly (it leaves the ELR).
+struct ChangeRequest<'a> {
+    target_isr: Vec<u32>,
+    acceptable: &'a dyn Fn(u32) -> bool,
+    unclean_shutdown: Option<u32>,
 }
 
 /// How the controller places a new partition's replicas.
@@ -186,6 +201,12 @@ pub struct Controller {
     /// `unclean.leader.election.enable` (default false): with no live ISR member, a live replica outside
     /// the ISR may lead, losing what only the ISR held.
     pub unclean_leader_election: bool,
+    /// `eligible.leader.replicas.version` 1 (KIP-966; the default of a cluster formatted by Kafka 4.1 and
+    /// later): the ISR may empty, and the ELR and the last known leader are kept and electable.
+    pub eligible_leader_replicas: bool,
+    /// `min.insync.replicas` of the user topics and `__consumer_offsets`, and of `__transaction_state`
+    /// (`transaction.state.log.min.isr`): below it a shrinking ISR's members go to the ELR.
+    min_insync_replicas: (u32, u32),
     mutations: Mutations,
     /// How many brokers there are, to tell each of them about a change.
     brokers: u32,
@@ -216,6 +237,8 @@ impl Controller {
             partitions,
             fenced: BTreeSet::new(),
             unclean_leader_election: config.unclean_leader_election_enable,
+            eligible_leader_replicas: config.eligible_leader_replicas,
+            min_insync_replicas: (config.min_insync_replicas, config.transaction_state_log_min_isr),
             mutations: config.mutations.clone(),
             brokers: topology.brokers,
             default_replication_factor: topology.replication_factor,
@@ -272,67 +295,193 @@ impl Controller {
         results
     }
 
-    /// `ReplicationControlManager.handleBrokerFenced`: the broker leaves every ISR (unless it is the last
-    /// member, which stays so that it may lead again cleanly) and every partition it led gets a new leader
-    /// from the live ISR (`PartitionChangeBuilder`, `electLeader`), or none. Each change bumps the
-    /// partition epoch, a new leader also the leader epoch.
+    /// `ReplicationControlManager.handleBrokerFenced`: every partition with the broker in its ISR is
+    /// changed to the ISR without it (`generateLeaderAndIsrUpdates`), and a partition it led gets a new
+    /// leader (`PartitionChangeBuilder`), or none. Without ELR the last ISR member stays in the ISR, so
+    /// that it may lead again cleanly; with ELR the ISR may empty and its members move to the ELR.
     pub fn broker_fenced(&mut self, broker: u32) -> Effects {
         self.fenced.insert(broker);
-        let mut tps: Vec<TopicPartition> =
-            self.partitions.iter().filter(|(_, r)| r.replicas.contains(&broker)).map(|(tp, _)| tp.clone()).collect();
-        tps.retain(|tp| {
-            let reg = &self.partitions[tp];
-            let mut isr = reg.state.isr.clone();
-            if isr.len() > 1 {
-                isr.retain(|r| *r != broker);
-            }
-            let leader = if reg.state.leader == broker { None } else { Some(reg.state.leader) };
-            self.change(tp, leader, isr)
-        });
-        let mut effects = Effects::default();
-        self.publish(&tps, &mut effects);
+        let fenced = self.fenced.clone();
+        let acceptable = move |r: u32| r != broker && !fenced.contains(&r);
+        let tps = self.partitions_where(|r| r.state.isr.contains(&broker));
+        self.generate_updates(tps, Some(broker), None, &acceptable)
+    }
+
+    /// A crashed broker starts again: it registers (`ClusterControlManager.registerBroker`: every crash
+    /// here is an unclean shutdown), and once it has caught up with the metadata it is unfenced.
+    pub fn broker_restarted(&mut self, broker: u32) -> Effects {
+        let mut effects = self.broker_registered(broker);
+        effects.extend(self.broker_unfenced(broker));
         effects
     }
 
-    /// `handleBrokerUnfenced`: a returning broker may lead a partition left without a leader if it is
-    /// in that partition's ISR (or, with unclean election, a replica of it). It rejoins the other ISRs
-    /// only by catching up, through its leaders' AlterPartition.
+    /// `handleBrokerUnfenced`: every partition without a leader elects again, the broker now acceptable.
+    /// It rejoins the ISRs only by catching up, through its leaders' AlterPartition.
     pub fn broker_unfenced(&mut self, broker: u32) -> Effects {
         self.fenced.remove(&broker);
-        let mut tps: Vec<TopicPartition> = self
-            .partitions
-            .iter()
-            .filter(|(_, r)| r.state.leader == NO_LEADER && r.replicas.contains(&broker))
-            .map(|(tp, _)| tp.clone())
-            .collect();
+        let fenced = self.fenced.clone();
+        let acceptable = move |r: u32| !fenced.contains(&r);
+        let tps = self.partitions_where(|r| r.state.leader == NO_LEADER);
+        self.generate_updates(tps, None, None, &acceptable)
+    }
+
+    /// `handleBrokerShutdown` for a broker registering after an unclean shutdown, while it is still
+    /// fenced: with ELR, out of every ISR and ELR it is in (so a replica that may have lost its unflushed
+    /// tail is never elected from the ELR); without, as a fence.
+    pub fn broker_registered(&mut self, broker: u32) -> Effects {
+        let fenced = self.fenced.clone();
+        let acceptable = move |r: u32| r != broker && !fenced.contains(&r);
+        if self.eligible_leader_replicas && !self.mutations.has(Mutation::UncleanShutdownStaysInElr) {
+            let tps = self.partitions_where(|r| r.state.isr.contains(&broker) || r.elr.contains(&broker));
+            self.generate_updates(tps, None, Some(broker), &acceptable)
+        } else {
+            let tps = self.partitions_where(|r| r.state.isr.contains(&broker));
+            self.generate_updates(tps, Some(broker), None, &acceptable)
+        }
+    }
+
+    fn partitions_where(&self, pick: impl Fn(&PartitionRegistration) -> bool) -> Vec<TopicPartition> {
+        self.partitions.iter().filter(|(_, r)| pick(r)).map(|(tp, _)| tp.clone()).collect()
+    }
+
+    /// `generateLeaderAndIsrUpdates`: each partition's target ISR is its ISR without `remove` and
+    /// `unclean_shutdown`; the changes are committed and told to every live broker as one delta.
+    fn generate_updates(
+        &mut self,
+        mut tps: Vec<TopicPartition>,
+        remove: Option<u32>,
+        unclean_shutdown: Option<u32>,
+        acceptable: &dyn Fn(u32) -> bool,
+    ) -> Effects {
         tps.retain(|tp| {
-            let isr = self.partitions[tp].state.isr.clone();
-            self.change(tp, None, isr)
+            let gone = [remove, unclean_shutdown];
+            let target_isr =
+                self.partitions[tp].state.isr.iter().copied().filter(|r| !gone.contains(&Some(*r))).collect();
+            self.change(tp, ChangeRequest { target_isr, acceptable, unclean_shutdown })
         });
         let mut effects = Effects::default();
         self.publish(&tps, &mut effects);
         effects
     }
 
-    /// Commits `isr` and a leader (`Some` keeps that one; `None` elects one) if anything changed. Returns
-    /// whether it changed.
-    fn change(&mut self, tp: &TopicPartition, keep: Option<u32>, isr: Vec<u32>) -> bool {
+    /// `getTopicEffectiveMinIsr`: the partition's `min.insync.replicas`, capped by its replication factor.
+    fn effective_min_isr(&self, tp: &TopicPartition) -> usize {
+        let (user, transactions) = self.min_insync_replicas;
+        let min_isr = if tp.topic == TRANSACTION_STATE_TOPIC { transactions } else { user };
+        (min_isr as usize).min(self.partitions[tp].replicas.len())
+    }
+
+    /// `PartitionChangeBuilder.build` without reassignments: the ELR kept (`maybePopulateTargetElr`), a
+    /// leader elected (`tryElection`), the ELR, ISR and last known leader written, and the change
+    /// committed if anything changed (a new leader bumps the leader epoch, any change the partition
+    /// epoch). Returns whether it changed.
+    fn change(&mut self, tp: &TopicPartition, request: ChangeRequest<'_>) -> bool {
+        let elr_enabled = self.eligible_leader_replicas;
+        let min_isr = self.effective_min_isr(tp);
         let reg = &self.partitions[tp];
-        let (leader, isr) = match keep {
-            Some(l) => (l, isr),
-            None => self.elect(reg, isr),
+        let mut isr = request.target_isr;
+        let mut elr = reg.elr.clone();
+        if elr_enabled {
+            elr = Self::target_elr(reg, &isr, &elr, min_isr, request.unclean_shutdown, &self.mutations);
+        }
+        let (leader, unclean) = self.elect(reg, &isr, &elr, request.acceptable);
+        let leader_changed = leader != reg.state.leader;
+        let mut isr_written = None;
+        if leader_changed {
+            if elr.contains(&leader) {
+                isr = vec![leader];
+                elr.retain(|r| *r != leader);
+            }
+            if unclean {
+                // The new leader alone in the ISR: what only the others held is lost.
+                isr_written = Some(vec![leader]);
+            }
+        }
+        if isr_written.is_some() || !elr_enabled {
+            elr.clear(); // `maybeUpdateRecordElr`: an unclean election or ELR off keeps none.
+        }
+        let isr = match isr_written {
+            Some(isr) => isr,
+            // Without ELR an empty ISR is never written: the last member stays.
+            None if isr.is_empty() && !elr_enabled => reg.state.isr.clone(),
+            None => isr,
         };
+        let mut last_known_elr = reg.last_known_elr.clone();
+        if elr_enabled {
+            // `maybeUpdateLastKnownLeader`: set when the partition first becomes leaderless, cleared once
+            // it has a leader again.
+            if leader_changed && leader == NO_LEADER && last_known_elr.is_empty() {
+                last_known_elr = vec![reg.state.leader];
+            } else if leader_changed && leader != NO_LEADER {
+                last_known_elr.clear();
+            }
+        }
         let reg = self.partitions.get_mut(tp).expect("a registered partition");
-        if leader == reg.state.leader && isr == reg.state.isr {
+        if !leader_changed && isr == reg.state.isr && elr == reg.elr && last_known_elr == reg.last_known_elr {
             return false;
         }
-        if leader != reg.state.leader {
+        if leader_changed {
             reg.state.leader_epoch += 1;
         }
         reg.state.leader = leader;
         reg.state.isr = isr;
+        reg.elr = elr;
+        reg.last_known_elr = last_known_elr;
         reg.state.partition_epoch += 1;
         true
+    }
+
+    /// `maybePopulateTargetElr`: at or above `min.insync.replicas` the ISR needs no ELR; below it, the
+    /// members leaving the ISR join the ELR, except one that shut down uncleanly.
+    fn target_elr(
+        reg: &PartitionRegistration,
+        target_isr: &[u32],
+        elr: &[u32],
+        min_isr: usize,
+        unclean_shutdown: Option<u32>,
+        mutations: &Mutations,
+    ) -> Vec<u32> {
+        if target_isr.len() >= min_isr {
+            return Vec::new();
+        }
+        if mutations.has(Mutation::ElrNotKept) {
+            return elr.to_vec();
+        }
+        let candidates: BTreeSet<u32> = elr.iter().chain(&reg.state.isr).copied().collect();
+        candidates.into_iter().filter(|r| !target_isr.contains(r) && Some(*r) != unclean_shutdown).collect()
+    }
+
+    /// `PartitionChangeBuilder.electAnyLeader`: the current leader if it may still lead; else the first
+    /// replica in order that is in the ISR, or in the ELR when the ISR is empty, and acceptable (alive);
+    /// else the last known leader when the ISR and ELR are empty (an unclean election); else, with
+    /// unclean election on, the first acceptable replica (unclean); else none. Returns (leader, unclean).
+    fn elect(
+        &self,
+        reg: &PartitionRegistration,
+        isr: &[u32],
+        elr: &[u32],
+        acceptable: &dyn Fn(u32) -> bool,
+    ) -> (u32, bool) {
+        let valid = |r: u32| (isr.contains(&r) || (isr.is_empty() && elr.contains(&r))) && acceptable(r);
+        if reg.state.leader != NO_LEADER && valid(reg.state.leader) {
+            return (reg.state.leader, false);
+        }
+        if let Some(l) = reg.replicas.iter().copied().find(|r| valid(*r)) {
+            return (l, false);
+        }
+        let last_known = self.eligible_leader_replicas
+            && !self.mutations.has(Mutation::LastKnownLeaderNotElected)
+            && isr.is_empty()
+            && elr.is_empty()
+            && reg.last_known_elr.len() == 1
+            && acceptable(reg.last_known_elr[0]);
+        if last_known {
+            return (reg.last_known_elr[0], true);
+        }
+        match reg.replicas.iter().copied().find(|r| acceptable(*r)) {
+            Some(l) if self.unclean_leader_election => (l, true),
+            _ => (NO_LEADER, false),
+        }
     }
 
     /// Tells every live broker the registrations of `tps` as they now stand, as one committed batch.
@@ -344,19 +493,6 @@ impl Controller {
         let record = MetadataMessage::PartitionChanges { changes };
         for b in (0..self.brokers).filter(|b| !self.fenced.contains(b)) {
             effects.send(&self.id, &NodeId::Broker(b), 0, Message::Metadata(record.clone()));
-        }
-    }
-
-    /// `PartitionChangeBuilder.electLeader`: the first live ISR member in replica order; with unclean
-    /// election and no such member, the first live replica, alone in the ISR; else no leader.
-    fn elect(&self, reg: &PartitionRegistration, isr: Vec<u32>) -> (u32, Vec<u32>) {
-        let live = |r: &&u32| !self.fenced.contains(r);
-        if let Some(l) = reg.replicas.iter().filter(live).find(|r| isr.contains(r)) {
-            return (*l, isr);
-        }
-        match reg.replicas.iter().find(live) {
-            Some(l) if self.unclean_leader_election => (*l, vec![*l]),
-            _ => (NO_LEADER, isr),
         }
     }
 
@@ -400,7 +536,7 @@ impl Controller {
         partition_epoch: i32,
         new_isr: Vec<u32>,
     ) -> Result<LeaderAndIsr, KafkaError> {
-        let reg = self.partitions.get_mut(tp).ok_or(KafkaError::UnknownTopicOrPartition)?;
+        let reg = self.partitions.get(tp).ok_or(KafkaError::UnknownTopicOrPartition)?;
         if leader_epoch != reg.state.leader_epoch {
             return Err(KafkaError::FencedLeaderEpoch);
         }
@@ -417,8 +553,11 @@ impl Controller {
         if fenced_member && !self.mutations.has(Mutation::FencedReplicaJoinsIsr) {
             return Err(KafkaError::IneligibleReplica);
         }
-        reg.state.isr = new_isr;
-        reg.state.partition_epoch += 1;
-        Ok(reg.state.clone())
+        // Through `PartitionChangeBuilder`, so that a shrink below `min.insync.replicas` keeps the ELR
+        // and a growth back to it clears the ELR.
+        let fenced = self.fenced.clone();
+        let acceptable = move |r: u32| !fenced.contains(&r);
+        self.change(tp, ChangeRequest { target_isr: new_isr, acceptable: &acceptable, unclean_shutdown: None });
+        Ok(self.partitions[tp].state.clone())
     }
 }

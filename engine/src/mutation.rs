@@ -277,6 +277,15 @@ mutations! {
     VerificationRefusedInvalidTxnState => "verification-refused-invalid-txn-state",
         "The coordinator refuses a KIP-890 verification of a partition the transaction does not hold with INVALID_TXN_STATE whatever the client's request version, where Kafka answers TRANSACTION_ABORTABLE to Produce v11+ and TxnOffsetCommit v4+ and keeps INVALID_TXN_STATE for older clients.",
         "TransactionCoordinator.handleVerifyPartitionsInTransaction answers TRANSACTION_ABORTABLE per missing partition; AddPartitionsToTxnManager turns it into INVALID_TXN_STATE only for DEFAULT_ERROR clients (Produce up to v10, TxnOffsetCommit up to v3), checked against a real Kafka 4.3.1 cluster in tests/apache_kafka.rs";
+    ElrNotKept => "elr-not-kept",
+        "An ISR shrinking below min.insync.replicas keeps no eligible leader replicas: once its last member dies the partition has no leader until that broker returns, though a live replica holds everything committed.",
+        "KIP-966: PartitionChangeBuilder.maybePopulateTargetElr (ReplicationControlManagerTest#testEligibleLeaderReplicas_CleanElection)";
+    UncleanShutdownStaysInElr => "unclean-shutdown-stays-in-elr",
+        "A broker registering after an unclean shutdown stays in the ISR and ELR it was in, so it may be elected from the ELR though its log may have lost its unflushed tail.",
+        "KIP-966: ReplicationControlManager.handleBrokerShutdown (ReplicationControlManagerTest#testEligibleLeaderReplicas_UncleanShutdown)";
+    LastKnownLeaderNotElected => "last-known-leader-not-elected",
+        "With the ISR and the ELR empty, the partition's last leader coming back is not elected: the partition stays without a leader.",
+        "KIP-966: PartitionChangeBuilder.canElectLastKnownLeader (PartitionChangeBuilderTest#testEligibleLeaderReplicas_ElectLastKnownLeader)";
 }
 
 impl Mutation {

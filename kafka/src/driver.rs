@@ -299,7 +299,7 @@ impl Driver {
         self.timeline.event(now_ms, &NodeId::Broker(id).to_string(), || "restarted".to_string());
         self.state = StateChecker::default();
         let controller = self.controller.as_mut().expect("only a cluster's broker can be down");
-        let unfenced = controller.broker_unfenced(id);
+        let unfenced = controller.broker_restarted(id);
         let image = controller.partitions.clone();
         let started = self.brokers[id as usize].restart_with_image(now_ms, &image);
         self.run(now_ms, CONTROLLER_ID, unfenced);

@@ -46,6 +46,10 @@ pub struct ServeArgs {
     /// (capped by the topic's replication factor).
     #[arg(long, default_value_t = 1)]
     pub min_insync_replicas: u32,
+    /// `eligible.leader.replicas.version` (KIP-966): 1, the default of a cluster Kafka 4.1 or later
+    /// formats, keeps each partition's eligible leader replicas; 0 turns them off.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub eligible_leader_replicas_version: u8,
     /// `num.partitions`: partitions of a topic created without a count (auto-created or CreateTopics -1).
     #[arg(long, default_value_t = 1)]
     pub partitions: u32,
@@ -152,6 +156,7 @@ pub fn run_serve(args: &ServeArgs) -> ExitCode {
         abort_timed_out_cleanup_interval_ms: args.transaction_abort_timed_out_transaction_cleanup_interval_ms,
         mutations: args.mutation.map(Mutations::one).unwrap_or_default(),
         min_insync_replicas: args.min_insync_replicas,
+        eligible_leader_replicas: args.eligible_leader_replicas_version == 1,
         ..EngineConfig::default()
     };
     let start = Instant::now();

@@ -621,7 +621,7 @@ impl Node {
     fn cluster_restart(&self, state: &mut Cow<NodeState>, id: u32, o: &mut O) {
         self.controller_step(state, o, |r| {
             r.down.remove(&id);
-            r.controller.broker_unfenced(id)
+            r.controller.broker_restarted(id)
         });
         let node = state.broker().expect("actor 0 is the broker");
         let image = node.replication.as_ref().expect("a replicated cluster").controller.partitions.clone();

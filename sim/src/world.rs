@@ -1183,7 +1183,7 @@ impl World {
                 self.brokers_down.remove(&id);
                 // `Cluster::start_broker`: the controller unfences it, and it loads its logs and the
                 // controller's current image.
-                out = self.controller_do(shared, |c| c.broker_unfenced(id));
+                out = self.controller_do(shared, |c| c.broker_restarted(id));
                 let image = self.controller.as_ref().map(|c| c.partitions.clone());
                 let e = self.step_broker(id, |broker| match image {
                     Some(image) => broker.restart_with_image(now, &image),

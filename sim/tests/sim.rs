@@ -82,12 +82,13 @@ fn sweep_single_broker() {
 
 /// The mutations only replication (and coordinator failover) reaches, each with the profile whose first
 /// seed that catches it comes earliest, that seed and the invariant that does (`sweep --profile P
-/// --mutation M` from seed 0). Double-complete needs a coordinator move during a completion: atomicity
-/// reaches it at seed 224, standard first at 447 (long-txns' seed 113 fails without it: a lost load). A coordinator that keeps
+/// --mutation M` from seed 0). Double-complete needs a coordinator move during a completion: timeouts
+/// reaches it at seed 24, atomicity at 237, standard at 447 (long-txns' seed 113 fails without it: a lost load). A coordinator that keeps
 /// its predecessor's epoch needs a late marker of the old one to land after its own: the timeouts
 /// profile's lost and delayed answers reach it at seed 135, long-txns at 1672, atomicity at 1870, and
 /// 3,000 standard seeds never do. A coordinator whose metadata cache missed the controller's ISR changes
-/// sends an abort's markers to a broker that no longer leads the partition, forever, at timeouts seed 137.
+/// sends markers to a broker that no longer leads the partition, forever, at timeouts seed 43 (its reader never
+/// catches up).
 const REPLICATION_CATCHERS: [(Mutation, Profile, u64, &str); 9] = [
     (Mutation::LsoIgnoresUnreplicatedTxns, Profile::Standard, 0, "lso-is-first-unstable-offset"),
     (Mutation::LsoNotClampedToHw, Profile::Standard, 0, "lso-bounds"),
@@ -95,9 +96,9 @@ const REPLICATION_CATCHERS: [(Mutation, Profile, u64, &str); 9] = [
     (Mutation::TruncateToOwnLeo, Profile::Standard, 3, "replica-log-matches-leader"),
     (Mutation::NoRebuildAfterTruncation, Profile::Standard, 71, "replica-txn-state-from-own-log"),
     (Mutation::NoMarkerResendOnFailover, Profile::Standard, 48, "decided-transactions-complete"),
-    (Mutation::DoubleComplete, Profile::Atomicity, 224, "decision-irrevocable"),
+    (Mutation::DoubleComplete, Profile::Timeouts, 24, "decision-irrevocable"),
     (Mutation::FailoverKeepsCoordinatorEpoch, Profile::Timeouts, 135, "marker-matches-decision"),
-    (Mutation::IsrChangeToldToLeaderOnly, Profile::Timeouts, 137, "decided-transactions-complete"),
+    (Mutation::IsrChangeToldToLeaderOnly, Profile::Timeouts, 43, "reader-catches-up"),
 ];
 
 #[test]

@@ -75,6 +75,10 @@ pub struct ScenarioHeader {
     /// `min.insync.replicas` (default 1).
     #[serde(default)]
     pub min_insync_replicas: Option<u32>,
+    /// `eligible.leader.replicas.version` (KIP-966): 1, the default of Kafka 4.1 and later, keeps the
+    /// eligible leader replicas; 0 turns them off.
+    #[serde(default)]
+    pub eligible_leader_replicas_version: Option<u8>,
     /// `__transaction_state`'s replicas (default Kafka's 3, capped by `brokers`; 1 keeps the coordinator
     /// on broker 0 with its log unreplicated).
     #[serde(default)]

@@ -77,6 +77,8 @@ pub struct Scenario {
     /// Brokers and replication factor (`brokers`, `replication_factor`), and `min_insync_replicas`.
     pub topology: Topology,
     pub min_insync_replicas: u32,
+    /// `eligible.leader.replicas.version` 1 (the default): the controller keeps KIP-966's ELR.
+    pub eligible_leader_replicas: bool,
     pub ops: Vec<Op>,
     pub expect: Option<Expectation>,
     /// The network layer's ops and final expectation (its ops are not the other layers').
@@ -313,6 +315,19 @@ fn build(file: &str, h: ScenarioHeader) -> Result<Scenario, ScenarioError> {
             message: format!("must be 1 or 2, found {v}"),
         })?,
     };
+    let eligible_leader_replicas = match h.eligible_leader_replicas_version {
+        None | Some(1) => true,
+        Some(0) => false,
+        Some(v) => {
+            return Err(ScenarioError {
+                file: file.to_string(),
+                scenario: Some(h.name.clone()),
+                op_index: None,
+                field: Some("eligible_leader_replicas_version".into()),
+                message: format!("must be 0 or 1, found {v}"),
+            })
+        }
+    };
     let mut sc = Scenario {
         file: file.to_string(),
         name: h.name,
@@ -329,6 +344,7 @@ fn build(file: &str, h: ScenarioHeader) -> Result<Scenario, ScenarioError> {
             t
         },
         min_insync_replicas: h.min_insync_replicas.unwrap_or(1),
+        eligible_leader_replicas,
         ops: Vec::new(),
         expect: None,
         network: None,

@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
+use txnsim_engine::controller::NO_LEADER;
 use txnsim_engine::coordinator::{TransactionMetadata, TransactionState};
 use txnsim_engine::group_coordinator::{offsets_partition_for, GroupMessage};
 use txnsim_engine::log::PartitionLog;
@@ -282,6 +283,20 @@ pub struct CoordinatorExpect {
     pub txn_start_timestamp_ms: Option<TimeMs>,
 }
 
+/// A partition's registration at the controller (`PartitionRegistration`): each field given must match.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegistrationExpect {
+    pub topic: Option<String>,
+    pub partition: u32,
+    /// The leader's broker id, or -1 for none (Kafka's `NO_LEADER`).
+    pub leader: Option<i64>,
+    pub leader_epoch: Option<i32>,
+    pub isr: Option<Vec<u32>>,
+    pub elr: Option<Vec<u32>>,
+    pub last_known_elr: Option<Vec<u32>>,
+}
+
 /// A partition's log: each offset as its record's value or its marker (`COMMIT`, `ABORT`), and offsets.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -331,6 +346,8 @@ pub struct Expect {
     /// Each named call's outcome as the application sees it: `pending`, `ok`, or a Kafka error name.
     pub outcomes: Option<BTreeMap<String, String>>,
     pub logs: Option<Vec<LogExpect>>,
+    /// The controller's registration of these partitions (leader, ISR, KIP-966's ELR).
+    pub registrations: Option<Vec<RegistrationExpect>>,
     pub reads: Option<Vec<Read>>,
     pub now_ms: Option<TimeMs>,
     /// The client-intent invariants (`failed-send-committed`, `committed-writes-committed`) the history so
@@ -680,6 +697,7 @@ impl<'a> NetworkRunner<'a> {
         let config = EngineConfig {
             transaction_version: sc.transaction_version,
             min_insync_replicas: sc.min_insync_replicas,
+            eligible_leader_replicas: sc.eligible_leader_replicas,
             mutations,
             ..EngineConfig::default()
         };
@@ -1157,6 +1175,29 @@ impl<'a> NetworkRunner<'a> {
                 },
             };
             cmp(format!("outcomes.{name}"), json(want), json(got))?;
+        }
+        for (k, r) in e.registrations.iter().flatten().enumerate() {
+            let f = |name: &str| format!("registrations[{k}].{name}");
+            let Some(reg) = self.cluster.controller.partitions.get(&tp(&r.topic, r.partition)) else {
+                return Err(diff(f("partition"), json(r.partition), "the controller has no such partition".into()));
+            };
+            let leader = if reg.state.leader == NO_LEADER { -1 } else { i64::from(reg.state.leader) };
+            let fields = [
+                ("isr", r.isr.as_ref(), &reg.state.isr),
+                ("elr", r.elr.as_ref(), &reg.elr),
+                ("last_known_elr", r.last_known_elr.as_ref(), &reg.last_known_elr),
+            ];
+            if let Some(want) = r.leader {
+                cmp(f("leader"), json(want), json(leader))?;
+            }
+            if let Some(want) = r.leader_epoch {
+                cmp(f("leader_epoch"), json(want), json(reg.state.leader_epoch))?;
+            }
+            for (name, want, got) in fields {
+                if let Some(want) = want {
+                    cmp(f(name), json(want), json(got))?;
+                }
+            }
         }
         let mutations = &self.cluster.config.mutations;
         for (k, l) in e.logs.iter().flatten().enumerate() {

@@ -87,6 +87,7 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> RunReport {
         transaction_version: sc.transaction_version,
         manual_high_watermark: sc.manual_high_watermark,
         min_insync_replicas: sc.min_insync_replicas,
+        eligible_leader_replicas: sc.eligible_leader_replicas,
         mutations: opts.mutations.clone(),
         ..EngineConfig::default()
     };

@@ -4,6 +4,7 @@
 
 mod client_rules;
 mod coordinator_failover;
+mod eligible_leader_replicas;
 mod group_load;
 mod leader_epoch;
 mod replication;

@@ -216,12 +216,14 @@ fn cluster_with_broker_2_out_of_the_isr(config: EngineConfig) -> Cluster {
     c
 }
 
-/// `PartitionChangeBuilder.electLeader`: a dead leader is replaced by the first live ISR member at the
-/// next leader epoch; with no live ISR member the partition has no leader (the last member stays in the
-/// ISR), and a returning replica outside the ISR does not lead it: only the last ISR member does.
+/// `PartitionChangeBuilder.electLeader` without ELR (`eligible.leader.replicas.version=0`): a dead leader
+/// is replaced by the first live ISR member at the next leader epoch; with no live ISR member the
+/// partition has no leader (the last member stays in the ISR), and a returning replica outside the ISR
+/// does not lead it: only the last ISR member does. (With ELR, eligible_leader_replicas.rs.)
 #[test]
 fn a_clean_election_takes_only_isr_members() {
-    let mut c = cluster_with_broker_2_out_of_the_isr(EngineConfig::default());
+    let config = EngineConfig { eligible_leader_replicas: false, ..EngineConfig::default() };
+    let mut c = cluster_with_broker_2_out_of_the_isr(config);
     c.crash_broker(0);
     let state = &c.controller.partitions[&tp()].state;
     assert_eq!((state.leader, state.leader_epoch, state.isr.clone()), (1, 1, vec![1]), "broker 1 leads at epoch 1");
@@ -239,6 +241,32 @@ fn a_clean_election_takes_only_isr_members() {
     assert_eq!((state.leader, state.leader_epoch), (1, 3), "the returning ISR member leads again, at epoch 3");
     assert_eq!(offsets(&c, 1).0, 1, "with the record it held");
     assert_eq!(offsets(&c, 2).0, 1, "which broker 2 now fetches from it");
+}
+
+/// KIP-966 in the cluster: at `min.insync.replicas` 3 the HW stands still once broker 2 falls behind (its
+/// record at 0 is never committed), and broker 2 leaves the ISR into the ELR holding everything committed.
+/// When brokers 0 and 1 die the ISR empties and broker 2, alive, leads from the ELR; without ELR the
+/// partition has no leader.
+#[test]
+fn an_elr_member_leads_when_the_isr_dies() {
+    for elr in [true, false] {
+        let config = EngineConfig { min_insync_replicas: 3, eligible_leader_replicas: elr, ..EngineConfig::default() };
+        let mut c = cluster_with_broker_2_out_of_the_isr(config);
+        let eligible = if elr { vec![2] } else { vec![] };
+        assert_eq!(c.controller.partitions[&tp()].elr, eligible, "broker 2 left an ISR below min ISR (ELR {elr})");
+        assert_eq!(offsets(&c, 0), (1, 0), "the HW stood still below min ISR");
+        c.crash_broker(0);
+        c.crash_broker(1);
+        c.run_until_quiet();
+        let leader = c.leader_of(&tp());
+        let reg = &c.controller.partitions[&tp()];
+        if elr {
+            assert_eq!((leader, reg.state.isr.clone()), (Some(2), vec![2]), "broker 2 leads from the ELR");
+            assert_eq!(offsets(&c, 2), (0, 0), "it lost only what was never committed");
+        } else {
+            assert_eq!((leader, reg.state.isr.clone()), (None, vec![1]), "no leader; the last ISR member stays");
+        }
+    }
 }
 
 /// `unclean.leader.election.enable`: with no live ISR member, a live replica outside the ISR leads alone,
@@ -272,7 +300,7 @@ fn isr_proposals_of_a_follower_below_the_epoch_start(mutations: Mutations) -> Ve
     let config = EngineConfig { mutations: mutations.clone(), ..EngineConfig::default() };
     let reg = |leader, leader_epoch, partition_epoch| {
         let state = LeaderAndIsr { leader, leader_epoch, isr: vec![0, 2], partition_epoch };
-        PartitionRegistration { replicas: vec![0, 1, 2], state }
+        PartitionRegistration { replicas: vec![0, 1, 2], state, elr: vec![], last_known_elr: vec![] }
     };
     let mut logs = BTreeMap::from([(tp(), txnsim_engine::PartitionLog::new())]);
     let mut effects = Effects::default();
@@ -333,7 +361,9 @@ fn alter_partition_answers_around_a_fenced_broker(config: EngineConfig) -> Vec<M
     let foo_0 = TopicPartition::new("foo", 0);
     let replicas = vec![1, 2, 3, 4];
     let state = LeaderAndIsr { leader: 1, leader_epoch: 0, isr: replicas.clone(), partition_epoch: 0 };
-    controller.partitions.insert(foo_0.clone(), PartitionRegistration { replicas, state });
+    controller
+        .partitions
+        .insert(foo_0.clone(), PartitionRegistration { replicas, state, elr: vec![], last_known_elr: vec![] });
     controller.broker_fenced(3);
     let committed = &controller.partitions[&foo_0].state;
     assert_eq!((committed.isr.clone(), committed.leader, committed.partition_epoch), (vec![1, 2, 4], 1, 1));
@@ -493,7 +523,7 @@ fn answers_to_a_parked_fetch_when_leadership_moves(config: EngineConfig) -> Vec<
     use txnsim_engine::replica_manager::{ReplicaCtx, ReplicaManager};
     let reg = |leader, leader_epoch, partition_epoch| {
         let state = LeaderAndIsr { leader, leader_epoch, isr: vec![0, 1, 2], partition_epoch };
-        PartitionRegistration { replicas: vec![0, 1, 2], state }
+        PartitionRegistration { replicas: vec![0, 1, 2], state, elr: vec![], last_known_elr: vec![] }
     };
     let mut logs = BTreeMap::from([(tp(), txnsim_engine::PartitionLog::new())]);
     let mut effects = Effects::default();
