@@ -186,6 +186,13 @@ impl fmt::Display for MetadataMessage {
                     let leader = crate::controller::leader_name(r.state.leader);
                     let sep = if i == 0 { " " } else { "; " };
                     write!(f, "{sep}{partition} leader {leader} epoch {} isr {:?}", r.state.leader_epoch, r.state.isr)?;
+                    // KIP-966's state, where there is any.
+                    if !r.elr.is_empty() {
+                        write!(f, " elr {:?}", r.elr)?;
+                    }
+                    if let [last] = r.last_known_elr[..] {
+                        write!(f, " last known leader {last}")?;
+                    }
                 }
                 Ok(())
             }
