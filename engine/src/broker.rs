@@ -3,25 +3,24 @@
 //! takes a message and `now`, and returns messages and timers.
 
 use crate::config::EngineConfig;
-use crate::controller::{PartitionRegistration, CONTROLLER_ID, NO_LEADER};
-use crate::coordinator::{
-    transaction_state_partition, Ctx, PartitionLeaders, ReplyTo, TransactionCoordinator, TxnLogValue,
-    TRANSACTION_STATE_TOPIC,
-};
+use crate::coordinator::{Ctx, PartitionLeaders, ReplyTo, TransactionCoordinator, TxnLogValue};
 use crate::error::KafkaError;
-use crate::group_coordinator::{
-    offsets_partition_for, CommittedOffset, GroupCoordinator, GroupMessage, GroupWrite, OffsetsRecord,
-    GROUP_METADATA_TOPIC, OFFSETS_TOPIC_NUM_PARTITIONS,
-};
+use crate::group_coordinator::{GroupCoordinator, GroupWrite, OffsetsRecord};
 use crate::log::PartitionLog;
-use crate::metadata::{CoordinatorType, MetadataMessage, NewTopic};
 use crate::mutation::Mutation;
 use crate::producer_state::AppendOrigin;
 use crate::proposal::Proposal;
+use crate::protocol::group::{CommittedOffset, GroupMessage};
+use crate::protocol::metadata::PartitionRegistration;
+use crate::protocol::metadata::{CoordinatorType, MetadataMessage, NewTopic};
 use crate::protocol::{Effects, Envelope, Message, NodeId, ProduceAck, Timer, TxnMarkerEntry};
+use crate::protocol::{CONTROLLER_ID, NO_LEADER};
 use crate::record::{BatchProducer, EndTxnMarker, ProduceBatch};
 use crate::rename::{Names, Rename};
 use crate::replica_manager::{AckWait, DelayedResponse, ReplicaCtx, ReplicaManager};
+use crate::topic::COORDINATOR_BROKER;
+use crate::topic::{offsets_partition_for, GROUP_METADATA_TOPIC, OFFSETS_TOPIC_NUM_PARTITIONS};
+use crate::topic::{transaction_state_partition, TRANSACTION_STATE_TOPIC};
 use crate::types::{Offset, ProducerId, ProducerIdAndEpoch, TimeMs, TopicPartition, TransactionVersion};
 use std::collections::BTreeMap;
 
@@ -104,10 +103,6 @@ struct TxnOffsetCommit {
     member_id: String,
     transaction_version: TransactionVersion,
 }
-
-/// The broker of a single-broker cluster, which coordinates every transactional id and group (in a
-/// replicated cluster the coordinators move with their partitions' leadership).
-pub const COORDINATOR_BROKER: u32 = 0;
 
 /// The broker whose coordinator stands for the cluster's: the one that loaded `__transaction_state` at
 /// the newest leader epoch any broker knows (a crashed one until another is elected). `None` while the

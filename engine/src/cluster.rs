@@ -7,10 +7,11 @@
 use crate::broker::Broker;
 use crate::config::EngineConfig;
 use crate::consumer::{Consumer, ConsumerRecord};
-use crate::controller::{Controller, Topology, CONTROLLER_ID, NO_LEADER};
+use crate::controller::{Controller, Topology};
 use crate::error::KafkaError;
 use crate::producer::{OpId, OpOutput, Producer, ProducerKind};
 use crate::protocol::{Effects, Envelope, NodeId, Timer};
+use crate::protocol::{CONTROLLER_ID, NO_LEADER};
 use crate::types::{IsolationLevel, Offset, TimeMs, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 

@@ -89,7 +89,7 @@ impl Default for EngineConfig {
             replica_fetch_wait_max_ms: 500,
             replica_socket_timeout_ms: 30_000,
             replica_fetch_backoff_ms: 1_000,
-            offsets_topic_replication_factor: crate::group_coordinator::OFFSETS_TOPIC_REPLICATION_FACTOR,
+            offsets_topic_replication_factor: crate::topic::OFFSETS_TOPIC_REPLICATION_FACTOR,
             unclean_leader_election_enable: false,
             eligible_leader_replicas: true,
             mutations: Mutations::none(),

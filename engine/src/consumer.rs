@@ -2,11 +2,12 @@
 //! (`CompletedFetch.nextFetchedRecord`, `FetchCollector.fetchRecords`).
 
 use crate::config::EngineConfig;
-use crate::controller::NO_LEADER;
 use crate::error::KafkaError;
-use crate::log::{FetchPartitionData, PartitionLog};
-use crate::metadata::MetadataMessage;
+use crate::log::PartitionLog;
 use crate::mutation::{Mutation, Mutations};
+use crate::protocol::fetch::FetchPartitionData;
+use crate::protocol::metadata::MetadataMessage;
+use crate::protocol::NO_LEADER;
 use crate::protocol::{Effects, Envelope, Message, NodeId, Timer};
 use crate::rename::{Names, Rename};
 use crate::types::{IsolationLevel, Offset, ProducerId, TimeMs, TopicPartition, TransactionResult};

@@ -8,68 +8,16 @@
 //! its own id, not a quorum, and it never fails.
 
 use crate::config::EngineConfig;
-use crate::coordinator::{
-    transaction_state_partition, TRANSACTION_STATE_LOG_REPLICATION_FACTOR, TRANSACTION_STATE_TOPIC,
-};
 use crate::error::KafkaError;
-use crate::group_coordinator::GROUP_METADATA_TOPIC;
-use crate::metadata::{MetadataMessage, NewTopic};
 use crate::mutation::{Mutation, Mutations};
+use crate::protocol::metadata::{LeaderAndIsr, PartitionRegistration};
+use crate::protocol::metadata::{MetadataMessage, NewTopic};
 use crate::protocol::{Effects, Envelope, Message, NodeId};
+use crate::protocol::{CONTROLLER_ID, MAX_BROKERS, NO_LEADER};
+use crate::topic::GROUP_METADATA_TOPIC;
+use crate::topic::{transaction_state_partition, TRANSACTION_STATE_LOG_REPLICATION_FACTOR, TRANSACTION_STATE_TOPIC};
 use crate::types::TopicPartition;
-use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
-
-/// The controller's node id: KRaft controllers share the broker id space, and no broker uses this one.
-pub const CONTROLLER_ID: u32 = 3000;
-
-/// The most brokers a cluster here may have.
-pub const MAX_BROKERS: u32 = 5;
-
-/// `LeaderConstants.NO_LEADER` (-1 on the wire): no replica may lead the partition now.
-pub const NO_LEADER: u32 = u32::MAX;
-
-/// A leader id for people: the broker, or `none`.
-pub fn leader_name(leader: u32) -> String {
-    if leader == NO_LEADER {
-        "none".into()
-    } else {
-        leader.to_string()
-    }
-}
-
-/// A partition's leadership and ISR as the controller committed it (`LeaderAndIsr`).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct LeaderAndIsr {
-    pub leader: u32,
-    pub leader_epoch: i32,
-    pub isr: Vec<u32>,
-    /// Bumped by every committed change; an AlterPartition must name the current one.
-    pub partition_epoch: i32,
-}
-
-/// One partition's `PartitionRegistration`: its assigned replicas (the preferred leader first) and state.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct PartitionRegistration {
-    pub replicas: Vec<u32>,
-    pub state: LeaderAndIsr,
-    /// KIP-966's eligible leader replicas, ascending: members that left the ISR while it was below
-    /// `min.insync.replicas` (so the HW stood still and they hold everything committed) and that have
-    /// not shut down uncleanly since; electable when the ISR is empty.
-    pub elr: Vec<u32>,
-    /// `lastKnownElr` as Kafka 4.3 keeps it (`useLastKnownLeaderInBalancedRecovery`): the leader the
-    /// partition had when it last became leaderless, electable (uncleanly) once the ISR and ELR are empty.
-    pub last_known_elr: Vec<u32>,
-}
-
-impl PartitionRegistration {
-    /// A new partition: its whole assignment in the ISR (the replicas are all empty), the first leading
-    /// at epoch 0.
-    fn new(replicas: Vec<u32>) -> Self {
-        let state = LeaderAndIsr { leader: replicas[0], leader_epoch: 0, isr: replicas.clone(), partition_epoch: 0 };
-        PartitionRegistration { replicas, state, elr: Vec::new(), last_known_elr: Vec::new() }
-    }
-}
 
 /// What a partition change asks of `PartitionChangeBuilder`: the target ISR, who may lead, and a broker
 /// that shut down uncleanly (it leaves the ELR).

@@ -5,6 +5,7 @@ use crate::error::KafkaError;
 use crate::leader_epoch_cache::{EpochEndOffset, LeaderEpochFileCache};
 use crate::mutation::{Mutation, Mutations};
 use crate::producer_state::{AppendCheck, AppendOrigin, CompletedTxn, ProducerStateManager};
+use crate::protocol::fetch::{AbortedTransaction, FetchPartitionData};
 use crate::record::{BatchBody, BatchProducer, EndTxnMarker, ProduceBatch, Record, RecordBatch};
 use crate::rename::{Names, Rename};
 use crate::types::{IsolationLevel, Offset, ProducerEpoch, ProducerId, TimeMs, TransactionVersion};
@@ -23,13 +24,6 @@ pub struct AbortedTxn {
     pub last_stable_offset: Offset,
 }
 
-/// What a fetch response carries per aborted transaction (`FetchResponse.AbortedTransaction`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct AbortedTransaction {
-    pub producer_id: ProducerId,
-    pub first_offset: Offset,
-}
-
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct LogSegment {
     pub base_offset: Offset,
@@ -45,17 +39,6 @@ pub struct LogAppendInfo {
     pub last_offset: Offset,
     /// A retried batch found among the last five: nothing was appended, these are the original offsets.
     pub duplicate: bool,
-}
-
-/// One partition's fetch result (`FetchPartitionData`).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct FetchPartitionData {
-    pub high_watermark: Offset,
-    pub last_stable_offset: Offset,
-    pub log_start_offset: Offset,
-    pub batches: Vec<RecordBatch>,
-    /// `None` for read_uncommitted, as Kafka sends `null`.
-    pub aborted_transactions: Option<Vec<AbortedTransaction>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

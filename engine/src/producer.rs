@@ -3,10 +3,10 @@
 //! `Completion` once the cluster has answered.
 
 use crate::config::EngineConfig;
-use crate::controller::NO_LEADER;
 use crate::error::KafkaError;
-use crate::group_coordinator::{CommittedOffset, GroupMessage};
-use crate::metadata::{CoordinatorType, MetadataMessage};
+use crate::protocol::group::{CommittedOffset, GroupMessage};
+use crate::protocol::metadata::{CoordinatorType, MetadataMessage};
+use crate::protocol::NO_LEADER;
 use crate::protocol::{Effects, Envelope, Message, NodeId, ProduceAck, Timer};
 use crate::record::{increment_sequence, BatchProducer, ProduceBatch};
 use crate::rename::{Names, Rename};

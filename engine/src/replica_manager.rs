@@ -14,17 +14,19 @@
 //! (`Partition.maybeIncrementLeaderHW`). acks=all writes wait in `DelayedProduce` until the HW passes them.
 
 use crate::config::EngineConfig;
-use crate::controller::{LeaderAndIsr, PartitionRegistration, CONTROLLER_ID, NO_LEADER};
-use crate::coordinator::TRANSACTION_STATE_TOPIC;
 use crate::error::KafkaError;
-use crate::group_coordinator::GroupMessage;
-use crate::log::{FetchPartitionData, PartitionLog};
-use crate::metadata::MetadataMessage;
+use crate::log::PartitionLog;
 use crate::mutation::Mutation;
+use crate::protocol::fetch::FetchPartitionData;
+use crate::protocol::group::GroupMessage;
+use crate::protocol::metadata::MetadataMessage;
+use crate::protocol::metadata::{LeaderAndIsr, PartitionRegistration};
 use crate::protocol::{
     Effects, Message, NodeId, ProduceAck, ReplicaFetchData, ReplicaFetchPartition, ReplicaFetchPartitionResponse,
 };
+use crate::protocol::{CONTROLLER_ID, NO_LEADER};
 use crate::rename::{Names, Rename};
+use crate::topic::TRANSACTION_STATE_TOPIC;
 use crate::types::{Offset, ProducerId, TimeMs, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -35,10 +35,12 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use txnsim_engine::broker::standing_coordinator;
-use txnsim_engine::controller::{Controller, Topology, CONTROLLER_ID, NO_LEADER};
-use txnsim_engine::group_coordinator::{GroupMessage, GROUP_METADATA_TOPIC};
-use txnsim_engine::metadata::{CoordinatorType, MetadataMessage, NewTopic};
+use txnsim_engine::controller::{Controller, Topology};
+use txnsim_engine::protocol::group::GroupMessage;
+use txnsim_engine::protocol::metadata::{CoordinatorType, MetadataMessage, NewTopic};
 use txnsim_engine::protocol::{Effects, Envelope, Message, NodeId, Timer};
+use txnsim_engine::protocol::{CONTROLLER_ID, NO_LEADER};
+use txnsim_engine::topic::GROUP_METADATA_TOPIC;
 use txnsim_engine::{
     Broker, EngineConfig, IsolationLevel, KafkaError, Mutation, Offset, ProducerIdAndEpoch, TimeMs, TopicPartition,
     TransactionResult, TransactionVersion,

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use txnsim_engine::controller::MAX_BROKERS;
+use txnsim_engine::protocol::MAX_BROKERS;
 use txnsim_engine::{EngineConfig, Mutation, Mutations};
 
 /// Connections served at once; more are closed on accept (Kafka's `max.connections`, unbounded there).

@@ -3,8 +3,8 @@
 //! aborted-index entries, so a test can check offsets without decoding the log.
 
 use std::collections::BTreeMap;
-use txnsim_engine::group_coordinator::GROUP_METADATA_TOPIC;
 use txnsim_engine::record::BatchBody;
+use txnsim_engine::topic::GROUP_METADATA_TOPIC;
 use txnsim_engine::{Broker, Offset, TimeMs, TopicPartition};
 
 /// Off until `enable`: then lines accumulate until the server drains them.

@@ -9,9 +9,9 @@ use stateright::actor::{model_timeout, Actor, Id, Out};
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use txnsim_engine::controller::CONTROLLER_ID;
 use txnsim_engine::coordinator::TransactionState;
 use txnsim_engine::producer::{Completion, OpId, OpOutput};
+use txnsim_engine::protocol::CONTROLLER_ID;
 use txnsim_engine::protocol::{Effects, Envelope, Message, NodeId, Timer};
 use txnsim_engine::{
     filter_fetch, Broker, Consumer, Controller, EngineConfig, IsolationLevel, KafkaError, Offset, PartitionLog,

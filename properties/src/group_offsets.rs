@@ -4,8 +4,8 @@
 //! ABORT marker drops it.
 
 use crate::catalogue::{Invariant, Violation};
-use txnsim_engine::group_coordinator::offsets_partition_for;
 use txnsim_engine::log::PartitionLog;
+use txnsim_engine::topic::offsets_partition_for;
 use txnsim_engine::{Broker, Offset, ProducerId, TransactionResult};
 
 /// The marker that closed the transaction of `producer_id` whose offsets batch is at `at`: the producer's

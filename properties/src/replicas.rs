@@ -5,8 +5,8 @@
 use crate::catalogue::{Invariant, Violation};
 use crate::log_facts::LogFacts;
 use std::collections::BTreeMap;
-use txnsim_engine::controller::NO_LEADER;
 use txnsim_engine::protocol::NodeId;
+use txnsim_engine::protocol::NO_LEADER;
 use txnsim_engine::record::RecordBatch;
 use txnsim_engine::{AbortedTxn, Broker, Offset, PartitionLog, TopicPartition, TransactionResult};
 

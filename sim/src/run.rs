@@ -14,8 +14,8 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, Once};
-use txnsim_engine::controller::NO_LEADER;
 use txnsim_engine::coordinator::{DecisionCause, MARKER_RETRY_MS};
+use txnsim_engine::protocol::NO_LEADER;
 use txnsim_engine::{
     read_to_end, Broker, EngineConfig, IsolationLevel, Mutation, Mutations, Offset, PartitionLog, Proposal, TimeMs,
     TopicPartition, TransactionResult,

@@ -13,11 +13,14 @@ use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
-use txnsim_engine::broker::{standing_coordinator, COORDINATOR_BROKER};
-use txnsim_engine::controller::{Controller, PartitionRegistration, Topology, CONTROLLER_ID, NO_LEADER};
-use txnsim_engine::coordinator::transaction_state_partition;
+use txnsim_engine::broker::standing_coordinator;
+use txnsim_engine::controller::{Controller, Topology};
 use txnsim_engine::producer::{Completion, OpId};
+use txnsim_engine::protocol::metadata::PartitionRegistration;
 use txnsim_engine::protocol::{Effects, Envelope, Message, NodeId, Timer};
+use txnsim_engine::protocol::{CONTROLLER_ID, NO_LEADER};
+use txnsim_engine::topic::transaction_state_partition;
+use txnsim_engine::topic::COORDINATOR_BROKER;
 use txnsim_engine::{
     Broker, Consumer, EngineConfig, IsolationLevel, KafkaError, Offset, PartitionLog, Producer, ProducerKind, TimeMs,
     TopicPartition, TxnManagerState,

@@ -9,15 +9,16 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use txnsim_engine::controller::NO_LEADER;
 use txnsim_engine::coordinator::{TransactionMetadata, TransactionState};
-use txnsim_engine::group_coordinator::{offsets_partition_for, GroupMessage};
 use txnsim_engine::log::PartitionLog;
 use txnsim_engine::producer::ConsumerGroupMetadata;
 use txnsim_engine::producer::{OpId, OpOutput, Producer};
+use txnsim_engine::protocol::group::GroupMessage;
 use txnsim_engine::protocol::Message;
+use txnsim_engine::protocol::NO_LEADER;
 use txnsim_engine::protocol::{Envelope, NodeId};
 use txnsim_engine::record::BatchBody;
+use txnsim_engine::topic::offsets_partition_for;
 use txnsim_engine::{
     read_to_end, Cluster, EngineConfig, IsolationLevel, KafkaError, Mutations, ProducerKind, TimeMs, TopicPartition,
     TransactionVersion, TxnManagerState,

@@ -7,10 +7,10 @@ use super::show;
 use super::{Layer, Scenario};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
-use txnsim_engine::controller::leader_name;
 use txnsim_engine::log::LogAppendInfo;
 use txnsim_engine::producer::OpOutput;
 use txnsim_engine::producer_state::AppendOrigin;
+use txnsim_engine::protocol::leader_name;
 use txnsim_engine::protocol::ProduceAck;
 use txnsim_engine::record::{BatchBody, BatchProducer, EndTxnMarker, ProduceBatch, Record, RecordBatch};
 use txnsim_engine::{

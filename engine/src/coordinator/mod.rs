@@ -6,10 +6,10 @@ mod transaction_metadata;
 pub use transaction_metadata::{bumped, is_epoch_exhausted, TransactionMetadata, TransactionState, TxnTransition};
 
 use crate::config::EngineConfig;
-use crate::controller::MAX_BROKERS;
 use crate::error::KafkaError;
 use crate::mutation::Mutation;
 use crate::protocol::Timer;
+use crate::protocol::MAX_BROKERS;
 use crate::protocol::{Effects, Message, NodeId, TxnMarkerEntry};
 use crate::rename::{Names, Rename};
 use crate::types::{
@@ -31,20 +31,10 @@ pub const TRANSACTIONAL_ID_EXPIRATION_MS: TimeMs = 604_800_000;
 pub const TRANSACTION_REMOVE_EXPIRED_TRANSACTION_CLEANUP_INTERVAL_MS: TimeMs = 3_600_000;
 /// How long the marker channel waits for WriteTxnMarkers answers before resending (`request.timeout.ms`).
 pub const MARKER_RETRY_MS: TimeMs = 30_000;
-/// `Topic.TRANSACTION_STATE_TOPIC_NAME`. A replicated cluster has one partition of it (Kafka's
-/// `transaction.state.log.num.partitions` is 50), whose leader coordinates every transactional id.
-pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
-/// `transaction.state.log.replication.factor` (default 3), capped by the broker count.
-pub const TRANSACTION_STATE_LOG_REPLICATION_FACTOR: u32 = 3;
 /// KIP-730 hands each broker blocks of producer ids from the controller; here broker `b`'s ids start at
 /// `FIRST_PRODUCER_ID + b * PRODUCER_ID_BLOCK_STRIDE` and its next block `MAX_BROKERS` strides further on,
 /// so coordinators on different brokers never share one.
 pub const PRODUCER_ID_BLOCK_STRIDE: ProducerId = 1_000_000;
-
-/// The `__transaction_state` partition every transactional id maps to (`partitionFor`).
-pub fn transaction_state_partition() -> TopicPartition {
-    TopicPartition::new(TRANSACTION_STATE_TOPIC, 0)
-}
 
 /// One `__transaction_state` record value (`TransactionLog.valueToBytes`, as JSON). It also carries what
 /// the checkers' decision ledger needs and Kafka's format has no field for: why a Prepare* was decided

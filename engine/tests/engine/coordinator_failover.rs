@@ -6,12 +6,12 @@
 use std::collections::BTreeMap;
 use txnsim_engine::cluster::Step;
 use txnsim_engine::coordinator::{
-    transaction_state_partition, Ctx, DecisionCause, PartitionLeaders, TransactionCoordinator, TransactionMetadata,
-    TransactionState, TxnLogValue,
+    Ctx, DecisionCause, PartitionLeaders, TransactionCoordinator, TransactionMetadata, TransactionState, TxnLogValue,
 };
-use txnsim_engine::group_coordinator::GroupMessage;
 use txnsim_engine::producer::{ConsumerGroupMetadata, OpOutput};
+use txnsim_engine::protocol::group::GroupMessage;
 use txnsim_engine::protocol::{Effects, Envelope, Message, NodeId};
+use txnsim_engine::topic::transaction_state_partition;
 use txnsim_engine::{
     Cluster, EngineConfig, IsolationLevel, KafkaError, Mutation, Mutations, ProducerKind, Proposal, TopicPartition,
     Topology, TransactionVersion,

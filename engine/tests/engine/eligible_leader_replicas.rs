@@ -4,8 +4,9 @@
 //! and the mutations each catches.
 
 use std::collections::BTreeMap;
-use txnsim_engine::controller::{PartitionRegistration, NO_LEADER};
-use txnsim_engine::metadata::MetadataMessage;
+use txnsim_engine::protocol::metadata::MetadataMessage;
+use txnsim_engine::protocol::metadata::PartitionRegistration;
+use txnsim_engine::protocol::NO_LEADER;
 use txnsim_engine::protocol::{Envelope, Message, NodeId};
 use txnsim_engine::{Controller, EngineConfig, Mutation, Mutations, TopicPartition, Topology};
 

@@ -4,13 +4,12 @@
 //! `testUnloadOffsetsAndGroup`. The records are what this engine writes (`OffsetsRecord`).
 
 use std::collections::BTreeSet;
-use txnsim_engine::group_coordinator::{
-    offsets_partition_for, GroupCoordinator, GroupMetadata, GroupState, OffsetsRecord, StoredMember,
-};
+use txnsim_engine::group_coordinator::{GroupCoordinator, GroupMetadata, GroupState, OffsetsRecord, StoredMember};
 use txnsim_engine::log::PartitionLog;
 use txnsim_engine::producer_state::AppendOrigin;
 use txnsim_engine::protocol::{Effects, NodeId};
 use txnsim_engine::record::ProduceBatch;
+use txnsim_engine::topic::offsets_partition_for;
 use txnsim_engine::{Mutations, TopicPartition};
 
 const GROUP: &str = "foo";

@@ -3,10 +3,10 @@
 //! (`DelayedProduce`), and the ISR shrinks and expands through the controller (AlterPartition).
 
 use std::collections::BTreeMap;
-use txnsim_engine::controller::{LeaderAndIsr, PartitionRegistration};
-use txnsim_engine::metadata::MetadataMessage;
 use txnsim_engine::producer::OpOutput;
 use txnsim_engine::producer_state::AppendOrigin;
+use txnsim_engine::protocol::metadata::MetadataMessage;
+use txnsim_engine::protocol::metadata::{LeaderAndIsr, PartitionRegistration};
 use txnsim_engine::protocol::{Envelope, Message, NodeId, ReplicaFetchPartition};
 use txnsim_engine::record::ProduceBatch;
 use txnsim_engine::{
@@ -294,7 +294,7 @@ fn fetch(fetch_offset: u64, current_leader_epoch: i32, last_fetched_epoch: Optio
 /// 5, appends a third batch, and follower 1 fetches at 0, at 1 (the HW), then at 5. Returns the proposed
 /// ISR (the pending AlterPartition) after each of follower 1's fetches.
 fn isr_proposals_of_a_follower_below_the_epoch_start(mutations: Mutations) -> Vec<Option<Vec<u32>>> {
-    use txnsim_engine::controller::{LeaderAndIsr, PartitionRegistration};
+    use txnsim_engine::protocol::metadata::{LeaderAndIsr, PartitionRegistration};
     use txnsim_engine::protocol::Effects;
     use txnsim_engine::replica_manager::{ReplicaCtx, ReplicaManager};
     let config = EngineConfig { mutations: mutations.clone(), ..EngineConfig::default() };
@@ -518,7 +518,7 @@ fn fenced_replica_holds_hw_is_caught() {
 /// then the controller's delta makes broker 2 the leader at epoch 11. The answers broker 0 sends
 /// broker 1 from then on, as (correlation id, `t-0`'s result).
 fn answers_to_a_parked_fetch_when_leadership_moves(config: EngineConfig) -> Vec<(u64, Result<(), KafkaError>)> {
-    use txnsim_engine::controller::{LeaderAndIsr, PartitionRegistration};
+    use txnsim_engine::protocol::metadata::{LeaderAndIsr, PartitionRegistration};
     use txnsim_engine::protocol::Effects;
     use txnsim_engine::replica_manager::{ReplicaCtx, ReplicaManager};
     let reg = |leader, leader_epoch, partition_epoch| {

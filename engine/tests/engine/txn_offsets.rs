@@ -2,9 +2,11 @@
 //! from `OffsetMetadataManagerTest @ 1eb7644349cb`, the offsets partition a group id maps to, and a
 //! SyncGroup completing only once the group's metadata record is stored.
 
-use txnsim_engine::group_coordinator::{
-    offsets_partition_for, GroupCoordinator, GroupMessage, GroupState, JoinRequest,
-};
+use txnsim_engine::group_coordinator::{GroupCoordinator, GroupState};
+
+use txnsim_engine::topic::offsets_partition_for;
+
+use txnsim_engine::protocol::group::{GroupMessage, JoinRequest};
 use txnsim_engine::protocol::{Effects, Message, NodeId};
 use txnsim_engine::{EngineConfig, KafkaError, Mutation, Mutations, TopicPartition};
 

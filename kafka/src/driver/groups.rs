@@ -9,7 +9,7 @@ use kafka_protocol::messages::offset_fetch_response::{OffsetFetchResponsePartiti
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use std::collections::BTreeMap;
-use txnsim_engine::group_coordinator::{GroupMessage, JoinRequest};
+use txnsim_engine::protocol::group::{GroupMessage, JoinRequest};
 use txnsim_engine::{KafkaError, TimeMs, TopicPartition};
 
 use crate::api::code;

@@ -2,10 +2,7 @@
 //! and the `Effects` a handler returns (the engine is sans-io: drivers deliver these).
 
 use crate::error::KafkaError;
-use crate::group_coordinator::GroupMessage;
 use crate::leader_epoch_cache::EpochEndOffset;
-use crate::log::FetchPartitionData;
-use crate::metadata::MetadataMessage;
 use crate::record::ProduceBatch;
 use crate::types::{
     CoordinatorEpoch, IsolationLevel, Offset, ProducerEpoch, ProducerId, ProducerIdAndEpoch, TimeMs, TopicPartition,
@@ -13,6 +10,32 @@ use crate::types::{
 };
 use serde::{Deserialize, Serialize};
 use std::fmt;
+
+pub mod fetch;
+pub mod group;
+pub mod metadata;
+
+pub use fetch::{AbortedTransaction, FetchPartitionData};
+pub use group::GroupMessage;
+pub use metadata::MetadataMessage;
+
+/// The controller's node id: KRaft controllers share the broker id space, and no broker uses this one.
+pub const CONTROLLER_ID: u32 = 3000;
+
+/// The most brokers a cluster here may have.
+pub const MAX_BROKERS: u32 = 5;
+
+/// `LeaderConstants.NO_LEADER` (-1 on the wire): no replica may lead the partition now.
+pub const NO_LEADER: u32 = u32::MAX;
+
+/// A leader id for people: the broker, or `none`.
+pub fn leader_name(leader: u32) -> String {
+    if leader == NO_LEADER {
+        "none".into()
+    } else {
+        leader.to_string()
+    }
+}
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum NodeId {
@@ -23,7 +46,7 @@ pub enum NodeId {
 impl fmt::Display for NodeId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            NodeId::Broker(crate::controller::CONTROLLER_ID) => f.write_str("controller"),
+            NodeId::Broker(CONTROLLER_ID) => f.write_str("controller"),
             NodeId::Broker(id) => write!(f, "broker-{id}"),
             NodeId::Client(name) => f.write_str(name),
         }
