@@ -1,6 +1,9 @@
 //! The repository's own documents stay true: every complete scenario file shown in the docs (a block
 //! with no `...` elision) parses and passes, and every repository path the README and docs/ name exists.
+//! And its layout stays as DESIGN-level docs describe it: no import cycle among the engine's or the
+//! model's modules.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use txnsim::scenario::{self, RunOptions};
 
@@ -121,4 +124,90 @@ fn no_file_cites_a_document_outside_the_repository() {
         .map(str::to_string)
         .collect();
     assert!(citing.is_empty(), "files citing {outside}, which the repository does not hold: {citing:?}");
+}
+
+/// Each module of the crate whose sources are in `dir` (a file, or a folder's files together) with the
+/// modules of the same crate it names as `crate::module`.
+fn module_imports(dir: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(Path::new(ROOT).join(dir)).expect("a source folder").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            let inner = std::fs::read_dir(&path).expect("a module folder").flatten().map(|e| e.path());
+            files.extend(inner.filter(|p| p.extension().is_some_and(|e| e == "rs")));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path);
+        }
+    }
+    let mut imports: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in files {
+        let rel = file.strip_prefix(Path::new(ROOT).join(dir)).expect("inside").to_string_lossy().into_owned();
+        let module = rel.split('/').next().unwrap_or_default().trim_end_matches(".rs").to_string();
+        if module == "lib" || module == "main" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let named = text.split("crate::").skip(1).map(|rest| {
+            rest.chars().take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_').collect::<String>()
+        });
+        let entry = imports.entry(module.clone()).or_default();
+        entry.extend(named.filter(|m| !m.is_empty() && *m != module));
+    }
+    let known: BTreeSet<String> = imports.keys().cloned().collect();
+    imports.values_mut().for_each(|deps| deps.retain(|d| known.contains(d)));
+    imports
+}
+
+/// A cycle of imports among `imports`' modules, as the modules along it, if there is one.
+fn import_cycle(imports: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    // Depth-first, with the path so far: a module met again on the path closes a cycle.
+    fn visit(
+        m: &str,
+        imports: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|p| p == m) {
+            let mut cycle = path[at..].to_vec();
+            cycle.push(m.to_string());
+            return Some(cycle);
+        }
+        if !done.insert(m.to_string()) {
+            return None;
+        }
+        path.push(m.to_string());
+        for dep in &imports[m] {
+            if let Some(cycle) = visit(dep, imports, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        None
+    }
+    let mut done = BTreeSet::new();
+    imports.keys().find_map(|m| visit(m, imports, &mut Vec::new(), &mut done))
+}
+
+/// The engine's message types are leaves (`protocol/`), Kafka's internal topics live in `topic.rs`, and
+/// the model's state types in `state.rs`, so no module of either crate imports one that imports it back
+/// (a cycle makes every module of it depend on all the others).
+#[test]
+fn the_engine_and_the_model_have_no_import_cycle() {
+    for dir in ["engine/src", "model/src"] {
+        let imports = module_imports(dir);
+        assert!(imports.len() > 5, "{dir}: the modules were found ({imports:?})");
+        if let Some(cycle) = import_cycle(&imports) {
+            panic!("{dir} has an import cycle: {}", cycle.join(" -> "));
+        }
+    }
+}
+
+/// The cycle finder finds one where there is one.
+#[test]
+fn an_import_cycle_is_found() {
+    let edge = |a: &str, b: &[&str]| (a.to_string(), b.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>());
+    let acyclic: BTreeMap<_, _> = [edge("a", &["b"]), edge("b", &["c"]), edge("c", &[])].into_iter().collect();
+    assert_eq!(import_cycle(&acyclic), None);
+    let cyclic: BTreeMap<_, _> = [edge("a", &["b"]), edge("b", &["c"]), edge("c", &["a"])].into_iter().collect();
+    assert_eq!(import_cycle(&cyclic), Some(vec!["a".into(), "b".into(), "c".into(), "a".into()]));
 }

@@ -7,6 +7,9 @@ use txnsim_engine::{EngineConfig, Mutation, Mutations, TopicPartition, Topology,
 /// The topic every producer writes and every reader reads.
 pub const TOPIC: &str = "t";
 
+/// The most producers `--symmetry` takes: it tries every permutation, and 4! = 24 copies a state.
+pub const MAX_PRODUCERS: usize = 4;
+
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Bounds {
     /// Transactional producers, each with its own transactional id (`tx-p0`, `tx-p1`, ...).
@@ -231,12 +234,10 @@ impl Bounds {
         {
             return Err("crashes, request timeouts, backoff retries and marker resends must be <= 9".into());
         }
-        if self.symmetry && self.producers > crate::symmetry::MAX_PRODUCERS {
+        if self.symmetry && self.producers > MAX_PRODUCERS {
             return Err(format!(
                 "symmetry reduction takes at most {} producers ({}! permutations per state); got {}",
-                crate::symmetry::MAX_PRODUCERS,
-                crate::symmetry::MAX_PRODUCERS,
-                self.producers
+                MAX_PRODUCERS, MAX_PRODUCERS, self.producers
             ));
         }
         if self.por && !self.ordered {

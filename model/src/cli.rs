@@ -1,7 +1,7 @@
 //! `txnsim check` and `txnsim explore`.
 
 use crate::bounds::Bounds;
-use crate::describe::{path_lines, readable, step_texts};
+use crate::counterexample::{path_lines, readable, step_texts};
 use crate::model::{build, TxnModel, ENGINE_ASSERTIONS};
 use crate::symmetry;
 use crate::verdict::{broker_of, evaluate, Fact};

@@ -2,48 +2,14 @@
 //! partition logs with HW and LSO, the coordinator's transactions and what each reader has delivered.
 
 use crate::actors::{BrokerNode, ModelTimer, NodeKind, Phase, ProducerNode, Stop};
-use crate::bounds::Bounds;
-use crate::model::{build, TxnAction, TxnModel, TxnState};
-use crate::symmetry;
+use crate::state::{TxnAction, TxnState};
 use crate::verdict::broker_of;
 use stateright::actor::{ActorModelAction, Id};
-use stateright::Path;
 use txnsim_engine::coordinator::TransactionState;
 use txnsim_engine::protocol::{Message, NodeId, Timer};
 use txnsim_engine::record::BatchBody;
 use txnsim_engine::{Broker, KafkaError, ProducerIdAndEpoch, TopicPartition, TransactionResult};
 use txnsim_properties::{CallOutcome, Event, ProducerCall};
-
-/// The path as a person follows it: under symmetry reduction, the plain model's path with the same
-/// steps, in which every producer keeps its name (`symmetry::unpermuted`).
-pub fn readable(model: &TxnModel, path: &Path<TxnState, TxnAction>) -> Path<TxnState, TxnAction> {
-    let bounds = &model.cfg.ctx.bounds;
-    if !bounds.symmetry {
-        return path.clone();
-    }
-    symmetry::unpermuted(&build(&Bounds { symmetry: false, por: false, ..bounds.clone() }), path)
-}
-
-/// The path as numbered lines (step 0 is the initial state), as `readable` gives it.
-pub fn path_lines(model: &TxnModel, path: &Path<TxnState, TxnAction>) -> Vec<String> {
-    let steps = readable(model, path).into_vec();
-    let mut lines = vec![format!("  0. start  ‖ {}", snapshot(&steps[0].0))];
-    for (i, pair) in steps.windows(2).enumerate() {
-        let (prev, action) = (&pair[0].0, pair[0].1.as_ref().expect("every step but the last has an action"));
-        let next = &pair[1].0;
-        lines.push(format!("{:>3}. {}  ‖ {}", i + 1, step(model, prev, action, next), snapshot(next)));
-    }
-    lines
-}
-
-/// Just the "who did what" of each step, without the state snapshots (tests pin these).
-pub fn step_texts(model: &TxnModel, path: &Path<TxnState, TxnAction>) -> Vec<String> {
-    readable(model, path)
-        .into_vec()
-        .windows(2)
-        .map(|w| step(model, &w[0].0, w[0].1.as_ref().expect("an action"), &w[1].0))
-        .collect()
-}
 
 fn actor_name(s: &TxnState, id: Id) -> String {
     match s.actor_states[usize::from(id)].node() {
@@ -63,7 +29,7 @@ pub fn node_name(n: &NodeId) -> String {
 }
 
 /// Who did what, and what it led to.
-pub fn step(_model: &TxnModel, prev: &TxnState, action: &TxnAction, next: &TxnState) -> String {
+pub fn step(prev: &TxnState, action: &TxnAction, next: &TxnState) -> String {
     let (what, id) = match action {
         ActorModelAction::Deliver { dst, msg, .. } => {
             (format!("{} → {}: {}", node_name(&msg.from), node_name(&msg.to), message(&msg.message)), Some(*dst))

@@ -52,13 +52,16 @@
 pub mod actors;
 pub mod bounds;
 pub mod cli;
+pub mod counterexample;
 pub mod describe;
 pub mod model;
 pub mod reductions;
 pub mod shared;
+pub mod state;
 pub mod symmetry;
 pub mod verdict;
 
 pub use bounds::Bounds;
-pub use model::{build, TxnAction, TxnModel, TxnState};
+pub use model::{build, TxnModel};
+pub use state::{TxnAction, TxnState};
 pub use verdict::{evaluate, Evaluation, Fact};

@@ -8,14 +8,14 @@ use crate::actors::{Ctx, ModelTimer, Msg, Node, NodeKind, RetriedApi, Role};
 use crate::bounds::Bounds;
 use crate::describe;
 use crate::reductions;
+use crate::state::{losses, InFlight, TxnAction, TxnState};
 use crate::symmetry;
 use crate::verdict::{verdict, Fact};
-use stateright::actor::{ActorModel, ActorModelAction, ActorModelState, LossyNetwork, Network};
+use stateright::actor::{ActorModel, ActorModelAction, LossyNetwork, Network};
 use stateright::{Model, Path, Property};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use txnsim_engine::protocol::{Message, NodeId, Timer};
-use txnsim_engine::TransactionResult;
 use txnsim_properties::Invariant;
 
 /// The engine's actors on stateright's network, with the reductions of `Bounds::reduced` on top.
@@ -28,7 +28,6 @@ pub struct TxnModel {
     actors: ActorModel<Node, ModelCfg, InFlight>,
     properties: Vec<Property<TxnModel>>,
 }
-pub type TxnState = ActorModelState<Node, InFlight>;
 
 impl TxnModel {
     /// The states as stepped, for a checker that reduces symmetry itself.
@@ -113,7 +112,7 @@ impl Model for TxnModel {
     /// coordinator's transactions and each reader's deliveries, one per line, instead of a Debug dump.
     fn format_step(&self, last: &TxnState, action: TxnAction) -> Option<String> {
         let next = self.next_state(last, action.clone())?;
-        let what = describe::step(self, last, &action, &next);
+        let what = describe::step(last, &action, &next);
         Some(format!("{what}\n\n{}", describe::snapshot(&next).replace(" | ", "\n")))
     }
 
@@ -129,10 +128,6 @@ impl Model for TxnModel {
         Model::within_boundary(&self.actors, state)
     }
 }
-
-/// The model's auxiliary history: messages sent and not (yet) delivered. Less the messages still in the
-/// network, that is how many were lost, which `Bounds::losses` bounds.
-pub type InFlight = u16;
 
 enum LostAnswerNote {
     Lost(u64, RetriedApi),
@@ -161,11 +156,6 @@ fn lost_answer_note(last: &TxnState, action: &TxnAction) -> Option<(usize, LostA
     }
 }
 
-/// Messages the lossy network has dropped on the way to this state.
-pub fn losses(s: &TxnState) -> usize {
-    (s.history as usize).saturating_sub(s.network.len())
-}
-pub type TxnAction = ActorModelAction<Msg, ModelTimer, TransactionResult>;
 type PropFn = fn(&TxnModel, &TxnState) -> bool;
 
 const INVARIANTS: usize = Invariant::ALL.len() + Invariant::REPLICA.len();

@@ -16,7 +16,7 @@
 //! from the state. Why no violation and no fact is lost is argued at `stubborn_set`.
 
 use crate::actors::ModelTimer;
-use crate::model::{TxnAction, TxnState};
+use crate::state::{TxnAction, TxnState};
 use crate::verdict::broker_of;
 use stateright::actor::{ActorModelAction, Id, Network};
 use txnsim_engine::protocol::{Envelope, Message, NodeId, Timer};

@@ -17,16 +17,14 @@
 //! finds a violation of each invariant and a witness of each fact that the full graph has.
 
 use crate::actors::{ModelTimer, Msg, NodeKind, NodeState, ProducerNode};
-use crate::model::{TxnAction, TxnModel, TxnState};
+use crate::bounds::MAX_PRODUCERS;
 use crate::shared::{digest, DigestMap, Shared};
+use crate::state::{TxnAction, TxnState};
 use stateright::actor::{ActorModelAction, Envelope, Id, Network, Timers};
 use stateright::{Model, Path};
 use std::cell::RefCell;
 use std::sync::{Arc, OnceLock};
 use txnsim_engine::Rename;
-
-/// The most producers `--symmetry` takes: it tries every permutation, and 4! = 24 copies a state.
-pub const MAX_PRODUCERS: usize = 4;
 
 /// The state of `s`'s class that the model keeps in its place.
 pub fn canonical(s: TxnState) -> TxnState {
@@ -54,7 +52,10 @@ pub fn representative(s: &TxnState) -> TxnState {
 /// reduction) takes it: each action renamed by the permutation that the steps so far have applied, so
 /// the producers keep their names from the first step to the last. The symmetric model's own states are
 /// representatives, in which producers can swap names between steps.
-pub fn unpermuted(plain: &TxnModel, path: &Path<TxnState, TxnAction>) -> Path<TxnState, TxnAction> {
+pub fn unpermuted<M>(plain: &M, path: &Path<TxnState, TxnAction>) -> Path<TxnState, TxnAction>
+where
+    M: Model<State = TxnState, Action = TxnAction>,
+{
     let steps = path.clone().into_vec();
     let producers = steps[0].0.actor_states.len() - 1;
     // `raw` is `permuted(state, perm)` for the symmetric path's state at each step.

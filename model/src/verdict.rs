@@ -6,8 +6,8 @@
 //! faults: the model's form of "after healing"). The model adds only reachability facts (`Fact`).
 
 use crate::actors::{reader_name, BrokerNode, Ctx, ModelTimer, NodeState, Phase, ProducerNode, RetriedApi, Stop};
-use crate::model::TxnState;
 use crate::shared::{digest, DigestMap, CACHE_ENTRIES_MAX};
+use crate::state::TxnState;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::Arc;

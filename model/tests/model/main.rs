@@ -18,7 +18,7 @@ use stateright::{Checker, Expectation, HasDiscoveries, Model};
 use std::collections::BTreeMap;
 use txnsim_engine::{Mutation, TransactionVersion};
 use txnsim_model::cli::{check as run, CheckArgs};
-use txnsim_model::describe::step_texts;
+use txnsim_model::counterexample::step_texts;
 use txnsim_model::{build, Bounds, Fact};
 
 struct Outcome {

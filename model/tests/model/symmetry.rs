@@ -7,7 +7,7 @@ use super::common::{caught_mutation, two_producers, walk, walk_visiting};
 use stateright::{Checker, HasDiscoveries, Model};
 use std::collections::BTreeSet;
 use txnsim_engine::{Mutation, TransactionVersion};
-use txnsim_model::describe::readable;
+use txnsim_model::counterexample::readable;
 use txnsim_model::shared::digest;
 use txnsim_model::symmetry::{canonical, permuted};
 use txnsim_model::verdict::verdict;
