@@ -41,6 +41,8 @@ fn out_of_range_check_flags_are_refused_before_checking() {
         (["explore", "--threads", "0"], "at least one thread is needed"),
         (["check", "--threads", "100000"], "100000 threads is too many: give 1 to 1024"),
         (["explore", "--threads", "1025"], "1025 threads is too many: give 1 to 1024"),
+        (["check", "--losses", "10"], "--losses must be at most 9, got 10"),
+        (["check", "--producers", "0"], "--producers must be 1..=9, got 0"),
     ] {
         let (code, stdout, stderr) = txnsim(&args);
         assert_eq!(code, 2, "{args:?} is bad input: {stderr}");

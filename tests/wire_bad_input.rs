@@ -105,6 +105,32 @@ fn assert_serve_refuses(flags: &[&str], want: &str) {
     assert!(err.contains(want), "{flags:?}: want {want:?} in {err}");
 }
 
+/// An unwritable `--timeline` names the path in one line (exit 2).
+#[test]
+fn serve_names_a_timeline_it_cannot_write() {
+    assert_serve_refuses(
+        &["--addr", "127.0.0.1:0", "--timeline", "/nonexistent/t.txt"],
+        "--timeline /nonexistent/t.txt: ",
+    );
+}
+
+/// `--addr` takes a host name as `explore --addr` does: `localhost:0` listens on a free loopback port.
+#[test]
+fn serve_listens_on_a_host_name() {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_txnsim"))
+        .args(["serve", "--addr", "localhost:0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run txnsim serve");
+    let stdout = child.stdout.take().expect("piped");
+    let first = std::io::BufRead::lines(std::io::BufReader::new(stdout)).next();
+    child.kill().ok();
+    child.wait().ok();
+    let first = first.expect("a line").expect("utf-8");
+    assert!(first.starts_with("txnsim serve: listening on 127.0.0.1:"), "{first}");
+}
+
 /// serve listens on loopback only, and says so in one line (exit 2) rather than binding elsewhere.
 #[test]
 fn serve_refuses_a_non_loopback_address() {

@@ -29,9 +29,10 @@ const MAX_IDLE: Duration = Duration::from_millis(100);
 
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
-    /// Where to listen: a loopback address (port 0 picks a free port; the chosen one is printed). Broker
+    /// Where to listen: a loopback address, or host name and port (`localhost:0`); port 0 picks a free port
+    /// (the chosen one is printed). Broker
     /// `i` listens on this port + `i` (with port 0, each on a free port of its own).
-    #[arg(long, default_value = "127.0.0.1:9092")]
+    #[arg(long, default_value = "127.0.0.1:9092", value_parser = parse_listen_addr)]
     pub addr: SocketAddr,
     /// Brokers in the cluster (1 to 5): one keeps its own metadata; more replicate through the engine's
     /// controller, which stripes the partitions' leaders over the brokers; broker 0 leads
@@ -78,6 +79,18 @@ enum Event {
     Command(String),
 }
 
+/// `--addr`: an address, or a host name and port as `explore --addr` takes them (`localhost:0`), resolved
+/// to its first IPv4 address (else its first).
+fn parse_listen_addr(s: &str) -> Result<SocketAddr, String> {
+    let resolved: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(s).map_err(|e| e.to_string())?.collect();
+    resolved
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(resolved.first())
+        .copied()
+        .ok_or_else(|| format!("{s} resolves to no address"))
+}
+
 static STOP: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_stop(_: libc::c_int) {
@@ -117,7 +130,10 @@ pub fn run_serve(args: &ServeArgs) -> ExitCode {
     let mut timeline = match args.timeline.as_ref().map(File::create).transpose() {
         Ok(f) => f.map(BufWriter::new),
         Err(e) => {
-            eprintln!("error: --timeline: {e}");
+            eprintln!(
+                "error: --timeline {}: {e}",
+                args.timeline.as_ref().map_or(String::new(), |p| p.display().to_string())
+            );
             return ExitCode::from(2);
         }
     };

@@ -211,28 +211,31 @@ impl Bounds {
         !self.duplicating
     }
 
-    /// Rejects bounds the model cannot represent (u8 counters, at least one of each thing).
+    /// Rejects bounds the model cannot represent (u8 counters, at least one of each thing), naming the
+    /// flag that sets the bound.
     pub fn validate(&self) -> Result<(), String> {
-        let small = |what: &str, v: usize, max: usize| {
+        let small = |flag: &str, v: usize, max: usize| {
             if v == 0 || v > max {
-                Err(format!("{what} must be 1..={max}, got {v}"))
+                Err(format!("{flag} must be 1..={max}, got {v}"))
             } else {
                 Ok(())
             }
         };
-        small("producers", self.producers, 9)?;
-        small("txns per producer", self.txns_per_producer, 9)?;
-        small("records per txn", self.records_per_txn, 9)?;
-        small("partitions", self.partitions, 9)?;
-        small("brokers", self.brokers, 3)?;
-        if self.crashes > 9
-            || self.losses > 9
-            || self.txn_timeouts > 9
-            || self.request_timeouts > 9
-            || self.backoff_retries > 9
-            || self.marker_resends > 9
-        {
-            return Err("crashes, request timeouts, backoff retries and marker resends must be <= 9".into());
+        small("--producers", self.producers, 9)?;
+        small("--txns", self.txns_per_producer, 9)?;
+        small("--records", self.records_per_txn, 9)?;
+        small("--partitions", self.partitions, 9)?;
+        small("--brokers", self.brokers, 3)?;
+        let counts = [
+            ("--crashes", self.crashes),
+            ("--losses", self.losses),
+            ("--txn-timeouts", self.txn_timeouts),
+            ("--request-timeouts", self.request_timeouts),
+            ("--backoff-retries", self.backoff_retries),
+            ("--marker-resends", self.marker_resends),
+        ];
+        if let Some((flag, v)) = counts.iter().find(|(_, v)| *v > 9) {
+            return Err(format!("{flag} must be at most 9, got {v}"));
         }
         if self.symmetry && self.producers > MAX_PRODUCERS {
             return Err(format!(
@@ -244,7 +247,7 @@ impl Bounds {
             return Err("the partial-order reduction needs per-connection FIFO (--ordered)".into());
         }
         if self.delivery_attempts == 0 {
-            return Err("delivery attempts must be >= 1".into());
+            return Err("--delivery-attempts must be at least 1".into());
         }
         Ok(())
     }
