@@ -293,6 +293,15 @@ fn every_scenario_reachable_mutation_fails_some_scenario() {
     }
 }
 
+/// A scenario without ops is refused, and so is a key given twice (JSON readers keep one of the two
+/// silently).
+#[test]
+fn an_empty_scenario_and_a_doubled_key_are_refused() {
+    assert_input_error(&format!("{HEAD}[]}}]}}"), &["field 'ops'", "a scenario needs at least one op"]);
+    let doubled = r#"{"format": "txnsim-scenario/v1", "scenarios": [{"name": "s", "name": "t", "layer": "producer", "ops": [{"op": "init_producer", "producer": "p"}]}]}"#;
+    assert_input_error(doubled, &["duplicate key 'name'"]);
+}
+
 #[test]
 fn a_negative_offset_names_the_field_and_the_value_apart() {
     let text = format!("{HEAD}[{{\"op\": \"init_producer\", \"producer\": \"p\"}}, {{\"op\": \"set_high_watermark\", \"partition\": 0, \"offset\": -5}}]}}]}}");

@@ -8,7 +8,10 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use txnsim_engine::{Mutation, Proposal};
 
+/// A seed file's fields: `seed`, `profile` and `note`, and optionally `mutation`, `proposal` and
+/// `invariant`; any other key is refused.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SeedFile {
     pub seed: u64,
     pub profile: String,
@@ -44,6 +47,16 @@ impl SeedFile {
         }
     }
 
+    /// The invariant it names, if it names one the catalogue has.
+    fn check_invariant(&self) -> Result<(), String> {
+        match &self.invariant {
+            Some(name) if txnsim_properties::Invariant::from_name(name).is_none() => {
+                Err(format!("unknown invariant '{name}' (`txnsim invariants` lists them)"))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The run this file replays (its mutation on).
     pub fn run_spec(&self) -> Result<RunSpec, String> {
         Ok(RunSpec { proposal: self.proposal()?, ..RunSpec::new(self.seed, self.profile()?, self.mutation()?) })
@@ -68,9 +81,14 @@ pub fn load_file(path: &Path) -> Result<SeedFile, String> {
     // toml's message spans lines (it quotes the input); the first line names the problem.
     let seed: SeedFile = toml::from_str(&text).map_err(|e| {
         let msg = e.message().lines().next().unwrap_or("invalid").to_string();
-        format!("{}: not a seed file: {msg}", path.display())
+        format!(
+            "{}: not a seed file: {msg} (a seed file has seed, profile and note, and may have mutation, proposal \
+             and invariant)",
+            path.display()
+        )
     })?;
     seed.run_spec().map_err(|e| format!("{}: {e}", path.display()))?;
+    seed.check_invariant().map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(seed)
 }
 

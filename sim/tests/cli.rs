@@ -117,6 +117,25 @@ fn a_missing_or_malformed_seed_file_is_one_line_of_bad_input() {
     assert!(!e.contains('\n') && e.contains("not a seed file"), "want one line naming the problem: {e}");
 }
 
+/// A seed file lacking a field says which fields a seed file has; an unknown key, a key given twice and
+/// an invariant the catalogue lacks are refused, each in one line.
+#[test]
+fn a_seed_file_with_a_missing_unknown_or_doubled_field_is_refused() {
+    let base = "seed = 1\nprofile = \"standard\"\n";
+    for (text, want) in [
+        (base.to_string(), "missing field `note` (a seed file has seed, profile and note"),
+        (format!("{base}note = \"x\"\nbogus = 1\n"), "unknown field `bogus`"),
+        (format!("{base}seed = 2\nnote = \"x\"\n"), "duplicate key"),
+        (format!("{base}note = \"x\"\ninvariant = \"nope\"\n"), "unknown invariant 'nope'"),
+    ] {
+        let path = temp_path("fields.toml");
+        std::fs::write(&path, &text).expect("write");
+        let e = cli::replay_spec(&replay_args(&["replay", &path.to_string_lossy()])).expect_err("refused");
+        std::fs::remove_file(&path).ok();
+        assert!(!e.contains('\n') && e.contains(want), "{text:?}: want {want:?} in one line: {e}");
+    }
+}
+
 #[test]
 fn bad_sweep_flags_are_refused_by_the_parser_not_by_a_panic() {
     for bad in [

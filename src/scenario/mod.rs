@@ -11,7 +11,7 @@ pub use runner::{run, Difference, RunOptions, RunReport};
 pub use show::{broker_step, story};
 
 use format::{strip_descriptive, MultiExpect, PartitionExpect, ScenarioHeader};
-use serde::de::DeserializeOwned;
+use serde::de::{self, DeserializeOwned, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use serde_path_to_error::Segment;
 use std::collections::{BTreeMap, BTreeSet};
@@ -191,6 +191,8 @@ fn file_error(file: &str, field: Option<&str>, message: impl Into<String>) -> Sc
 
 /// Parses a scenario file's text; `file` names it in errors.
 pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ScenarioError> {
+    serde_json::from_str::<NoDuplicateKeys>(text)
+        .map_err(|e| file_error(file, None, format!("malformed JSON: {e}")))?;
     let mut root: Value =
         serde_json::from_str(text).map_err(|e| file_error(file, None, format!("malformed JSON: {e}")))?;
     strip_descriptive(&mut root);
@@ -350,6 +352,9 @@ fn build(file: &str, h: ScenarioHeader) -> Result<Scenario, ScenarioError> {
         network: None,
     };
     check_topology(&sc)?;
+    if h.ops.is_empty() {
+        return Err(sc.error(None, "ops", "a scenario needs at least one op"));
+    }
     if sc.layer == Layer::Network {
         return build_network(
             sc,
@@ -715,4 +720,57 @@ fn validate_aborted(
         }
     }
     Ok(())
+}
+
+/// A JSON document in which no object has a key twice: `serde_json::Value` keeps the last of two silently,
+/// so a scenario file's duplicate key is refused before the file is read as values.
+struct NoDuplicateKeys;
+
+impl<'de> de::Deserialize<'de> for NoDuplicateKeys {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(NoDuplicateKeys)
+    }
+}
+
+impl<'de> Visitor<'de> for NoDuplicateKeys {
+    type Value = NoDuplicateKeys;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self, A::Error> {
+        let mut seen = BTreeSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if !seen.insert(key.clone()) {
+                return Err(de::Error::custom(format!("duplicate key '{key}'")));
+            }
+            map.next_value::<NoDuplicateKeys>()?;
+        }
+        Ok(NoDuplicateKeys)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self, A::Error> {
+        while seq.next_element::<NoDuplicateKeys>()?.is_some() {}
+        Ok(NoDuplicateKeys)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self, E> {
+        Ok(NoDuplicateKeys)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self, E> {
+        Ok(NoDuplicateKeys)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self, E> {
+        Ok(NoDuplicateKeys)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self, E> {
+        Ok(NoDuplicateKeys)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self, E> {
+        Ok(NoDuplicateKeys)
+    }
+    fn visit_unit<E>(self) -> Result<Self, E> {
+        Ok(NoDuplicateKeys)
+    }
 }
