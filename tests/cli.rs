@@ -136,6 +136,21 @@ fn a_signalled_sweep_prints_its_summary_marked_incomplete() {
     }
 }
 
+/// `check-history` on another of txnsim's files, or on one that is not JSON, says what it got.
+#[test]
+fn check_history_names_the_format_it_got() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    for (file, want) in [
+        ("seeds/scenarios/commit_abort.json", "a txnsim-scenario/v1 file, not a history (txnsim-target-history/v1)"),
+        ("seeds/aborted-list-for-read-uncommitted-standard-0.toml", "not a history file: not JSON"),
+    ] {
+        let (code, _, stderr) = txnsim(&["check-history", &format!("{root}/{file}")]);
+        assert_eq!(code, 2, "{file} is bad input: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{file}: one line: {stderr}");
+        assert!(stderr.contains(want), "{file}: want {want:?}: {stderr}");
+    }
+}
+
 /// A path to something endless is read up to a cap and refused, with the cap in the one-line error,
 /// never read into memory without bound.
 #[test]

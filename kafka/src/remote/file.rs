@@ -147,10 +147,18 @@ pub fn save(path: &Path, file: &HistoryFile) -> Result<(), String> {
 pub fn load(path: &Path) -> Result<HistoryFile, String> {
     let text = txnsim_sim::files::read_capped(path, txnsim_sim::files::HISTORY_CAP)
         .map_err(|e| format!("{}: {e}", path.display()))?;
-    let file: HistoryFile = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    if file.format != HISTORY_FORMAT {
-        return Err(format!("{}: format {:?}, expected {HISTORY_FORMAT:?}", path.display(), file.format));
+    // Which format the file is, before its fields: another of txnsim's files is named as what it is.
+    let what = "check-history reads what `sweep --target --history` writes";
+    let value: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| format!("{}: not a history file: not JSON ({e}); {what}", path.display()))?;
+    match value.get("format").and_then(serde_json::Value::as_str) {
+        Some(HISTORY_FORMAT) => {}
+        Some(other) => {
+            return Err(format!("{}: a {other} file, not a history ({HISTORY_FORMAT}); {what}", path.display()))
+        }
+        None => return Err(format!("{}: not a history file: no \"format\" field; {what}", path.display())),
     }
+    let file: HistoryFile = serde_json::from_value(value).map_err(|e| format!("{}: {e}", path.display()))?;
     validate(&file).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(file)
 }
