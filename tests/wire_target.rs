@@ -255,6 +255,27 @@ fn four_seeds_pass_against_three_brokers() {
     server.stop_clean();
 }
 
+/// A target that accepts connections and never answers: the sweep says it timed out waiting for the
+/// broker (in one line, exit 2), not what the socket's read returned.
+#[test]
+fn a_target_that_never_answers_is_named_as_timed_out() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let target = format!("kafka://{}", listener.local_addr().expect("an address"));
+    // Accepts (so the connect succeeds) and holds every connection open, silent.
+    std::thread::spawn(move || {
+        let held: Vec<_> = listener.incoming().map_while(Result::ok).collect();
+        drop(held);
+    });
+    let out = Command::new(env!("CARGO_BIN_EXE_txnsim"))
+        .args(["sweep", "--target", &target, "--seeds", "1"])
+        .output()
+        .expect("run txnsim");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.starts_with("sweep: ")).collect();
+    assert!(lines.len() == 1 && lines[0].contains("timed out after 10 s waiting for the broker's answer"), "{err}");
+}
+
 #[test]
 fn a_bad_target_or_history_file_is_one_line_and_exit_2() {
     for (args, want) in [

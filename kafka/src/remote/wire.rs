@@ -73,7 +73,20 @@ impl Conn {
         request.encode(&mut body, version).map_err(|e| fail(e.to_string()))?;
         self.stream.write_all(&frame::frame(&body)).map_err(|e| format!("{}: {e}", self.addr))?;
         let mut answer = frame::read_frame(&mut self.stream)
-            .map_err(|e| format!("{}: {e}", self.addr))?
+            .map_err(|e| match &e {
+                // The read timeout: the broker accepted the connection but never answered.
+                frame::FrameError::Io(io)
+                    if matches!(io.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
+                {
+                    format!(
+                        "{}: timed out after {} s waiting for the broker's answer (api {} v{version})",
+                        self.addr,
+                        IO_TIMEOUT.as_secs(),
+                        R::KEY
+                    )
+                }
+                _ => format!("{}: {e}", self.addr),
+            })?
             .ok_or_else(|| format!("{}: the broker closed the connection (api {} v{version})", self.addr, R::KEY))?;
         let decode_fail = |what: &str, e: String| format!("{}: api {} v{version}: bad {what}: {e}", self.addr, R::KEY);
         let rh = ResponseHeader::decode(&mut answer, R::Response::header_version(version))
