@@ -53,6 +53,23 @@ fn api_versions(addr: &str, version: i16) -> (i32, i16) {
     (correlation_id, i16::from_be_bytes(head[8..10].try_into().unwrap()))
 }
 
+/// `MAX_CONNECTIONS` (256) idle connections fill serve's cap; a working client's connection still gets
+/// its answer, and the connection idle the longest is the one closed for it (Kafka closes its least
+/// recently used idle connection).
+#[test]
+fn idle_connections_at_the_cap_do_not_lock_a_client_out() {
+    let server = Server::start("connection-cap", &[]);
+    let addr = &server.addresses[0];
+    let mut idle: Vec<TcpStream> = (0..256).map(|_| connect(addr)).collect();
+    // The first idle one has surely been accepted and served before the others arrive.
+    assert_eq!(api_versions(addr, 0), (77, 0), "a client beyond the cap is answered");
+    assert!(closed_by_server(&mut idle[0]), "the connection idle the longest was closed for it");
+    idle[255].set_read_timeout(Some(Duration::from_millis(200))).expect("read timeout");
+    assert!(!closed_by_server(&mut idle[255]), "the newest idle connection is still open");
+    drop(idle);
+    server.stop_clean();
+}
+
 #[test]
 fn bad_clients_are_closed_and_the_rest_are_served() {
     let server = Server::start("bad-input", &[]);

@@ -20,8 +20,13 @@ use std::time::{Duration, Instant};
 use txnsim_engine::protocol::MAX_BROKERS;
 use txnsim_engine::{EngineConfig, Mutation, Mutations};
 
-/// Connections served at once; more are closed on accept (Kafka's `max.connections`, unbounded there).
+/// Connections served at once (Kafka's `max.connections`, unbounded by default there). A new connection
+/// past it closes the one idle the longest, as Kafka's selector closes its least recently used idle
+/// connection (`connections.max.idle.ms`, KIP-402): clients that hold connections open without using
+/// them cannot lock a working client out.
 pub const MAX_CONNECTIONS: usize = 256;
+/// Sockets accepted at once, served or waiting to be: a bound on the reader threads while idle ones close.
+const MAX_SOCKETS: usize = 2 * MAX_CONNECTIONS;
 /// A client that does not read its responses for this long is dropped, so it cannot stall the others.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest the main loop sleeps, so a stop signal is noticed.
@@ -219,6 +224,8 @@ pub fn run_serve(args: &ServeArgs) -> ExitCode {
     });
     drop(events);
     let mut streams: BTreeMap<ConnId, TcpStream> = BTreeMap::new();
+    // When each served connection last sent a frame (or opened), for closing the idlest at the cap.
+    let mut last_active: BTreeMap<ConnId, Instant> = BTreeMap::new();
     while !STOP.load(Ordering::Relaxed) {
         let wait = driver
             .next_deadline_ms()
@@ -231,7 +238,20 @@ pub fn run_serve(args: &ServeArgs) -> ExitCode {
                     // A crashed broker's port: the connection is closed at once, as by a dead host.
                     stream.shutdown(Shutdown::Both).ok();
                 } else {
+                    if streams.len() >= MAX_CONNECTIONS {
+                        let idlest = last_active.iter().min_by_key(|(_, at)| **at).map(|(id, _)| *id);
+                        if let Some(idle) = idlest {
+                            last_active.remove(&idle);
+                            if let Some(s) = streams.remove(&idle) {
+                                s.shutdown(Shutdown::Both).ok();
+                            }
+                            driver.on_disconnect(idle);
+                            let why = format!("closed as the idlest of {MAX_CONNECTIONS} connections");
+                            driver.timeline.event(now_ms(), &format!("conn-{idle}"), || why);
+                        }
+                    }
                     streams.insert(id, stream);
+                    last_active.insert(id, Instant::now());
                     driver.on_connect(id, broker);
                 }
                 Vec::new()
@@ -247,13 +267,20 @@ pub fn run_serve(args: &ServeArgs) -> ExitCode {
                     Vec::new()
                 }
             },
-            Ok(Event::Frame(id, body)) => driver.on_frame(now_ms(), id, body),
+            Ok(Event::Frame(id, body)) => {
+                if let Some(at) = last_active.get_mut(&id) {
+                    *at = Instant::now();
+                }
+                driver.on_frame(now_ms(), id, body)
+            }
             Ok(Event::Closed(id, reason)) => {
                 if let Some(reason) = reason {
                     driver.timeline.event(now_ms(), &format!("conn-{id}"), || format!("closed: {reason}"));
                 }
                 streams.remove(&id);
-                driver.on_disconnect(id);
+                if last_active.remove(&id).is_some() {
+                    driver.on_disconnect(id);
+                }
                 Vec::new()
             }
             Err(RecvTimeoutError::Timeout) => Vec::new(),
@@ -317,7 +344,7 @@ fn command(driver: &mut Driver, now_ms: u64, line: &str) -> Result<(Vec<Output>,
 }
 
 /// Accepts broker `broker`'s connections; ids are unique across the brokers' listeners, and
-/// `MAX_CONNECTIONS` bounds all of them together.
+/// `MAX_SOCKETS` bounds all of them together (the main loop keeps `MAX_CONNECTIONS` served).
 fn accept_loop(
     listener: TcpListener,
     broker: u32,
@@ -327,9 +354,9 @@ fn accept_loop(
 ) {
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
-        if open.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+        if open.load(Ordering::Relaxed) >= MAX_SOCKETS {
             stream.shutdown(Shutdown::Both).ok();
-            eprintln!("txnsim serve: refused a connection to broker {broker}: {MAX_CONNECTIONS} are open already");
+            eprintln!("txnsim serve: refused a connection to broker {broker}: {MAX_SOCKETS} are open already");
             continue;
         }
         let id: ConnId = next_id.fetch_add(1, Ordering::Relaxed);
