@@ -325,7 +325,8 @@ pub fn sweep_json(r: &SweepResult) -> SweepJson<'_> {
 
 /// The sweep `args` ask for, or why they are bad input.
 pub fn sweep_spec(args: &SweepArgs) -> Result<SweepSpec, String> {
-    if args.from.checked_add(args.seeds).is_none() {
+    // The last seed, u64::MAX, runs as `replay --seed` runs it (and as `sweep --target` takes the range).
+    if args.from.checked_add(args.seeds.saturating_sub(1)).is_none() {
         return Err(format!("--from {} with --seeds {} runs past the last seed, {}", args.from, args.seeds, u64::MAX));
     }
     Ok(SweepSpec {

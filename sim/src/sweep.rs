@@ -274,7 +274,7 @@ pub fn summary_lines(r: &SweepResult, max_failures: usize) -> Vec<String> {
             "sweep {}: seeds {}..{} ({} seeds), {mutation}, {} jobs",
             s.profile.name(),
             s.from,
-            s.from + r.ran,
+            u128::from(s.from) + u128::from(r.ran), // One past u64::MAX after the last seed.
             r.ran,
             s.jobs.max(1)
         ),
@@ -345,7 +345,7 @@ pub fn summary_lines(r: &SweepResult, max_failures: usize) -> Vec<String> {
             r.ran,
             s.seeds,
             s.from,
-            s.from + r.ran
+            u128::from(s.from) + u128::from(r.ran)
         ));
     }
     out

@@ -153,6 +153,9 @@ fn bad_sweep_flags_are_refused_by_the_parser_not_by_a_panic() {
     let e = cli::sweep_spec(&sweep_args(&["sweep", "--from", "18446744073709551615", "--seeds", "2"]))
         .expect_err("an overflowing range");
     assert!(e.contains("--from"), "{e}");
+    // The last seed itself runs, as `replay --seed 18446744073709551615` runs it.
+    let last = cli::sweep_spec(&sweep_args(&["sweep", "--from", "18446744073709551615", "--seeds", "1"]));
+    assert_eq!(last.map(|s| (s.from, s.seeds)), Ok((u64::MAX, 1)), "the last seed is in range");
 }
 
 #[test]
