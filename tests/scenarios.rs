@@ -293,13 +293,15 @@ fn every_scenario_reachable_mutation_fails_some_scenario() {
     }
 }
 
-/// A scenario without ops is refused, and so is a key given twice (JSON readers keep one of the two
-/// silently).
+/// A scenario without ops is refused, and so are a key given twice (JSON readers keep one of the two
+/// silently) and an invariant name the catalogue lacks.
 #[test]
 fn an_empty_scenario_and_a_doubled_key_are_refused() {
     assert_input_error(&format!("{HEAD}[]}}]}}"), &["field 'ops'", "a scenario needs at least one op"]);
     let doubled = r#"{"format": "txnsim-scenario/v1", "scenarios": [{"name": "s", "name": "t", "layer": "producer", "ops": [{"op": "init_producer", "producer": "p"}]}]}"#;
     assert_input_error(doubled, &["duplicate key 'name'"]);
+    let unknown = r#"{"format": "txnsim-scenario/v1", "scenarios": [{"name": "s", "layer": "network", "ops": [{"op": "init_producer", "producer": "p"}], "expect": {"intent_violations": ["nope"]}}]}"#;
+    assert_input_error(unknown, &["field 'expect.intent_violations[0]'", "'nope' is not an invariant"]);
 }
 
 #[test]

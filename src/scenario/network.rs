@@ -586,6 +586,12 @@ fn validate_expect(
             }
         }
     }
+    for (k, name) in e.intent_violations.iter().flatten().enumerate() {
+        if txnsim_properties::Invariant::from_name(name).is_none() {
+            let why = format!("'{name}' is not an invariant of the catalogue");
+            return Err(err(at, &format!("intent_violations[{k}]"), why));
+        }
+    }
     for (k, c) in e.coordinator.iter().flatten().enumerate() {
         let other = c.producer_id.is_some()
             || c.epoch.is_some()
