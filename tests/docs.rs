@@ -211,3 +211,25 @@ fn an_import_cycle_is_found() {
     let cyclic: BTreeMap<_, _> = [edge("a", &["b"]), edge("b", &["c"]), edge("c", &["a"])].into_iter().collect();
     assert_eq!(import_cycle(&cyclic), Some(vec!["a".into(), "b".into(), "c".into(), "a".into()]));
 }
+
+/// The counts the README states about the corpus are the corpus's: every scenario, the network ones, and
+/// those on replicated clusters.
+#[test]
+fn the_readme_counts_the_corpus_as_it_is() {
+    let root = Path::new(ROOT).join("seeds/scenarios");
+    let mut scenarios = Vec::new();
+    for file in scenario::collect_files(&root).expect("the corpus") {
+        let text = std::fs::read_to_string(&file).expect("a corpus file");
+        scenarios.extend(scenario::parse(&file.to_string_lossy(), &text).expect("the corpus parses"));
+    }
+    let network = scenarios.iter().filter(|s| s.layer == scenario::Layer::Network).count();
+    let replicated = scenarios.iter().filter(|s| s.topology.brokers > 1).count();
+    let readme = read("README.md").split_whitespace().collect::<Vec<_>>().join(" ");
+    for claim in [
+        format!("runs the {} scenarios of `seeds/scenarios`", scenarios.len()),
+        format!("({network} of them `network` scenarios"),
+        format!("and {replicated} on replicated clusters"),
+    ] {
+        assert!(readme.contains(&claim), "README.md should say {claim:?}");
+    }
+}

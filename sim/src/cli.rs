@@ -528,14 +528,15 @@ pub fn main_job() -> Result<Vec<String>, Vec<String>> {
     }
 }
 
-/// Seeds per profile in the main job's sweep, from seed 0. The single broker keeps the sweep it ran
-/// before replication.
-pub const MAIN_JOB_SEEDS: [(Profile, u64); 6] = [
+/// Seeds per profile in the main job's sweep, from seed 0: every profile (a test keeps it so). The single
+/// broker keeps the sweep it ran before replication.
+pub const MAIN_JOB_SEEDS: [(Profile, u64); Profile::ALL.len()] = [
     (Profile::Standard, 2_000),
     (Profile::Contention, 500),
     (Profile::LongTxns, 500),
     (Profile::Timeouts, 500),
     (Profile::Atomicity, 500),
+    (Profile::LateSends, 500),
     (Profile::SingleBroker, 2_000),
 ];
 
@@ -579,6 +580,12 @@ mod tests {
              sweep: 200000/200000 seeds (100%), 0 failed\n",
             "from {FINE_PROGRESS_SEEDS} seeds on, a line at each hundredth and no other"
         );
+    }
+
+    #[test]
+    fn the_main_job_sweeps_every_profile_once() {
+        let swept: Vec<Profile> = MAIN_JOB_SEEDS.iter().map(|(p, _)| *p).collect();
+        assert_eq!(swept, Profile::ALL.to_vec(), "txnsim run sweeps each profile, in the order sweep lists them");
     }
 
     #[test]
