@@ -223,6 +223,28 @@ fn the_replay_page_embeds_the_replays_steps() {
     assert!(leaks, "some step shows read_committed delivering at or above the LSO");
 }
 
+/// A replay's readers read every partition from its leader, whichever broker coordinates: at the end of
+/// standard seed 7 (where t/1 is led by a broker other than the coordinator's), a fresh read_uncommitted
+/// reader of each partition reaches its HW and a read_committed one its LSO.
+#[test]
+fn the_replay_page_reads_each_partition_from_its_leader() {
+    let spec = txnsim_sim::RunSpec { trace: true, ..txnsim_sim::RunSpec::new(7, txnsim_sim::Profile::Standard, None) };
+    let report = txnsim_sim::run_seed(&spec);
+    let story = txnsim::html::runs::replay_story(&spec, &report).expect("the replay draws");
+    let last = story.steps.last().expect("steps");
+    assert_eq!(last.partitions.len(), 3, "t/0, t/1 and t/2");
+    for p in &last.partitions {
+        assert_eq!(
+            (p.read_uncommitted.position, p.read_committed.position),
+            (Some(p.high_watermark), Some(p.last_stable_offset)),
+            "{}: fresh readers reach the HW and the LSO ({:?})",
+            p.name,
+            p.read_uncommitted.error
+        );
+        assert!(!p.read_uncommitted.offsets.is_empty(), "{}: the read_uncommitted reader delivers records", p.name);
+    }
+}
+
 /// `txnsim check`'s flags, parsed as the binary parses them.
 #[derive(Parser)]
 struct CheckCli {

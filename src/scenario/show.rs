@@ -103,8 +103,12 @@ pub fn broker_step(index: usize, op: String, outcome: String, differs: bool, bro
         let count = topics.entry(tp.topic.clone()).or_insert(0);
         *count = (*count).max(tp.partition + 1);
     }
+    // A broker of its own that leads every partition, holding `broker`'s logs and coordinator: the readers
+    // read each partition as a consumer reads it from its leader, whichever broker `broker` was (a replay's
+    // coordinator broker follows the partitions others lead, and its fetch path refuses them).
     let mut cluster = Cluster::new(&topics, broker.config.clone());
-    cluster.broker = broker.clone();
+    cluster.broker.partitions = broker.partitions.clone();
+    cluster.broker.coordinator = broker.coordinator.clone();
     let partitions = broker.partitions.keys().map(|tp| partition(&mut cluster, tp)).collect();
     Step { index, op, outcome, differs, partitions }
 }
