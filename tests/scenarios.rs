@@ -479,6 +479,8 @@ fn a_shown_violation_must_break() {
         "{stdout}"
     );
     assert_input_error(&net("\"no-such-invariant\""), &["field 'shows_violations[0]'", "not an invariant"]);
-    let producer = format!(r#"{HEAD}[], "shows_violations": ["partition-coverage"]}}]}}"#);
+    let producer = format!(
+        r#"{HEAD}[{{"op": "init_producer", "producer": "p"}}], "shows_violations": ["partition-coverage"]}}]}}"#
+    );
     assert_input_error(&producer, &["field 'shows_violations'", "only the network layer"]);
 }
