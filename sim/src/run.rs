@@ -399,7 +399,8 @@ impl World {
         self.nodes[name].id.expect("nodes are built before the workload")
     }
 
-    /// One fault event; what it makes a node send.
+    /// One fault event, of a kind the seed's swarm enabled, by the function for that kind; what it makes a
+    /// node send.
     fn inject_fault(&mut self, shared: &Shared) -> Vec<Outgoing> {
         // Delays and lost answers act per message in `dispatch`; the rest are events.
         let kinds: Vec<FaultKind> = self
@@ -418,201 +419,236 @@ impl World {
             return Vec::new();
         }
         let kind = *self.rng.pick(&kinds);
-        let handle = Handle::current();
-        let net = NetSim::current();
         match kind {
-            FaultKind::BrokerRestart | FaultKind::LeaderRestart => {
-                // BrokerRestart kills the coordinator's broker: on one broker it comes back in place and
-                // reloads its transaction log, on a replicated cluster the next leader of
-                // `__transaction_state` loads it and takes over. LeaderRestart kills a partition leader on
-                // another broker, and the controller elects a new one.
-                let target = if kind == FaultKind::BrokerRestart {
-                    Some(self.coordinator_broker()).filter(|b| !self.brokers_down.contains(b))
-                } else {
-                    let candidates = self.leader_candidates();
-                    (!candidates.is_empty()).then(|| *self.rng.pick(&candidates))
-                };
-                let Some(b) = target else { return Vec::new() };
-                let down_ms = self.rng.range(5, 800);
-                let broker = broker_name(b);
-                self.trace(&broker, "fault", || format!("FAULT kill; restart in {down_ms} ms"));
-                self.count_fault(kind.name().to_string());
-                self.schedule(shared, down_ms, move |w| {
-                    if w.brokers_down.contains(&b) && !w.healing {
-                        w.restart_broker(b);
-                    }
-                });
-                return self.crash_broker(shared, b);
-            }
-            FaultKind::ControllerFailover => {
-                // KRaft's `controller.quorum.election.timeout.ms` is 1 s; scaled down as the sim's
-                // replication timeouts are.
-                if !self.can_fail_over_controller() {
-                    return Vec::new();
-                }
-                let election_ms = self.rng.range(50, 1_000);
-                self.fail_over_controller(shared, election_ms);
-            }
-            FaultKind::IsolateFollower => {
-                // A leader and one follower in its ISR lose each other both ways (a network partition):
-                // the follower's fetches stop, so the leader's ISR shrinks once `replica.lag.time.max.ms`
-                // passes; after healing it catches up and the ISR expands.
-                let Some(c) = &self.controller else { return Vec::new() };
-                let pairs: Vec<(u32, u32)> = c
-                    .partitions
-                    .values()
-                    .filter(|r| r.state.leader != NO_LEADER)
-                    .flat_map(|r| {
-                        r.state.isr.iter().filter(move |f| **f != r.state.leader).map(|f| (r.state.leader, *f))
-                    })
-                    .filter(|(l, f)| {
-                        let link = (broker_name(*l), broker_name(*f));
-                        !self.brokers_down.contains(l) && !self.clogged_links.contains(&link)
-                    })
-                    .collect();
-                if pairs.is_empty() {
-                    return Vec::new();
-                }
-                let (leader, follower) = *self.rng.pick(&pairs);
-                let lag = self.config.replica_lag_time_max_ms;
-                let ms = self.rng.range(lag / 2, 3 * lag);
-                let (l, f) = (broker_name(leader), broker_name(follower));
-                for (src, dst) in [(l.clone(), f.clone()), (f.clone(), l.clone())] {
-                    net.clog_link(self.node_id(&src), self.node_id(&dst));
-                    self.clogged_links.insert((src, dst));
-                }
-                let text = format!("FAULT partition leader {l} from follower {f} for {ms} ms");
-                self.trace("net", "fault", || text);
-                self.schedule(shared, ms, move |w| {
-                    for (src, dst) in [(l.clone(), f.clone()), (f.clone(), l.clone())] {
-                        if w.clogged_links.remove(&(src.clone(), dst.clone())) {
-                            NetSim::current().unclog_link(w.node_id(&src), w.node_id(&dst));
-                        }
-                    }
-                    let text = format!("heal partition between {l} and {f}");
-                    w.trace("net", "recover", || text);
-                });
-            }
-            FaultKind::ClogNode => {
-                let names: Vec<String> =
-                    self.nodes.keys().filter(|n| !self.clogged_nodes.contains(*n)).cloned().collect();
-                if names.is_empty() {
-                    return Vec::new();
-                }
-                let name = self.rng.pick(&names).clone();
-                let ms = self.rng.range(10, 1_000);
-                net.clog_node(self.node_id(&name));
-                self.clogged_nodes.insert(name.clone());
-                self.trace(&name, "fault", || format!("FAULT clog node for {ms} ms"));
-                self.schedule(shared, ms, move |w| {
-                    if w.clogged_nodes.remove(&name) {
-                        NetSim::current().unclog_node(w.node_id(&name));
-                        w.trace(&name, "recover", || "unclog node".to_string());
-                    }
-                });
-            }
-            FaultKind::ClogLink => {
-                let brokers: Vec<String> = self.nodes.keys().filter(|n| is_broker(n)).cloned().collect();
-                let clients: Vec<String> = self.nodes.keys().filter(|n| !is_broker(n)).cloned().collect();
-                let client = self.rng.pick(&clients).clone();
-                let broker = self.rng.pick(&brokers).clone();
-                let roll = self.rng.f64();
-                let (src, dst) = if roll < 0.2 {
-                    // The coordinator's link to a leader (itself on one broker): its markers and KIP-890
-                    // verifications are lost.
-                    (broker_name(self.coordinator_broker()), broker)
-                } else if roll < 0.6 {
-                    (client, broker)
-                } else {
-                    (broker, client)
-                };
-                if self.clogged_links.contains(&(src.clone(), dst.clone())) {
-                    return Vec::new();
-                }
-                let ms = self.rng.range(10, 1_000);
-                net.clog_link(self.node_id(&src), self.node_id(&dst));
-                self.clogged_links.insert((src.clone(), dst.clone()));
-                let text = format!("FAULT clog link {src} -> {dst} for {ms} ms");
-                self.trace("net", "fault", || text);
-                self.schedule(shared, ms, move |w| {
-                    if w.clogged_links.remove(&(src.clone(), dst.clone())) {
-                        NetSim::current().unclog_link(w.node_id(&src), w.node_id(&dst));
-                        let text = format!("unclog link {src} -> {dst}");
-                        w.trace("net", "recover", || text);
-                    }
-                });
-            }
-            FaultKind::PacketLoss | FaultKind::Latency => {
-                self.net_fault_generation += 1;
-                let generation = self.net_fault_generation;
-                let ms = self.rng.range(50, 1_000);
-                let text = if kind == FaultKind::PacketLoss {
-                    let rate = self.rng.range_f64(0.02, 0.3);
-                    net.update_config(|c| c.packet_loss_rate = rate);
-                    format!("FAULT packet loss {:.0}% for {ms} ms", rate * 100.0)
-                } else {
-                    let hi = self.rng.range(20, 400);
-                    net.update_config(|c| c.send_latency = Duration::from_millis(1)..Duration::from_millis(hi));
-                    format!("FAULT latency 1-{hi} ms for {ms} ms")
-                };
-                self.trace("net", "fault", || text);
-                self.schedule(shared, ms, move |w| {
-                    if w.net_fault_generation == generation && !w.healing {
-                        NetSim::current().update_config(|c| *c = madsim::net::Config::default());
-                        w.trace("net", "recover", || "network back to normal".to_string());
-                    }
-                });
-            }
-            FaultKind::PauseProducer => {
-                let candidates: Vec<String> = self
-                    .producers
-                    .iter()
-                    .filter(|(n, s)| {
-                        !self.paused.contains(*n)
-                            && s.spec.kind != txnsim_engine::ProducerKind::Plain
-                            && s.producer.as_ref().is_some_and(|p| p.transactional_id().is_some())
-                    })
-                    .map(|(n, _)| n.clone())
-                    .collect();
-                if candidates.is_empty() {
-                    return Vec::new();
-                }
-                let name = self.rng.pick(&candidates).clone();
-                let ms = self.params.txn_timeout_ms + self.params.cleanup_interval_ms + self.rng.range(100, 2_000);
-                handle.pause(self.node_id(&name));
-                self.paused.insert(name.clone());
-                self.pauses.push(Pause { process: name.clone(), from_ms: self.now_ms(), to_ms: TimeMs::MAX });
-                self.trace(&name, "fault", || {
-                    format!("FAULT pause process for {ms} ms (past the transaction timeout)")
-                });
-                self.schedule(shared, ms, move |w| {
-                    if w.resume(&name) {
-                        Handle::current().resume(w.node_id(&name));
-                        w.trace(&name, "recover", || "resume process".to_string());
-                    }
-                });
-            }
-            FaultKind::ProducerRestart | FaultKind::DisconnectClient => {
-                let candidates: Vec<String> = self
-                    .producers
-                    .iter()
-                    .filter(|(n, s)| !self.paused.contains(*n) && s.producer.is_some())
-                    .map(|(n, _)| n.clone())
-                    .collect();
-                if candidates.is_empty() {
-                    return Vec::new();
-                }
-                let name = self.rng.pick(&candidates).clone();
-                if kind == FaultKind::DisconnectClient {
-                    // Counted by `disconnect_producer`.
-                    return self.disconnect_producer(shared, &name);
-                }
-                self.restart_producer(&name, "FAULT kill");
-            }
+            FaultKind::BrokerRestart | FaultKind::LeaderRestart => self.kill_broker(shared, kind),
+            FaultKind::ControllerFailover => self.fail_over_controller_fault(shared),
+            FaultKind::IsolateFollower => self.isolate_follower(shared),
+            FaultKind::ClogNode => self.clog_node(shared),
+            FaultKind::ClogLink => self.clog_link(shared),
+            FaultKind::PacketLoss | FaultKind::Latency => self.degrade_network(shared, kind),
+            FaultKind::PauseProducer => self.pause_producer(shared),
+            FaultKind::ProducerRestart | FaultKind::DisconnectClient => self.kill_or_disconnect_producer(shared, kind),
             FaultKind::DelayProduce | FaultKind::DelayMessage | FaultKind::LoseAnswer | FaultKind::DelayAnswer => {
                 unreachable!("filtered above")
             }
         }
+    }
+
+    /// The coordinator's broker (`BrokerRestart`) or another partition leader (`LeaderRestart`) killed,
+    /// restarted after a while.
+    fn kill_broker(&mut self, shared: &Shared, kind: FaultKind) -> Vec<Outgoing> {
+        // BrokerRestart kills the coordinator's broker: on one broker it comes back in place and
+        // reloads its transaction log, on a replicated cluster the next leader of
+        // `__transaction_state` loads it and takes over. LeaderRestart kills a partition leader on
+        // another broker, and the controller elects a new one.
+        let target = if kind == FaultKind::BrokerRestart {
+            Some(self.coordinator_broker()).filter(|b| !self.brokers_down.contains(b))
+        } else {
+            let candidates = self.leader_candidates();
+            (!candidates.is_empty()).then(|| *self.rng.pick(&candidates))
+        };
+        let Some(b) = target else { return Vec::new() };
+        let down_ms = self.rng.range(5, 800);
+        let broker = broker_name(b);
+        self.trace(&broker, "fault", || format!("FAULT kill; restart in {down_ms} ms"));
+        self.count_fault(kind.name().to_string());
+        self.schedule(shared, down_ms, move |w| {
+            if w.brokers_down.contains(&b) && !w.healing {
+                w.restart_broker(b);
+            }
+        });
+        self.crash_broker(shared, b)
+    }
+
+    /// The controller fails over (`ControllerFailover`).
+    fn fail_over_controller_fault(&mut self, shared: &Shared) -> Vec<Outgoing> {
+        // KRaft's `controller.quorum.election.timeout.ms` is 1 s; scaled down as the sim's
+        // replication timeouts are.
+        if !self.can_fail_over_controller() {
+            return Vec::new();
+        }
+        let election_ms = self.rng.range(50, 1_000);
+        self.fail_over_controller(shared, election_ms);
+        self.count_fault(FaultKind::ControllerFailover.name().to_string());
+        Vec::new()
+    }
+
+    /// A leader and a follower in its ISR cut off from each other for a while (`IsolateFollower`).
+    fn isolate_follower(&mut self, shared: &Shared) -> Vec<Outgoing> {
+        let net = NetSim::current();
+        // A leader and one follower in its ISR lose each other both ways (a network partition):
+        // the follower's fetches stop, so the leader's ISR shrinks once `replica.lag.time.max.ms`
+        // passes; after healing it catches up and the ISR expands.
+        let Some(c) = &self.controller else { return Vec::new() };
+        let pairs: Vec<(u32, u32)> = c
+            .partitions
+            .values()
+            .filter(|r| r.state.leader != NO_LEADER)
+            .flat_map(|r| r.state.isr.iter().filter(move |f| **f != r.state.leader).map(|f| (r.state.leader, *f)))
+            .filter(|(l, f)| {
+                let link = (broker_name(*l), broker_name(*f));
+                !self.brokers_down.contains(l) && !self.clogged_links.contains(&link)
+            })
+            .collect();
+        if pairs.is_empty() {
+            return Vec::new();
+        }
+        let (leader, follower) = *self.rng.pick(&pairs);
+        let lag = self.config.replica_lag_time_max_ms;
+        let ms = self.rng.range(lag / 2, 3 * lag);
+        let (l, f) = (broker_name(leader), broker_name(follower));
+        for (src, dst) in [(l.clone(), f.clone()), (f.clone(), l.clone())] {
+            net.clog_link(self.node_id(&src), self.node_id(&dst));
+            self.clogged_links.insert((src, dst));
+        }
+        let text = format!("FAULT partition leader {l} from follower {f} for {ms} ms");
+        self.trace("net", "fault", || text);
+        self.schedule(shared, ms, move |w| {
+            for (src, dst) in [(l.clone(), f.clone()), (f.clone(), l.clone())] {
+                if w.clogged_links.remove(&(src.clone(), dst.clone())) {
+                    NetSim::current().unclog_link(w.node_id(&src), w.node_id(&dst));
+                }
+            }
+            let text = format!("heal partition between {l} and {f}");
+            w.trace("net", "recover", || text);
+        });
+        self.count_fault(FaultKind::IsolateFollower.name().to_string());
+        Vec::new()
+    }
+
+    /// A node's traffic held for a while (`ClogNode`).
+    fn clog_node(&mut self, shared: &Shared) -> Vec<Outgoing> {
+        let net = NetSim::current();
+        let names: Vec<String> = self.nodes.keys().filter(|n| !self.clogged_nodes.contains(*n)).cloned().collect();
+        if names.is_empty() {
+            return Vec::new();
+        }
+        let name = self.rng.pick(&names).clone();
+        let ms = self.rng.range(10, 1_000);
+        net.clog_node(self.node_id(&name));
+        self.clogged_nodes.insert(name.clone());
+        self.trace(&name, "fault", || format!("FAULT clog node for {ms} ms"));
+        self.schedule(shared, ms, move |w| {
+            if w.clogged_nodes.remove(&name) {
+                NetSim::current().unclog_node(w.node_id(&name));
+                w.trace(&name, "recover", || "unclog node".to_string());
+            }
+        });
+        self.count_fault(FaultKind::ClogNode.name().to_string());
+        Vec::new()
+    }
+
+    /// One direction of a link held for a while (`ClogLink`).
+    fn clog_link(&mut self, shared: &Shared) -> Vec<Outgoing> {
+        let net = NetSim::current();
+        let brokers: Vec<String> = self.nodes.keys().filter(|n| is_broker(n)).cloned().collect();
+        let clients: Vec<String> = self.nodes.keys().filter(|n| !is_broker(n)).cloned().collect();
+        let client = self.rng.pick(&clients).clone();
+        let broker = self.rng.pick(&brokers).clone();
+        let roll = self.rng.f64();
+        let (src, dst) = if roll < 0.2 {
+            // The coordinator's link to a leader (itself on one broker): its markers and KIP-890
+            // verifications are lost.
+            (broker_name(self.coordinator_broker()), broker)
+        } else if roll < 0.6 {
+            (client, broker)
+        } else {
+            (broker, client)
+        };
+        if self.clogged_links.contains(&(src.clone(), dst.clone())) {
+            return Vec::new();
+        }
+        let ms = self.rng.range(10, 1_000);
+        net.clog_link(self.node_id(&src), self.node_id(&dst));
+        self.clogged_links.insert((src.clone(), dst.clone()));
+        let text = format!("FAULT clog link {src} -> {dst} for {ms} ms");
+        self.trace("net", "fault", || text);
+        self.schedule(shared, ms, move |w| {
+            if w.clogged_links.remove(&(src.clone(), dst.clone())) {
+                NetSim::current().unclog_link(w.node_id(&src), w.node_id(&dst));
+                let text = format!("unclog link {src} -> {dst}");
+                w.trace("net", "recover", || text);
+            }
+        });
+        self.count_fault(FaultKind::ClogLink.name().to_string());
+        Vec::new()
+    }
+
+    /// The whole network lossy (`PacketLoss`) or slow (`Latency`) for a while.
+    fn degrade_network(&mut self, shared: &Shared, kind: FaultKind) -> Vec<Outgoing> {
+        let net = NetSim::current();
+        self.net_fault_generation += 1;
+        let generation = self.net_fault_generation;
+        let ms = self.rng.range(50, 1_000);
+        let text = if kind == FaultKind::PacketLoss {
+            let rate = self.rng.range_f64(0.02, 0.3);
+            net.update_config(|c| c.packet_loss_rate = rate);
+            format!("FAULT packet loss {:.0}% for {ms} ms", rate * 100.0)
+        } else {
+            let hi = self.rng.range(20, 400);
+            net.update_config(|c| c.send_latency = Duration::from_millis(1)..Duration::from_millis(hi));
+            format!("FAULT latency 1-{hi} ms for {ms} ms")
+        };
+        self.trace("net", "fault", || text);
+        self.schedule(shared, ms, move |w| {
+            if w.net_fault_generation == generation && !w.healing {
+                NetSim::current().update_config(|c| *c = madsim::net::Config::default());
+                w.trace("net", "recover", || "network back to normal".to_string());
+            }
+        });
+        self.count_fault(kind.name().to_string());
+        Vec::new()
+    }
+
+    /// A transactional producer's process paused past its transaction timeout (`PauseProducer`).
+    fn pause_producer(&mut self, shared: &Shared) -> Vec<Outgoing> {
+        let handle = Handle::current();
+        let candidates: Vec<String> = self
+            .producers
+            .iter()
+            .filter(|(n, s)| {
+                !self.paused.contains(*n)
+                    && s.spec.kind != txnsim_engine::ProducerKind::Plain
+                    && s.producer.as_ref().is_some_and(|p| p.transactional_id().is_some())
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        if candidates.is_empty() {
+            return Vec::new();
+        }
+        let name = self.rng.pick(&candidates).clone();
+        let ms = self.params.txn_timeout_ms + self.params.cleanup_interval_ms + self.rng.range(100, 2_000);
+        handle.pause(self.node_id(&name));
+        self.paused.insert(name.clone());
+        self.pauses.push(Pause { process: name.clone(), from_ms: self.now_ms(), to_ms: TimeMs::MAX });
+        self.trace(&name, "fault", || format!("FAULT pause process for {ms} ms (past the transaction timeout)"));
+        self.schedule(shared, ms, move |w| {
+            if w.resume(&name) {
+                Handle::current().resume(w.node_id(&name));
+                w.trace(&name, "recover", || "resume process".to_string());
+            }
+        });
+        self.count_fault(FaultKind::PauseProducer.name().to_string());
+        Vec::new()
+    }
+
+    /// A producer killed and restarted (`ProducerRestart`) or its connections broken (`DisconnectClient`).
+    fn kill_or_disconnect_producer(&mut self, shared: &Shared, kind: FaultKind) -> Vec<Outgoing> {
+        let candidates: Vec<String> = self
+            .producers
+            .iter()
+            .filter(|(n, s)| !self.paused.contains(*n) && s.producer.is_some())
+            .map(|(n, _)| n.clone())
+            .collect();
+        if candidates.is_empty() {
+            return Vec::new();
+        }
+        let name = self.rng.pick(&candidates).clone();
+        if kind == FaultKind::DisconnectClient {
+            // Counted by `disconnect_producer`.
+            return self.disconnect_producer(shared, &name);
+        }
+        self.restart_producer(&name, "FAULT kill");
         self.count_fault(kind.name().to_string());
         Vec::new()
     }
