@@ -15,6 +15,7 @@
 compile_error!("build with --cfg madsim (see .cargo/config.toml); a RUSTFLAGS variable replaces it");
 
 pub mod cli;
+pub mod describe;
 pub mod files;
 pub mod profile;
 pub mod rng;
@@ -22,6 +23,7 @@ pub mod run;
 pub mod seeds;
 pub mod sweep;
 pub mod trace;
+pub mod workload;
 pub mod world;
 
 pub use profile::Profile;

@@ -254,7 +254,7 @@ enum TxnState {
     MustAbort,
 }
 
-use txnsim_sim::world::TxnPlan as Plan;
+use txnsim_sim::workload::TxnPlan as Plan;
 
 struct ProducerSlot {
     spec: ProducerSpec,
