@@ -28,8 +28,11 @@ fn foo(c: &Controller) -> &PartitionRegistration {
     &c.partitions[&foo_0()]
 }
 
+/// (leader, ISR, ELR, last known ELR) of a partition.
+type Registration = (u32, Vec<u32>, Vec<u32>, Vec<u32>);
+
 /// (leader, ISR, ELR, last known ELR) of `foo-0`.
-fn state(c: &Controller) -> (u32, Vec<u32>, Vec<u32>, Vec<u32>) {
+fn state(c: &Controller) -> Registration {
     let p = foo(c);
     (p.state.leader, p.state.isr.clone(), p.elr.clone(), p.last_known_elr.clone())
 }
@@ -105,7 +108,7 @@ fn members_leaving_an_isr_at_min_isr_are_not_eligible() {
 /// The clean election of ReplicationControlManagerTest#testEligibleLeaderReplicas_CleanElection under
 /// `mutations` (min ISR 3, four replicas): 1, 2 and 3 fenced (ELR {2, 3}), 2 unfenced, then 0 and 1
 /// fenced. (leader, ISR, ELR, last known ELR) at the end.
-fn clean_election(mutations: Mutations) -> (u32, Vec<u32>, Vec<u32>, Vec<u32>) {
+fn clean_election(mutations: Mutations) -> Registration {
     let mut c = controller(4, 3, mutations);
     for b in 1..4 {
         c.broker_fenced(b);
@@ -148,7 +151,7 @@ fn an_unclean_shutdown_leaves_the_elr() {
 
 /// Every replica of `foo-0` dies (min ISR 3 on three, so each joins the ELR) and restarts after its
 /// unclean shutdown, 1 and 2 first, then the last leader 0: the state after each restart.
-fn everyone_dies_and_comes_back(mutations: Mutations) -> Vec<(u32, Vec<u32>, Vec<u32>, Vec<u32>)> {
+fn everyone_dies_and_comes_back(mutations: Mutations) -> Vec<Registration> {
     let mut c = controller(3, 3, mutations);
     for b in [1, 2, 0] {
         c.broker_fenced(b);
