@@ -1,7 +1,7 @@
 //! The engine held against real Apache Kafka 4.3.1 (the harness `txnsim_kafka::apache_kafka`): the seed
 //! document's cluster (3 nodes, replication factor 3, `min.insync.replicas` 2) starts once for this test
-//! binary; tests run on it side by side, each on topics and transactional ids of its own, and a test that
-//! kills or pauses a node has it alone (a lock). Whatever a client prints and
+//! binary; tests run on it side by side, each on topics and transactional ids of its own, and the tests
+//! that kill or pause a node run on a cluster of their own. Whatever a client prints and
 //! whatever each replica's log holds on real Kafka must be what `txnsim serve` gives for the same program.
 
 mod clients;
@@ -26,7 +26,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 use txnsim::scenario::{self, RunOptions};
 use txnsim_engine::record::{BatchBody, BatchProducer, Record, RecordBatch};
@@ -44,10 +44,10 @@ macro_rules! report {
 
 static SEED_CLUSTER: RwLock<Option<KafkaCluster>> = RwLock::new(None);
 
-/// The seed document's cluster, started on first use, shared with the other tests that leave its nodes
-/// alone (most of the time a test waits on the network: side by side, the binary takes about half as long).
-/// A test that failed while holding it leaves it running (the poison is cleared): each test's topics are
-/// its own.
+/// The seed document's cluster, started on first use and shared by every test (none stops its nodes:
+/// the fault scripts and the pause run on a cluster of their own); most of the time a test waits on the
+/// network, so side by side the binary takes less time. A test that failed while holding it leaves it
+/// running (the poison is cleared): each test's topics are its own.
 fn seed_cluster() -> RwLockReadGuard<'static, Option<KafkaCluster>> {
     loop {
         let guard = SEED_CLUSTER.read().unwrap_or_else(|e| e.into_inner());
@@ -55,23 +55,16 @@ fn seed_cluster() -> RwLockReadGuard<'static, Option<KafkaCluster>> {
             return guard;
         }
         drop(guard);
-        drop(seed_cluster_alone());
+        let mut guard = SEED_CLUSTER.write().unwrap_or_else(|e| e.into_inner());
+        if guard.is_none() {
+            let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("apache-kafka-seed-cluster");
+            let started = Instant::now();
+            let cluster = KafkaCluster::start(kafka_distribution(), &dir, &ClusterSpec::seed())
+                .unwrap_or_else(|e| panic!("the seed's Kafka 4.3.1 cluster did not start: {e}"));
+            report!("Kafka 4.3.1's seed cluster resolved and ready in {:.1} s", started.elapsed().as_secs_f64());
+            *guard = Some(cluster);
+        }
     }
-}
-
-/// The seed document's cluster for a test that kills, restarts or pauses its nodes: no other test runs on
-/// it meanwhile.
-fn seed_cluster_alone() -> RwLockWriteGuard<'static, Option<KafkaCluster>> {
-    let mut guard = SEED_CLUSTER.write().unwrap_or_else(|e| e.into_inner());
-    if guard.is_none() {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("apache-kafka-seed-cluster");
-        let started = Instant::now();
-        let cluster = KafkaCluster::start(kafka_distribution(), &dir, &ClusterSpec::seed())
-            .unwrap_or_else(|e| panic!("the seed's Kafka 4.3.1 cluster did not start: {e}"));
-        report!("Kafka 4.3.1's seed cluster resolved and ready in {:.1} s", started.elapsed().as_secs_f64());
-        *guard = Some(cluster);
-    }
-    guard
 }
 
 /// `txnsim serve` as the seed document's cluster.
@@ -592,7 +585,8 @@ fn differential_scripts_observe_the_same_on_real_kafka_and_on_serve() {
 }
 
 /// The differential's fault scripts (tests/differential/faults.txt), one at a time: a partition's leader
-/// killed mid-transaction and restarted (kill -9 on real Kafka, `crash` and `restart` on serve).
+/// killed mid-transaction and restarted (kill -9 on real Kafka, `crash` and `restart` on serve); then the
+/// harness's pause and resume of a node.
 #[test]
 fn differential_fault_scripts_observe_the_same_on_real_kafka_and_on_serve() {
     let started = Instant::now();
@@ -601,6 +595,15 @@ fn differential_fault_scripts_observe_the_same_on_real_kafka_and_on_serve() {
     let mut cluster = KafkaCluster::start(kafka_distribution(), &dir, &ClusterSpec::seed())
         .unwrap_or_else(|e| panic!("the fault scripts' Kafka 4.3.1 cluster did not start: {e}"));
     let (scripts, differences) = differential("tests/differential/faults.txt", 1, Some(&mut cluster));
+    // The harness's pause, on this cluster too (the seed cluster's other tests never stop): SIGSTOP stops
+    // a node's process and SIGCONT resumes it. (Its kill -9 and restart ran in the fault script, whose
+    // output says each restart succeeded.)
+    let pid = cluster.pid(1).expect("node 1 runs");
+    cluster.pause(1).expect("SIGSTOP");
+    let was_stopped = stopped(pid, true);
+    cluster.resume(1).expect("SIGCONT");
+    assert!(was_stopped, "node 1 is stopped");
+    assert!(!stopped(pid, false), "node 1 runs again");
     drop(cluster);
     report!(
         "differential with faults: {scripts} scripts on real Kafka 4.3.1 and serve in {:.1} s, {} differences",
@@ -622,22 +625,6 @@ fn stopped(pid: u32, want: bool) -> bool {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-/// The harness's pause on the seed's cluster: SIGSTOP stops a node's process and SIGCONT resumes it.
-/// (Its kill -9 and restart run in the differential's fault scripts, whose outputs say each restart
-/// succeeded.)
-#[test]
-fn the_harness_pauses_and_resumes_a_node() {
-    let guard = seed_cluster_alone();
-    let cluster = guard.as_ref().expect("started");
-    let pid = cluster.pid(1).expect("node 1 runs");
-    cluster.pause(1).expect("SIGSTOP");
-    let was_stopped = stopped(pid, true);
-    // Resumed before any assertion, so that a failure here leaves the shared cluster running.
-    cluster.resume(1).expect("SIGCONT");
-    assert!(was_stopped, "node 1 is stopped");
-    assert!(!stopped(pid, false), "node 1 runs again");
 }
 
 /// A corpus scenario as a differential script, or why a client cannot play it. Its topics as `topic`

@@ -150,7 +150,7 @@ const NEEDS_FAULTS: [Mutation; 4] = [
 
 /// The departures from Kafka 4.x fixed on the coordinator and leader side, each with the ported Kafka
 /// test whose exact expectation catches it: the scenario must fail with a difference (not an input error).
-const CATCHERS: [(Mutation, &str, &str); 29] = [
+const CATCHERS: [(Mutation, &str, &str); 31] = [
     (Mutation::NoMarkerResendOnFailover, "a-new-coordinator-completes-a-prepared-commit", "coordinator[0].state"),
     (
         Mutation::FenceAbortKeepsExhaustedId,
@@ -256,6 +256,8 @@ const CATCHERS: [(Mutation, &str, &str); 29] = [
         "last-known-leader-elected-after-every-replica-crashed",
         "registrations[0].leader",
     ),
+    (Mutation::ElrMemberNotElected, "elr-member-leads-when-the-isr-dies", "registrations[0].leader"),
+    (Mutation::HwAdvancesUnderMinIsr, "partition-hw-does-not-advance-under-min-isr", "high_watermark"),
 ];
 
 #[test]

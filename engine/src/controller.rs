@@ -410,7 +410,9 @@ impl Controller {
         elr: &[u32],
         acceptable: &dyn Fn(u32) -> bool,
     ) -> (u32, bool) {
-        let valid = |r: u32| (isr.contains(&r) || (isr.is_empty() && elr.contains(&r))) && acceptable(r);
+        let elr_electable = !self.mutations.has(Mutation::ElrMemberNotElected);
+        let valid =
+            |r: u32| (isr.contains(&r) || (elr_electable && isr.is_empty() && elr.contains(&r))) && acceptable(r);
         if reg.state.leader != NO_LEADER && valid(reg.state.leader) {
             return (reg.state.leader, false);
         }

@@ -286,6 +286,12 @@ mutations! {
     LastKnownLeaderNotElected => "last-known-leader-not-elected",
         "With the ISR and the ELR empty, the partition's last leader coming back is not elected: the partition stays without a leader.",
         "KIP-966: PartitionChangeBuilder.canElectLastKnownLeader (PartitionChangeBuilderTest#testEligibleLeaderReplicas_ElectLastKnownLeader)";
+    ElrMemberNotElected => "elr-member-not-elected",
+        "With the ISR empty, a live eligible leader replica is not elected: the partition waits for a dead ISR member though a replica holding everything committed is alive.",
+        "KIP-966: PartitionChangeBuilder.isValidNewLeader (ReplicationControlManagerTest#testEligibleLeaderReplicas_CleanElection)";
+    HwAdvancesUnderMinIsr => "hw-advances-under-min-isr",
+        "The leader advances its high watermark while its ISR is below min.insync.replicas: records not on an eligible leader replica become visible, and an election from the ELR loses them.",
+        "KAFKA-15583: Partition.maybeIncrementLeaderHW returns while isUnderMinIsr (PartitionTest#testHighWatermarkAdvanceShouldNotAdvanceWhenUnderMinISR)";
 }
 
 impl Mutation {

@@ -151,7 +151,8 @@ impl Partition {
         let new_hw = if config.mutations.has(Mutation::HwFromLeaderLeo) {
             Some(leader_end) // The bug: the followers are not consulted.
         } else {
-            if self.is_under_min_isr(config) {
+            // KIP-966 relies on it: a replica leaving an ISR below min ISR holds all that is committed.
+            if self.is_under_min_isr(config) && !config.mutations.has(Mutation::HwAdvancesUnderMinIsr) {
                 return false;
             }
             let maximal = self.maximal_isr();
