@@ -27,6 +27,10 @@ const READY_TIMEOUT: Duration = Duration::from_secs(120);
 pub const DEFAULT_HEAP_MB: u32 = 512;
 /// The JDK the broker needs (Kafka 4.x's brokers run on Java 17 and newer).
 const MIN_JAVA: u32 = 17;
+/// JVM options for the harness's short-lived brokers, tools and clients: the C1 compiler alone and the
+/// serial collector. Their loads are tiny, and C2's compiles and G1's threads were half the real-Kafka
+/// tests' CPU on two cores (BENCHMARKS.md, Gate); neither changes what Kafka does.
+pub const QUICK_JVM: [&str; 2] = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"];
 /// Metadata v12: the first version every Kafka 4.x broker and `txnsim serve` answer with the brokers.
 const METADATA_VERSION: i16 = 12;
 
@@ -334,7 +338,8 @@ impl KafkaCluster {
         let mut java = Command::new("java");
         java.arg(format!("-Xms{}m", self.heap_mb))
             .arg(format!("-Xmx{}m", self.heap_mb))
-            .args(["-XX:+UseG1GC", "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true"])
+            .args(QUICK_JVM)
+            .args(["-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true"])
             .arg(format!("-Dkafka.logs.dir={}", node.dir.display()))
             .arg(format!("-Dlog4j2.configurationFile={}", log4j2.display()))
             .args(["-cp", &self.classpath, "kafka.Kafka"])
@@ -364,7 +369,8 @@ impl Drop for KafkaCluster {
 /// `kafka-storage.sh format` for one node: a fixed cluster id, the static quorum from its properties.
 fn format_storage(classpath: &str, node_dir: &Path) -> Result<(), String> {
     let mut java = Command::new("java");
-    java.args(["-cp", classpath, "kafka.tools.StorageTool", "format", "-t", "dHhuc2ltLWFwYWNoZS1rYQ", "-c"])
+    java.args(QUICK_JVM)
+        .args(["-cp", classpath, "kafka.tools.StorageTool", "format", "-t", "dHhuc2ltLWFwYWNoZS1rYQ", "-c"])
         .arg(node_dir.join("server.properties"));
     let (status, out, err) = run_bounded(java, Duration::from_secs(60)).map_err(|e| format!("cannot run java: {e}"))?;
     let (ok, output) = (status.success(), out + &err);

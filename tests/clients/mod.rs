@@ -100,7 +100,10 @@ pub fn java(experiment: &str, bootstrap: &str, args: &[&str]) -> Command {
 pub fn java_source(source: &str) -> Command {
     let classpath = kafka_distribution().client_classpath().unwrap_or_else(|e| panic!("Kafka's Java client: {e}"));
     let mut command = Command::new("java");
-    command.args(["-cp", &classpath]).arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts").join(source));
+    command
+        .args(txnsim_kafka::apache_kafka::QUICK_JVM)
+        .args(["-cp", &classpath])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts").join(source));
     command
 }
 
