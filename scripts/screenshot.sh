@@ -5,9 +5,9 @@
 #
 # STEP is the step to show: a number (0 is the first op), `last` (the default), or `S:N` for step N of
 # the S-th scenario when the page holds several. The page reads it from its URL fragment
-# (`page.html#last`), so the picture is of a chosen step without a click. Needs Chromium
-# (`apt-get install -y chromium`, or set CHROMIUM to another Chrome binary). Nothing is fetched from the
-# network: the page is self-contained.
+# (`page.html#last`), so the picture is of a chosen step without a click. Needs Chromium and a CJK
+# font (scripts/browser-packages.txt; run as root, the script installs them), or set CHROMIUM to another
+# Chrome binary. Nothing is fetched from the network: the page is self-contained.
 #
 # The README's picture is made with:
 #   cargo run --release -- scenario --show --html target/seed.html seeds/scenarios/seed_experiment.json
@@ -31,7 +31,19 @@ if [ -z "$chromium" ]; then
         if command -v "$c" > /dev/null; then chromium=$c; break; fi
     done
 fi
-[ -n "$chromium" ] || { echo "error: no Chromium found; apt-get install -y chromium, or set CHROMIUM" >&2; exit 2; }
+# Debian's Chromium and the CJK font the pages name (the seed article's title is Chinese), pinned in
+# scripts/browser-packages.txt, installed when missing if we may.
+packages=$(grep -v '^#' "$(dirname "$0")/browser-packages.txt")
+if [ -z "$chromium" ] || ! fc-list :lang=zh | grep -q .; then
+    if [ "$(id -u)" = 0 ]; then
+        echo "installing $packages" >&2
+        # shellcheck disable=SC2086
+        apt-get install -y --no-install-recommends -o DPkg::Lock::Timeout=600 $packages > /dev/null \
+            || { echo "error: apt-get install $packages failed" >&2; exit 2; }
+        [ -n "$chromium" ] || chromium=chromium
+    fi
+fi
+[ -n "$chromium" ] || { echo "error: no Chromium found; apt-get install -y" $packages ", or set CHROMIUM" >&2; exit 2; }
 
 url="file://$(cd "$(dirname "$page")" && pwd)/$(basename "$page")#$step"
 # A throwaway profile, so a running browser or a stale lock cannot interfere; --no-sandbox because
@@ -39,6 +51,7 @@ url="file://$(cd "$(dirname "$page")" && pwd)/$(basename "$page")#$step"
 profile=$(mktemp -d)
 trap 'rm -rf "$profile"' EXIT
 "$chromium" --headless --no-sandbox --disable-gpu --hide-scrollbars --user-data-dir="$profile" \
+    --disable-quic --no-first-run --disable-background-networking --disable-component-update --disable-sync \
     --window-size="${size/x/,}" --screenshot="$out" "$url" 2> "$profile/chromium.log" \
     || { cat "$profile/chromium.log" >&2; exit 1; }
 [ -s "$out" ] || { echo "error: Chromium wrote no screenshot" >&2; cat "$profile/chromium.log" >&2; exit 1; }

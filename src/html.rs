@@ -26,6 +26,8 @@ pub struct Story {
     pub steps: Vec<Step>,
     /// `PASS`, or `FAIL` and the first difference.
     pub verdict: String,
+    /// The run passed (the page draws the verdict in a passing colour).
+    pub passed: bool,
 }
 
 /// The state after one op (or event): what it was, what it returned, and every partition.
@@ -37,6 +39,9 @@ pub struct Step {
     /// The op's outcome departed from the expectation.
     pub differs: bool,
     pub partitions: Vec<PartitionView>,
+    /// A network scenario's messages in flight after the op (`Produce request p -> broker-0`), then
+    /// those it holds (`held: ...`); empty for the other layers, which run to quiescence.
+    pub in_flight: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -55,6 +60,21 @@ pub struct PartitionView {
     /// What a fresh consumer of each level delivers, reading from the log start to the end.
     pub read_uncommitted: Reading,
     pub read_committed: Reading,
+    /// On a replicated cluster, every replica of the partition (leader first is not implied: in
+    /// assignment order); empty when it has one.
+    pub replicas: Vec<ReplicaView>,
+}
+
+/// One broker's copy of a partition: its own log end and HW, and whether it leads, is in the ISR, is down.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ReplicaView {
+    pub broker: u32,
+    pub leader: bool,
+    pub in_isr: bool,
+    pub down: bool,
+    pub log_end_offset: u64,
+    pub high_watermark: u64,
+    pub cells: Vec<Cell>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -237,7 +237,7 @@ fn run_scenarios(
     json: bool,
     html: Option<HtmlOut<'_>>,
 ) -> (ExitCode, String) {
-    let total_ops = scenarios.iter().map(|sc| sc.ops.len() as u64).sum();
+    let total_ops = scenarios.iter().map(|sc| sc.network.as_ref().map_or(sc.ops.len(), |n| n.ops.len()) as u64).sum();
     let progress = report::progress_bar(total_ops, "ops");
     let opts = RunOptions {
         mutations: mutation.map(Mutations::one).unwrap_or_default(),
@@ -256,7 +256,8 @@ fn run_scenarios(
         if html.is_some() {
             let verdict = run.difference.as_ref().map_or("PASS".to_string(), |d| format!("FAIL {d}"))
                 + &mutation.map(|m| format!(" (with mutation {})", m.name())).unwrap_or_default();
-            stories.push(scenario::story(sc, run.steps.clone(), verdict));
+            let passed = run.difference.is_none() && run.input_error.is_none();
+            stories.push(scenario::story(sc, run.steps.clone(), verdict, passed));
         }
         if !json && run.input_error.is_none() {
             progress.suspend(|| print_scenario(sc, &run, show));

@@ -62,7 +62,7 @@ fn the_page_embeds_the_runners_step_table() {
     let (_, stdout, data) = seed_page("table.html");
     let sc = scenario::load(&root().join(SEED)).expect("the seed parses").remove(0);
     let report = scenario::run(&sc, &RunOptions { show: true, ..RunOptions::default() });
-    let story = scenario::story(&sc, report.steps.clone(), "PASS".into());
+    let story = scenario::story(&sc, report.steps.clone(), "PASS".into(), true);
     // The same data the runner's table is drawn from, with the file as the CLI named it.
     let mut want = txnsim::html::step_data(&[story]);
     want["stories"][0]["file"] = data["stories"][0]["file"].clone();
@@ -307,4 +307,316 @@ fn the_check_page_embeds_the_counterexample() {
 fn replay_and_check_pages_to_an_unwritable_path_fail_first() {
     unwritable_page_fails_first(&["replay", REPLAYED]);
     unwritable_page_fails_first(&TINY_CHECK);
+}
+
+/// A network scenario's page has a step per op with every partition drawn (not "no ops"), the messages
+/// in flight after each op, and, on a replicated cluster, each replica's log with who leads and the ISR:
+/// in `partition_failover.json`'s first scenario the old leader's crash shows as a replica down and out
+/// of the ISR, and the text table lists the same messages in flight.
+#[test]
+fn a_network_scenario_page_draws_every_op_with_its_messages_in_flight() {
+    let (_dir, page) = page_path("network.html");
+    let file = "seeds/scenarios/network/partition_failover.json";
+    let out = txnsim_html(&["scenario", "--show", file], &page);
+    assert!(out.status.success(), "the scenarios pass: {}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let (_, data) = embedded(&page);
+    let sc = scenario::load(&root().join(file)).expect("parses").remove(0);
+    let ops = sc.network.as_ref().expect("a network scenario").ops.len();
+    let steps = data["stories"][0]["steps"].as_array().expect("steps");
+    assert_eq!(steps.len(), ops, "one step per op");
+    let mut flying = 0;
+    for st in steps {
+        let partitions = st["partitions"].as_array().expect("partitions");
+        assert!(!partitions.is_empty(), "step {} draws its partitions", st["index"]);
+        let in_flight: Vec<&str> =
+            st["in_flight"].as_array().expect("in_flight").iter().map(|m| m.as_str().unwrap()).collect();
+        if !in_flight.is_empty() {
+            flying += 1;
+            let line = format!("      in flight: {}", in_flight.join("; "));
+            assert!(stdout.lines().any(|l| l == line), "the text table lists step {}'s messages: {line}", st["index"]);
+        }
+        for p in partitions {
+            assert_eq!(p["replicas"].as_array().expect("replicas").len(), 3, "{}: 3 replicas drawn", p["name"]);
+        }
+    }
+    assert!(flying > 0, "some op leaves messages in flight");
+    let crashed = steps.iter().find(|st| st["op"].as_str().unwrap().starts_with("crash_broker")).expect("a crash");
+    let broker: u64 = crashed["op"].as_str().unwrap().rsplit(' ').next().unwrap().parse().unwrap();
+    let replicas = crashed["partitions"][0]["replicas"].as_array().unwrap();
+    let down = replicas.iter().find(|r| r["broker"] == broker).expect("the crashed broker's replica");
+    assert_eq!(
+        (&down["down"], &down["leader"], &down["in_isr"]),
+        (&Value::Bool(true), &Value::Bool(false), &Value::Bool(false))
+    );
+    assert_eq!(replicas.iter().filter(|r| r["leader"] == true).count(), 1, "another replica leads");
+}
+
+/// The pictures as a browser draws them. Each page kind (a scenario, a replicated scenario, a network
+/// scenario, a replay, a counterexample and a passing check) is rendered by Debian's Chromium headless;
+/// the DOM it built must show what the page's data says (cells, both readers' deliveries, replicas,
+/// messages in flight, steps), and a screenshot of the seed experiment must hold its colours. The test
+/// installs Chromium and a CJK font (the seed article's title is Chinese) with apt when they are missing
+/// (`.ci/run` starts that install early); `CHROMIUM=/path` uses another Chrome.
+#[test]
+fn every_page_kind_draws_in_headless_chromium() {
+    let chromium = chromium();
+    let dir = tempfile::Builder::new().prefix("txnsim-chromium-").tempdir().expect("temp dir");
+    let page = |name: &str, args: &[&str], code: i32| {
+        let path = dir.path().join(name);
+        let out = txnsim_html(args, &path);
+        assert_eq!(out.status.code(), Some(code), "txnsim {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let (_, data) = embedded(&path);
+        (path, data)
+    };
+
+    // The seed experiment at its last step: the article's numbers in both counters and the log's cells.
+    let (seed, data) = page("seed.html", &["scenario", "--show", SEED], 0);
+    let dom = dump_dom(&chromium, &seed, "last");
+    let last = &data["stories"][0]["steps"].as_array().unwrap().last().unwrap().clone();
+    assert_drawn(&dom, last, "the seed experiment");
+    assert!(
+        dom.contains("<b>6</b>read_uncommitted from 0") && dom.contains("<b>3</b>read_committed from 0"),
+        "counters: {}",
+        excerpt(&dom, "counts")
+    );
+    assert!(dom.contains(r#"class="verdict pass""#), "a passing scenario's verdict is drawn as passing");
+    assert!(!dom.contains("RU pos") && !dom.contains("RC pos"), "one spelling of the isolation levels");
+
+    // The replicated seed: three replicas under the leader's log, each with its own strip.
+    let (replicated, data) =
+        page("replicated.html", &["scenario", "--show", "seeds/scenarios/seed_experiment_replicated.json"], 0);
+    let dom = dump_dom(&chromium, &replicated, "last");
+    assert_drawn(&dom, data["stories"][0]["steps"].as_array().unwrap().last().unwrap(), "the replicated seed");
+    for b in 0..3 {
+        assert!(
+            dom.contains(&format!(">broker {b}<span")),
+            "replica row of broker {b}: {}",
+            excerpt(&dom, "partitions")
+        );
+    }
+
+    // A network scenario at a step with messages in flight: the list is drawn beside the step.
+    let (network, data) =
+        page("network.html", &["scenario", "--show", "seeds/scenarios/network/partition_failover.json"], 0);
+    let steps = data["stories"][0]["steps"].as_array().unwrap();
+    let k = steps
+        .iter()
+        .position(|s| !s["in_flight"].as_array().unwrap().is_empty())
+        .expect("a step with messages in flight");
+    let dom = dump_dom(&chromium, &network, &k.to_string());
+    assert_drawn(&dom, &steps[k], "a network scenario");
+    let flight = excerpt(&dom, r#"id="inflight""#);
+    assert_eq!(
+        flight.matches("<li>").count(),
+        steps[k]["in_flight"].as_array().unwrap().len(),
+        "messages in flight: {flight}"
+    );
+    let stepno = format!(r#"id="stepno">op {} ({} of {})<"#, steps[k]["index"], k + 1, steps.len());
+    assert!(dom.contains(&stepno), "the step counter reads {stepno}: {}", excerpt(&dom, r#"id="stepno""#));
+
+    // A replay (RF 3): its last step's partitions, their replicas, and readers that read from the leader.
+    let (replay, data) = page("replay.html", &["replay", "--seed", "7"], 0);
+    let dom = dump_dom(&chromium, &replay, "last");
+    let last = data["stories"][0]["steps"].as_array().unwrap().last().unwrap();
+    assert_drawn(&dom, last, "a replay");
+    assert!(dom.contains(">broker 2<span"), "the replay draws its replicas: {}", excerpt(&dom, "partitions"));
+
+    // A counterexample fails in red; a check that finds none passes in green, its buttons disabled.
+    let (failing, data) = page("check.html", &TINY_CHECK, 1);
+    let dom = dump_dom(&chromium, &failing, "last");
+    assert_drawn(&dom, data["stories"][0]["steps"].as_array().unwrap().last().unwrap(), "a counterexample");
+    assert!(dom.contains(r#"class="verdict fail""#), "a counterexample's verdict is drawn as failing");
+    let (passing, _) = page("pass.html", &TINY_CHECK[..TINY_CHECK.len() - 2], 0);
+    let dom = dump_dom(&chromium, &passing, "0");
+    assert!(
+        dom.contains(r#"class="verdict pass""#),
+        "a passing check's verdict is drawn as passing: {}",
+        excerpt(&dom, "verdict")
+    );
+    for button in ["first", "prev", "next", "last"] {
+        assert!(dom.contains(&format!(r#"<button id="{button}" title="#)), "button {button}");
+        let tag = excerpt(&dom, &format!(r#"<button id="{button}""#));
+        assert!(tag.split('>').next().unwrap().contains("disabled"), "with no steps {button} is disabled: {tag}");
+    }
+
+    // The screenshot: the seed's last step holds a COMMIT and an ABORT cell, the HW and LSO marks, and the
+    // passing verdict, each in its colour.
+    let png = dir.path().join("seed.png");
+    chromium_run(&chromium, &seed, "last", &[&format!("--screenshot={}", png.display()), "--window-size=1400,900"]);
+    let pixels = colour_counts(&png);
+    for (what, rgb) in [
+        ("COMMIT", (0x2b, 0x8a, 0x3e)),
+        ("ABORT", (0xc9, 0x2a, 0x2a)),
+        ("HW", (0x1c, 0x7e, 0xd6)),
+        ("LSO", (0xd9, 0x48, 0x0f)),
+    ] {
+        let n = pixels.get(&rgb).copied().unwrap_or(0);
+        assert!(n >= 100, "the screenshot shows {what} in {rgb:?}: {n} pixels");
+    }
+    // The seed article's title is Chinese: a font the page names for it is installed, so it is not drawn
+    // as empty boxes.
+    let fonts = Command::new("fc-list").args([":lang=zh", "family"]).output().expect("fc-list");
+    let fonts = String::from_utf8_lossy(&fonts.stdout);
+    let page_html = std::fs::read_to_string(&seed).unwrap();
+    assert!(
+        fonts.lines().flat_map(|l| l.split(',')).any(|f| page_html.contains(&format!("\"{}\"", f.trim()))),
+        "a CJK font the page names is installed: {fonts}"
+    );
+}
+
+/// Debian's packages the browser test needs, pinned (`.ci/run` and `scripts/screenshot.sh` read the same
+/// file).
+fn browser_packages() -> Vec<&'static str> {
+    let list = include_str!("../scripts/browser-packages.txt");
+    list.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).collect()
+}
+
+/// Waits (up to 15 minutes) while an apt-get runs: `.ci/run` installs the browser's packages beside the
+/// build, and apt refuses a second install while one holds its locks.
+fn wait_for_apt() {
+    let running = || {
+        std::fs::read_dir("/proc").into_iter().flatten().flatten().any(|e| {
+            std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim() == "apt-get" || c.trim() == "dpkg")
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(900);
+    while running() {
+        assert!(std::time::Instant::now() < deadline, "an apt-get has run for 15 minutes");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+}
+
+/// Chromium (`CHROMIUM`, or Debian's), installed with its CJK font by apt when missing; once per run.
+fn chromium() -> PathBuf {
+    static FOUND: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            if let Some(c) = std::env::var_os("CHROMIUM") {
+                return PathBuf::from(c);
+            }
+            let debian = PathBuf::from("/usr/bin/chromium");
+            let cjk = || Command::new("fc-list").arg(":lang=zh").output().is_ok_and(|o| !o.stdout.is_empty());
+            wait_for_apt();
+            if debian.exists() && cjk() {
+                return debian;
+            }
+            let packages = browser_packages();
+            let how = format!("apt-get install -y {}", packages.join(" "));
+            let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+            assert!(root, "the browser test needs Debian's Chromium and a CJK font, and only root can install them: run `sudo {how}` (or set CHROMIUM)");
+            let install = || {
+                let mut apt = Command::new("apt-get");
+                apt.args(["install", "-y", "--no-install-recommends", "-o", "DPkg::Lock::Timeout=600"]).args(&packages);
+                txnsim_kafka::apache_kafka::run_bounded(apt, std::time::Duration::from_secs(900)).map(|(s, o, e)| (s.success(), o + &e))
+            };
+            let (ok, log) = install().unwrap_or_else(|e| panic!("{how}: {e}"));
+            if !ok {
+                // A machine whose package lists predate the pinned version: refresh them once.
+                let mut update = Command::new("apt-get");
+                update.args(["update", "-o", "DPkg::Lock::Timeout=600"]);
+                let updated = txnsim_kafka::apache_kafka::run_bounded(update, std::time::Duration::from_secs(600));
+                let (ok, again) = install().unwrap_or_else(|e| panic!("{how}: {e}"));
+                assert!(ok, "{how} failed:\n{log}\nafter apt-get update ({:?}):\n{again}", updated.map(|u| u.0));
+            }
+            assert!(debian.exists() && cjk(), "{how} left no /usr/bin/chromium or no CJK font");
+            debian
+        })
+        .clone()
+}
+
+/// Runs Chromium headless on `page` opened at step `step` (the page's `#step`), with `extra` flags; its
+/// standard output. Flags as the machine's probe found them: no sandbox (containers run as root), and no
+/// background networking (a closed network refuses it).
+fn chromium_run(chromium: &Path, page: &Path, step: &str, extra: &[&str]) -> String {
+    let profile = tempfile::tempdir().expect("a profile folder");
+    let mut c = Command::new(chromium);
+    c.args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--hide-scrollbars"])
+        .args(["--disable-background-networking", "--disable-component-update", "--disable-sync"])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(extra)
+        .arg(format!("file://{}#{step}", page.display()));
+    let (status, out, err) = txnsim_kafka::apache_kafka::run_bounded(c, std::time::Duration::from_secs(120))
+        .unwrap_or_else(|e| panic!("{}: {e}", chromium.display()));
+    assert!(status.success(), "Chromium on {} exited {status}:\n{err}", page.display());
+    out
+}
+
+/// The page's DOM after its script drew step `step`.
+fn dump_dom(chromium: &Path, page: &Path, step: &str) -> String {
+    let dom = chromium_run(chromium, page, step, &["--dump-dom"]);
+    assert!(dom.contains(r#"id="partitions""#), "Chromium dumped no page: {dom}");
+    dom
+}
+
+/// Up to 1,500 characters of `dom` from the first `from` (for messages).
+fn excerpt(dom: &str, from: &str) -> String {
+    let at = dom.find(from).unwrap_or(0);
+    dom[at..].chars().take(1500).collect()
+}
+
+/// The drawn step must be `step` of the data: its op line, and for each partition every cell of the log
+/// strip and the readers' counts.
+fn assert_drawn(dom: &str, step: &Value, what: &str) {
+    let op = format!("[{}] {}", step["index"], step["op"].as_str().unwrap());
+    let op = op.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+    assert!(dom.contains(&op), "{what}: the op line {op:?} is drawn: {}", excerpt(dom, r#"id="op""#));
+    let partitions = excerpt_all(dom, r#"<div id="partitions">"#, r#"<div class="legend""#);
+    let mut want_cells = 0;
+    for p in step["partitions"].as_array().unwrap() {
+        let name = p["name"].as_str().unwrap();
+        assert!(partitions.contains(&format!("<h2>{name}<span")), "{what}: partition {name} is drawn");
+        for level in ["read_uncommitted", "read_committed"] {
+            let r = &p[level];
+            let n = r["offsets"].as_array().unwrap().len();
+            let shown = if r["error"].is_null() { n.to_string() } else { "–".to_string() };
+            let want = format!("<b>{shown}</b>{level} from");
+            assert!(
+                partitions.contains(&want),
+                "{what}: {name}'s {level} counter shows {shown}: {}",
+                excerpt(partitions, name)
+            );
+        }
+        want_cells += p["cells"].as_array().unwrap().len();
+        for r in p["replicas"].as_array().unwrap() {
+            want_cells += r["cells"].as_array().unwrap().len();
+        }
+    }
+    // Cells of a record or a marker: class `c` and one of these (holes, gaps and held cells are not).
+    let kinds = ["commit", "abort", "control", "open", "committed", "aborted", "plain"];
+    let drawn = partitions
+        .split(r#"<div class="c "#)
+        .skip(1)
+        .filter(|rest| rest.split('"').next().and_then(|c| c.split(' ').next()).is_some_and(|k| kinds.contains(&k)))
+        .count();
+    let delivered = step["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            p["read_uncommitted"]["offsets"].as_array().unwrap().len()
+                + p["read_committed"]["offsets"].as_array().unwrap().len()
+        })
+        .sum::<usize>();
+    assert_eq!(drawn, want_cells + delivered, "{what}: log and replica cells plus delivered records drawn");
+}
+
+fn excerpt_all<'a>(dom: &'a str, from: &str, to: &str) -> &'a str {
+    let start = dom.find(from).unwrap_or_else(|| panic!("the DOM has {from}"));
+    let end = dom[start..].find(to).map_or(dom.len(), |e| start + e);
+    &dom[start..end]
+}
+
+/// How many pixels of the PNG at `path` have each colour.
+fn colour_counts(path: &Path) -> std::collections::HashMap<(u8, u8, u8), usize> {
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(path).expect("the screenshot")));
+    let mut reader = decoder.read_info().expect("a PNG");
+    let mut buf = vec![0; reader.output_buffer_size().expect("a sane size")];
+    let info = reader.next_frame(&mut buf).expect("a frame");
+    let channels = info.color_type.samples();
+    let mut counts = std::collections::HashMap::new();
+    for px in buf[..info.buffer_size()].chunks(channels) {
+        *counts.entry((px[0], px[1], px[2])).or_insert(0) += 1;
+    }
+    counts
 }

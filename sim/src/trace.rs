@@ -64,6 +64,43 @@ pub struct BrokerStep {
     /// Index into the run's events.
     pub event: usize,
     pub broker: Broker,
+    /// Each replicated partition's replicas as the event left them.
+    pub replicas: BTreeMap<TopicPartition, Vec<ReplicaSnapshot>>,
+}
+
+/// A replica as the run stands, its log borrowed: compared with the last snapshot, and copied only when
+/// it differs.
+pub struct ReplicaNow<'a> {
+    pub broker: u32,
+    pub leader: bool,
+    pub in_isr: bool,
+    pub down: bool,
+    pub log: &'a PartitionLog,
+}
+
+impl ReplicaNow<'_> {
+    fn differs(&self, was: &ReplicaSnapshot) -> bool {
+        (self.broker, self.leader, self.in_isr, self.down) != (was.broker, was.leader, was.in_isr, was.down)
+            || self.log.high_watermark() != was.log.high_watermark()
+            || self.log.log_start_offset() != was.log.log_start_offset()
+            || self.log.batches().ne(was.log.batches())
+    }
+
+    pub fn snapshot(&self) -> ReplicaSnapshot {
+        let Self { broker, leader, in_isr, down, log } = *self;
+        ReplicaSnapshot { broker, leader, in_isr, down, log: log.clone() }
+    }
+}
+
+/// One broker's replica of a partition: its log, whether it leads (the leader whose log the picture
+/// draws), whether the leader counts it in the ISR, and whether it is down.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplicaSnapshot {
+    pub broker: u32,
+    pub leader: bool,
+    pub in_isr: bool,
+    pub down: bool,
+    pub log: PartitionLog,
 }
 
 /// The partition leaders' logs as a broker event left them, kept while tracing whenever an event changed
@@ -76,17 +113,28 @@ pub struct LogSnapshot {
     /// The event's `partitions` field: each leader's LEO, HW and LSO.
     pub partitions: Value,
     pub logs: BTreeMap<TopicPartition, PartitionLog>,
+    /// Each replicated partition's replicas: a follower's truncation or a marker it holds twice shows
+    /// only here.
+    pub replicas: BTreeMap<TopicPartition, Vec<ReplicaSnapshot>>,
 }
 
 impl LogSnapshot {
-    /// Whether `logs`, with numbers `partitions`, show something this snapshot does not.
+    /// Whether `logs`, with numbers `partitions`, and `replicas` show something this snapshot does not.
     pub fn differs<'a>(
         &self,
         partitions: &Value,
         mut logs: impl Iterator<Item = (&'a TopicPartition, &'a PartitionLog)>,
+        replicas: &[(&TopicPartition, Vec<ReplicaNow<'_>>)],
     ) -> bool {
+        let replica_differs = |(tp, now): &(&TopicPartition, Vec<ReplicaNow<'_>>)| {
+            self.replicas
+                .get(*tp)
+                .is_none_or(|was| was.len() != now.len() || was.iter().zip(now).any(|(w, n)| n.differs(w)))
+        };
         self.partitions != *partitions
             || logs.any(|(tp, log)| self.logs.get(tp).is_none_or(|s| s.batches().ne(log.batches())))
+            || self.replicas.len() != replicas.len()
+            || replicas.iter().any(replica_differs)
     }
 }
 
@@ -95,18 +143,19 @@ impl LogSnapshot {
 pub fn broker_steps(events: &[TraceEvent], last: &Broker, snapshots: &[LogSnapshot]) -> Vec<BrokerStep> {
     let empty: BTreeMap<TopicPartition, PartitionLog> =
         last.partitions.keys().map(|tp| (tp.clone(), PartitionLog::new())).collect();
+    let none = BTreeMap::new();
     let mut snapshots = snapshots.iter().peekable();
-    let mut logs = &empty;
+    let (mut logs, mut replicas) = (&empty, &none);
     let mut steps = Vec::new();
     for (i, e) in events.iter().enumerate() {
         let snapshot = snapshots.next_if(|s| s.event == i);
         if let Some(s) = snapshot {
-            logs = &s.logs;
+            (logs, replicas) = (&s.logs, &s.replicas);
         }
         if snapshot.is_some() || e.kind == "violation" {
             let mut broker = last.clone();
             broker.partitions = logs.clone();
-            steps.push(BrokerStep { event: i, broker });
+            steps.push(BrokerStep { event: i, broker, replicas: replicas.clone() });
         }
     }
     assert!(snapshots.next().is_none(), "every log snapshot names an event of the run");

@@ -5,7 +5,7 @@
 use crate::describe::{describe, describe_with, message_fields, show_call, show_outcome};
 use crate::profile::{FaultKind, ProducerSpec, ProfileParams, Swarm};
 use crate::rng::SimRng;
-use crate::trace::{timer_name, LogSnapshot, TraceEvent, IDLE_TIMER};
+use crate::trace::{timer_name, LogSnapshot, ReplicaNow, TraceEvent, IDLE_TIMER};
 use crate::workload::TxnPlan;
 use madsim::net::Endpoint;
 use madsim::runtime::Handle;
@@ -487,19 +487,42 @@ impl World {
         (text.join(" "), Value::Object(fields))
     }
 
+    /// Every replica of each partition with more than one, as the leader the picture draws sees them:
+    /// its assignment and ISR, each replica's own log (borrowed), and which brokers are down.
+    fn replicas_now(&self) -> Vec<(&TopicPartition, Vec<ReplicaNow<'_>>)> {
+        let mut out = Vec::new();
+        for tp in &self.partitions {
+            let leader = self.view_broker(tp);
+            let Some(state) = self.brokers[&leader].replica_manager.partitions.get(tp) else { continue };
+            if state.replicas.len() < 2 {
+                continue;
+            }
+            let replicas = state.replicas.iter().filter_map(|&id| {
+                let log = self.brokers.get(&id)?.partition(tp)?;
+                let (in_isr, down) = (state.isr.contains(&id), self.brokers_down.contains(&id));
+                Some(ReplicaNow { broker: id, leader: id == leader, in_isr, down, log })
+            });
+            out.push((tp, replicas.collect()));
+        }
+        out
+    }
+
     fn trace_broker(&mut self, id: u32, kind: &'static str, what: impl FnOnce() -> (String, Value)) {
         if self.trace.is_none() {
             return;
         }
         let (summary, partitions) = self.partitions_summary();
-        let changed = self
-            .log_snapshots
-            .last()
-            .is_none_or(|s| s.differs(&partitions, self.partitions.iter().map(|tp| (tp, self.view_log(tp)))));
+        let replicas = self.replicas_now();
+        let changed = self.log_snapshots.last().is_none_or(|s| {
+            s.differs(&partitions, self.partitions.iter().map(|tp| (tp, self.view_log(tp))), &replicas)
+        });
         if changed {
             let event = self.trace.as_ref().map_or(0, Vec::len);
             let logs = self.partitions.iter().map(|tp| (tp.clone(), self.view_log(tp).clone())).collect();
-            self.log_snapshots.push(LogSnapshot { event, partitions: partitions.clone(), logs });
+            let replicas =
+                replicas.into_iter().map(|(tp, r)| (tp.clone(), r.iter().map(ReplicaNow::snapshot).collect()));
+            let replicas = replicas.collect();
+            self.log_snapshots.push(LogSnapshot { event, partitions: partitions.clone(), logs, replicas });
         }
         let (text, mut fields) = what();
         if fields.is_null() {

@@ -4,6 +4,7 @@
 
 use super::Story;
 use crate::scenario::broker_step;
+use std::collections::BTreeMap;
 use txnsim_model::cli::Report;
 use txnsim_model::Bounds;
 use txnsim_sim::trace::broker_steps;
@@ -28,7 +29,7 @@ pub fn replay_story(spec: &RunSpec, report: &RunReport) -> Result<Story, String>
             };
             let us = e.time_us;
             let op = format!("{}.{:03}ms {} {what}", us / 1000, us % 1000, e.node);
-            broker_step(k, op, numbers, violation, &s.broker)
+            broker_step(k, (op, numbers), violation, &s.broker, &s.replicas)
         })
         .collect();
     let verdict = if report.passed() {
@@ -44,6 +45,7 @@ pub fn replay_story(spec: &RunSpec, report: &RunReport) -> Result<Story, String>
         source: Some(report.swarm.clone()),
         steps,
         verdict,
+        passed: report.passed(),
     })
 }
 
@@ -53,7 +55,16 @@ pub fn check_stories(bounds: &Bounds, report: &Report) -> Vec<Story> {
     let file = format!("model: {bounds}");
     if report.counterexamples.is_empty() {
         let verdict = report.lines.get(1).cloned().unwrap_or_default();
-        return vec![Story { title: "no counterexample".into(), file, source: None, steps: Vec::new(), verdict }];
+        // Passed only if nothing was violated and the search finished: a cut-short check proves nothing.
+        let passed = !report.violated && report.complete;
+        return vec![Story {
+            title: "no counterexample".into(),
+            file,
+            source: None,
+            steps: Vec::new(),
+            verdict,
+            passed,
+        }];
     }
     report
         .counterexamples
@@ -67,7 +78,7 @@ pub fn check_stories(bounds: &Bounds, report: &Report) -> Vec<Story> {
                 .map(|(i, (text, broker))| {
                     // A step reads "who: what ⇒ what came of it".
                     let (op, outcome) = text.split_once(" ⇒ ").unwrap_or((text, ""));
-                    broker_step(i, op.to_string(), outcome.to_string(), i == last, broker)
+                    broker_step(i, (op.to_string(), outcome.to_string()), i == last, broker, &BTreeMap::new())
                 })
                 .collect();
             Story {
@@ -76,6 +87,7 @@ pub fn check_stories(bounds: &Bounds, report: &Report) -> Vec<Story> {
                 source: None,
                 steps,
                 verdict: format!("FAIL {}", c.notes.join("; ")),
+                passed: false,
             }
         })
         .collect()

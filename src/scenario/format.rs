@@ -4,6 +4,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use txnsim_engine::IsolationLevel;
 
 pub const FORMAT: &str = "txnsim-scenario/v1";
 /// Fields any object in a scenario file may carry for people; the runner ignores them.
@@ -35,6 +36,15 @@ impl Layer {
 pub enum Isolation {
     ReadCommitted,
     ReadUncommitted,
+}
+
+impl From<Isolation> for IsolationLevel {
+    fn from(i: Isolation) -> IsolationLevel {
+        match i {
+            Isolation::ReadCommitted => IsolationLevel::ReadCommitted,
+            Isolation::ReadUncommitted => IsolationLevel::ReadUncommitted,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]

@@ -648,6 +648,35 @@ fn client_state(name: &str) -> Option<TxnManagerState> {
     TxnManagerState::ALL.into_iter().find(|s| s.name() == name)
 }
 
+/// An op as the step table names it: its name and what it acts on.
+pub fn describe_op(op: &NetOp) -> String {
+    let name = op.name();
+    let offsets = |o: &BTreeMap<String, i64>| o.iter().map(|(k, v)| format!("{k}: {v}")).collect::<Vec<_>>().join(", ");
+    match op {
+        NetOp::InitProducer(p) => match &p.transactional_id {
+            Some(t) => format!("{name} {} (transactional.id {t})", p.producer),
+            None => format!("{name} {}", p.producer),
+        },
+        NetOp::Begin(c) | NetOp::Commit(c) | NetOp::Abort(c) => format!("{name} {}", c.producer),
+        NetOp::Send(s) => format!("{name} {} -> {} {:?}", s.producer, tp(&s.topic, s.partition), s.values),
+        NetOp::SendOffsets(s) => format!("{name} {} group {} {{{}}}", s.producer, s.group, offsets(&s.offsets)),
+        NetOp::CommitOffsets(c) => format!("{name} group {} {{{}}}", c.group, offsets(&c.offsets)),
+        NetOp::Net(_, p) => {
+            let kind = p.kind.map(|k| if k == MessageKind::Request { " request" } else { " response" });
+            let nth = p.occurrence.map(|n| format!(" (match {n})")).unwrap_or_default();
+            let every = if p.every { " (every one)" } else { "" };
+            format!("{name} {}{} {} -> {}{nth}{every}", p.api, kind.unwrap_or_default(), p.from, p.to)
+        }
+        NetOp::Disconnect(d) => {
+            let processed = if d.processed { "processed" } else { "not processed" };
+            format!("{name} {} from broker-{} (requests {processed})", d.client, d.broker)
+        }
+        NetOp::AdvanceTime(t) => format!("{name} {} ms", t.ms),
+        NetOp::CrashBroker(b) | NetOp::StartBroker(b) => format!("{name} {}", b.broker),
+        NetOp::Run | NetOp::RestartBroker | NetOp::Expect(_) => name.to_string(),
+    }
+}
+
 /// One line per message: `"EndTxn request p -> broker-0"`.
 pub fn describe(env: &Envelope) -> String {
     let kind = if env.message.is_request() { "request" } else { "response" };
@@ -732,6 +761,11 @@ impl<'a> NetworkRunner<'a> {
 
     pub fn cluster(&self) -> &Cluster {
         &self.cluster
+    }
+
+    /// The messages `hold` set aside, oldest first.
+    pub fn held(&self) -> &[Envelope] {
+        &self.held
     }
 
     /// Collects every producer's completed calls and loses answers to broken connections.
@@ -1306,10 +1340,7 @@ impl<'a> NetworkRunner<'a> {
             let Some(log) = self.cluster.broker.partition(&tp(&r.topic, r.partition)) else {
                 return Err(diff(f("partition"), json(r.partition), "no such partition".into()));
             };
-            let isolation = match r.isolation {
-                Isolation::ReadCommitted => IsolationLevel::ReadCommitted,
-                Isolation::ReadUncommitted => IsolationLevel::ReadUncommitted,
-            };
+            let isolation = IsolationLevel::from(r.isolation);
             let (records, position) = read_to_end(log, isolation, r.from_offset, mutations);
             let values: Vec<&String> = records.iter().map(|(_, v)| v).collect();
             let offsets: Vec<u64> = records.iter().map(|(o, _)| *o).collect();

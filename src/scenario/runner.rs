@@ -1,7 +1,7 @@
 //! Runs one scenario against the engine and reports the first difference from its expectations.
 
 use super::format::{
-    AbortedTxnExpect, ControlType, FinalRead, Isolation, MarkerType, Op, PartitionExpect, ReadExpect, WriteExpect,
+    AbortedTxnExpect, ControlType, FinalRead, MarkerType, Op, PartitionExpect, ReadExpect, WriteExpect,
 };
 use super::show;
 use super::{Layer, Scenario};
@@ -158,21 +158,23 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> RunReport {
 fn run_network(sc: &Scenario, script: &super::NetworkScript, opts: &RunOptions) -> RunReport {
     use super::network::{Failure, NetworkRunner};
     let mut runner = NetworkRunner::new(sc, opts.mutations.clone());
-    let mut table = Vec::new();
+    let mut table = if opts.show { show::header(sc) } else { Vec::new() };
+    let mut steps = Vec::new();
     let mut difference = None;
     let mut input_error = None;
     // The violations the scenario shows, as they break.
     let mut seen = std::collections::BTreeSet::new();
     for (i, op) in script.ops.iter().enumerate() {
         let outcome = runner.exec(i, op);
-        if opts.show {
-            let in_flight: Vec<String> = runner.cluster().in_flight().map(super::network::describe).collect();
-            table.push(format!("{i:>3} {:<13} in flight: [{}]", op.name(), in_flight.join("; ")));
+        if let Some(bar) = &opts.progress {
+            bar.inc(1);
         }
+        let mut shows_now = Vec::new();
         let found = match outcome {
             Ok(()) => {
                 let (shown, breaking): (Vec<_>, Vec<_>) =
                     runner.state_violations().into_iter().partition(|v| script.shows.contains(&v.invariant));
+                shows_now.extend(shown.iter().map(|v| v.invariant.name()));
                 seen.extend(shown.into_iter().map(|v| v.invariant));
                 breaking.into_iter().next().map(|v| Difference {
                     op_index: Some(i),
@@ -194,6 +196,16 @@ fn run_network(sc: &Scenario, script: &super::NetworkScript, opts: &RunOptions) 
                 break;
             }
         };
+        if opts.show {
+            let summary = match &found {
+                Some(d) => format!("<-- DIFFERS: {}: expected {}, actual {}", d.field, d.expected, d.actual),
+                None if shows_now.is_empty() => "ok".to_string(),
+                None => format!("ok, shows {} breaking", shows_now.join(", ")),
+            };
+            let step = show::network_step(i, op, &summary, found.is_some(), &runner);
+            table.extend(show::step_lines(&step));
+            steps.push(step);
+        }
         if found.is_some() {
             difference = found;
             break;
@@ -222,7 +234,7 @@ fn run_network(sc: &Scenario, script: &super::NetworkScript, opts: &RunOptions) 
     if let Some(d) = &difference {
         table.push(format!("FAIL {d}"));
     }
-    RunReport { difference, table, steps: Vec::new(), input_error }
+    RunReport { difference, table, steps, input_error }
 }
 
 fn error_name(e: KafkaError) -> String {
@@ -554,7 +566,7 @@ impl Runner<'_> {
                             .collect(),
                     ),
                 };
-                let fetched = filter_fetch(isolation_level(*isolation), *fetch_offset, &data, self.mutations());
+                let fetched = filter_fetch(IsolationLevel::from(*isolation), *fetch_offset, &data, self.mutations());
                 let values: Vec<String> = fetched.records.iter().map(|r| r.1.clone()).collect();
                 let offsets: Vec<u64> = fetched.records.iter().map(|r| r.0).collect();
                 self.check_read(Some(i), op.name(), "expect", expect, &values, &offsets, fetched.next_fetch_offset)?;
@@ -562,7 +574,7 @@ impl Runner<'_> {
             }
             Op::Read { isolation, topic, partition, from_offset, expect, expect_error } => {
                 let tp = self.tp(topic, *partition);
-                let result = self.cluster.read(isolation_level(*isolation), &tp, *from_offset);
+                let result = self.cluster.read(IsolationLevel::from(*isolation), &tp, *from_offset);
                 if self.check_result(i, op, &result, expect_error.as_deref(), false)? {
                     let (records, position) = result.expect("checked above");
                     let values: Vec<String> = records.iter().map(|r| r.value.clone()).collect();
@@ -892,13 +904,6 @@ fn read_summary(values: &[String], offsets: &[u64], position: Offset) -> String 
 
 fn final_read(r: &FinalRead) -> ReadExpect {
     ReadExpect { values: r.values.clone(), offsets: r.offsets.clone(), end_position: r.end_position }
-}
-
-fn isolation_level(i: Isolation) -> IsolationLevel {
-    match i {
-        Isolation::ReadCommitted => IsolationLevel::ReadCommitted,
-        Isolation::ReadUncommitted => IsolationLevel::ReadUncommitted,
-    }
 }
 
 fn fetch_batch(b: &super::format::FetchBatch) -> RecordBatch {

@@ -4,11 +4,15 @@
 //! are data (`crate::html::Step`); the text table and the HTML page (`--html`) are both drawn from them.
 
 use super::format::Op;
+use super::network::{self, NetOp, NetworkRunner};
 use super::Scenario;
-use crate::html::{AbortedEntry, Cell, CellKind, PartitionView, Reading, Step, Story, TxnStatus};
+use crate::html::{AbortedEntry, Cell, CellKind, PartitionView, Reading, ReplicaView, Step, Story, TxnStatus};
 use std::collections::BTreeMap;
+use txnsim_engine::coordinator::TransactionCoordinator;
+use txnsim_engine::log::PartitionLog;
 use txnsim_engine::record::BatchBody;
-use txnsim_engine::{Broker, Cluster, IsolationLevel, TopicPartition, TransactionResult};
+use txnsim_engine::{Broker, Cluster, EngineConfig, IsolationLevel, TopicPartition, TransactionResult};
+use txnsim_sim::trace::ReplicaSnapshot;
 
 pub fn header(sc: &Scenario) -> Vec<String> {
     let mut lines = vec![format!(
@@ -66,12 +70,13 @@ fn describe(op: &Op) -> String {
             format!("delete_records {} before {before_offset}", tp(topic, partition))
         }
         Op::DeliverFetch { isolation, fetch_offset, batches, aborted_transactions, .. } => format!(
-            "deliver_fetch {isolation:?} at {fetch_offset}: {} batch(es), {} aborted",
+            "deliver_fetch {} at {fetch_offset}: {} batch(es), {} aborted",
+            IsolationLevel::from(*isolation).name(),
             batches.len(),
             aborted_transactions.len()
         ),
         Op::Read { isolation, topic, partition, from_offset, .. } => {
-            format!("read {isolation:?} {} from {from_offset}", tp(topic, partition))
+            format!("read {} {} from {from_offset}", IsolationLevel::from(*isolation).name(), tp(topic, partition))
         }
         Op::Check { topic, partition, .. } => format!("check {}", tp(topic, partition)),
         Op::AbortedTxns { topic, partition, from_offset, upper_bound, .. } => {
@@ -91,38 +96,122 @@ pub fn step(i: usize, op: &Op, outcome: &str, differs: bool, cluster: Option<&mu
             .collect(),
         None => Vec::new(),
     };
-    Step { index: i, op: describe(op), outcome: outcome.to_string(), differs, partitions }
+    Step { index: i, op: describe(op), outcome: outcome.to_string(), differs, partitions, in_flight: Vec::new() }
 }
 
 /// A step of a run that is no scenario (a replay's event, a counterexample's step): the broker as it
 /// stood then, every partition drawn as a scenario's are, read by fresh consumers through a cluster
 /// of its own (so reading leaves the snapshot as it was).
-pub fn broker_step(index: usize, op: String, outcome: String, differs: bool, broker: &Broker) -> Step {
+/// `replicas` are a replay's replicas of each replicated partition, drawn under its leader's log.
+pub fn broker_step(
+    index: usize,
+    (op, outcome): (String, String),
+    differs: bool,
+    broker: &Broker,
+    replicas: &BTreeMap<TopicPartition, Vec<ReplicaSnapshot>>,
+) -> Step {
+    // A replay's coordinator broker follows the partitions others lead, and its fetch path refuses them:
+    // the readers read each partition as a consumer reads it from its leader.
+    let mut cluster = reading_cluster(broker.config.clone(), broker.coordinator.clone(), broker.partitions.clone());
+    let partitions = broker
+        .partitions
+        .keys()
+        .map(|tp| {
+            let mut view = partition(&mut cluster, tp);
+            view.replicas = replicas.get(tp).into_iter().flatten().map(|r| replica_view(&cluster, r)).collect();
+            view
+        })
+        .collect();
+    Step { index, op, outcome, differs, partitions, in_flight: Vec::new() }
+}
+
+fn replica_view(cluster: &Cluster, r: &ReplicaSnapshot) -> ReplicaView {
+    ReplicaView {
+        broker: r.broker,
+        leader: r.leader,
+        in_isr: r.in_isr,
+        down: r.down,
+        log_end_offset: r.log.log_end_offset(),
+        high_watermark: r.log.high_watermark(),
+        cells: cells(cluster, &r.log),
+    }
+}
+
+/// A network scenario's step: every partition as its leader holds it (and each replica on a replicated
+/// cluster), read by fresh consumers from a copy of each leader's log, so that reading neither delivers
+/// the messages in flight nor fires a timer; and the messages in flight, then those held.
+pub fn network_step(index: usize, op: &NetOp, outcome: &str, differs: bool, runner: &NetworkRunner) -> Step {
+    let cluster = runner.cluster();
+    let tps: Vec<TopicPartition> = runner
+        .topics()
+        .iter()
+        .flat_map(|(topic, count)| (0..*count).map(move |p| TopicPartition::new(topic, p)))
+        .collect();
+    let led = tps.iter().filter(|tp| cluster.leader_of(tp).is_some_and(|id| !cluster.down.contains(&id)));
+    let logs = led.map(|tp| (tp.clone(), cluster.leader_log(tp).expect("a scenario partition").clone())).collect();
+    let mut reader = reading_cluster(cluster.config.clone(), cluster.coordinator().clone(), logs);
+    let partitions = tps
+        .iter()
+        .map(|tp| {
+            let start = cluster.leader_log(tp).expect("a scenario partition").log_start_offset();
+            let readings = if reader.broker.partitions.contains_key(tp) {
+                [IsolationLevel::ReadUncommitted, IsolationLevel::ReadCommitted]
+                    .map(|i| reading(&mut reader, i, tp, start))
+            } else {
+                let none = || Reading {
+                    from: start,
+                    offsets: vec![],
+                    values: vec![],
+                    position: None,
+                    error: Some("no leader".into()),
+                };
+                [none(), none()]
+            };
+            view(cluster, tp, readings)
+        })
+        .collect();
+    let in_flight = cluster.in_flight().map(network::describe);
+    let held = runner.held().iter().map(|e| format!("held: {}", network::describe(e)));
+    Step {
+        index,
+        op: network::describe_op(op),
+        outcome: outcome.to_string(),
+        differs,
+        partitions,
+        in_flight: in_flight.chain(held).collect(),
+    }
+}
+
+/// One broker that leads every partition of `logs`, with `coordinator` for the producers' names.
+fn reading_cluster(
+    config: EngineConfig,
+    coordinator: TransactionCoordinator,
+    logs: BTreeMap<TopicPartition, PartitionLog>,
+) -> Cluster {
     let mut topics: BTreeMap<String, u32> = BTreeMap::new();
-    for tp in broker.partitions.keys() {
+    for tp in logs.keys() {
         let count = topics.entry(tp.topic.clone()).or_insert(0);
         *count = (*count).max(tp.partition + 1);
     }
-    // A broker of its own that leads every partition, holding `broker`'s logs and coordinator: the readers
-    // read each partition as a consumer reads it from its leader, whichever broker `broker` was (a replay's
-    // coordinator broker follows the partitions others lead, and its fetch path refuses them).
-    let mut cluster = Cluster::new(&topics, broker.config.clone());
-    cluster.broker.partitions = broker.partitions.clone();
-    cluster.broker.coordinator = broker.coordinator.clone();
-    let partitions = broker.partitions.keys().map(|tp| partition(&mut cluster, tp)).collect();
-    Step { index, op, outcome, differs, partitions }
+    let mut cluster = Cluster::new(&topics, config);
+    cluster.broker.partitions = logs;
+    cluster.broker.coordinator = coordinator;
+    cluster
 }
 
 /// The step's lines of the text table (`txnsim scenario --show`).
 pub fn step_lines(step: &Step) -> Vec<String> {
     let mut lines = vec![format!("[{}] {}  =>  {}", step.index, step.op, step.outcome)];
+    if !step.in_flight.is_empty() {
+        lines.push(format!("      in flight: {}", step.in_flight.join("; ")));
+    }
     lines.extend(step.partitions.iter().flat_map(partition_lines));
     lines
 }
 
 /// The whole run as the HTML page draws it: the scenario's header, its steps and its verdict.
-pub fn story(sc: &Scenario, steps: Vec<Step>, verdict: String) -> Story {
-    Story { title: header(sc).remove(0), file: sc.file.clone(), source: sc.source.clone(), steps, verdict }
+pub fn story(sc: &Scenario, steps: Vec<Step>, verdict: String, passed: bool) -> Story {
+    Story { title: header(sc).remove(0), file: sc.file.clone(), source: sc.source.clone(), steps, verdict, passed }
 }
 
 fn producer_label(cluster: &Cluster, pid: i64) -> String {
@@ -132,12 +221,85 @@ fn producer_label(cluster: &Cluster, pid: i64) -> String {
     }
 }
 
-/// A partition's log as offset cells: each data record with its transaction and that transaction's fate
-/// (the producer's next marker on this partition, `ProducerStateManager`'s view), each marker, and the
-/// readers' deliveries from the log start.
+/// A partition as its leader holds it, read by fresh consumers of both levels from its log start.
 fn partition(cluster: &mut Cluster, tp: &TopicPartition) -> PartitionView {
-    let mutations = cluster.config.mutations.clone();
-    let log = cluster.leader_log(tp).expect("scenario partition").clone();
+    let start = cluster.leader_log(tp).expect("scenario partition").log_start_offset();
+    let readings =
+        [IsolationLevel::ReadUncommitted, IsolationLevel::ReadCommitted].map(|i| reading(cluster, i, tp, start));
+    view(cluster, tp, readings)
+}
+
+/// What a fresh consumer of `isolation` delivers reading `tp` from `from` to its end.
+fn reading(cluster: &mut Cluster, isolation: IsolationLevel, tp: &TopicPartition, from: u64) -> Reading {
+    match cluster.read(isolation, tp, from) {
+        Ok((records, position)) => Reading {
+            from,
+            offsets: records.iter().map(|r| r.offset).collect(),
+            values: records.into_iter().map(|r| r.value).collect(),
+            position: Some(position),
+            error: None,
+        },
+        Err(e) => Reading { from, offsets: vec![], values: vec![], position: None, error: Some(e.to_string()) },
+    }
+}
+
+/// The leader's log of `tp` (numbers, cells, aborted index) with the readers' deliveries, and each
+/// replica on a replicated cluster.
+fn view(cluster: &Cluster, tp: &TopicPartition, [read_uncommitted, read_committed]: [Reading; 2]) -> PartitionView {
+    let log = cluster.leader_log(tp).expect("scenario partition");
+    let aborted_index = log
+        .aborted_index()
+        .map(|a| AbortedEntry {
+            producer: producer_label(cluster, a.producer_id),
+            first_offset: a.first_offset,
+            last_offset: a.last_offset,
+            last_stable_offset: a.last_stable_offset,
+        })
+        .collect();
+    PartitionView {
+        name: tp.to_string(),
+        log_start_offset: log.log_start_offset(),
+        log_end_offset: log.log_end_offset(),
+        high_watermark: log.high_watermark(),
+        last_stable_offset: log.last_stable_offset(&cluster.config.mutations),
+        segment_bases: log.segments().iter().skip(1).map(|s| s.base_offset).collect(),
+        cells: cells(cluster, log),
+        aborted_index,
+        read_uncommitted,
+        read_committed,
+        replicas: replicas(cluster, tp),
+    }
+}
+
+/// Every replica of `tp` when it has more than one: who leads, who is in the ISR, who is down, and each
+/// one's own log and HW (a follower learns the HW on its next fetch; truncation shows as cells lost).
+fn replicas(cluster: &Cluster, tp: &TopicPartition) -> Vec<ReplicaView> {
+    let Some(registration) = cluster.controller.partitions.get(tp).filter(|r| r.replicas.len() > 1) else {
+        return Vec::new();
+    };
+    let state = &registration.state;
+    let brokers: Vec<&Broker> = cluster.brokers().collect();
+    registration
+        .replicas
+        .iter()
+        .filter_map(|&id| {
+            let log = brokers.get(id as usize)?.partition(tp)?;
+            Some(ReplicaView {
+                broker: id,
+                leader: state.leader == id,
+                in_isr: state.isr.contains(&id),
+                down: cluster.down.contains(&id),
+                log_end_offset: log.log_end_offset(),
+                high_watermark: log.high_watermark(),
+                cells: cells(cluster, log),
+            })
+        })
+        .collect()
+}
+
+/// A log as offset cells from its start: each data record with its transaction and that transaction's
+/// fate (the producer's next marker on this partition, `ProducerStateManager`'s view), each marker.
+fn cells(cluster: &Cluster, log: &PartitionLog) -> Vec<Cell> {
     let start = log.log_start_offset();
     let batches: Vec<_> = log.segments().iter().flat_map(|s| s.batches.iter()).collect();
     let mut cells = Vec::new();
@@ -198,45 +360,14 @@ fn partition(cluster: &mut Cluster, tp: &TopicPartition) -> PartitionView {
             }
         }
     }
-    let aborted_index = log
-        .aborted_index()
-        .map(|a| AbortedEntry {
-            producer: producer_label(cluster, a.producer_id),
-            first_offset: a.first_offset,
-            last_offset: a.last_offset,
-            last_stable_offset: a.last_stable_offset,
-        })
-        .collect();
-    let mut read = |isolation| match cluster.read(isolation, tp, start) {
-        Ok((records, position)) => Reading {
-            from: start,
-            offsets: records.iter().map(|r| r.offset).collect(),
-            values: records.into_iter().map(|r| r.value).collect(),
-            position: Some(position),
-            error: None,
-        },
-        Err(e) => Reading { from: start, offsets: vec![], values: vec![], position: None, error: Some(e.to_string()) },
-    };
-    let read_uncommitted = read(IsolationLevel::ReadUncommitted);
-    let read_committed = read(IsolationLevel::ReadCommitted);
-    PartitionView {
-        name: tp.to_string(),
-        log_start_offset: start,
-        log_end_offset: log.log_end_offset(),
-        high_watermark: log.high_watermark(),
-        last_stable_offset: log.last_stable_offset(&mutations),
-        segment_bases: log.segments().iter().skip(1).map(|s| s.base_offset).collect(),
-        cells,
-        aborted_index,
-        read_uncommitted,
-        read_committed,
-    }
+    cells
 }
 
-fn partition_lines(p: &PartitionView) -> Vec<String> {
+/// A log's cells as the text table writes them (`0:a  1:COMMIT(p)  |segment 2|`).
+fn log_text(cells: &[Cell], segment_bases: &[u64]) -> String {
     let mut entries = Vec::new();
-    let mut bases = p.segment_bases.iter().peekable();
-    for c in &p.cells {
+    let mut bases = segment_bases.iter().peekable();
+    for c in cells {
         while let Some(base) = bases.next_if(|b| **b <= c.offset) {
             entries.push(format!("|segment {base}|"));
         }
@@ -248,6 +379,14 @@ fn partition_lines(p: &PartitionView) -> Vec<String> {
         });
     }
     entries.extend(bases.map(|base| format!("|segment {base}|")));
+    if entries.is_empty() {
+        "(empty)".to_string()
+    } else {
+        entries.join("  ")
+    }
+}
+
+fn partition_lines(p: &PartitionView) -> Vec<String> {
     let start = if p.log_start_offset > 0 { format!(" start {}", p.log_start_offset) } else { String::new() };
     let mut lines = vec![format!(
         "      {}{start}  LEO {}  HW {}  LSO {}  log: {}",
@@ -255,8 +394,20 @@ fn partition_lines(p: &PartitionView) -> Vec<String> {
         p.log_end_offset,
         p.high_watermark,
         p.last_stable_offset,
-        if entries.is_empty() { "(empty)".to_string() } else { entries.join("  ") }
+        log_text(&p.cells, &p.segment_bases)
     )];
+    for r in &p.replicas {
+        let role = if r.leader { "leader" } else { "follower" };
+        let isr = if r.in_isr { "in the ISR" } else { "out of the ISR" };
+        let down = if r.down { ", down" } else { "" };
+        lines.push(format!(
+            "          broker {} ({role}, {isr}{down})  LEO {}  HW {}  log: {}",
+            r.broker,
+            r.log_end_offset,
+            r.high_watermark,
+            log_text(&r.cells, &[])
+        ));
+    }
     let index: Vec<String> = p
         .aborted_index
         .iter()
