@@ -34,6 +34,66 @@ read_committed on ctp-out: ['A', 'B']
 read_uncommitted on ctp-out: ['A', 'B', 'C', 'D']
 ";
 
+/// Each case mostly waits (on a client, a server, a timeout): four at a time, or one per core where there
+/// are more, unless `--test-threads` says otherwise. Filters and `--list` work as libtest's.
+fn main() {
+    let mut args = libtest_mimic::Arguments::from_args();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    args.test_threads = args.test_threads.or(Some(cores.max(4)));
+    let cases: [(&str, fn()); 15] = [
+        ("confluent_kafka_prints_the_seed_documents_lines", confluent_kafka_prints_the_seed_documents_lines),
+        (
+            "confluent_kafka_prints_the_seed_documents_lines_on_three_brokers",
+            confluent_kafka_prints_the_seed_documents_lines_on_three_brokers,
+        ),
+        (
+            "kafkas_java_client_prints_the_seed_documents_lines_on_three_brokers",
+            kafkas_java_client_prints_the_seed_documents_lines_on_three_brokers,
+        ),
+        ("kafka_python_commits_aborts_and_reads_both_levels", kafka_python_commits_aborts_and_reads_both_levels),
+        (
+            "confluent_kafka_sees_aborted_records_when_fetch_skips_the_index",
+            confluent_kafka_sees_aborted_records_when_fetch_skips_the_index,
+        ),
+        ("serve_reports_a_state_violation_and_exits_1", serve_reports_a_state_violation_and_exits_1),
+        (
+            "confluent_kafka_consume_transform_produce_commits_offsets_with_the_transaction",
+            confluent_kafka_consume_transform_produce_commits_offsets_with_the_transaction,
+        ),
+        (
+            "kafkas_java_client_consume_transform_produce_commits_offsets_with_the_transaction",
+            kafkas_java_client_consume_transform_produce_commits_offsets_with_the_transaction,
+        ),
+        (
+            "serve_reports_offsets_visible_before_their_transaction_commits",
+            serve_reports_offsets_visible_before_their_transaction_commits,
+        ),
+        ("confluent_kafka_sees_its_transaction_time_out", confluent_kafka_sees_its_transaction_time_out),
+        (
+            "confluent_kafka_commits_after_the_partitions_leader_crashes",
+            confluent_kafka_commits_after_the_partitions_leader_crashes,
+        ),
+        (
+            "confluent_kafka_commits_after_the_coordinators_broker_crashes",
+            confluent_kafka_commits_after_the_coordinators_broker_crashes,
+        ),
+        (
+            "kafkas_java_client_commits_after_the_partitions_leader_crashes",
+            kafkas_java_client_commits_after_the_partitions_leader_crashes,
+        ),
+        (
+            "kafkas_java_client_commits_after_the_coordinators_broker_crashes",
+            kafkas_java_client_commits_after_the_coordinators_broker_crashes,
+        ),
+        (
+            "a_log_read_back_waits_for_an_open_transactions_marker",
+            a_log_read_back_waits_for_an_open_transactions_marker,
+        ),
+    ];
+    let trials = cases.into_iter().map(|(name, case)| libtest_mimic::Trial::test(name, move || Ok(case())));
+    libtest_mimic::run(&args, trials.collect()).exit();
+}
+
 /// Runs a script from scripts/ against the server; returns its stdout.
 fn run_script(script: &str, server: &Server) -> String {
     run(python(script, &server.addresses[0], &[]), script)
@@ -49,7 +109,6 @@ fn producer_id(timeline: &str) -> String {
         .to_string()
 }
 
-#[test]
 fn confluent_kafka_prints_the_seed_documents_lines() {
     // Kafka's tests run with no initial rebalance delay too; the default 3 s would add 9 s here.
     let server = Server::start("seed", &["--group-initial-rebalance-delay-ms", "0"]);
@@ -77,7 +136,6 @@ fn confluent_kafka_prints_the_seed_documents_lines() {
 /// learns the other two and the leader from Metadata; the same lines come out, and every
 /// replica's log holds the markers and the index entry at the leader's offsets (followers rebuild the
 /// index from the batches they fetch).
-#[test]
 fn confluent_kafka_prints_the_seed_documents_lines_on_three_brokers() {
     let server = Server::start("seed-3-brokers", &SEED_THREE_BROKERS);
     let out = run(python("seed_experiment.py", &server.addresses[0], &["3"]), "seed_experiment.py");
@@ -112,14 +170,12 @@ fn assert_seed_on_three_brokers(out: &str, timeline: &str) {
 /// The seed document's experiment in Kafka's own Java client 4.3.1 (whose transaction manager every other
 /// client follows), on the seed's three brokers under transaction version 2: the same lines, markers and
 /// index.
-#[test]
 fn kafkas_java_client_prints_the_seed_documents_lines_on_three_brokers() {
     let server = Server::start("java-seed-3-brokers", &SEED_THREE_BROKERS);
     let out = run(java("seed", &server.addresses[0], &["3"]), "JavaClients.java seed");
     assert_seed_on_three_brokers(&out, &server.stop_clean());
 }
 
-#[test]
 fn kafka_python_commits_aborts_and_reads_both_levels() {
     let server = Server::start("kafka-python", &[]);
     let out = run_script("kafka_python_txn.py", &server);
@@ -135,7 +191,6 @@ fn kafka_python_commits_aborts_and_reads_both_levels() {
 /// The gate's wire tests can fail: with the fetch ignoring the aborted index (KAFKA-5376's shape), the
 /// same script's read_committed consumers deliver the aborted records. No state invariant sees a fetch,
 /// so serve itself exits clean; the client's output is the witness.
-#[test]
 fn confluent_kafka_sees_aborted_records_when_fetch_skips_the_index() {
     let server = Server::start(
         "seed-skip-index",
@@ -155,7 +210,6 @@ fn confluent_kafka_sees_aborted_records_when_fetch_skips_the_index() {
 
 /// An abort that leaves no index entry breaks a state invariant: serve reports it on stderr the moment
 /// the marker is written and exits 1.
-#[test]
 fn serve_reports_a_state_violation_and_exits_1() {
     let server = Server::start(
         "seed-no-index-entry",
@@ -172,7 +226,6 @@ fn serve_reports_a_state_violation_and_exits_1() {
 /// AddOffsetsToTxn and TxnOffsetCommit; the group's offset moves with the committed transaction only, and
 /// the consumer's committed() is an OffsetFetch with require_stable (KIP-447). Group `ctp-group` lives on
 /// `__consumer_offsets/47`, where the two transactions' offsets and markers land.
-#[test]
 fn confluent_kafka_consume_transform_produce_commits_offsets_with_the_transaction() {
     let server = Server::start("ctp", &["--group-initial-rebalance-delay-ms", "0"]);
     let out = run_script("consume_transform_produce.py", &server);
@@ -213,7 +266,6 @@ fn ctp_offsets_log(pid: &str) -> Vec<String> {
 /// TxnOffsetCommit v5 adds the offsets partition (KIP-890 part 2), and each transaction's end bumps the
 /// epoch, so the aborted transaction's offsets go at epoch 1. Its plain producer is idempotent by default
 /// and takes the first producer id, so the transactional one is read off its TxnOffsetCommit.
-#[test]
 fn kafkas_java_client_consume_transform_produce_commits_offsets_with_the_transaction() {
     let server = Server::start("java-ctp", &["--group-initial-rebalance-delay-ms", "0"]);
     let out = run(java("ctp", &server.addresses[0], &[]), "JavaClients.java ctp");
@@ -233,7 +285,6 @@ fn kafkas_java_client_consume_transform_produce_commits_offsets_with_the_transac
 
 /// The same script with the transaction's offsets committed at TxnOffsetCommit: the aborted offset 4 is
 /// what the group gets, the new member finds nothing left to read, and serve reports the invariant.
-#[test]
 fn serve_reports_offsets_visible_before_their_transaction_commits() {
     let server = Server::start(
         "ctp-visible-before-commit",
@@ -252,7 +303,6 @@ fn serve_reports_offsets_visible_before_their_transaction_commits() {
 /// `--transaction-abort-timed-out-transaction-cleanup-interval-ms 100`: the producer's transaction
 /// (timeout 1 s) is still open 3 s later, so the coordinator's scan has aborted it with an epoch bump (an
 /// ABORT marker at 1, an index entry), and the late commit is fenced; read_committed sees nothing.
-#[test]
 fn confluent_kafka_sees_its_transaction_time_out() {
     let server = Server::start(
         "tt",
@@ -378,7 +428,6 @@ const COORDINATOR_ELECTION: [&str; 3] = [
 /// `crash 1` to serve's stdin, then lets the script commit. The controller elects broker 2 for both, the
 /// coordinator's COMMIT marker lands there, the group coordinator moves there, and read_committed reads
 /// exactly the two records. Broker 1 restarts and serve reports no violation throughout.
-#[test]
 fn confluent_kafka_commits_after_the_partitions_leader_crashes() {
     assert_commit_survives(1, LIBRDKAFKA_CRASH, BROKER_CRASH_LINES, &LEADER_ELECTION, "broker-2");
 }
@@ -387,7 +436,6 @@ fn confluent_kafka_commits_after_the_partitions_leader_crashes() {
 /// the transaction open. Broker 1 takes the log over at leader epoch 1, so it coordinates; librdkafka
 /// finds it (FindCoordinator) and commits there, and broker 1 writes the COMMIT marker to its own
 /// `crash-demo/0`; the consumer reads while broker 0 is down.
-#[test]
 fn confluent_kafka_commits_after_the_coordinators_broker_crashes() {
     let lines = BROKER_CRASH_LINES.replace("crash-demo/0: 2", "crash-demo/0: 1");
     assert_commit_survives(0, LIBRDKAFKA_CRASH, &lines, &COORDINATOR_ELECTION, "broker-1");
@@ -395,7 +443,6 @@ fn confluent_kafka_commits_after_the_coordinators_broker_crashes() {
 
 /// The partition's leader crashes between the flush and the commit, with Kafka's Java client: the same
 /// election, marker and reads as librdkafka's.
-#[test]
 fn kafkas_java_client_commits_after_the_partitions_leader_crashes() {
     assert_commit_survives(1, JAVA_CRASH, BROKER_CRASH_LINES, &LEADER_ELECTION, "broker-2");
 }
@@ -403,7 +450,6 @@ fn kafkas_java_client_commits_after_the_partitions_leader_crashes() {
 /// The coordinator's broker crashes between the flush and the commit, with Kafka's Java client: it finds
 /// the new coordinator, broker 1, whose `__transaction_state` writes wait for broker 2 (its one fetcher to
 /// broker 1 takes the log up on its next fetch), and EndTxn is answered once the write is replicated.
-#[test]
 fn kafkas_java_client_commits_after_the_coordinators_broker_crashes() {
     let lines = BROKER_CRASH_LINES.replace("crash-demo/0: 2", "crash-demo/0: 1");
     assert_commit_survives(0, JAVA_CRASH, &lines, &COORDINATOR_ELECTION, "broker-1");
@@ -413,7 +459,6 @@ fn kafkas_java_client_commits_after_the_coordinators_broker_crashes() {
 /// before it writes the markers, so a log read at once can lack a COMMIT marker that a later read_committed
 /// reader has passed (on real Kafka that read raised a false precommitted-read). With a transaction held
 /// open the read-back is still waiting a second later, and once the commit is made it holds the marker.
-#[test]
 fn a_log_read_back_waits_for_an_open_transactions_marker() {
     let server = Server::start("open-transaction", &[]);
     let what = "open_transaction.py";
