@@ -90,7 +90,12 @@ fn main() {
             a_log_read_back_waits_for_an_open_transactions_marker,
         ),
     ];
-    let trials = cases.into_iter().map(|(name, case)| libtest_mimic::Trial::test(name, move || Ok(case())));
+    let trials = cases.into_iter().map(|(name, case)| {
+        libtest_mimic::Trial::test(name, move || {
+            case();
+            Ok(())
+        })
+    });
     libtest_mimic::run(&args, trials.collect()).exit();
 }
 
