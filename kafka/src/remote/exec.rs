@@ -215,6 +215,7 @@ struct Done {
 /// Routes delivery reports into the history: the opaque is the send's call id.
 struct Ctx {
     rec: Shared,
+    delivered: Mutex<DeliveredOffsets>,
 }
 
 impl ClientContext for Ctx {}
@@ -224,22 +225,44 @@ impl ProducerContext for Ctx {
 
     fn delivery(&self, result: &DeliveryResult<'_>, call_id: usize) {
         let outcome = match result {
-            Ok(m) => delivered_at(m.offset()),
+            Ok(m) => {
+                let tp = TopicPartition::new(m.topic(), m.partition() as u32);
+                self.delivered.lock().unwrap_or_else(|e| e.into_inner()).outcome(tp, m.offset())
+            }
             Err((e, _)) => CallOutcome::Failed { error: error_name(e) },
         };
         lock(&self.rec).complete(call_id as u64, outcome);
     }
 }
 
-/// A successful delivery report's outcome. librdkafka reports success with offset -1001
-/// (`RD_KAFKA_OFFSET_INVALID`) when a retry is answered DUPLICATE_SEQUENCE_NUMBER: the first send was
-/// written, where is unknown (`rd_kafka_handle_Produce_error`). That is no offset: the send is recorded as
-/// unknown, not as an acknowledgement at offset 2^64 - 1001 (which, seen on real Kafka, raised a false
-/// inconsistent-offsets and nonmonotonic-send).
-pub fn delivered_at(offset: i64) -> CallOutcome {
-    match Offset::try_from(offset) {
-        Ok(o) => CallOutcome::Sent { first_offset: o, last_offset: o, duplicate: false },
-        Err(_) => CallOutcome::Unknown,
+/// One producer's successful delivery reports as outcomes, in the order librdkafka reports them.
+///
+/// librdkafka reports success with offset -1001 (`RD_KAFKA_OFFSET_INVALID`) when a retry is answered
+/// DUPLICATE_SEQUENCE_NUMBER by a broker that gives no offset (`rd_kafka_handle_Produce_error`). A broker
+/// that answers it with base offset -1 makes librdkafka report -1, 0, 1, ... for the batch's records
+/// (base plus each record's delta). Either way the records were written earlier, where is unknown: they
+/// are recorded as unknown, not as acknowledgements at 2^64 - 1001 or at 0, 1 (which raised false
+/// inconsistent-offsets and nonmonotonic-send). A run of offsets -1, 0, 1, ... on one partition is one
+/// such batch: its records' real offsets are all above -1 + their index, and a later batch's are above
+/// the run's, so a real offset never continues the run.
+#[derive(Default)]
+pub struct DeliveredOffsets {
+    /// Per partition, the last offset of a run that began at -1.
+    runs: BTreeMap<TopicPartition, i64>,
+}
+
+impl DeliveredOffsets {
+    pub fn outcome(&mut self, tp: TopicPartition, offset: i64) -> CallOutcome {
+        let continues = offset == -1 || self.runs.get(&tp).is_some_and(|last| offset == last + 1);
+        if continues {
+            self.runs.insert(tp, offset);
+            return CallOutcome::Unknown;
+        }
+        self.runs.remove(&tp);
+        match Offset::try_from(offset) {
+            Ok(o) => CallOutcome::Sent { first_offset: o, last_offset: o, duplicate: false },
+            Err(_) => CallOutcome::Unknown,
+        }
     }
 }
 
@@ -432,7 +455,7 @@ impl Seed<'_> {
         c.set("retry.backoff.ms", "20");
         c.set("retry.backoff.max.ms", "100");
         let client: BaseProducer<Ctx> = c
-            .create_with_context(Ctx { rec: self.rec.clone() })
+            .create_with_context(Ctx { rec: self.rec.clone(), delivered: Mutex::default() })
             .map_err(|e| format!("producer {}: {e}", slot.spec.name))?;
         Ok(Arc::new(client))
     }
