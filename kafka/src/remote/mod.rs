@@ -217,8 +217,16 @@ pub fn run_target_sweep(args: &TargetArgs) -> ExitCode {
     progress.finish();
 
     let _ = writeln!(out, "checked: {}", CHECKED.map(|i| i.name()).join(", "));
+    // One line per reason, naming every invariant it keeps from being checked.
+    let mut reasons: Vec<(&str, Vec<&str>)> = Vec::new();
     for (i, why) in file::not_checked() {
-        let _ = writeln!(out, "not checked: {} ({why})", i.name());
+        match reasons.iter_mut().find(|(w, _)| *w == why) {
+            Some((_, names)) => names.push(i.name()),
+            None => reasons.push((why, vec![i.name()])),
+        }
+    }
+    for (why, names) in reasons {
+        let _ = writeln!(out, "not checked ({why}): {}", names.join(", "));
     }
     let _ = writeln!(
         out,
