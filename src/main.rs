@@ -92,6 +92,12 @@ struct SweepCmd {
     /// With --target: save every seed's history and the logs read back to this file, for `check-history`.
     #[arg(long, value_name = "FILE", requires = "target")]
     history: Option<PathBuf>,
+    /// With --target: how long, after every transaction ended, a partition's LSO may take to reach its HW
+    /// before the transaction holding it is reported hanging (`lso-reaches-high-watermark`). The default
+    /// outlasts the profiles' transaction timeouts and Kafka's 10 s abort scan; raise it for a cluster
+    /// whose `transaction.abort.timed.out.transaction.cleanup.interval.ms` is longer.
+    #[arg(long, value_name = "MS", default_value_t = 30_000, requires = "target", value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    settle_ms: u64,
 }
 
 /// The corpus in this checkout, so `txnsim run` works from any directory.
@@ -155,7 +161,7 @@ fn main() -> ExitCode {
             stop_sweep_on_signals();
             txnsim_sim::cli::run_sweep(&sim)
         }
-        Command::Sweep(SweepCmd { sim, target: Some(target), history }) => {
+        Command::Sweep(SweepCmd { sim, target: Some(target), history, settle_ms }) => {
             txnsim_kafka::remote::run_target_sweep(&txnsim_kafka::remote::TargetArgs {
                 target,
                 seeds: sim.seeds,
@@ -164,6 +170,7 @@ fn main() -> ExitCode {
                 jobs: sim.jobs.unwrap_or(1),
                 history,
                 json: sim.json,
+                settle: std::time::Duration::from_millis(settle_ms),
             })
         }
         Command::CheckHistory { file } => txnsim_kafka::remote::file::run_check_history(&file),

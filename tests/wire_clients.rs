@@ -475,7 +475,7 @@ fn a_log_read_back_waits_for_an_open_transactions_marker() {
     assert_eq!(line, "open\n", "{what} holds its transaction open");
     let addresses = server.addresses.clone();
     let reader = std::thread::spawn(move || {
-        txnsim_kafka::remote::wire::read_logs(&addresses, &[TopicPartition::new("open-demo", 0)])
+        txnsim_kafka::remote::wire::read_logs(&addresses, &[TopicPartition::new("open-demo", 0)], SCRIPT_TIMEOUT)
     });
     std::thread::sleep(Duration::from_secs(1));
     let early = reader.is_finished();
@@ -484,6 +484,7 @@ fn a_log_read_back_waits_for_an_open_transactions_marker() {
     assert!(status.success(), "{what} exited {status}");
     assert!(!early, "the read-back returned while the transaction was open");
     let logs = reader.join().expect("the read-back").expect("the read-back succeeds");
+    assert_eq!(logs[0].last_stable_offset, Some(logs[0].high_watermark), "read once the LSO reached the HW");
     let last = logs[0].batches.last().map(|b| b.body.clone());
     assert!(
         matches!(&last, Some(BatchBody::Control(Some(m))) if m.result == TransactionResult::Commit),

@@ -18,7 +18,8 @@ use std::time::Duration;
 const SWEEP_TIMEOUT: Duration = Duration::from_secs(240);
 
 const CHECKED: &str = "checked: aborted-read, precommitted-read, partial-read, lost-write, duplicate, \
-inconsistent-offsets, poll-skip, nonmonotonic-poll, nonmonotonic-send, read-uncommitted-superset";
+inconsistent-offsets, poll-skip, nonmonotonic-poll, nonmonotonic-send, read-uncommitted-superset, \
+lso-reaches-high-watermark";
 
 /// The invariants a real cluster cannot be checked for from outside, a line per reason.
 const NOT_CHECKED: [&str; 4] = [
@@ -32,7 +33,7 @@ position-reaches-lso",
     "not checked (librdkafka speaks transaction version 1, where KIP-890's late batch and late EndTxn break it, as \
 in Kafka): failed-send-committed, committed-writes-committed",
     "not checked (needs the coordinator's state after the run): decided-transactions-complete, \
-lso-reaches-high-watermark, open-transactions-time-out, reader-catches-up",
+open-transactions-time-out, reader-catches-up",
 ];
 
 fn tmp(name: &str) -> PathBuf {
@@ -230,6 +231,36 @@ fn skip_aborted_index_on_fetch_is_reported_as_aborted_read_with_a_saved_history(
     std::fs::remove_file(path).ok();
     // The mutation is on the fetch path only: the broker's own state stays consistent.
     server.stop_clean();
+}
+
+/// A hanging transaction on any cluster: under `markers-to-subset-of-partitions` serve's coordinator writes
+/// a commit's marker to its first partition only, so on the others the transaction never ends and the LSO
+/// stays below the HW. Once `--settle-ms` has passed after the workload, the sweep reports
+/// `lso-reaches-high-watermark` with the partition and the producer holding it (it used to give up on the
+/// whole run with exit 2), saves the history, and `check-history` finds the same offline.
+#[test]
+fn a_hanging_transaction_is_reported_with_the_producer_holding_the_lso() {
+    let server = Server::start("target-hanging", &["--mutation", "markers-to-subset-of-partitions"]);
+    let url = format!("kafka://{}", server.addresses[0]);
+    let history = tmp("target-hanging.history.json");
+    let args = ["sweep", "--target", &url, "--seeds", "1", "--from", "2", "--settle-ms", "2000"];
+    let (code, out, err) =
+        txnsim(&[&args[..], &["--history", history.to_str().expect("utf-8")]].concat(), SWEEP_TIMEOUT);
+    assert_eq!(code, 1, "a violation, not bad input:\n{out}\n{err}");
+    let hanging: Vec<&str> = out.lines().filter(|l| l.contains(": lso-reaches-high-watermark (seen ")).collect();
+    assert_eq!(hanging.len(), 1, "seed 2 reports its hanging transaction:\n{out}");
+    let witness = hanging[0].split("): ").nth(1).expect("a witness");
+    assert!(
+        witness.contains(": LSO ")
+            && witness.contains(" below HW ")
+            && witness.contains("holds it with the transaction it opened there"),
+        "the witness names the partition, its LSO and HW, and the producer: {witness}"
+    );
+    let (code, recheck, err) = txnsim(&["check-history", history.to_str().expect("utf-8")], Duration::from_secs(60));
+    assert_eq!(code, 1, "check-history finds it offline:\n{recheck}\n{err}");
+    assert!(recheck.lines().any(|l| l == hanging[0]), "the same witness offline:\n{recheck}");
+    std::fs::remove_file(&history).ok();
+    server.stop();
 }
 
 /// The same workload against `serve --brokers 3` at replication factor 3 (the sweep's topics take the

@@ -309,6 +309,8 @@ pub struct Target<'a> {
     pub brokers: &'a [String],
     /// Prefix of every topic and transactional id of this run: `txnsim-<run>-s<seed>`.
     pub prefix: String,
+    /// How long a partition's LSO may take to reach its HW once every transaction ended.
+    pub settle: Duration,
 }
 
 struct Seed<'a> {
@@ -403,7 +405,7 @@ pub fn run_seed(target: &Target<'_>, profile: Profile, seed: u64) -> Result<Seed
     }
     s.workload();
     s.finish_producers();
-    let logs = wire::read_logs(target.brokers, &s.partitions)?;
+    let logs = wire::read_logs(target.brokers, &s.partitions, target.settle)?;
     for spec in [FRESH_COMMITTED, FRESH_UNCOMMITTED].map(|name| ConsumerSpec {
         name: name.to_string(),
         isolation: if name == FRESH_COMMITTED {

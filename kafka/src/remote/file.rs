@@ -46,7 +46,7 @@ impl SavedSeed {
 
 /// The invariants a target sweep checks: the history invariants over what the application and readers
 /// saw, judged against the logs read back, and the client-intent check that needs no broker internals.
-pub const CHECKED: [Invariant; 10] = [
+pub const CHECKED: [Invariant; 11] = [
     Invariant::AbortedRead,
     Invariant::PrecommittedRead,
     Invariant::PartialRead,
@@ -57,6 +57,7 @@ pub const CHECKED: [Invariant; 10] = [
     Invariant::NonmonotonicPoll,
     Invariant::NonmonotonicSend,
     Invariant::UncommittedSupersetOfCommitted,
+    Invariant::LsoReachesHighWatermark,
 ];
 
 /// Why each invariant outside `CHECKED` cannot run against a real cluster.
@@ -94,9 +95,9 @@ fn delivered(history: &History, consumer: &str, tp: &TopicPartition) -> Vec<(Off
 }
 
 /// Runs every invariant in `CHECKED` on one seed's history and logs.
-pub fn check_seed(history: &History, logs: &[WireLog]) -> Result<Vec<Violation>, String> {
+pub fn check_seed(history: &History, wire_logs: &[WireLog]) -> Result<Vec<Violation>, String> {
     let logs: BTreeMap<TopicPartition, PartitionLog> =
-        logs.iter().map(|l| Ok((l.topic_partition(), l.to_partition_log()?))).collect::<Result<_, String>>()?;
+        wire_logs.iter().map(|l| Ok((l.topic_partition(), l.to_partition_log()?))).collect::<Result<_, String>>()?;
     let mut out = check_history(history, &logs);
     // A record a reader delivered beyond the log read back: the log holds no value where the poll saw one.
     for e in &history.events {
@@ -109,6 +110,7 @@ pub fn check_seed(history: &History, logs: &[WireLog]) -> Result<Vec<Violation>,
             ));
         }
     }
+    out.extend(wire_logs.iter().filter_map(hanging));
     for tp in logs.keys() {
         // The two fresh readers started from 0 after the last write; read_committed's records are
         // compared below the point read_uncommitted reached.
@@ -119,6 +121,25 @@ pub fn check_seed(history: &History, logs: &[WireLog]) -> Result<Vec<Violation>,
         out.extend(check_read_superset(tp, 0, &ru, &rc));
     }
     Ok(out)
+}
+
+/// `lso-reaches-high-watermark` on a real cluster: after every transaction ended and the coordinator's
+/// timeout aborts had time to run, the LSO still stands below the HW. The transaction holding it is the
+/// producer's whose batch starts at the LSO (the first offset of the earliest open transaction).
+fn hanging(log: &WireLog) -> Option<Violation> {
+    let lso = log.last_stable_offset.filter(|lso| *lso < log.high_watermark)?;
+    let holder = log.batches.iter().find(|b| b.base_offset == lso).and_then(|b| b.producer).map_or_else(
+        || "no batch starts there".to_string(),
+        |p| format!("producer id {} (epoch {}) holds it with the transaction it opened there", p.producer_id, p.epoch),
+    );
+    Some(Violation::new(
+        Invariant::LsoReachesHighWatermark,
+        format!(
+            "{}: LSO {lso} below HW {} after every transaction ended and the coordinator's timeout had passed: {holder}",
+            log.topic_partition(),
+            log.high_watermark
+        ),
+    ))
 }
 
 /// One line per violated invariant: its first witness and how many times it was seen.

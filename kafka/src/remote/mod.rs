@@ -38,6 +38,8 @@ pub struct TargetArgs {
     pub history: Option<PathBuf>,
     /// Also write the report as JSON to this file, or to stdout with `-` (the text then goes to stderr).
     pub json: Option<PathBuf>,
+    /// How long the LSO may take to reach the HW after every transaction ended (`--settle-ms`).
+    pub settle: std::time::Duration,
 }
 
 /// The brokers of a `kafka://HOST:PORT[,HOST:PORT...]` URL.
@@ -147,7 +149,7 @@ pub fn run_target_sweep(args: &TargetArgs) -> ExitCode {
                     break;
                 }
                 let seed = args.from + index;
-                let target = exec::Target { brokers, prefix: format!("txnsim-{run}-s{seed}") };
+                let target = exec::Target { brokers, prefix: format!("txnsim-{run}-s{seed}"), settle: args.settle };
                 let result = exec::run_seed(&target, profile, seed).and_then(|r| {
                     let v = file::check_seed(&r.history, &r.logs)?;
                     Ok((r, v))
