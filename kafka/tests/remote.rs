@@ -34,3 +34,53 @@ fn a_batch_reported_from_base_offset_minus_one_is_unknown_throughout() {
         "t/0's run -1, 0, 1 is one duplicate batch; t/1's offsets are its own"
     );
 }
+
+/// A fake broker on loopback that answers every Fetch from `answers` in turn (the last one again once
+/// they run out): `true` names the partition (HW 0, nothing to read), `false` answers with no topic at
+/// all, as a broker may when it answers early with nothing.
+fn fake_fetch_broker(answers: Vec<bool>) -> String {
+    use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+    use kafka_protocol::messages::{FetchResponse, RequestHeader, ResponseHeader, TopicName};
+    use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let address = listener.local_addr().expect("bound").to_string();
+    std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().expect("the read-back connects");
+        let mut answers = answers.into_iter().peekable();
+        let mut last = false;
+        while let Ok(Some(mut request)) = txnsim_kafka::frame::read_frame(&mut stream) {
+            let header = RequestHeader::decode(&mut request, 2).expect("a v2 request header (Fetch v12)");
+            last = answers.next().unwrap_or(last);
+            let mut response = FetchResponse::default();
+            if last {
+                let mut p = PartitionData::default();
+                p.partition_index = 0;
+                let mut t = FetchableTopicResponse::default();
+                t.topic = TopicName(StrBytes::from_static_str("t"));
+                t.partitions = vec![p];
+                response.responses = vec![t];
+            }
+            let mut body = bytes::BytesMut::new();
+            let mut rh = ResponseHeader::default();
+            rh.correlation_id = header.correlation_id;
+            rh.encode(&mut body, FetchResponse::header_version(12)).expect("encode");
+            response.encode(&mut body, 12).expect("encode");
+            std::io::Write::write_all(&mut stream, &txnsim_kafka::frame::frame(&body)).expect("answer");
+        }
+    });
+    address
+}
+
+/// A broker may answer a Fetch early with nothing: the read-back fetches again, as a consumer does,
+/// and only a broker that never names the partition fails it (with how many answers it got).
+#[test]
+fn a_read_back_fetches_again_after_an_empty_answer() {
+    use txnsim_kafka::remote::wire::{fetch_log, Conn, Isolation};
+    let tp = TopicPartition::new("t", 0);
+    let mut conn = Conn::connect(&fake_fetch_broker(vec![false, false, true])).expect("connect");
+    let view = fetch_log(&mut conn, &tp, Isolation::ReadUncommitted).expect("the third answer names t/0");
+    assert_eq!((view.high_watermark, view.batches.len()), (0, 0));
+    let mut conn = Conn::connect(&fake_fetch_broker(vec![false])).expect("connect");
+    let e = fetch_log(&mut conn, &tp, Isolation::ReadUncommitted).expect_err("never a partition");
+    assert_eq!(e, "t/0: 50 Fetch answers in a row had no such partition");
+}

@@ -316,6 +316,11 @@ pub struct FetchView {
     pub batches: Vec<RecordBatch>,
 }
 
+/// How long one read-back Fetch may wait for data (a consumer's `fetch.max.wait.ms` is 500).
+const FETCH_WAIT_MS: i32 = 100;
+/// Fetch answers in a row without data before a read-back gives up (about 5 s of waiting).
+const EMPTY_FETCHES: u32 = 50;
+
 /// Reads `tp` on the broker behind `conn` at `isolation`, from its log start to the end its answers give,
 /// as a consumer's Fetch (replica id -1; v12, whose consumer fetches a follower also answers, KIP-392).
 pub fn fetch_log(conn: &mut Conn, tp: &TopicPartition, isolation: Isolation) -> Result<FetchView, String> {
@@ -327,6 +332,10 @@ pub fn fetch_log(conn: &mut Conn, tp: &TopicPartition, isolation: Isolation) -> 
         batches: Vec::new(),
     };
     let mut next: Offset = 0;
+    // A broker may answer a Fetch early with nothing (no partition, or no whole batch yet): a consumer
+    // fetches again. Each Fetch may wait up to FETCH_WAIT_MS for data; a read that gets nothing that
+    // many times in a row fails.
+    let mut empty = 0;
     loop {
         let mut partition = FetchPartition::default();
         partition.partition = tp.partition as i32;
@@ -337,19 +346,25 @@ pub fn fetch_log(conn: &mut Conn, tp: &TopicPartition, isolation: Isolation) -> 
         topic.partitions = vec![partition];
         let mut request = FetchRequest::default();
         request.replica_id = BrokerId(-1);
-        request.max_wait_ms = 0;
-        request.min_bytes = 0;
+        request.max_wait_ms = FETCH_WAIT_MS;
+        request.min_bytes = 1;
         request.max_bytes = FETCH_BYTES;
         request.isolation_level = isolation as i8;
         request.session_epoch = -1;
         request.topics = vec![topic];
         let response = conn.call(FETCH_VERSION, &request)?;
-        let data = response
+        let Some(data) = response
             .responses
             .into_iter()
             .flat_map(|t| t.partitions)
             .find(|p| p.partition_index == tp.partition as i32)
-            .ok_or_else(|| format!("{tp}: the Fetch answer has no such partition"))?;
+        else {
+            empty += 1;
+            if empty >= EMPTY_FETCHES {
+                return Err(format!("{tp}: {EMPTY_FETCHES} Fetch answers in a row had no such partition"));
+            }
+            continue;
+        };
         if data.error_code == OFFSET_OUT_OF_RANGE && next == 0 && data.log_start_offset > 0 {
             next = data.log_start_offset as Offset; // the log starts later: read from there
             continue;
@@ -385,7 +400,14 @@ pub fn fetch_log(conn: &mut Conn, tp: &TopicPartition, isolation: Isolation) -> 
             view.batches.push(batch);
         }
         if next == before {
-            return Err(format!("{tp}: Fetch from {next} returned no complete batch below {end}"));
+            empty += 1;
+            if empty >= EMPTY_FETCHES {
+                return Err(format!(
+                    "{tp}: {EMPTY_FETCHES} Fetches from {next} returned no complete batch below {end}"
+                ));
+            }
+        } else {
+            empty = 0;
         }
     }
 }
