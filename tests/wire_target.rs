@@ -206,7 +206,9 @@ fn skip_aborted_index_on_fetch_is_reported_as_aborted_read_with_a_saved_history(
     assert!(!aborted_read.is_empty(), "no seed reported aborted-read:\n{out}");
     for l in &aborted_read {
         assert!(
-            l.contains("(read_committed) on txnsim-") && l.contains("'s transaction aborted at "),
+            l.contains("(read_committed) on txnsim-")
+                && l.contains(" of an aborted transaction of producer id ")
+                && l.contains("(its ABORT marker at offset "),
             "the witness names the reader, the record and the ABORT marker: {l}"
         );
     }

@@ -400,7 +400,7 @@ fn check_committed_read(
         match t.marker {
             Some(m) if m.result == TransactionResult::Abort => out.push(Violation::new(
                 Invariant::AbortedRead,
-                format!("{who}: delivered offset {offset} ({value:?}) of producer {}'s transaction aborted at {}", t.producer_id, m.offset),
+                format!("{who}: delivered offset {offset} ({value:?}) of an aborted transaction of producer id {} (its ABORT marker at offset {})", t.producer_id, m.offset),
             )),
             Some(m) if m.offset >= hw => out.push(Violation::new(
                 Invariant::PrecommittedRead,
