@@ -99,7 +99,7 @@ pub fn step(i: usize, op: &Op, outcome: &str, differs: bool, cluster: Option<&mu
 /// of its own (so reading leaves the snapshot as it was).
 pub fn broker_step(index: usize, op: String, outcome: String, differs: bool, broker: &Broker) -> Step {
     let mut topics: BTreeMap<String, u32> = BTreeMap::new();
-    for tp in broker.partitions.keys() {
+    for tp in broker.replica_manager.logs.keys() {
         let count = topics.entry(tp.topic.clone()).or_insert(0);
         *count = (*count).max(tp.partition + 1);
     }
@@ -107,9 +107,9 @@ pub fn broker_step(index: usize, op: String, outcome: String, differs: bool, bro
     // read each partition as a consumer reads it from its leader, whichever broker `broker` was (a replay's
     // coordinator broker follows the partitions others lead, and its fetch path refuses them).
     let mut cluster = Cluster::new(&topics, broker.config.clone());
-    cluster.broker.partitions = broker.partitions.clone();
+    cluster.broker.replica_manager.logs = broker.replica_manager.logs.clone();
     cluster.broker.coordinator = broker.coordinator.clone();
-    let partitions = broker.partitions.keys().map(|tp| partition(&mut cluster, tp)).collect();
+    let partitions = broker.replica_manager.logs.keys().map(|tp| partition(&mut cluster, tp)).collect();
     Step { index, op, outcome, differs, partitions }
 }
 

@@ -24,6 +24,10 @@
 //! Answers may be deferred (a JoinGroup waits for the rebalance): handlers send them through `Effects`.
 //! Time-based transitions are driven by `tick`, which the driver calls by `next_deadline_ms`.
 
+mod runtime;
+
+pub use runtime::{verification_error, CoordinatorRuntime, GroupCtx, PendingOffsetsVerification, TxnOffsetCommit};
+
 use crate::config::EngineConfig;
 use crate::error::KafkaError;
 use crate::log::PartitionLog;
