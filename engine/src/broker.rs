@@ -872,7 +872,7 @@ impl Broker {
         for t in &mut topics {
             t.num_partitions = t.num_partitions.or(Some(self.config.num_partitions as i32));
         }
-        let corr = self.correlation_ids.next();
+        let corr = self.correlation_ids.take();
         if let Some(asker) = asker {
             self.forwarded.insert(corr, asker);
         }

@@ -231,7 +231,7 @@ impl CoordinatorRuntime {
     ) {
         match appended {
             Ok(info) if ctx.replicas.is_replicated(tp) => {
-                let to = (ctx.node(), ctx.correlation_ids.next());
+                let to = (ctx.node(), ctx.correlation_ids.take());
                 let response = DelayedResponse::GroupStored { group_id, generation };
                 ctx.await_hw((tp.clone(), info.last_offset + 1), to, response);
             }
@@ -289,7 +289,7 @@ impl CoordinatorRuntime {
             verify_only: !adds,
             transaction_version: if adds { TransactionVersion::V2 } else { TransactionVersion::V1 },
         };
-        let id = ctx.correlation_ids.next();
+        let id = ctx.correlation_ids.take();
         ctx.send(coordinator, id, request);
         self.pending_offset_verifications.insert(id, pending);
     }

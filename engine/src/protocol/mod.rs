@@ -27,7 +27,7 @@ pub const CONTROLLER_ID: u32 = 3000;
 pub struct CorrelationIds(u64);
 
 impl CorrelationIds {
-    pub fn next(&mut self) -> u64 {
+    pub fn take(&mut self) -> u64 {
         self.0 += 1;
         self.0
     }

@@ -166,7 +166,7 @@ impl ReplicaManager {
         let (Some(tid), Some(p)) = (transactional_id, batch.producer) else {
             return Some((partition, Err(KafkaError::InvalidRequest)));
         };
-        let corr_to_coordinator = ids.next();
+        let corr_to_coordinator = ids.take();
         // `maybeStartTransactionVerification`: an existing entry's guard is reused, so pipelined batches share it
         // (a marker clears the entry, so a stale verification cannot admit a late batch: KAFKA-14884).
         let guard = log.producer_state.maybe_create_verification_state_entry(
@@ -194,11 +194,6 @@ impl ReplicaManager {
             None => self.complete_verification(corr_to_coordinator, Err(KafkaError::CoordinatorNotAvailable), ctx),
         }
         None
-    }
-
-    /// Whether `corr` is a verification this broker's produce path waits for.
-    pub fn awaits_verification(&self, corr: u64) -> bool {
-        self.verifications.contains_key(&corr)
     }
 
     /// When the newest verification still waiting for the coordinator's answer was sent. One whose answer
