@@ -324,15 +324,13 @@ impl Broker {
         effects: &mut Effects,
         op: impl FnOnce(&mut CoordinatorRuntime, &mut GroupCtx<'_>) -> R,
     ) -> R {
+        let replica = ReplicaCtx { me: self.id, now_ms, config: &self.config, effects };
         let mut ctx = GroupCtx {
-            now_ms,
-            me: self.id,
-            config: &self.config,
+            replica,
             replicated: self.groups_replicated(),
             groups: &mut self.groups,
             replicas: &mut self.replica_manager,
             correlation_ids: &mut self.correlation_ids,
-            effects,
         };
         op(&mut self.group_runtime, &mut ctx)
     }

@@ -7,7 +7,7 @@ use crate::config::EngineConfig;
 use crate::error::KafkaError;
 use crate::log::LogAppendInfo;
 use crate::proposal::Proposal;
-use crate::protocol::{Effects, NodeId, Timer};
+use crate::protocol::{Effects, Timer};
 use crate::record::ProduceBatch;
 use crate::replica_manager::{DelayedResponse, ReplicaCtx, ReplicaManager};
 use crate::topic::transaction_state_partition;
@@ -102,7 +102,7 @@ impl TransactionStateManager {
         let info = Self::append(vec![value], replicas, ctx)?;
         let response = DelayedResponse::TxnLog { transactional_id: tid.to_string() };
         let required = (transaction_state_partition(), info.last_offset + 1);
-        let me = NodeId::Broker(ctx.me);
+        let me = ctx.me();
         replicas.await_hw(required, (me, corr), response, timeout_ms, ctx);
         Ok(())
     }

@@ -4,18 +4,17 @@
 //! and TxnOffsetCommit's transactional writes, verified with a transaction coordinator on another broker.
 
 use super::{GroupCoordinator, GroupWrite, OffsetsRecord};
-use crate::config::EngineConfig;
 use crate::error::KafkaError;
 use crate::log::{LogAppendInfo, PartitionLog};
 use crate::mutation::Mutation;
 use crate::producer_state::AppendOrigin;
 use crate::protocol::group::{CommittedOffset, GroupMessage};
-use crate::protocol::{CorrelationIds, Effects, Message, NodeId};
+use crate::protocol::{CorrelationIds, Message, NodeId};
 use crate::record::{BatchProducer, ProduceBatch};
 use crate::rename::{Names, Rename};
 use crate::replica_manager::{DelayedResponse, ReplicaCtx, ReplicaManager};
 use crate::topic::{offsets_partition_for, COORDINATOR_BROKER, GROUP_METADATA_TOPIC, OFFSETS_TOPIC_NUM_PARTITIONS};
-use crate::types::{Offset, ProducerIdAndEpoch, TimeMs, TopicPartition, TransactionVersion};
+use crate::types::{Offset, ProducerIdAndEpoch, TopicPartition, TransactionVersion};
 use std::collections::BTreeMap;
 
 /// A TxnOffsetCommit's header: who commits, for which group, as which member.
@@ -52,37 +51,25 @@ pub fn verification_error(e: KafkaError) -> KafkaError {
 
 /// What the runtime takes from its broker for one operation.
 pub struct GroupCtx<'a> {
-    pub now_ms: TimeMs,
-    pub me: u32,
-    pub config: &'a EngineConfig,
+    /// The time, the config, this broker and its outbox, as the partition writer's `ReplicaManager` takes them.
+    pub replica: ReplicaCtx<'a>,
     /// Whether groups live in a replicated `__consumer_offsets` that the controller creates and their
     /// coordinators follow its leadership; else broker 0 keeps them in a topic of its own.
     pub replicated: bool,
     pub groups: &'a mut GroupCoordinator,
     pub replicas: &'a mut ReplicaManager,
     pub correlation_ids: &'a mut CorrelationIds,
-    pub effects: &'a mut Effects,
 }
 
 impl GroupCtx<'_> {
-    fn node(&self) -> NodeId {
-        NodeId::Broker(self.me)
-    }
-
-    fn send(&mut self, to: &NodeId, corr: u64, message: Message) {
-        let me = self.node();
-        self.effects.send(&me, to, corr, message);
-    }
-
-    /// Runs a step of the partition writer's `ReplicaManager` with this operation's time, config and outbox.
+    /// Runs a step of the partition writer's `ReplicaManager`.
     fn replicate<R>(&mut self, step: impl FnOnce(&mut ReplicaManager, &mut ReplicaCtx<'_>) -> R) -> R {
-        let mut ctx = ReplicaCtx { me: self.me, now_ms: self.now_ms, config: self.config, effects: &mut *self.effects };
-        step(&mut *self.replicas, &mut ctx)
+        step(&mut *self.replicas, &mut self.replica)
     }
 
     /// `DelayedProduce` for a group write: `response` goes to `to` once the HW passes `required`.
     fn await_hw(&mut self, required: (TopicPartition, Offset), to: (NodeId, u64), response: DelayedResponse) {
-        let timeout = self.config.request_timeout_ms;
+        let timeout = self.replica.config.request_timeout_ms;
         self.replicate(|rm, ctx| rm.await_hw(required, to, response, timeout, ctx));
     }
 }
@@ -131,16 +118,17 @@ impl CoordinatorRuntime {
     /// `tps`: one this broker now leads at a new epoch is loaded, one it stopped leading unloaded.
     pub fn take_roles<'a>(&mut self, tps: impl IntoIterator<Item = &'a TopicPartition>, ctx: &mut GroupCtx<'_>) {
         for tp in tps.into_iter().filter(|tp| tp.topic == GROUP_METADATA_TOPIC) {
-            let leading = ctx.replicas.partitions.get(tp).filter(|p| p.leader == ctx.me).map(|p| p.leader_epoch);
+            let leading =
+                ctx.replicas.partitions.get(tp).filter(|p| p.leader == ctx.replica.me).map(|p| p.leader_epoch);
             if leading.is_some() && self.loaded.get(tp) == leading.as_ref() {
                 continue;
             }
             if self.loaded.remove(tp).is_some() {
-                let me = ctx.node();
-                ctx.groups.unload(tp, &me, ctx.effects);
+                let me = ctx.replica.me();
+                ctx.groups.unload(tp, &me, ctx.replica.effects);
             }
             if let Some(epoch) = leading {
-                ctx.groups.load(tp, &ctx.replicas.logs[tp], ctx.now_ms);
+                ctx.groups.load(tp, &ctx.replicas.logs[tp], ctx.replica.now_ms);
                 self.loaded.insert(tp.clone(), epoch);
             }
         }
@@ -148,15 +136,22 @@ impl CoordinatorRuntime {
 
     /// The group coordinator's requests, then what they write.
     pub fn handle((client, corr): (&NodeId, u64), request: GroupMessage, ctx: &mut GroupCtx<'_>) {
-        let me = ctx.node();
-        ctx.groups.handle(ctx.now_ms, ctx.config, &me, (client.clone(), corr), request, ctx.effects);
+        let me = ctx.replica.me();
+        ctx.groups.handle(
+            ctx.replica.now_ms,
+            ctx.replica.config,
+            &me,
+            (client.clone(), corr),
+            request,
+            ctx.replica.effects,
+        );
         Self::write(ctx);
     }
 
     /// Ends the group join phases and member sessions that are due, then writes what they changed.
     pub fn tick(ctx: &mut GroupCtx<'_>) {
-        let me = ctx.node();
-        ctx.groups.tick(ctx.now_ms, &me, ctx.effects);
+        let me = ctx.replica.me();
+        ctx.groups.tick(ctx.replica.now_ms, &me, ctx.replica.effects);
         Self::write(ctx);
     }
 
@@ -178,7 +173,7 @@ impl CoordinatorRuntime {
     /// its records are replicated (acks=all, `DelayedProduce`) or fails with the write's error.
     fn write(ctx: &mut GroupCtx<'_>) {
         let writes = ctx.groups.take_writes();
-        if ctx.config.mutations.has(Mutation::GroupsKeptInMemory) {
+        if ctx.replica.config.mutations.has(Mutation::GroupsKeptInMemory) {
             // The bug: nothing is written, every answer goes at once.
             for w in writes {
                 ctx.groups.replay_offset_commits(&w.records, None);
@@ -208,15 +203,15 @@ impl CoordinatorRuntime {
             Self::store_group(&tp, group_id.clone(), generation, appended, ctx);
         }
         let Some((client, corr)) = answer else { return };
-        let at = ctx.effects.sends.iter().position(|e| e.to == client && e.correlation_id == corr);
-        let env = ctx.effects.sends.remove(at.expect("the coordinator answered the commit"));
+        let at = ctx.replica.effects.sends.iter().position(|e| e.to == client && e.correlation_id == corr);
+        let env = ctx.replica.effects.sends.remove(at.expect("the coordinator answered the commit"));
         let Message::Group(answer) = env.message else { unreachable!("a group answer") };
         match appended {
-            Err(e) => ctx.send(&client, corr, Message::Group(answer.failed_write(e))),
+            Err(e) => ctx.replica.send(&client, corr, Message::Group(answer.failed_write(e))),
             Ok(info) if ctx.replicas.is_replicated(&tp) => {
                 ctx.await_hw((tp, info.last_offset + 1), (client, corr), DelayedResponse::Group { answer });
             }
-            Ok(_) => ctx.send(&client, corr, Message::Group(answer)),
+            Ok(_) => ctx.replica.send(&client, corr, Message::Group(answer)),
         }
     }
 
@@ -231,7 +226,7 @@ impl CoordinatorRuntime {
     ) {
         match appended {
             Ok(info) if ctx.replicas.is_replicated(tp) => {
-                let to = (ctx.node(), ctx.correlation_ids.take());
+                let to = (ctx.replica.me(), ctx.correlation_ids.take());
                 let response = DelayedResponse::GroupStored { group_id, generation };
                 ctx.await_hw((tp.clone(), info.last_offset + 1), to, response);
             }
@@ -242,8 +237,8 @@ impl CoordinatorRuntime {
     /// Hands a SyncGroup metadata record's outcome to this broker's group coordinator.
     fn group_stored(group_id: String, generation: i32, result: Result<(), KafkaError>, ctx: &mut GroupCtx<'_>) {
         let stored = GroupMessage::GroupStored { group_id, generation, result };
-        let me = ctx.node();
-        ctx.groups.handle(ctx.now_ms, ctx.config, &me, (me.clone(), 0), stored, ctx.effects);
+        let me = ctx.replica.me();
+        ctx.groups.handle(ctx.replica.now_ms, ctx.replica.config, &me, (me.clone(), 0), stored, ctx.replica.effects);
     }
 
     /// OffsetFetch as the coordinator runtime serves it (`GroupCoordinatorService.fetchOffsets`): a read
@@ -255,7 +250,7 @@ impl CoordinatorRuntime {
         ctx: &mut GroupCtx<'_>,
     ) {
         let tp = Self::offsets_partition(&group_id, ctx.replicated, ctx.replicas);
-        let latest = ctx.config.mutations.has(Mutation::OffsetFetchReadsLatest);
+        let latest = ctx.replica.config.mutations.has(Mutation::OffsetFetchReadsLatest);
         // The partition's HW and log end. It is missing only under `any-broker-coordinates`, and then the
         // latest state is all there is.
         let ends = ctx.replicas.logs.get(&tp).filter(|_| !latest).map(|l| (l.high_watermark(), l.log_end_offset()));
@@ -268,7 +263,7 @@ impl CoordinatorRuntime {
         let waits_for = ends.filter(|(hw, log_end)| require_stable && hw < log_end).map(|(_, log_end)| log_end);
         match waits_for.filter(|_| ctx.replicas.is_replicated(&tp)) {
             Some(log_end) => ctx.await_hw((tp, log_end), (client, corr), DelayedResponse::Group { answer }),
-            None => ctx.send(&client, corr, Message::Group(answer)),
+            None => ctx.replica.send(&client, corr, Message::Group(answer)),
         }
     }
 
@@ -290,7 +285,7 @@ impl CoordinatorRuntime {
             transaction_version: if adds { TransactionVersion::V2 } else { TransactionVersion::V1 },
         };
         let id = ctx.correlation_ids.take();
-        ctx.send(coordinator, id, request);
+        ctx.replica.send(coordinator, id, request);
         self.pending_offset_verifications.insert(id, pending);
     }
 
@@ -325,7 +320,7 @@ impl CoordinatorRuntime {
             Some(required) if ctx.replicas.is_replicated(&required.0) => {
                 ctx.await_hw(required, (client, corr), DelayedResponse::Group { answer });
             }
-            _ => ctx.send(&client, corr, Message::Group(answer)),
+            _ => ctx.replica.send(&client, corr, Message::Group(answer)),
         }
     }
 
@@ -349,7 +344,7 @@ impl CoordinatorRuntime {
             is_transactional: true,
             values: offsets.iter().map(|(tp, o)| OffsetsRecord::offset(&asked.group_id, tp, o).to_value()).collect(),
         };
-        let (now_ms, config) = (ctx.now_ms, ctx.config);
+        let (now_ms, config) = (ctx.replica.now_ms, ctx.replica.config);
         let info = ctx.replicate(|rm, rctx| {
             rm.append_to_log(&offsets_partition, rctx, |log| {
                 log.append_data(&batch, AppendOrigin::Coordinator, now_ms, &config.mutations)

@@ -293,11 +293,12 @@ pub struct ReplicaCtx<'a> {
 }
 
 impl ReplicaCtx<'_> {
-    fn me(&self) -> NodeId {
+    /// This broker's node on the network.
+    pub fn me(&self) -> NodeId {
         NodeId::Broker(self.me)
     }
 
-    fn send(&mut self, to: &NodeId, correlation_id: u64, message: Message) {
+    pub fn send(&mut self, to: &NodeId, correlation_id: u64, message: Message) {
         let me = self.me();
         self.effects.send(&me, to, correlation_id, message);
     }
