@@ -15,6 +15,7 @@ use crate::protocol::group::{CommittedOffset, GroupMessage};
 use crate::protocol::metadata::{CoordinatorType, LeaderAndIsr, MetadataMessage, NewTopic, PartitionRegistration};
 use crate::protocol::{CorrelationIds, Effects, Envelope, Message, NodeId, Timer, TxnMarkerEntry};
 use crate::protocol::{ReplicaFetchPartition, ReplicaFetchPartitionResponse, CONTROLLER_ID, NO_LEADER};
+use crate::record::ProduceBatch;
 use crate::rename::{Names, Rename};
 use crate::replica_manager::{DelayedResponse, ProduceMetadata, ProduceRequest, ReplicaCtx, ReplicaManager};
 use crate::topic::transaction_state_partition;
@@ -441,10 +442,7 @@ impl Broker {
                 self.handle_txn_log_appended(now, from.1, transactional_id, result, e)
             }
             Message::ProduceRequest { transactional_id, partition, batch, transaction_version } => {
-                let (client, correlation_id) = (from.0.clone(), from.1);
-                let request =
-                    ProduceRequest { client, correlation_id, transactional_id, partition, batch, transaction_version };
-                self.handle_produce(now, request, e)
+                self.handle_produce(now, from, (transactional_id, partition, batch, transaction_version), e)
             }
             Message::WriteTxnMarkersRequest { markers } => self.handle_write_txn_markers(now, from, &markers, e),
             Message::WriteTxnMarkersResponse { results } => {
@@ -466,8 +464,7 @@ impl Broker {
             Message::Metadata(MetadataMessage::CreateTopicsRequest { topics, validate_only })
                 if self.controller.is_some() =>
             {
-                self.forward_create_topics(Some((from.0.clone(), from.1)), topics, validate_only, e);
-                None
+                self.handle_create_topics(from, topics, validate_only, e)
             }
             Message::Metadata(MetadataMessage::CreateTopicsResponse { results }) => {
                 self.handle_forwarded_response(from.1, results, e)
@@ -481,17 +478,13 @@ impl Broker {
                 member_id,
                 offsets,
                 transaction_version,
-            }) => {
-                let asked = TxnOffsetCommit {
-                    transactional_id,
-                    group_id,
-                    producer,
-                    generation_id,
-                    member_id,
-                    transaction_version,
-                };
-                self.handle_txn_offset_commit(now, asked, offsets, from, e)
-            }
+            }) => self.handle_txn_offset_commit(
+                now,
+                TxnOffsetCommit { transactional_id, group_id, producer, generation_id, member_id, transaction_version },
+                offsets,
+                from,
+                e,
+            ),
             Message::Group(GroupMessage::OffsetFetchRequest { group_id, partitions, require_stable }) => {
                 self.handle_offset_fetch(now, (group_id, partitions, require_stable), from, e)
             }
@@ -604,7 +597,21 @@ impl Broker {
     }
 
     /// `handleProduceRequest`: `ReplicaManager.appendRecords`, with what this broker's metadata cache says.
-    fn handle_produce(&mut self, now_ms: TimeMs, request: ProduceRequest, effects: &mut Effects) -> Option<Message> {
+    fn handle_produce(
+        &mut self,
+        now_ms: TimeMs,
+        (client, correlation_id): (&NodeId, u64),
+        (transactional_id, partition, batch, transaction_version): (
+            Option<String>,
+            TopicPartition,
+            ProduceBatch,
+            TransactionVersion,
+        ),
+        effects: &mut Effects,
+    ) -> Option<Message> {
+        let client = client.clone();
+        let request =
+            ProduceRequest { client, correlation_id, transactional_id, partition, batch, transaction_version };
         let not_hosted = self.not_hosted(&request.partition);
         let metadata = ProduceMetadata { not_hosted, coordinator: self.transaction_coordinator() };
         let ids = &mut self.correlation_ids;
@@ -750,6 +757,18 @@ impl Broker {
     fn handle_list_offsets(&self, partition: TopicPartition, isolation: IsolationLevel) -> Option<Message> {
         let result = self.leader_log(&partition).map(|log| log.latest_offset(isolation, &self.config.mutations));
         Some(Message::ListOffsetsResponse { partition, result })
+    }
+
+    /// `handleCreateTopicsRequest` on a broker the controller manages: forwarded to it (KIP-590).
+    fn handle_create_topics(
+        &mut self,
+        (client, corr): (&NodeId, u64),
+        topics: Vec<NewTopic>,
+        validate_only: bool,
+        effects: &mut Effects,
+    ) -> Option<Message> {
+        self.forward_create_topics(Some((client.clone(), corr)), topics, validate_only, effects);
+        None
     }
 
     /// The controller's answer to a forwarded CreateTopics; an auto-creation's has nobody waiting.
