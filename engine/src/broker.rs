@@ -231,9 +231,10 @@ impl Broker {
         result
     }
 
-    /// Nothing in progress on this broker but KIP-890 verifications (`newest_verification_ms`): its
-    /// coordinator is settled (`TransactionCoordinator::is_settled`) and not loading, no forwarded request
-    /// waits for the controller, no ISR change is pending, and every partition it leads has LSO = HW = LEO.
+    /// Nothing in progress on this broker but KIP-890 verifications
+    /// (`ReplicaManager::newest_verification_ms`): its coordinator is settled
+    /// (`TransactionCoordinator::is_settled`) and not loading, no forwarded request waits for the
+    /// controller, no ISR change is pending, and every partition it leads has LSO = HW = LEO.
     /// What remains is periodic: fetch long-polls and the coordinator's scans.
     pub fn is_settled(&self) -> bool {
         let leads = |tp: &TopicPartition| self.replica_manager.partitions.get(tp).is_none_or(|p| p.leader == self.id);
@@ -931,10 +932,11 @@ impl Broker {
         None
     }
 
-    /// TxnOffsetCommit (`KafkaApis.handleTxnOffsetCommitRequest`, `GroupCoordinatorService.commitTransactionalOffsets`):
-    /// partitions of unknown topics fail alone; the rest are verified with the transaction coordinator
-    /// (KIP-890: the offsets partition must be in the ongoing transaction), here at once or on another
-    /// broker by request, then written by the group coordinator runtime (`CoordinatorRuntime::write_txn_offsets`).
+    /// TxnOffsetCommit (`KafkaApis.handleTxnOffsetCommitRequest`,
+    /// `GroupCoordinatorService.commitTransactionalOffsets`): partitions of unknown topics fail alone; the
+    /// rest are verified with the transaction coordinator (KIP-890: the offsets partition must be in the
+    /// ongoing transaction), here at once or on another broker by request, then written by the group
+    /// coordinator runtime (`CoordinatorRuntime::write_txn_offsets`).
     fn handle_txn_offset_commit(
         &mut self,
         now_ms: TimeMs,

@@ -16,7 +16,7 @@
 //! runtime's reads at the last committed offset do.
 //!
 //! Transactional offsets (KIP-98, KIP-447; `OffsetMetadataManager`): a TxnOffsetCommit is written to the
-//! group's `__consumer_offsets` partition as a batch of the producer's transaction (the broker does that)
+//! group's `__consumer_offsets` partition as a batch of the producer's transaction (the runtime does that)
 //! and held here as pending, per producer id, until the transaction's marker reaches that partition: a
 //! COMMIT materializes the offsets, an ABORT drops them. Meanwhile OffsetFetch with `require_stable`
 //! answers UNSTABLE_OFFSET_COMMIT for those partitions.

@@ -1,8 +1,9 @@
 //! Replication on one broker: Kafka's `ReplicaManager` with its `Partition`s, the leader's view of each
-//! follower (`Replica`, `ReplicaState`) and the two purgatories (`DelayedProduce`, `DelayedFetch`).
+//! follower (`Replica`, `ReplicaState`) and the two purgatories (`DelayedProduce`, `DelayedFetch`). It
+//! holds the log of every partition the broker hosts; its appends are in `append.rs`.
 //!
-//! Only partitions hosted with more than one replica have an entry here. A partition this broker hosts
-//! alone is its own ISR: its HW follows its log end at once and an acks=all write is complete when it is
+//! Only partitions hosted with more than one replica have a replica state here. A partition this broker
+//! hosts alone is its own ISR: its HW follows its log end at once and an acks=all write is complete when it is
 //! appended, which is how Kafka's single-replica partition behaves and how the engine behaved before
 //! replication, byte for byte.
 //!
@@ -354,10 +355,11 @@ impl ReplicaManager {
     }
 
     /// A restarted broker's replica manager: its logs survive, replica states and purgatories start afresh
-    /// from `image`, and its fetch ids go on from the previous life's. In Kafka an answer travels back on the connection its
-    /// request came on (`NetworkClient`, `SocketServer`), and a crash closes them all: a fetch the previous
-    /// process sent is never answered to this one. Here answers are matched by id alone, so a reused id
-    /// would take a stale answer (a diverging epoch for the old log end, say) for the new fetch.
+    /// from `image`, and its fetch ids go on from the previous life's. In Kafka an answer travels back on
+    /// the connection its request came on (`NetworkClient`, `SocketServer`), and a crash closes them all:
+    /// a fetch the previous process sent is never answered to this one. Here answers are matched by id
+    /// alone, so a reused id would take a stale answer (a diverging epoch for the old log end, say) for the
+    /// new fetch.
     pub fn restart(
         &mut self,
         me: u32,
