@@ -163,13 +163,32 @@ impl ReplicaManager {
             let result = self.append_client_batch(&partition, &batch, ctx);
             return self.acks_all(client, corr, partition, result, ctx);
         }
-        let (Some(tid), Some(p)) = (transactional_id, batch.producer) else {
+        let Some(tid) = transactional_id.filter(|_| batch.producer.is_some()) else {
             return Some((partition, Err(KafkaError::InvalidRequest)));
         };
+        let sent_ms = ctx.now_ms;
+        let pending = PendingVerification { client, client_correlation_id: corr, partition, batch, guard: 0, sent_ms };
+        self.start_verification(tid, pending, transaction_version, metadata.coordinator, ids, ctx);
+        None
+    }
+
+    /// `maybeStartTransactionVerification`: the batch waits, under the partition's verification guard, for
+    /// the coordinator's answer to an AddPartitionsToTxn sent through `AddPartitionsToTxnManager`.
+    fn start_verification(
+        &mut self,
+        tid: String,
+        mut pending: PendingVerification,
+        transaction_version: TransactionVersion,
+        coordinator: Option<NodeId>,
+        ids: &mut CorrelationIds,
+        ctx: &mut ReplicaCtx<'_>,
+    ) {
+        let p = pending.batch.producer.expect("checked by handle_produce");
         let corr_to_coordinator = ids.take();
-        // `maybeStartTransactionVerification`: an existing entry's guard is reused, so pipelined batches share it
-        // (a marker clears the entry, so a stale verification cannot admit a late batch: KAFKA-14884).
-        let guard = log.producer_state.maybe_create_verification_state_entry(
+        let log = self.logs.get_mut(&pending.partition).expect("checked by handle_produce");
+        // An existing entry's guard is reused, so pipelined batches share it (a marker clears the entry, so a
+        // stale verification cannot admit a late batch: KAFKA-14884).
+        pending.guard = log.producer_state.maybe_create_verification_state_entry(
             p.producer_id,
             p.base_sequence,
             p.epoch,
@@ -181,19 +200,16 @@ impl ReplicaManager {
         let request = Message::AddPartitionsToTxnRequest {
             transactional_id: tid,
             producer: ProducerIdAndEpoch { producer_id: p.producer_id, epoch: p.epoch },
-            partitions: vec![partition.clone()],
+            partitions: vec![pending.partition.clone()],
             verify_only: !transaction_version.supports_epoch_bump(),
             transaction_version,
         };
-        let sent_ms = ctx.now_ms;
-        let pending = PendingVerification { client, client_correlation_id: corr, partition, batch, guard, sent_ms };
         self.verifications.insert(corr_to_coordinator, pending);
-        match metadata.coordinator {
+        match coordinator {
             Some(coordinator) => ctx.send(&coordinator, corr_to_coordinator, request),
             // `AddPartitionsToTxnManager`: no coordinator known, COORDINATOR_NOT_AVAILABLE.
             None => self.complete_verification(corr_to_coordinator, Err(KafkaError::CoordinatorNotAvailable), ctx),
         }
-        None
     }
 
     /// When the newest verification still waiting for the coordinator's answer was sent. One whose answer
