@@ -291,9 +291,8 @@ impl Cluster {
         let replication = self
             .brokers()
             .filter_map(|b| {
-                let NodeId::Broker(id) = b.id else { unreachable!("a broker's id is a broker id") };
-                let up = !self.down.contains(&id);
-                b.next_replication_deadline_ms().filter(|_| up).map(|t| (t, id))
+                let up = !self.down.contains(&b.id);
+                b.next_replication_deadline_ms().filter(|_| up).map(|t| (t, b.id))
             })
             .min()
             .map(|(t, id)| (t, Due::Replication(id)));

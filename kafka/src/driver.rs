@@ -724,10 +724,7 @@ impl Driver {
 
     /// The broker whose transaction coordinator stands for the cluster's (`standing_coordinator`).
     fn coordinator_id(&self) -> u32 {
-        match standing_coordinator(&self.brokers).map(|b| &b.id) {
-            Some(NodeId::Broker(id)) => *id,
-            _ => BROKER_ID,
-        }
+        standing_coordinator(&self.brokers).map_or(BROKER_ID, |b| b.id)
     }
 
     /// The broker whose log of `tp` stands for the partition (`standing_leader`, as the sim picks), else
@@ -743,7 +740,7 @@ impl Driver {
     /// leader's HW may lag the old one's, as in Kafka.
     fn check_leaders(&mut self) -> Vec<Violation> {
         let tps: std::collections::BTreeSet<TopicPartition> =
-            self.brokers.iter().flat_map(|b| b.partitions.keys().cloned()).collect();
+            self.brokers.iter().flat_map(|b| b.replica_manager.logs.keys().cloned()).collect();
         let leaders: BTreeMap<TopicPartition, (u32, i32)> = tps
             .into_iter()
             .map(|tp| {
@@ -756,7 +753,7 @@ impl Driver {
             self.monotonicity = MonotonicityChecker::default();
         }
         let coordinator_id = self.coordinator_id();
-        let coordinator_now = (coordinator_id, self.brokers[coordinator_id as usize].coordinator_loaded_at);
+        let coordinator_now = (coordinator_id, self.brokers[coordinator_id as usize].txn_manager.loaded_at);
         if moved || coordinator_now != self.coordinator_checked {
             // A new leader's log, or a coordinator that rebuilt its ledger from its own replica: the
             // decisions and logs are read again from the start.
@@ -765,7 +762,7 @@ impl Driver {
         }
         let mut logs = BTreeMap::new();
         for (tp, (id, _)) in &leaders {
-            if let Some(log) = self.brokers[*id as usize].partitions.remove(tp) {
+            if let Some(log) = self.brokers[*id as usize].replica_manager.logs.remove(tp) {
                 logs.insert(tp.clone(), log);
             }
         }
@@ -778,7 +775,7 @@ impl Driver {
         let mut found = self.state.check(&view);
         found.extend(self.monotonicity.observe(&view));
         for (tp, log) in logs {
-            self.brokers[leaders[&tp].0 as usize].partitions.insert(tp, log);
+            self.brokers[leaders[&tp].0 as usize].replica_manager.logs.insert(tp, log);
         }
         // Each live broker's group coordinator holds the groups it loaded, against its own log.
         let groups: Vec<Violation> = self.live_brokers().flat_map(check_group_offsets).collect();
@@ -817,7 +814,7 @@ impl Driver {
     /// The topic named by `id` among those the serving broker hosts or has in its metadata cache.
     fn topic_name_of(&self, id: Uuid) -> Option<String> {
         let b = self.serving_broker();
-        let names = b.partitions.keys().chain(b.metadata_image.keys()).map(|tp| &tp.topic);
+        let names = b.replica_manager.logs.keys().chain(b.metadata_image.keys()).map(|tp| &tp.topic);
         names.clone().find(|t| topic_id(t) == id).cloned()
     }
 

@@ -37,11 +37,12 @@ impl Timeline {
         if !self.enabled {
             return;
         }
-        let node = broker.id.to_string();
+        let node = broker.node().to_string();
         let m = &broker.config.mutations;
         // Of `__consumer_offsets`' 50 partitions only those written so far: the rest would bury the line.
         let summary: Vec<String> = broker
-            .partitions
+            .replica_manager
+            .logs
             .iter()
             .filter(|(tp, log)| tp.topic != GROUP_METADATA_TOPIC || log.log_end_offset() > 0)
             .map(|(tp, log)| {
@@ -50,7 +51,7 @@ impl Timeline {
             .collect();
         self.event(now_ms, &node, || format!("{line} | LEO/HW/LSO {}", summary.join(" ")));
         let mut added = Vec::new();
-        for (tp, log) in &broker.partitions {
+        for (tp, log) in &broker.replica_manager.logs {
             let key = (node.clone(), tp.clone());
             let (end, entries) = self.seen.get(&key).copied().unwrap_or((0, 0));
             for b in log.batches().filter(|b| b.base_offset >= end) {

@@ -321,7 +321,13 @@ fn frame_sizes_are_checked_before_the_body_is_read() {
 /// The logs of the fixture's partitions; a bad request may create a new topic (Metadata's
 /// auto-creation of a name that happens to be legal), never change an existing log.
 fn logs(d: &Driver) -> BTreeMap<TopicPartition, PartitionLog> {
-    d.broker().partitions.iter().filter(|(tp, _)| tp.topic == TOPIC).map(|(tp, l)| (tp.clone(), l.clone())).collect()
+    d.broker()
+        .replica_manager
+        .logs
+        .iter()
+        .filter(|(tp, _)| tp.topic == TOPIC)
+        .map(|(tp, l)| (tp.clone(), l.clone()))
+        .collect()
 }
 
 /// Valid requests of every served API that cannot append (the fixture has no open transaction, so
@@ -737,14 +743,15 @@ fn three_brokers_stripe_leaders_and_refuse_a_produce_to_a_non_leader() {
 
     // t-0 to broker 0, which hosts no replica of it, and to broker 2: NOT_LEADER_OR_FOLLOWER, no log moved.
     let before: Vec<BTreeMap<TopicPartition, PartitionLog>> =
-        d.brokers().iter().map(|b| b.partitions.clone()).collect();
+        d.brokers().iter().map(|b| b.replica_manager.logs.clone()).collect();
     for (now, conn) in [(7, 1), (8, 3)] {
         let frame = request(ApiKey::Produce, 9, 2, &produce(None, records(-1, -1, -1, false, &["x"])));
         let refused: ProduceResponse = answer(d.on_frame(now, conn, frame), conn, 9);
         let pr = &refused.responses[0].partition_responses[0];
         assert_eq!((pr.error_code, pr.base_offset), (6, -1), "NOT_LEADER_OR_FOLLOWER on connection {conn}");
     }
-    let after: Vec<BTreeMap<TopicPartition, PartitionLog>> = d.brokers().iter().map(|b| b.partitions.clone()).collect();
+    let after: Vec<BTreeMap<TopicPartition, PartitionLog>> =
+        d.brokers().iter().map(|b| b.replica_manager.logs.clone()).collect();
     assert!(before == after, "a refused produce changes no broker's log");
     // Its leader takes it, and the invariants read broker 1's log.
     let frame = request(ApiKey::Produce, 9, 3, &produce(None, records(-1, -1, -1, false, &["y"])));

@@ -212,11 +212,12 @@ impl BrokerNode {
     /// The standing leaders' logs, which the state and history invariants read.
     pub fn leader_logs(&self) -> Cow<'_, std::collections::BTreeMap<TopicPartition, PartitionLog>> {
         if self.replication.is_none() {
-            return Cow::Borrowed(&self.broker.partitions);
+            return Cow::Borrowed(&self.broker.replica_manager.logs);
         }
         Cow::Owned(
             self.broker
-                .partitions
+                .replica_manager
+                .logs
                 .keys()
                 .filter_map(|tp| Some((tp.clone(), self.leader_of(tp).partition(tp)?.clone())))
                 .collect(),
@@ -665,7 +666,7 @@ impl Node {
             ModelTimer::Poll { partition } => {
                 let before = state.broker().expect("actor 0 is the broker");
                 let leader = before.leader_of(&self.ctx.partitions[*partition as usize]);
-                let NodeId::Broker(leader_id) = leader.id else { unreachable!("a broker's id is a broker id") };
+                let leader_id = leader.id;
                 // A dead leader answers no fetch: the poll waits, as an idle one does.
                 if before.is_down(leader_id) || self.polls_idle(leader, &before.readers, *partition) {
                     // Nothing new for any reader: re-arming the timer alone makes this a no-op.
@@ -1166,7 +1167,7 @@ fn stop(n: &mut ProducerNode, why: Stop, o: &mut O) {
 fn changed_partitions(before: &BrokerNode, after: &BrokerNode) -> u16 {
     let view = |n: &BrokerNode| -> Vec<(Offset, Offset, Offset)> {
         let m = &n.broker.config.mutations;
-        let logs = n.broker.partitions.keys().filter_map(|tp| n.leader_of(tp).partition(tp));
+        let logs = n.broker.replica_manager.logs.keys().filter_map(|tp| n.leader_of(tp).partition(tp));
         logs.map(|l| (l.log_end_offset(), l.high_watermark(), l.last_stable_offset(m))).collect()
     };
     let (was, now) = (view(before), view(after));
@@ -1175,7 +1176,7 @@ fn changed_partitions(before: &BrokerNode, after: &BrokerNode) -> u16 {
 
 /// Markers a step's truncation removed from a replica (`Replication::truncated_markers`).
 fn note_truncated_markers(before: &Broker, after: &Broker, r: &mut Replication) {
-    for (tp, was) in &before.partitions {
+    for (tp, was) in &before.replica_manager.logs {
         let Some(end) = after.partition(tp).map(|l| l.log_end_offset()) else { continue };
         if end >= was.log_end_offset() {
             continue;

@@ -249,8 +249,8 @@ fn broker_changes(b0: &BrokerNode, b1: &BrokerNode, out: &mut Vec<String>) {
 
 /// What one broker's step appended to its logs, or cut from them.
 fn log_changes(who: &str, was: &Broker, now: &Broker, out: &mut Vec<String>) {
-    for (tp, log) in &now.partitions {
-        let old = was.partitions.get(tp).map(|l| l.log_end_offset()).unwrap_or(0);
+    for (tp, log) in &now.replica_manager.logs {
+        let old = was.replica_manager.logs.get(tp).map(|l| l.log_end_offset()).unwrap_or(0);
         if log.log_end_offset() < old {
             out.push(format!("{who}truncates {tp} to {}", log.log_end_offset()));
         }
@@ -353,18 +353,17 @@ pub fn snapshot(s: &TxnState) -> String {
     let node = broker_of(s);
     let broker: &Broker = &node.broker;
     let mut parts = Vec::new();
-    for tp in broker.partitions.keys() {
+    for tp in broker.replica_manager.logs.keys() {
         if node.replication.is_none() {
             parts.push(format!("{tp} {}", log_text(broker, tp)));
             continue;
         }
         // Each replica, the standing leader's marked, a dead broker's as it was when it died.
-        let leader = node.leader_of(tp).id.clone();
+        let leader = node.leader_of(tp).id;
         for b in node.brokers() {
-            let NodeId::Broker(id) = b.id else { unreachable!("a broker's id is a broker id") };
             let role = if b.id == leader { " (leader)" } else { "" };
-            let down = if node.is_down(id) { " (down)" } else { "" };
-            parts.push(format!("{tp} on {}{role}{down} {}", node_name(&b.id), log_text(b, tp)));
+            let down = if node.is_down(b.id) { " (down)" } else { "" };
+            parts.push(format!("{tp} on {}{role}{down} {}", node_name(&b.node()), log_text(b, tp)));
         }
     }
     let txns: Vec<String> = broker
@@ -385,7 +384,8 @@ pub fn snapshot(s: &TxnState) -> String {
     }
     for r in &node.readers.list {
         let per_tp: Vec<String> = broker
-            .partitions
+            .replica_manager
+            .logs
             .keys()
             .map(|tp| {
                 let offsets: Vec<String> =

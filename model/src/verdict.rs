@@ -12,7 +12,6 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use txnsim_engine::coordinator::DecisionCause;
-use txnsim_engine::protocol::NodeId;
 use txnsim_engine::{read_to_end, IsolationLevel, Offset, PartitionLog, TopicPartition, TransactionResult};
 use txnsim_properties::{
     acked_writes, check_acked_writes, check_committed_sends, check_failed_sends, check_history, check_liveness,
@@ -215,7 +214,7 @@ fn broker_violations(node: &BrokerNode) -> Vec<Violation> {
 
 /// The brokers up now: a crashed broker's frozen state is no replica's word (as the sim has it).
 fn live_brokers(node: &BrokerNode) -> impl Iterator<Item = &txnsim_engine::Broker> {
-    node.brokers().into_iter().filter(|b| !matches!(b.id, NodeId::Broker(id) if node.is_down(id)))
+    node.brokers().into_iter().filter(|b| !node.is_down(b.id))
 }
 
 /// The liveness invariants, judged at a quiescent state: the read_committed reader keeps polling from

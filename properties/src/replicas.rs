@@ -5,7 +5,6 @@
 use crate::catalogue::{Invariant, Violation};
 use crate::log_facts::LogFacts;
 use std::collections::BTreeMap;
-use txnsim_engine::protocol::NodeId;
 use txnsim_engine::protocol::NO_LEADER;
 use txnsim_engine::record::RecordBatch;
 use txnsim_engine::{AbortedTxn, Broker, Offset, PartitionLog, TopicPartition, TransactionResult};
@@ -58,7 +57,7 @@ fn check_txn_state(b: &Broker, tp: &TopicPartition, log: &PartitionLog, out: &mu
     let lso = log.last_stable_offset(mutations);
     let (hw, peak) = (log.high_watermark(), log.high_watermark_peak());
     let expected = facts.expected_lso(log.log_start_offset(), hw, peak);
-    let NodeId::Broker(id) = b.id else { unreachable!("a broker's id is a broker id") };
+    let id = b.id;
     if lso != expected {
         let peak = if peak == hw { String::new() } else { format!(" (peak {peak} since its last rebuild)") };
         let why = format!("{tp}: replica {id}'s LSO is {lso}, but its own log and HW {hw}{peak} give {expected}");
@@ -96,7 +95,7 @@ fn check_txn_state(b: &Broker, tp: &TopicPartition, log: &PartitionLog, out: &mu
 pub fn check_acked_writes<'a>(acked: &[AckedWrite], brokers: impl IntoIterator<Item = &'a Broker>) -> Vec<Violation> {
     let mut leaders: BTreeMap<&TopicPartition, (i32, &PartitionLog)> = BTreeMap::new();
     for b in brokers {
-        let NodeId::Broker(id) = b.id else { unreachable!("a broker's id is a broker id") };
+        let id = b.id;
         for (tp, p) in b.replica_manager.partitions.iter().filter(|(_, p)| p.leader == id) {
             let Some(log) = b.partition(tp) else { continue };
             if leaders.get(tp).is_none_or(|(e, _)| *e < p.leader_epoch) {
@@ -129,7 +128,7 @@ pub fn check_replicas<'a>(brokers: impl IntoIterator<Item = &'a Broker>) -> Vec<
     let brokers: BTreeMap<u32, &Broker> = brokers
         .into_iter()
         .map(|b| {
-            let NodeId::Broker(id) = b.id else { unreachable!("a broker's id is a broker id") };
+            let id = b.id;
             (id, b)
         })
         .collect();

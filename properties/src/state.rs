@@ -24,7 +24,7 @@ pub struct ClusterView<'a> {
 impl<'a> ClusterView<'a> {
     pub fn of_broker(broker: &'a Broker) -> Self {
         ClusterView {
-            partitions: &broker.partitions,
+            partitions: &broker.replica_manager.logs,
             coordinator: Some(&broker.coordinator),
             mutations: &broker.config.mutations,
         }

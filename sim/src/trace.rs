@@ -142,7 +142,7 @@ impl LogSnapshot {
 /// broker as the run left it, with each step's leader logs (before the first snapshot, empty ones).
 pub fn broker_steps(events: &[TraceEvent], last: &Broker, snapshots: &[LogSnapshot]) -> Vec<BrokerStep> {
     let empty: BTreeMap<TopicPartition, PartitionLog> =
-        last.partitions.keys().map(|tp| (tp.clone(), PartitionLog::new())).collect();
+        last.replica_manager.logs.keys().map(|tp| (tp.clone(), PartitionLog::new())).collect();
     let none = BTreeMap::new();
     let mut snapshots = snapshots.iter().peekable();
     let (mut logs, mut replicas) = (&empty, &none);
@@ -154,7 +154,7 @@ pub fn broker_steps(events: &[TraceEvent], last: &Broker, snapshots: &[LogSnapsh
         }
         if snapshot.is_some() || e.kind == "violation" {
             let mut broker = last.clone();
-            broker.partitions = logs.clone();
+            broker.replica_manager.logs = logs.clone();
             steps.push(BrokerStep { event: i, broker, replicas: replicas.clone() });
         }
     }

@@ -235,7 +235,7 @@ pub struct World {
     /// Per partition (in `partitions`' order), the highest HW its leaders reached, as the history's
     /// `leader_high_watermarks` last recorded it.
     leader_hw_peaks: Vec<Offset>,
-    /// Each broker's coordinator load as last seen (`Broker::coordinator_loaded_at`).
+    /// Each broker's coordinator load as last seen (`TransactionStateManager::loaded_at`).
     loads_seen: BTreeMap<u32, i32>,
     /// The newest load that took in records above the HW, until the next load judges it.
     uncommitted_load: Option<UncommittedLoad>,
@@ -568,7 +568,7 @@ impl World {
         let claims =
             self.partitions.iter().map(|tp| b.replica_manager.partitions.get(tp).map(|p| (p.leader, p.leader_epoch)));
         let logs = self.partitions.iter().map(|tp| {
-            let log = b.partitions.get(tp)?;
+            let log = b.replica_manager.logs.get(tp)?;
             let aborted = log.aborted_index().count() as u64;
             Some([log.log_end_offset(), log.high_watermark(), log.last_stable_offset(m), aborted])
         });
@@ -579,7 +579,7 @@ impl World {
             let c = &host.coordinator;
             self.coordinator_fp = [
                 coordinator as u64,
-                host.coordinator_loaded_at.map_or(0, |e| e as u64 + 1),
+                host.txn_manager.loaded_at.map_or(0, |e| e as u64 + 1),
                 c.coordinator_epoch as u64,
                 c.decisions.len() as u64,
                 c.decisions.iter().filter(|d| d.completed).count() as u64,
@@ -614,15 +614,12 @@ impl World {
 
     /// `broker::standing_coordinator`'s id: `None` on one broker, and while the newest coordinator loads.
     fn standing_coordinator(&self) -> Option<u32> {
-        match standing_coordinator(self.brokers.values()).map(|b| &b.id) {
-            Some(NodeId::Broker(id)) => Some(*id),
-            _ => None,
-        }
+        standing_coordinator(self.brokers.values()).map(|b| b.id)
     }
 
     /// The leader's log of `tp` (`view_broker`).
     pub fn view_log(&self, tp: &TopicPartition) -> &PartitionLog {
-        &self.brokers[&self.view_broker(tp)].partitions[tp]
+        &self.brokers[&self.view_broker(tp)].replica_manager.logs[tp]
     }
 
     /// Moves every partition's leader log out of its broker: the state checkers read one map of logs, and
@@ -637,7 +634,11 @@ impl World {
         let owners: Vec<u32> = self.last_leaders.iter().map(|(id, _)| *id).collect();
         let mut logs = BTreeMap::new();
         for (tp, id) in self.partitions.iter().zip(&owners) {
-            let log = self.brokers.get_mut(id).and_then(|b| b.partitions.remove(tp)).expect("a leader hosts its log");
+            let log = self
+                .brokers
+                .get_mut(id)
+                .and_then(|b| b.replica_manager.logs.remove(tp))
+                .expect("a leader hosts its log");
             logs.insert(tp.clone(), log);
         }
         LeaderLogs { logs, owners }
@@ -646,7 +647,7 @@ impl World {
     pub fn put_back(&mut self, taken: LeaderLogs) {
         // `partitions` is in the map's order: topics by name, then partition numbers.
         for ((tp, log), id) in taken.logs.into_iter().zip(taken.owners) {
-            self.brokers.get_mut(&id).expect("taken from it").partitions.insert(tp, log);
+            self.brokers.get_mut(&id).expect("taken from it").replica_manager.logs.insert(tp, log);
         }
     }
 
@@ -654,7 +655,8 @@ impl World {
     /// replay page rebuilds each step's logs from.
     pub fn leader_snapshot(&self) -> Broker {
         let mut broker = self.brokers[&self.coordinator_broker()].clone();
-        broker.partitions = self.partitions.iter().map(|tp| (tp.clone(), self.view_log(tp).clone())).collect();
+        broker.replica_manager.logs =
+            self.partitions.iter().map(|tp| (tp.clone(), self.view_log(tp).clone())).collect();
         broker
     }
 
@@ -668,7 +670,10 @@ impl World {
         let now = self.now_ms();
         let arrived = |sent_ms: u64| now > sent_ms.max(self.delays_until_ms) + ARRIVED_MS;
         let idle = self.producers.values().all(|s| s.producer.as_ref().is_none_or(|p| p.is_idle()));
-        let settled = self.brokers.values().all(|b| b.is_settled() && b.newest_verification_ms().is_none_or(arrived));
+        let settled = self
+            .brokers
+            .values()
+            .all(|b| b.is_settled() && b.replica_manager.newest_verification_ms().is_none_or(arrived));
         if !arrived(0) || !idle || !self.brokers_down.is_empty() || !settled || self.controller_outage.is_some() {
             return false;
         }
@@ -690,7 +695,7 @@ impl World {
 
     /// Every broker's log ends, to see a truncation.
     fn log_ends(&self, id: u32) -> Vec<Offset> {
-        self.brokers[&id].partitions.values().map(|l| l.log_end_offset()).collect()
+        self.brokers[&id].replica_manager.logs.values().map(|l| l.log_end_offset()).collect()
     }
 
     /// The replica invariants over the live brokers (a crashed broker's frozen state is no replica's
@@ -753,7 +758,7 @@ impl World {
     /// After a broker step: a log end that moved back is a truncation (checked at once), then the state
     /// checks, and a wake-up for the broker's next replication deadline.
     fn after_broker_step(&mut self, shared: &Shared, id: u32, ends_before: &[Offset]) {
-        let ends = self.brokers[&id].partitions.values().map(|l| l.log_end_offset());
+        let ends = self.brokers[&id].replica_manager.logs.values().map(|l| l.log_end_offset());
         let truncated = ends.zip(ends_before).filter(|(a, b)| a < *b).count() as u64;
         if truncated > 0 {
             self.stats.truncations += truncated;
@@ -768,11 +773,11 @@ impl World {
     /// reads past its own HW.
     fn observe_load(&mut self, id: u32) {
         let b = &self.brokers[&id];
-        let Some(epoch) = b.coordinator_loaded_at else { return };
+        let Some(epoch) = b.txn_manager.loaded_at else { return };
         if self.loads_seen.insert(id, epoch) == Some(epoch) {
             return;
         }
-        let Some(log) = b.partitions.get(&transaction_state_partition()) else { return };
+        let Some(log) = b.replica_manager.logs.get(&transaction_state_partition()) else { return };
         if let Some(u) = self.uncommitted_load.take() {
             let (base, batch_epoch) = u.last_batch;
             let kept = log.batches().any(|b| b.base_offset == base && b.partition_leader_epoch == batch_epoch);
@@ -1192,7 +1197,7 @@ impl World {
                     None => broker.restart(now),
                 });
                 let b = &self.brokers[&id];
-                let text = if b.coordinator_loaded_at.is_some() || id == BROKER && self.controller.is_none() {
+                let text = if b.txn_manager.loaded_at.is_some() || id == BROKER && self.controller.is_none() {
                     format!(
                         "restarted (instance {incarnation}); coordinator reloaded at epoch {}",
                         b.coordinator.coordinator_epoch

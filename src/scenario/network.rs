@@ -838,7 +838,7 @@ impl<'a> NetworkRunner<'a> {
             && self
                 .cluster
                 .brokers()
-                .find(|b| b.id == env.from)
+                .find(|b| b.node() == env.from)
                 .is_some_and(|b| !b.replica_manager.awaits_fetch(*leader, env.correlation_id))
     }
 
@@ -1280,7 +1280,7 @@ impl<'a> NetworkRunner<'a> {
             }
         }
         if let Some(want) = &e.intent_violations {
-            let logs = &self.cluster.broker.partitions;
+            let logs = &self.cluster.broker.replica_manager.logs;
             let mut got: Vec<&str> = txnsim_properties::check_failed_sends(&self.history, logs)
                 .into_iter()
                 .chain(txnsim_properties::check_committed_sends(&self.history, logs))
@@ -1294,7 +1294,8 @@ impl<'a> NetworkRunner<'a> {
             let got: Vec<VerificationExpect> = self
                 .cluster
                 .broker
-                .partitions
+                .replica_manager
+                .logs
                 .iter()
                 .flat_map(|(tp, log)| {
                     log.producer_state.live_verification_entries(self.cluster.now_ms, mutations).map(|(pid, v)| {
@@ -1358,10 +1359,10 @@ impl<'a> NetworkRunner<'a> {
         // them (the leaders move with a crash); one broker's are its own.
         let led: BTreeMap<TopicPartition, PartitionLog>;
         let partitions = if self.cluster.peers.is_empty() {
-            &broker.partitions
+            &broker.replica_manager.logs
         } else {
             let leader_log = |tp: &TopicPartition| self.cluster.leader_log(tp).map(|l| (tp.clone(), l.clone()));
-            led = broker.partitions.keys().filter_map(leader_log).collect();
+            led = broker.replica_manager.logs.keys().filter_map(leader_log).collect();
             &led
         };
         let view = txnsim_properties::ClusterView {

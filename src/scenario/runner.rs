@@ -276,7 +276,7 @@ impl Runner<'_> {
     fn state_violations(&mut self) -> Vec<txnsim_properties::Violation> {
         let broker = &self.cluster.broker;
         let view = txnsim_properties::ClusterView {
-            partitions: &broker.partitions,
+            partitions: &broker.replica_manager.logs,
             // Log-layer writes bypass the coordinator, so its decisions say nothing about them.
             coordinator: (self.sc.layer == Layer::Producer).then(|| self.cluster.coordinator()),
             mutations: &broker.config.mutations,
@@ -468,7 +468,7 @@ impl Runner<'_> {
                 let mutations = self.mutations().clone();
                 let log = self.cluster.broker.partition_mut(&tp).expect("validated partition");
                 let result = log.append_data(&batch, AppendOrigin::Client, now, &mutations);
-                self.cluster.broker.advance_high_watermark(&tp);
+                self.cluster.broker.replica_manager.advance_high_watermark(&tp, &self.cluster.broker.config);
                 let result = result.map(|info: LogAppendInfo| ProduceAck {
                     first_offset: info.first_offset,
                     last_offset: info.last_offset,
@@ -507,7 +507,7 @@ impl Runner<'_> {
                     now,
                     &mutations,
                 );
-                self.cluster.broker.advance_high_watermark(&tp);
+                self.cluster.broker.replica_manager.advance_high_watermark(&tp, &self.cluster.broker.config);
                 let expected_error = expect_error.clone().or(expect.as_ref().and_then(|e| e.error.clone()));
                 self.check_result(i, op, &result, expected_error.as_deref(), false)?;
                 if let (Ok(offset), Some(want)) = (&result, expect.as_ref().and_then(|e| e.offset)) {
@@ -855,7 +855,13 @@ impl Runner<'_> {
     }
 
     fn log_ends(&self) -> BTreeMap<TopicPartition, Offset> {
-        self.cluster.broker.partitions.keys().map(|tp| (tp.clone(), self.leader_log(tp).log_end_offset())).collect()
+        self.cluster
+            .broker
+            .replica_manager
+            .logs
+            .keys()
+            .map(|tp| (tp.clone(), self.leader_log(tp).log_end_offset()))
+            .collect()
     }
 
     /// Markers appended since `before` for producer ids of `transactional_id`, as `{"topic/partition": offset}`.
@@ -865,7 +871,7 @@ impl Runner<'_> {
         transactional_id: &str,
     ) -> BTreeMap<String, u64> {
         let mut out = BTreeMap::new();
-        for tp in self.cluster.broker.partitions.keys() {
+        for tp in self.cluster.broker.replica_manager.logs.keys() {
             let log = self.leader_log(tp);
             let from = before.get(tp).copied().unwrap_or(0);
             // From the log's end back to `from` only: the op's appends, not the whole log. The last

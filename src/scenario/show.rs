@@ -112,9 +112,11 @@ pub fn broker_step(
 ) -> Step {
     // A replay's coordinator broker follows the partitions others lead, and its fetch path refuses them:
     // the readers read each partition as a consumer reads it from its leader.
-    let mut cluster = reading_cluster(broker.config.clone(), broker.coordinator.clone(), broker.partitions.clone());
+    let logs = broker.replica_manager.logs.clone();
+    let mut cluster = reading_cluster(broker.config.clone(), broker.coordinator.clone(), logs);
     let partitions = broker
-        .partitions
+        .replica_manager
+        .logs
         .keys()
         .map(|tp| {
             let mut view = partition(&mut cluster, tp);
@@ -154,7 +156,7 @@ pub fn network_step(index: usize, op: &NetOp, outcome: &str, differs: bool, runn
         .iter()
         .map(|tp| {
             let start = cluster.leader_log(tp).expect("a scenario partition").log_start_offset();
-            let readings = if reader.broker.partitions.contains_key(tp) {
+            let readings = if reader.broker.replica_manager.logs.contains_key(tp) {
                 [IsolationLevel::ReadUncommitted, IsolationLevel::ReadCommitted]
                     .map(|i| reading(&mut reader, i, tp, start))
             } else {
@@ -194,7 +196,7 @@ fn reading_cluster(
         *count = (*count).max(tp.partition + 1);
     }
     let mut cluster = Cluster::new(&topics, config);
-    cluster.broker.partitions = logs;
+    cluster.broker.replica_manager.logs = logs;
     cluster.broker.coordinator = coordinator;
     cluster
 }

@@ -1,16 +1,23 @@
-//! The transaction coordinator (`TransactionCoordinator`, `TransactionStateManager`,
-//! `TransactionMarkerChannelManager`): InitProducerId, AddPartitionsToTxn, EndTxn, markers and timeouts.
+//! The transaction coordinator (`TransactionCoordinator`): InitProducerId, AddPartitionsToTxn, EndTxn,
+//! decisions and timeouts. Its log's role, load and appends are `TransactionStateManager`'s, its markers
+//! `TransactionMarkerChannelManager`'s, its record format `TransactionLog`'s: a file each here.
 
+mod transaction_log;
+mod transaction_marker_channel_manager;
 mod transaction_metadata;
+mod transaction_state_manager;
 
+pub use transaction_log::TxnLogValue;
+pub use transaction_marker_channel_manager::{PendingCompletion, MARKER_RETRY_MS};
 pub use transaction_metadata::{bumped, is_epoch_exhausted, TransactionMetadata, TransactionState, TxnTransition};
+pub use transaction_state_manager::{has_transaction_log, TransactionStateManager};
 
 use crate::config::EngineConfig;
 use crate::error::KafkaError;
 use crate::mutation::Mutation;
 use crate::protocol::Timer;
 use crate::protocol::MAX_BROKERS;
-use crate::protocol::{Effects, Message, NodeId, TxnMarkerEntry};
+use crate::protocol::{Effects, Message, NodeId};
 use crate::rename::{Names, Rename};
 use crate::types::{
     CoordinatorEpoch, Offset, ProducerEpoch, ProducerId, ProducerIdAndEpoch, TimeMs, TopicPartition, TransactionResult,
@@ -29,37 +36,10 @@ pub const TRANSACTIONAL_ID_EXPIRATION_MS: TimeMs = 604_800_000;
 /// `transaction.remove.expired.transaction.cleanup.interval.ms` (default 3600000): how often
 /// `removeExpiredTransactionalIds` runs.
 pub const TRANSACTION_REMOVE_EXPIRED_TRANSACTION_CLEANUP_INTERVAL_MS: TimeMs = 3_600_000;
-/// How long the marker channel waits for WriteTxnMarkers answers before resending (`request.timeout.ms`).
-pub const MARKER_RETRY_MS: TimeMs = 30_000;
 /// KIP-730 hands each broker blocks of producer ids from the controller; here broker `b`'s ids start at
 /// `FIRST_PRODUCER_ID + b * PRODUCER_ID_BLOCK_STRIDE` and its next block `MAX_BROKERS` strides further on,
 /// so coordinators on different brokers never share one.
 pub const PRODUCER_ID_BLOCK_STRIDE: ProducerId = 1_000_000;
-
-/// One `__transaction_state` record value (`TransactionLog.valueToBytes`, as JSON). It also carries what
-/// the checkers' decision ledger needs and Kafka's format has no field for: why a Prepare* was decided
-/// and the epoch its data was written with, and where a Complete*'s markers were acknowledged.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum TxnLogValue {
-    Metadata {
-        /// As the transition leaves it, its history cut to that one transition.
-        metadata: TransactionMetadata,
-        decided: Option<(DecisionCause, ProducerEpoch)>,
-        markers: Vec<(TopicPartition, Offset)>,
-    },
-    /// `removeExpiredTransactionalIds`: the id's tombstone.
-    Tombstone { transactional_id: String },
-}
-
-impl TxnLogValue {
-    pub fn encode(&self) -> String {
-        serde_json::to_string(self).expect("a transaction log value serializes")
-    }
-
-    pub fn decode(value: &str) -> TxnLogValue {
-        serde_json::from_str(value).expect("only the coordinator writes __transaction_state")
-    }
-}
 
 /// `isEpochExhausted`, or under `EpochExhaustionIgnored` the rule that keeps no epoch back for fencing:
 /// only Short.MAX_VALUE itself counts as exhausted, so the coordinator hands that epoch to a client.
@@ -105,19 +85,6 @@ pub struct TxnDecision {
     /// stopped sending these markers (`removeMarkersForTxn`): a marker another leader wrote first is
     /// acknowledged to no one. Volatile: a reload decides again from the Prepare* record.
     pub abandoned: bool,
-}
-
-/// Markers of one decided transaction still to be acknowledged by partition leaders.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct PendingCompletion {
-    pub transactional_id: String,
-    pub result: TransactionResult,
-    pub producer: ProducerIdAndEpoch,
-    pub remaining: BTreeSet<TopicPartition>,
-    /// Index into `decisions`.
-    pub decision: usize,
-    /// Every marker is acknowledged and the Complete* record is being appended.
-    pub completing: bool,
 }
 
 /// Where an answer goes once the append it waits for completes.
@@ -309,46 +276,6 @@ impl TransactionCoordinator {
             && self.txns.values().all(|m| m.pending_state.is_none() && m.state.is_expiration_allowed())
     }
 
-    /// `removeExpiredTransactionalIds`, run every `transaction.remove.expired.transaction.cleanup.interval.ms`
-    /// from time 0. Like `producer.id.expiration.check.interval.ms` in `producer_state`, the runs are counted,
-    /// not timed: the broker calls this before every coordinator step, and the last run due then is applied
-    /// once, to the metadata as it was at that run (nothing touched it since). An id expires at the first
-    /// run at least `transactional.id.expiration.ms` after its last update, if it is Empty or Complete* with
-    /// no pending transition; its tombstone is written at once and the metadata removed from the cache.
-    pub fn remove_expired_transactional_ids(&mut self, ctx: &mut Ctx<'_>) {
-        let check = ctx.now_ms - ctx.now_ms % TRANSACTION_REMOVE_EXPIRED_TRANSACTION_CLEANUP_INTERVAL_MS;
-        if check <= self.last_expiration_check_ms {
-            return;
-        }
-        let expired: Vec<String> = self
-            .txns
-            .values()
-            .filter(|m| self.expires_at(m, check, ctx.config))
-            .map(|m| m.transactional_id.clone())
-            .collect();
-        self.last_expiration_check_ms = check;
-        for tid in expired {
-            self.txns.remove(&tid);
-            self.tombstones.push(tid);
-        }
-    }
-
-    /// `TransactionStateManager.shouldExpire` at the run at `check_ms`, if that run is still to be applied.
-    fn expires_at(&self, meta: &TransactionMetadata, check_ms: TimeMs, config: &EngineConfig) -> bool {
-        check_ms > self.last_expiration_check_ms
-            && meta.pending_state.is_none()
-            && meta.state.is_expiration_allowed()
-            && meta.txn_last_update_timestamp_ms + TRANSACTIONAL_ID_EXPIRATION_MS <= check_ms
-            && !config.mutations.has(Mutation::TransactionalIdsNeverExpire)
-    }
-
-    /// `getTransactionState` at `now_ms`: the metadata of `tid`, unless the expiration run due by then
-    /// removes it (what a reader of the coordinator sees without stepping it).
-    pub fn transaction_state(&self, tid: &str, now_ms: TimeMs, config: &EngineConfig) -> Option<&TransactionMetadata> {
-        let check = now_ms - now_ms % TRANSACTION_REMOVE_EXPIRED_TRANSACTION_CLEANUP_INTERVAL_MS;
-        self.txns.get(tid).filter(|m| !self.expires_at(m, check, config))
-    }
-
     fn allocate_producer_id(&mut self) -> ProducerId {
         if self.next_producer_id == self.producer_id_block_end {
             // The block ran out: the controller grants this broker its next one (`ProducerIdManager`). Blocks
@@ -514,146 +441,6 @@ impl TransactionCoordinator {
             AppendCallback::Decide { reply: None, .. } | AppendCallback::Complete { .. } => return,
         };
         ctx.effects.send(ctx.me, &r.to, r.correlation_id, message);
-    }
-
-    /// `removeTransactionsForTxnTopicPartition` on becoming a follower of `__transaction_state`: the cache
-    /// and the markers to send are dropped, and appends still waiting are answered NOT_COORDINATOR.
-    pub fn unload(&mut self, ctx: &mut Ctx<'_>) {
-        for (_, p) in std::mem::take(&mut self.appends) {
-            Self::answer_failed(p.then, KafkaError::NotCoordinator, ctx);
-        }
-        self.txns.clear();
-        self.pending_completions.clear();
-        self.decisions.clear();
-        self.marker_requests.clear();
-        self.tombstones.clear();
-    }
-
-    /// `loadTransactionsForTxnTopicPartition` on becoming the leader of `__transaction_state` at
-    /// `leader_epoch`, the coordinator epoch from now on: the cache is rebuilt from the log up to its end
-    /// (`FetchIsolation.LOG_END`), each record `(its leader epoch, value)`, and every Prepare* transaction
-    /// gets its markers with the new epoch and Complete* pending (`prepareComplete`).
-    pub fn load_from_log<'r>(
-        &mut self,
-        leader_epoch: i32,
-        records: impl Iterator<Item = (i32, &'r str)>,
-        ctx: &mut Ctx<'_>,
-    ) {
-        self.unload(ctx);
-        let mut last_written_epoch = 0;
-        for (written_epoch, value) in records {
-            last_written_epoch = written_epoch;
-            let (metadata, decided, markers) = match TxnLogValue::decode(value) {
-                TxnLogValue::Tombstone { transactional_id } => {
-                    self.txns.remove(&transactional_id);
-                    continue;
-                }
-                TxnLogValue::Metadata { mut metadata, decided, markers } => {
-                    // Kafka 4.3.1's TransactionLogValue has no field for it: TransactionLog.read loads
-                    // NO_PRODUCER_EPOCH (KAFKA-20357, which persists it, came after 4.3.1).
-                    if !ctx.config.mutations.has(Mutation::LastProducerEpochPersisted) {
-                        metadata.last_producer_epoch = NO_PRODUCER_EPOCH;
-                    }
-                    (metadata, decided, markers)
-                }
-            };
-            let tid = metadata.transactional_id.clone();
-            match metadata.state {
-                TransactionState::PrepareCommit | TransactionState::PrepareAbort => {
-                    let (cause, data_epoch) = decided.expect("a Prepare* record says why it was decided");
-                    self.decisions.push(TxnDecision {
-                        transactional_id: tid.clone(),
-                        producer_id: metadata.producer_id,
-                        data_epoch,
-                        marker_epoch: metadata.producer_epoch,
-                        result: if metadata.state == TransactionState::PrepareCommit {
-                            TransactionResult::Commit
-                        } else {
-                            TransactionResult::Abort
-                        },
-                        partitions: metadata.topic_partitions.clone(),
-                        cause,
-                        coordinator_epoch: written_epoch,
-                        completed: false,
-                        markers: BTreeMap::new(),
-                        abandoned: false,
-                    });
-                }
-                TransactionState::CompleteCommit | TransactionState::CompleteAbort => {
-                    if let Some(d) = self.decisions.iter_mut().rev().find(|d| d.transactional_id == tid) {
-                        d.completed = true;
-                        d.markers = markers.into_iter().collect();
-                    }
-                }
-                _ => {}
-            }
-            self.txns.insert(tid, metadata);
-        }
-        self.coordinator_epoch = if ctx.config.mutations.has(Mutation::FailoverKeepsCoordinatorEpoch) {
-            // The bug: the new coordinator goes on under the epoch its predecessor wrote with.
-            last_written_epoch
-        } else {
-            leader_epoch
-        };
-        self.loaded_at_epoch = self.coordinator_epoch;
-        // The cache keeps each id's newest record (`loadTransactionMetadata`), so a loaded Prepare* state is
-        // the id's newest decision. An older one left undecided was superseded: its append failed with its
-        // record in the log, and the coordinator decided again, at the same epoch after a timeout's fence.
-        let newest: BTreeMap<&str, usize> =
-            self.decisions.iter().enumerate().map(|(i, d)| (d.transactional_id.as_str(), i)).collect();
-        let resend_superseded = ctx.config.mutations.has(Mutation::LoadResendsSupersededDecisions);
-        let prepared: Vec<(String, usize)> = self
-            .decisions
-            .iter()
-            .enumerate()
-            .filter(|(i, d)| !d.completed && (resend_superseded || newest[d.transactional_id.as_str()] == *i))
-            .map(|(i, d)| (d.transactional_id.clone(), i))
-            .filter(|(tid, _)| {
-                self.txns.get(tid).is_some_and(|m| {
-                    matches!(m.state, TransactionState::PrepareCommit | TransactionState::PrepareAbort)
-                })
-            })
-            .collect();
-        for (tid, decision) in prepared {
-            let d = &self.decisions[decision];
-            let meta = self.txns.get_mut(&tid).expect("filtered above");
-            let loaded = (meta.producer_id, meta.producer_epoch, meta.state == TransactionState::PrepareCommit);
-            let decided = (d.producer_id, d.marker_epoch, d.result == TransactionResult::Commit);
-            if resend_superseded {
-                // The bug: every undecided decision whose producer and epoch match the loaded state gets
-                // markers, a superseded commit beside the abort that replaced it.
-                if (loaded.0, loaded.1) != (decided.0, decided.1) {
-                    continue;
-                }
-            } else {
-                assert_eq!(loaded, decided, "{tid}: the loaded Prepare* state is its newest decision");
-            }
-            meta.pending_state = Some(match d.result {
-                TransactionResult::Commit => TransactionState::CompleteCommit,
-                TransactionResult::Abort => TransactionState::CompleteAbort,
-            });
-            let producer = ProducerIdAndEpoch { producer_id: d.producer_id, epoch: d.marker_epoch };
-            let mut pending = PendingCompletion {
-                transactional_id: tid.clone(),
-                result: d.result,
-                producer,
-                remaining: d.partitions.clone(),
-                decision,
-                completing: false,
-            };
-            if ctx.config.mutations.has(Mutation::MarkersToSubsetOfPartitions) {
-                pending.remaining = pending.remaining.into_iter().take(1).collect();
-            }
-            if ctx.config.mutations.has(Mutation::RestartAbortsPreparedCommits) {
-                pending.result = TransactionResult::Abort;
-            }
-            self.pending_completions.insert(producer.producer_id, pending);
-            if ctx.config.mutations.has(Mutation::NoMarkerResendOnFailover) {
-                // The bug: the loaded transaction waits for markers nobody sends.
-                continue;
-            }
-            self.send_markers(producer.producer_id, ctx);
-        }
     }
 
     /// `handleInitProducerId`. `Err(ConcurrentTransactions)` after a fence tells the client to retry.
@@ -878,132 +665,6 @@ impl TransactionCoordinator {
         let previous = self.pending_completions.insert(producer.producer_id, pending);
         assert!(previous.is_none(), "{tid}: two decided transactions of one producer id await markers");
         self.send_markers(producer.producer_id, ctx);
-    }
-
-    /// `TransactionMarkerChannelManager.addTxnMarkersToSend`: one WriteTxnMarkers per leader.
-    fn send_markers(&mut self, producer_id: ProducerId, ctx: &mut Ctx<'_>) {
-        let pending = self.pending_completions.get(&producer_id).expect("markers of a pending completion");
-        let remaining = pending.remaining.clone();
-        self.send_markers_for(producer_id, &remaining, ctx);
-    }
-
-    /// The markers of `partitions` (all still unacknowledged), one WriteTxnMarkers per leader.
-    fn send_markers_for(&mut self, producer_id: ProducerId, partitions: &BTreeSet<TopicPartition>, ctx: &mut Ctx<'_>) {
-        let pending = self.pending_completions.get(&producer_id).expect("markers of a pending completion").clone();
-        if pending.remaining.is_empty() {
-            self.complete(producer_id, ctx);
-            return;
-        }
-        let mut by_leader: BTreeMap<NodeId, Vec<TopicPartition>> = BTreeMap::new();
-        for tp in partitions {
-            // An unknown leader keeps the partition pending; it is retried with the next resend.
-            if let Some(leader) = ctx.leaders.leader_of(tp) {
-                by_leader.entry(leader).or_default().push(tp.clone());
-            }
-        }
-        for (leader, partitions) in by_leader {
-            self.next_correlation_id += 1;
-            self.marker_requests.insert(self.next_correlation_id, pending.decision);
-            let entry = TxnMarkerEntry {
-                producer_id,
-                producer_epoch: pending.producer.epoch,
-                result: pending.result,
-                partitions,
-                coordinator_epoch: self.coordinator_epoch,
-                transaction_version: self.txns[&pending.transactional_id].client_transaction_version,
-            };
-            ctx.effects.send(
-                ctx.me,
-                &leader,
-                self.next_correlation_id,
-                Message::WriteTxnMarkersRequest { markers: vec![entry] },
-            );
-        }
-        // The marker channel retries until every partition has answered (lost requests, dead ctx.leaders).
-        ctx.effects.timers.push((ctx.now_ms + MARKER_RETRY_MS, Timer::ResendTxnMarkers { decision: pending.decision }));
-    }
-    /// The decision an outstanding WriteTxnMarkers request (by correlation id) is for, if it is still
-    /// awaited: drivers use it to tell which marker messages in flight belong to which decision.
-    pub fn marker_request_decision(&self, correlation_id: u64) -> Option<usize> {
-        self.marker_requests.get(&correlation_id).copied()
-    }
-
-    /// A marker retry timer: resend what is still unacknowledged for that decision.
-    pub fn on_resend_markers(&mut self, decision: usize, ctx: &mut Ctx<'_>) {
-        let pid = self.decisions.get(decision).map(|d| d.producer_id);
-        let Some(pid) = pid else { return };
-        if self.pending_completions.get(&pid).is_some_and(|p| p.decision == decision && !p.completing) {
-            self.send_markers(pid, ctx);
-        }
-    }
-
-    /// `TransactionMarkerRequestCompletionHandler`: acknowledged partitions leave the pending set; a retriable
-    /// error resends; a fencing error cancels the rest. When nothing remains, Complete* is written. Like
-    /// Kafka's per-request callback, an answer only counts for the decision its request carried.
-    pub fn handle_write_txn_markers_response(
-        &mut self,
-        correlation_id: u64,
-        results: &[(ProducerId, TopicPartition, Result<u64, KafkaError>)],
-        ctx: &mut Ctx<'_>,
-    ) {
-        let Some(decision) = self.marker_requests.remove(&correlation_id) else {
-            return; // Sent before a restart: that request died with the old coordinator.
-        };
-        let pid = self.decisions[decision].producer_id;
-        if self.pending_completions.get(&pid).is_none_or(|p| p.decision != decision || p.completing) {
-            // An answer to a resend that crossed the first answer: the decision already completed.
-            if ctx.config.mutations.has(Mutation::DoubleComplete) {
-                self.write_completion_again(decision, ctx.now_ms);
-            }
-            return;
-        }
-        let pending = self.pending_completions.get_mut(&pid).expect("checked above");
-        let mut retry = BTreeSet::new();
-        for (rpid, tp, result) in results {
-            assert_eq!(*rpid, pid, "a WriteTxnMarkers answer names the producer its request did");
-            match result {
-                Ok(offset) => {
-                    pending.remaining.remove(tp);
-                    self.decisions[decision].markers.entry(tp.clone()).or_insert(*offset);
-                }
-                Err(KafkaError::InvalidProducerEpoch | KafkaError::TransactionCoordinatorFenced) => {
-                    // A newer coordinator owns this producer now: stop sending, complete nothing
-                    // (`removeMarkersForTxn`); that coordinator finishes the transaction.
-                    self.pending_completions.remove(&pid);
-                    self.decisions[decision].abandoned = true;
-                    return;
-                }
-                Err(_) => {
-                    retry.insert(tp.clone());
-                }
-            }
-        }
-        if pending.remaining.is_empty() {
-            self.complete(pid, ctx);
-        } else if ctx.config.mutations.has(Mutation::MarkerRetryResendsAllPartitions) && !retry.is_empty() {
-            // The bug: partitions whose markers are still in flight to other leaders are sent again, and
-            // the first request, arriving late, can close the producer's next transaction (TV1).
-            self.send_markers(pid, ctx);
-        } else if !retry.is_empty() {
-            // `TransactionMarkerRequestCompletionHandler`: only this answer's failed partitions go back on
-            // the queue; the others' requests are still in flight on their own connections.
-            self.send_markers_for(pid, &retry, ctx);
-        }
-    }
-
-    /// The `DoubleComplete` bug: a second completion write for an already completed decision, unchecked,
-    /// over whatever state the transactional id is in now (possibly a newer Ongoing transaction).
-    fn write_completion_again(&mut self, decision: usize, now_ms: TimeMs) {
-        let d = &self.decisions[decision];
-        let to = match d.result {
-            TransactionResult::Commit => TransactionState::CompleteCommit,
-            TransactionResult::Abort => TransactionState::CompleteAbort,
-        };
-        let meta = self.txns.get_mut(&d.transactional_id).expect("decided ids have metadata");
-        meta.state = to;
-        meta.txn_last_update_timestamp_ms = now_ms;
-        meta.transitions.push(TxnTransition { state: to, timestamp_ms: now_ms, txn_timeout_ms: meta.txn_timeout_ms });
-        meta.topic_partitions.clear();
     }
 
     /// Coordinator failover or broker restart (`loadTransactionsForTxnTopicPartition`): the durable state

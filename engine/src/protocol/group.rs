@@ -169,6 +169,32 @@ impl GroupMessage {
         }
     }
 
+    /// A request's answer with `error` in every place it has one (`AbstractRequest.getErrorResponse`);
+    /// `None` for the answers and the broker's own `GroupStored`.
+    pub fn error_response(&self, error: KafkaError) -> Option<GroupMessage> {
+        let per_partition = |offsets: &[(TopicPartition, CommittedOffset)]| {
+            offsets.iter().map(|(tp, _)| (tp.clone(), Err(error))).collect()
+        };
+        Some(match self {
+            GroupMessage::JoinGroupRequest { join, .. } => {
+                GroupMessage::JoinGroupResponse { member_id: join.member_id.clone(), result: Err(error) }
+            }
+            GroupMessage::SyncGroupRequest { .. } => GroupMessage::SyncGroupResponse { result: Err(error) },
+            GroupMessage::HeartbeatRequest { .. } => GroupMessage::HeartbeatResponse { result: Err(error) },
+            GroupMessage::LeaveGroupRequest { member_ids, .. } => GroupMessage::LeaveGroupResponse {
+                results: member_ids.iter().map(|m| (m.clone(), Err(error))).collect(),
+            },
+            GroupMessage::OffsetCommitRequest { offsets, .. } => {
+                GroupMessage::OffsetCommitResponse { results: per_partition(offsets) }
+            }
+            GroupMessage::TxnOffsetCommitRequest { offsets, .. } => {
+                GroupMessage::TxnOffsetCommitResponse { results: per_partition(offsets) }
+            }
+            GroupMessage::OffsetFetchRequest { .. } => GroupMessage::OffsetFetchResponse { offsets: Err(error) },
+            _ => return None,
+        })
+    }
+
     pub fn is_request(&self) -> bool {
         matches!(
             self,

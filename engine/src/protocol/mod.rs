@@ -22,6 +22,17 @@ pub use metadata::MetadataMessage;
 /// The controller's node id: KRaft controllers share the broker id space, and no broker uses this one.
 pub const CONTROLLER_ID: u32 = 3000;
 
+/// The correlation ids a node gives the requests it sends (`NetworkClient`'s), one sequence per node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CorrelationIds(u64);
+
+impl CorrelationIds {
+    pub fn take(&mut self) -> u64 {
+        self.0 += 1;
+        self.0
+    }
+}
+
 /// The most brokers a cluster here may have.
 pub const MAX_BROKERS: u32 = 5;
 

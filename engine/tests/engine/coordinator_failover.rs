@@ -52,7 +52,7 @@ fn the_coordinator_moves_with_the_transaction_log_and_an_open_transaction_commit
     let log = &c.controller.partitions[&transaction_state_partition()];
     assert_eq!((log.state.leader, log.state.leader_epoch), (1, 1), "broker 1 leads the transaction log");
     let new = c.broker_mut(1).unwrap();
-    assert_eq!(new.coordinator_loaded_at, Some(1), "broker 1 loaded the log at its leader epoch");
+    assert_eq!(new.txn_manager.loaded_at, Some(1), "broker 1 loaded the log at its leader epoch");
     assert_eq!(new.coordinator.coordinator_epoch, 1, "the coordinator epoch is the log's leader epoch");
     let meta = &new.coordinator.txns["p"];
     assert_eq!(meta.state, TransactionState::Ongoing, "the open transaction was read back from the log");
@@ -103,8 +103,9 @@ fn no_marker_resend_on_failover_leaves_the_transaction_open() {
 /// its log holds a record above its HW. Its load has run (`Timer::LoadTransactionLog` fired).
 fn prepare_commit_above_the_new_leaders_hw(config: EngineConfig) -> Cluster {
     let mut c = open_transaction(config);
-    let log_end =
-        |c: &mut Cluster| c.broker_mut(1).unwrap().partitions[&transaction_state_partition()].log_end_offset();
+    let log_end = |c: &mut Cluster| {
+        c.broker_mut(1).unwrap().replica_manager.logs[&transaction_state_partition()].log_end_offset()
+    };
     let before = log_end(&mut c);
     let (_, effects) = c.producers.get_mut("p").unwrap().commit_transaction(c.now_ms).unwrap();
     c.apply(&NodeId::Client("p".into()), effects);
@@ -117,8 +118,8 @@ fn prepare_commit_above_the_new_leaders_hw(config: EngineConfig) -> Cluster {
     }
     c.fire_timers_until(c.now_ms);
     let b = c.broker_mut(1).unwrap();
-    assert_eq!(b.transaction_log_epoch, Some(1), "broker 1 leads the transaction log at epoch 1");
-    let log = &b.partitions[&transaction_state_partition()];
+    assert_eq!(b.txn_manager.log_epoch, Some(1), "broker 1 leads the transaction log at epoch 1");
+    let log = &b.replica_manager.logs[&transaction_state_partition()];
     assert!(log.high_watermark() < log.log_end_offset(), "the PrepareCommit is above broker 1's HW");
     c
 }
@@ -130,7 +131,7 @@ fn prepare_commit_above_the_new_leaders_hw(config: EngineConfig) -> Cluster {
 fn kafkas_coordinator_loads_records_above_its_hw() {
     let mut c = prepare_commit_above_the_new_leaders_hw(EngineConfig::default());
     let b = c.broker_mut(1).unwrap();
-    assert_eq!(b.coordinator_loaded_at, Some(1), "loaded, its HW below the log end");
+    assert_eq!(b.txn_manager.loaded_at, Some(1), "loaded, its HW below the log end");
     assert_eq!(b.coordinator.txns["p"].state, TransactionState::PrepareCommit, "the unreplicated decision is loaded");
 }
 
@@ -141,11 +142,11 @@ fn the_load_waits_for_hw_proposal_loads_only_replicated_records() {
     let config = EngineConfig { proposal: Some(Proposal::LoadWaitsForHw), ..EngineConfig::default() };
     let mut c = prepare_commit_above_the_new_leaders_hw(config);
     c.fire_timers_until(c.now_ms + 10_000);
-    assert_eq!(c.broker_mut(1).unwrap().coordinator_loaded_at, None, "still loading: the HW cannot move below min.isr");
+    assert_eq!(c.broker_mut(1).unwrap().txn_manager.loaded_at, None, "still loading: the HW cannot move below min.isr");
     assert!(c.start_broker(2), "broker 2 comes back");
     assert!(c.run_until_quiet(), "the cluster settles");
     let b = c.broker_mut(1).unwrap();
-    assert_eq!(b.coordinator_loaded_at, Some(1), "loaded once broker 2 replicated the log");
+    assert_eq!(b.txn_manager.loaded_at, Some(1), "loaded once broker 2 replicated the log");
     assert_eq!(b.coordinator.txns["p"].state, TransactionState::CompleteCommit, "the replicated commit completed");
     assert_eq!(committed_values(&mut c), vec!["a"], "the resent marker committed the record");
 }
@@ -242,7 +243,7 @@ fn transactional_offsets_commit_once_the_coordinator_moved() {
     c.run_until_quiet();
     c.fire_timers_until(c.now_ms);
     c.run_until_quiet();
-    assert_eq!(c.broker_mut(1).unwrap().coordinator_loaded_at, Some(1), "broker 1 coordinates");
+    assert_eq!(c.broker_mut(1).unwrap().txn_manager.loaded_at, Some(1), "broker 1 coordinates");
     c.add_producer("p", ProducerKind::Transactional { transactional_id: "p".into() });
     let r = c.call_producer("p", |p, now| p.init_transactions(now));
     assert!(matches!(r, Ok(Some(OpOutput::Initialized(_)))), "init succeeds: {r:?}");
@@ -384,14 +385,14 @@ fn group_offset_committed_above_the_hw(config: EngineConfig) -> Cluster {
     let mut c = offsets_sent_in_a_transaction(config);
     c.run_until_quiet();
     let offsets = TopicPartition::new("__consumer_offsets", 3);
-    let log_end = |c: &mut Cluster| c.broker_mut(0).unwrap().partitions[&offsets].log_end_offset();
+    let log_end = |c: &mut Cluster| c.broker_mut(0).unwrap().replica_manager.logs[&offsets].log_end_offset();
     let before = log_end(&mut c);
     let (_, effects) = c.producers.get_mut("p").unwrap().commit_transaction(c.now_ms).unwrap();
     c.apply(&NodeId::Client("p".into()), effects);
     while log_end(&mut c) == before {
         assert!(c.step(), "the COMMIT marker reaches the group's partition");
     }
-    let log = &c.broker_mut(0).unwrap().partitions[&offsets];
+    let log = &c.broker_mut(0).unwrap().replica_manager.logs[&offsets];
     assert!(log.high_watermark() < log.log_end_offset(), "the marker is above the HW");
     c
 }

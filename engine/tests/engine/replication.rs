@@ -302,29 +302,28 @@ fn isr_proposals_of_a_follower_below_the_epoch_start(mutations: Mutations) -> Ve
         let state = LeaderAndIsr { leader, leader_epoch, isr: vec![0, 2], partition_epoch };
         PartitionRegistration { replicas: vec![0, 1, 2], state, elr: vec![], last_known_elr: vec![] }
     };
-    let mut logs = BTreeMap::from([(tp(), txnsim_engine::PartitionLog::new())]);
     let mut effects = Effects::default();
     let mut rm = ReplicaManager::new(0, &BTreeMap::from([(tp(), reg(0, 8, 1))]), 0);
-    let mut ctx = ReplicaCtx { me: 0, now_ms: 0, config: &config, logs: &mut logs, effects: &mut effects };
+    let mut ctx = ReplicaCtx { me: 0, now_ms: 0, config: &config, effects: &mut effects };
     rm.start(&mut ctx);
-    let append = |ctx: &mut ReplicaCtx<'_>, values: &[&str]| {
+    let append = |rm: &mut ReplicaManager, values: &[&str]| {
         let batch = ProduceBatch {
             producer: None,
             is_transactional: false,
             values: values.iter().map(|v| v.to_string()).collect(),
         };
-        let log = ctx.logs.get_mut(&tp()).expect("hosted");
+        let log = rm.logs.get_mut(&tp()).expect("hosted");
         log.append_data(&batch, AppendOrigin::Client, 0, &mutations).expect("a plain append");
     };
-    append(&mut ctx, &["k1", "k2"]);
-    append(&mut ctx, &["k3", "k4", "k5"]);
+    append(&mut rm, &["k1", "k2"]);
+    append(&mut rm, &["k3", "k4", "k5"]);
     rm.handle_follower_fetch(2, 1, fetch(0, 8, None), &mut ctx);
     rm.handle_follower_fetch(2, 2, fetch(1, 8, Some(8)), &mut ctx);
-    assert_eq!(ctx.logs[&tp()].high_watermark(), 1, "follower 2 in the ISR moved the HW below the LEO");
+    assert_eq!(rm.logs[&tp()].high_watermark(), 1, "follower 2 in the ISR moved the HW below the LEO");
     rm.apply_delta(&[(tp(), reg(2, 9, 2))], &mut ctx);
     rm.apply_delta(&[(tp(), reg(0, 10, 3))], &mut ctx);
-    assert_eq!(ctx.logs[&tp()].log_end_offset(), 5, "the leader epoch 10 starts at offset 5");
-    append(&mut ctx, &["k6", "k7"]);
+    assert_eq!(rm.logs[&tp()].log_end_offset(), 5, "the leader epoch 10 starts at offset 5");
+    append(&mut rm, &["k6", "k7"]);
     [(0, None), (1, Some(8)), (5, Some(8))]
         .into_iter()
         .enumerate()
@@ -525,10 +524,9 @@ fn answers_to_a_parked_fetch_when_leadership_moves(config: EngineConfig) -> Vec<
         let state = LeaderAndIsr { leader, leader_epoch, isr: vec![0, 1, 2], partition_epoch };
         PartitionRegistration { replicas: vec![0, 1, 2], state, elr: vec![], last_known_elr: vec![] }
     };
-    let mut logs = BTreeMap::from([(tp(), txnsim_engine::PartitionLog::new())]);
     let mut effects = Effects::default();
     let mut rm = ReplicaManager::new(0, &BTreeMap::from([(tp(), reg(0, 10, 1))]), 0);
-    let mut ctx = ReplicaCtx { me: 0, now_ms: 0, config: &config, logs: &mut logs, effects: &mut effects };
+    let mut ctx = ReplicaCtx { me: 0, now_ms: 0, config: &config, effects: &mut effects };
     rm.start(&mut ctx);
     rm.handle_follower_fetch(1, 7, fetch(0, 10, None), &mut ctx);
     assert!(ctx.effects.sends.iter().all(|e| e.to != NodeId::Broker(1)), "nothing to return yet: the fetch waits");

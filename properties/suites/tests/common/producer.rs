@@ -398,12 +398,12 @@ pub fn run_case(case: &Case, mutations: Mutations) -> Report {
         h.record(live);
         let mut intent = Vec::new();
         if intent_claimed(h.setup.tv) {
-            intent.extend(check_committed_sends(&h.history, &h.cluster.broker.partitions));
-            intent.extend(check_failed_sends(&h.history, &h.cluster.broker.partitions));
+            intent.extend(check_committed_sends(&h.history, &h.cluster.broker.replica_manager.logs));
+            intent.extend(check_failed_sends(&h.history, &h.cluster.broker.replica_manager.logs));
         }
         h.at = "the client-intent check after healing".into();
         h.record(intent);
-        let hist = check_history(&h.history, &h.cluster.broker.partitions);
+        let hist = check_history(&h.history, &h.cluster.broker.replica_manager.logs);
         h.at = "the history check at the end".into();
         h.record(hist);
     });
@@ -739,7 +739,7 @@ impl Harness {
     fn fingerprint(&self) -> Vec<u64> {
         let b = &self.cluster.broker;
         let mut f = Vec::with_capacity(16);
-        for log in b.partitions.values() {
+        for log in b.replica_manager.logs.values() {
             f.extend([log.log_start_offset(), log.high_watermark(), log.log_end_offset()]);
         }
         let c = &b.coordinator;
@@ -835,13 +835,13 @@ impl Harness {
     }
 
     fn log_ends(&self) -> BTreeMap<TopicPartition, Offset> {
-        self.cluster.broker.partitions.iter().map(|(tp, l)| (tp.clone(), l.log_end_offset())).collect()
+        self.cluster.broker.replica_manager.logs.iter().map(|(tp, l)| (tp.clone(), l.log_end_offset())).collect()
     }
 
     /// Markers appended since `before` by producer ids of `tid`.
     fn markers_since(&self, before: &BTreeMap<TopicPartition, Offset>, tid: &str) -> BTreeMap<TopicPartition, Offset> {
         let mut out = BTreeMap::new();
-        for (tp, log) in &self.cluster.broker.partitions {
+        for (tp, log) in &self.cluster.broker.replica_manager.logs {
             let from = before.get(tp).copied().unwrap_or(0);
             for b in log.batches().filter(|b| b.base_offset >= from && b.marker().is_some()) {
                 let pid = b.producer_id().expect("markers carry a producer id");
@@ -1367,7 +1367,7 @@ impl Harness {
             return;
         }
         let mutations = self.cluster.config.mutations.clone();
-        for log in self.cluster.broker.partitions.values_mut() {
+        for log in self.cluster.broker.replica_manager.logs.values_mut() {
             let leo = log.log_end_offset();
             log.update_high_watermark(leo, &mutations);
         }

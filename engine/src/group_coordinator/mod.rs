@@ -16,13 +16,17 @@
 //! runtime's reads at the last committed offset do.
 //!
 //! Transactional offsets (KIP-98, KIP-447; `OffsetMetadataManager`): a TxnOffsetCommit is written to the
-//! group's `__consumer_offsets` partition as a batch of the producer's transaction (the broker does that)
+//! group's `__consumer_offsets` partition as a batch of the producer's transaction (the runtime does that)
 //! and held here as pending, per producer id, until the transaction's marker reaches that partition: a
 //! COMMIT materializes the offsets, an ABORT drops them. Meanwhile OffsetFetch with `require_stable`
 //! answers UNSTABLE_OFFSET_COMMIT for those partitions.
 //!
 //! Answers may be deferred (a JoinGroup waits for the rebalance): handlers send them through `Effects`.
 //! Time-based transitions are driven by `tick`, which the driver calls by `next_deadline_ms`.
+
+mod runtime;
+
+pub use runtime::{verification_error, CoordinatorRuntime, GroupCtx, PendingOffsetsVerification, TxnOffsetCommit};
 
 use crate::config::EngineConfig;
 use crate::error::KafkaError;

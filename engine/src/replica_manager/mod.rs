@@ -1,8 +1,9 @@
 //! Replication on one broker: Kafka's `ReplicaManager` with its `Partition`s, the leader's view of each
-//! follower (`Replica`, `ReplicaState`) and the two purgatories (`DelayedProduce`, `DelayedFetch`).
+//! follower (`Replica`, `ReplicaState`) and the two purgatories (`DelayedProduce`, `DelayedFetch`). It
+//! holds the log of every partition the broker hosts; its appends are in `append.rs`.
 //!
-//! Only partitions hosted with more than one replica have an entry here. A partition this broker hosts
-//! alone is its own ISR: its HW follows its log end at once and an acks=all write is complete when it is
+//! Only partitions hosted with more than one replica have a replica state here. A partition this broker
+//! hosts alone is its own ISR: its HW follows its log end at once and an acks=all write is complete when it is
 //! appended, which is how Kafka's single-replica partition behaves and how the engine behaved before
 //! replication, byte for byte.
 //!
@@ -12,6 +13,10 @@
 //! The leader records each fetch offset as that follower's LEO, moves followers into and out of the ISR
 //! through the controller (AlterPartition), and raises the HW to the least LEO of the maximal ISR
 //! (`Partition.maybeIncrementLeaderHW`). acks=all writes wait in `DelayedProduce` until the HW passes them.
+
+mod append;
+
+pub use append::{ProduceMetadata, ProduceRequest};
 
 use crate::config::EngineConfig;
 use crate::error::KafkaError;
@@ -285,16 +290,16 @@ pub struct ReplicaCtx<'a> {
     pub me: u32,
     pub now_ms: TimeMs,
     pub config: &'a EngineConfig,
-    pub logs: &'a mut BTreeMap<TopicPartition, PartitionLog>,
     pub effects: &'a mut Effects,
 }
 
 impl ReplicaCtx<'_> {
-    fn me(&self) -> NodeId {
+    /// This broker's node on the network.
+    pub fn me(&self) -> NodeId {
         NodeId::Broker(self.me)
     }
 
-    fn send(&mut self, to: &NodeId, correlation_id: u64, message: Message) {
+    pub fn send(&mut self, to: &NodeId, correlation_id: u64, message: Message) {
         let me = self.me();
         self.effects.send(&me, to, correlation_id, message);
     }
@@ -302,6 +307,9 @@ impl ReplicaCtx<'_> {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ReplicaManager {
+    /// The log of every partition this broker hosts, replicated or not (`allPartitions` → `Partition.log`).
+    pub logs: BTreeMap<TopicPartition, PartitionLog>,
+    /// The replica state of those hosted with followers.
     pub partitions: BTreeMap<TopicPartition, Partition>,
     delayed_produces: BTreeMap<u64, DelayedProduce>,
     delayed_fetches: BTreeMap<u64, DelayedFetch>,
@@ -311,32 +319,47 @@ pub struct ReplicaManager {
     next_id: u64,
     /// When the `isr-expiration` task next runs (every `replica.lag.time.max.ms / 2` on a leader).
     next_isr_expiration_ms: Option<TimeMs>,
+    /// Produces waiting for the coordinator's KIP-890 answer, by the correlation id of the request
+    /// (`AddPartitionsToTxnManager`).
+    verifications: BTreeMap<u64, append::PendingVerification>,
 }
 
 impl Rename for ReplicaManager {
     fn rename(&mut self, names: Names<'_>) {
+        self.logs.rename(names);
         for d in self.delayed_produces.values_mut() {
             d.reply_to.rename(names);
+        }
+        for pending in self.verifications.values_mut() {
+            pending.client.rename(names);
+            pending.batch.rename(names);
         }
     }
 }
 
 impl ReplicaManager {
-    /// The replicated partitions among `registrations` that broker `me` hosts.
+    /// The partitions among `registrations` that broker `me` hosts, each with an empty log.
     pub fn new(me: u32, registrations: &BTreeMap<TopicPartition, PartitionRegistration>, now_ms: TimeMs) -> Self {
-        let partitions = registrations
-            .iter()
-            .filter(|(_, reg)| reg.replicas.len() > 1 && reg.replicas.contains(&me))
+        let hosted = registrations.iter().filter(|(_, reg)| reg.replicas.contains(&me));
+        let logs = hosted.clone().map(|(tp, _)| (tp.clone(), PartitionLog::new())).collect();
+        let partitions = hosted
+            .filter(|(_, reg)| reg.replicas.len() > 1)
             .map(|(tp, reg)| (tp.clone(), Partition::new(me, tp, reg, now_ms)))
             .collect();
-        ReplicaManager { partitions, ..ReplicaManager::default() }
+        ReplicaManager { logs, partitions, ..ReplicaManager::default() }
     }
 
-    /// A restarted broker's replica manager: replica states and purgatories start afresh from `image`, but
-    /// its fetch ids go on from the previous life's. In Kafka an answer travels back on the connection its
-    /// request came on (`NetworkClient`, `SocketServer`), and a crash closes them all: a fetch the previous
-    /// process sent is never answered to this one. Here answers are matched by id alone, so a reused id
-    /// would take a stale answer (a diverging epoch for the old log end, say) for the new fetch.
+    /// A single broker's partitions: hosted alone, logs only.
+    pub fn unreplicated(logs: BTreeMap<TopicPartition, PartitionLog>) -> Self {
+        ReplicaManager { logs, ..ReplicaManager::default() }
+    }
+
+    /// A restarted broker's replica manager: its logs survive, replica states and purgatories start afresh
+    /// from `image`, and its fetch ids go on from the previous life's. In Kafka an answer travels back on
+    /// the connection its request came on (`NetworkClient`, `SocketServer`), and a crash closes them all:
+    /// a fetch the previous process sent is never answered to this one. Here answers are matched by id
+    /// alone, so a reused id would take a stale answer (a diverging epoch for the old log end, say) for the
+    /// new fetch.
     pub fn restart(
         &mut self,
         me: u32,
@@ -345,7 +368,8 @@ impl ReplicaManager {
         mutations: &crate::mutation::Mutations,
     ) {
         let next_id = if mutations.has(Mutation::FetchIdsReusedAfterRestart) { 0 } else { self.next_id };
-        *self = ReplicaManager { next_id, ..ReplicaManager::new(me, image, now_ms) };
+        let logs = std::mem::take(&mut self.logs);
+        *self = ReplicaManager { logs, next_id, ..ReplicaManager::new(me, image, now_ms) };
     }
 
     fn next_id(&mut self) -> u64 {
@@ -392,7 +416,7 @@ impl ReplicaManager {
 
     fn take_role(&mut self, tp: &TopicPartition, ctx: &mut ReplicaCtx<'_>) {
         let p = self.partitions.get_mut(tp).expect("a hosted partition");
-        let log = ctx.logs.get_mut(tp).expect("a hosted partition has a log");
+        let log = self.logs.get_mut(tp).expect("a hosted partition has a log");
         if p.leader == ctx.me {
             p.leader_epoch_start_offset = Some(log.log_end_offset());
             log.assign_leader_epoch(p.leader_epoch);
@@ -442,7 +466,7 @@ impl ReplicaManager {
             p.pending_isr = None;
             if p.leader == ctx.me {
                 let p = &self.partitions[tp];
-                let log = ctx.logs.get_mut(tp).expect("a led partition has a log");
+                let log = self.logs.get_mut(tp).expect("a led partition has a log");
                 p.maybe_increment_leader_hw(log, ctx.now_ms, ctx.config);
                 self.complete_delayed_produces(ctx, false);
             }
@@ -473,10 +497,10 @@ impl ReplicaManager {
     }
 
     /// After the leader appended to `tp`: the HW may move (an ISR of one), and waiting follower fetches
-    /// have data now.
-    pub fn after_leader_append(&mut self, tp: &TopicPartition, ctx: &mut ReplicaCtx<'_>) {
-        let Some(p) = self.partitions.get(tp) else { return };
-        let log = ctx.logs.get_mut(tp).expect("a hosted partition has a log");
+    /// have data now. A partition hosted alone is its own ISR: its HW follows its log end.
+    fn after_leader_append(&mut self, tp: &TopicPartition, ctx: &mut ReplicaCtx<'_>) {
+        let Some(p) = self.partitions.get(tp) else { return self.advance_high_watermark(tp, ctx.config) };
+        let log = self.logs.get_mut(tp).expect("a hosted partition has a log");
         if p.maybe_increment_leader_hw(log, ctx.now_ms, ctx.config) {
             self.complete_delayed_produces(ctx, false);
         }
@@ -508,7 +532,7 @@ impl ReplicaManager {
     /// Settles each waiting partition the HW has passed; true when none is left waiting.
     fn try_complete_produce(&self, d: &mut DelayedProduce, ctx: &ReplicaCtx<'_>) -> bool {
         for w in d.waits.iter_mut().filter(|w| w.outcome.is_none()) {
-            w.outcome = match (self.partitions.get(&w.partition), ctx.logs.get(&w.partition)) {
+            w.outcome = match (self.partitions.get(&w.partition), self.logs.get(&w.partition)) {
                 (Some(p), Some(log)) if p.leader == ctx.me => {
                     p.check_enough_replicas_reach_offset(log, w.required_offset, ctx.config)
                 }
@@ -580,7 +604,7 @@ impl ReplicaManager {
                     || f.partitions.iter().any(|r| {
                         (leadership_checked
                             && self.check_leader_epoch(&r.partition, r.current_leader_epoch, ctx).is_err())
-                            || ctx.logs.get(&r.partition).is_some_and(|log| r.fetch_offset < log.log_end_offset())
+                            || self.logs.get(&r.partition).is_some_and(|log| r.fetch_offset < log.log_end_offset())
                     })
             })
             .map(|(id, _)| *id)
@@ -593,7 +617,7 @@ impl ReplicaManager {
                 .map(|r| {
                     let result = self
                         .check_leader_epoch(&r.partition, r.current_leader_epoch, ctx)
-                        .and_then(|()| ctx.logs[&r.partition].read(r.fetch_offset, None, &ctx.config.mutations))
+                        .and_then(|()| self.logs[&r.partition].read(r.fetch_offset, None, &ctx.config.mutations))
                         .map(|data| ReplicaFetchData { data, diverging_epoch: None });
                     ReplicaFetchPartitionResponse { partition: r.partition, fetch_offset: r.fetch_offset, result }
                 })
@@ -624,7 +648,7 @@ impl ReplicaManager {
         ctx: &ReplicaCtx<'_>,
     ) -> Result<ReplicaFetchData, KafkaError> {
         self.check_leader_epoch(tp, leader_epoch, ctx)?;
-        let log = &ctx.logs[tp];
+        let log = &self.logs[tp];
         if let Some(end) = log.diverging_epoch(fetch_offset, last_fetched_epoch)? {
             let data = FetchPartitionData {
                 high_watermark: log.high_watermark(),
@@ -694,7 +718,7 @@ impl ReplicaManager {
         fetch_offset: Offset,
         ctx: &mut ReplicaCtx<'_>,
     ) {
-        let log = ctx.logs.get_mut(tp).expect("a led partition has a log");
+        let log = self.logs.get_mut(tp).expect("a led partition has a log");
         let leader_end = log.log_end_offset();
         let p = self.partitions.get_mut(tp).expect("checked by the caller");
         let replica = p.remote_replicas.get_mut(&follower).expect("checked by the caller");
@@ -715,7 +739,7 @@ impl ReplicaManager {
             Self::submit_alter_partition(tp, p, proposed, ctx);
         }
         let p = &self.partitions[tp];
-        let log = ctx.logs.get_mut(tp).expect("a led partition has a log");
+        let log = self.logs.get_mut(tp).expect("a led partition has a log");
         if moved && p.maybe_increment_leader_hw(log, ctx.now_ms, ctx.config) {
             self.complete_delayed_produces(ctx, false);
         }
@@ -758,7 +782,7 @@ impl ReplicaManager {
             p.isr = state.isr.into_iter().collect();
             p.partition_epoch = state.partition_epoch;
             let p = &self.partitions[tp];
-            let log = ctx.logs.get_mut(tp).expect("a led partition has a log");
+            let log = self.logs.get_mut(tp).expect("a led partition has a log");
             p.maybe_increment_leader_hw(log, ctx.now_ms, ctx.config);
             // A moved HW completes writes; a shrink can also leave them short of min.insync.replicas.
             self.complete_delayed_produces(ctx, false);
@@ -794,7 +818,7 @@ impl ReplicaManager {
             p.fetch_backoff_until_ms = None;
             partitions.push(ReplicaFetchPartition {
                 partition: tp.clone(),
-                fetch_offset: ctx.logs.get(tp).expect("a hosted partition has a log").log_end_offset(),
+                fetch_offset: self.logs.get(tp).expect("a hosted partition has a log").log_end_offset(),
                 current_leader_epoch: p.leader_epoch,
                 last_fetched_epoch: p.last_fetched_epoch,
             });
@@ -840,7 +864,7 @@ impl ReplicaManager {
                 p.fetch_backoff_until_ms = Some(ctx.now_ms + ctx.config.replica_fetch_backoff_ms);
                 continue;
             };
-            let log = ctx.logs.get_mut(&r.partition).expect("a hosted partition has a log");
+            let log = self.logs.get_mut(&r.partition).expect("a hosted partition has a log");
             let mutations = &ctx.config.mutations;
             if let Some(diverging) = diverging_epoch {
                 let offset = if mutations.has(Mutation::TruncateToOwnLeo) {
@@ -901,7 +925,7 @@ impl ReplicaManager {
             self.next_isr_expiration_ms = Some(ctx.now_ms + ctx.config.replica_lag_time_max_ms / 2);
             let me = ctx.me;
             for (tp, p) in self.partitions.iter_mut().filter(|(_, p)| p.leader == me) {
-                let leader_end = ctx.logs.get(tp).expect("a led partition has a log").log_end_offset();
+                let leader_end = self.logs.get(tp).expect("a led partition has a log").log_end_offset();
                 let out = p.out_of_sync_replicas(leader_end, ctx.now_ms, ctx.config);
                 if p.pending_isr.is_none() && !out.is_empty() {
                     let proposed = p.isr.difference(&out).copied().collect();
