@@ -316,9 +316,9 @@ pub struct FetchView {
     pub batches: Vec<RecordBatch>,
 }
 
-/// How long one read-back Fetch may wait for data (a consumer's `fetch.max.wait.ms` is 500).
-const FETCH_WAIT_MS: i32 = 100;
-/// Fetch answers in a row without data before a read-back gives up (about 5 s of waiting).
+/// The pause before fetching again after an answer without data (a consumer's `retry.backoff.ms` is 100).
+const EMPTY_FETCH_BACKOFF: Duration = Duration::from_millis(100);
+/// Fetch answers in a row without data before a read-back gives up (about 5 s of backoff).
 const EMPTY_FETCHES: u32 = 50;
 
 /// Reads `tp` on the broker behind `conn` at `isolation`, from its log start to the end its answers give,
@@ -333,8 +333,8 @@ pub fn fetch_log(conn: &mut Conn, tp: &TopicPartition, isolation: Isolation) -> 
     };
     let mut next: Offset = 0;
     // A broker may answer a Fetch early with nothing (no partition, or no whole batch yet): a consumer
-    // fetches again. Each Fetch may wait up to FETCH_WAIT_MS for data; a read that gets nothing that
-    // many times in a row fails.
+    // fetches again, after a backoff; a read that gets nothing that many times in a row fails. (Each Fetch
+    // asks for an answer at once: a read that has reached the end must not wait for data.)
     let mut empty = 0;
     loop {
         let mut partition = FetchPartition::default();
@@ -346,8 +346,8 @@ pub fn fetch_log(conn: &mut Conn, tp: &TopicPartition, isolation: Isolation) -> 
         topic.partitions = vec![partition];
         let mut request = FetchRequest::default();
         request.replica_id = BrokerId(-1);
-        request.max_wait_ms = FETCH_WAIT_MS;
-        request.min_bytes = 1;
+        request.max_wait_ms = 0;
+        request.min_bytes = 0;
         request.max_bytes = FETCH_BYTES;
         request.isolation_level = isolation as i8;
         request.session_epoch = -1;
@@ -363,6 +363,7 @@ pub fn fetch_log(conn: &mut Conn, tp: &TopicPartition, isolation: Isolation) -> 
             if empty >= EMPTY_FETCHES {
                 return Err(format!("{tp}: {EMPTY_FETCHES} Fetch answers in a row had no such partition"));
             }
+            std::thread::sleep(EMPTY_FETCH_BACKOFF);
             continue;
         };
         if data.error_code == OFFSET_OUT_OF_RANGE && next == 0 && data.log_start_offset > 0 {
@@ -406,6 +407,7 @@ pub fn fetch_log(conn: &mut Conn, tp: &TopicPartition, isolation: Isolation) -> 
                     "{tp}: {EMPTY_FETCHES} Fetches from {next} returned no complete batch below {end}"
                 ));
             }
+            std::thread::sleep(EMPTY_FETCH_BACKOFF);
         } else {
             empty = 0;
         }
