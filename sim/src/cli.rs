@@ -518,7 +518,9 @@ pub fn main_job() -> Result<Vec<String>, Vec<String>> {
             progress.update(done, failed)
         });
         progress.finish();
-        ok &= result.passed();
+        // As `sweep` judges it (the job's sweeps are not --strict): a seed that a stated proposal makes pass
+        // is Kafka's known anomaly, reported as such, not a failure of the job.
+        ok &= sweep_verdict(&result).1 == 0;
         lines.extend(sweep::summary_lines(&result, 5));
     }
     if ok {
