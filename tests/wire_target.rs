@@ -236,28 +236,31 @@ fn skip_aborted_index_on_fetch_is_reported_as_aborted_read_with_a_saved_history(
 }
 
 /// A hanging transaction on any cluster: under `markers-to-subset-of-partitions` serve's coordinator writes
-/// a commit's marker to its first partition only, so on the others the transaction never ends and the LSO
-/// stays below the HW. Once `--settle-ms` has passed after the workload, the sweep reports
+/// a transaction's markers to its first partition only, so on the others it never ends and the LSO stays
+/// below the HW. Once `--settle-ms` has passed after the workload, the sweep reports
 /// `lso-reaches-high-watermark` with the partition and the producer holding it (it used to give up on the
-/// whole run with exit 2), saves the history, and `check-history` finds the same offline.
+/// whole run with exit 2), saves the history, and `check-history` finds the same offline. Which seed's
+/// transactions span partitions depends on the wall clock here, so three seeds run and one must hang.
 #[test]
 fn a_hanging_transaction_is_reported_with_the_producer_holding_the_lso() {
     let server = Server::start("target-hanging", &["--mutation", "markers-to-subset-of-partitions"]);
     let url = format!("kafka://{}", server.addresses[0]);
     let history = tmp("target-hanging.history.json");
-    let args = ["sweep", "--target", &url, "--seeds", "1", "--from", "2", "--settle-ms", "2000"];
+    let args = ["sweep", "--target", &url, "--seeds", "3", "--jobs", "3", "--settle-ms", "2000"];
     let (code, out, err) =
         txnsim(&[&args[..], &["--history", history.to_str().expect("utf-8")]].concat(), SWEEP_TIMEOUT);
     assert_eq!(code, 1, "a violation, not bad input:\n{out}\n{err}");
     let hanging: Vec<&str> = out.lines().filter(|l| l.contains(": lso-reaches-high-watermark (seen ")).collect();
-    assert_eq!(hanging.len(), 1, "seed 2 reports its hanging transaction:\n{out}");
-    let witness = hanging[0].split("): ").nth(1).expect("a witness");
-    assert!(
-        witness.contains(": LSO ")
-            && witness.contains(" below HW ")
-            && witness.contains("holds it with the transaction it opened there"),
-        "the witness names the partition, its LSO and HW, and the producer: {witness}"
-    );
+    assert!(!hanging.is_empty(), "a seed reports its hanging transaction:\n{out}");
+    for l in &hanging {
+        let witness = l.split("): ").nth(1).expect("a witness");
+        assert!(
+            witness.contains(": LSO ")
+                && witness.contains(" below HW ")
+                && witness.contains("holds it with the transaction it opened there"),
+            "the witness names the partition, its LSO and HW, and the producer: {witness}"
+        );
+    }
     let (code, recheck, err) = txnsim(&["check-history", history.to_str().expect("utf-8")], Duration::from_secs(60));
     assert_eq!(code, 1, "check-history finds it offline:\n{recheck}\n{err}");
     assert!(recheck.lines().any(|l| l == hanging[0]), "the same witness offline:\n{recheck}");
