@@ -9,6 +9,7 @@ use crate::config::EngineConfig;
 use crate::consumer::{Consumer, ConsumerRecord};
 use crate::controller::{Controller, Topology};
 use crate::error::KafkaError;
+use crate::network_client::{self, Receiver, Undelivered};
 use crate::producer::{OpId, OpOutput, Producer, ProducerKind};
 use crate::protocol::{Effects, Envelope, NodeId, Timer};
 use crate::protocol::{CONTROLLER_ID, NO_LEADER};
@@ -25,10 +26,12 @@ pub enum Step {
     Fired { now_ms: TimeMs, node: NodeId, timer: Timer },
 }
 
-/// What falls due next: a timer (by its key) or a broker's replication work (by broker id).
+/// What falls due next: a timer (by its key), a refused request's return (by its key) or a broker's
+/// replication work (by broker id).
 #[derive(Clone, Copy)]
 enum Due {
     Timer((TimeMs, u64)),
+    Refusal((TimeMs, u64)),
     Replication(u32),
 }
 
@@ -41,12 +44,15 @@ pub struct Cluster {
     /// Brokers 1 and up, followers of broker 0's partitions.
     pub peers: Vec<Broker>,
     pub controller: Controller,
-    /// Crashed brokers, not yet restarted: what is sent to them is lost, and they do nothing.
+    /// Crashed brokers, not yet restarted: what is sent to them is refused or lost
+    /// (`network_client::undelivered`), and they do nothing.
     pub down: BTreeSet<u32>,
     pub producers: BTreeMap<String, Producer>,
     pub consumers: BTreeMap<String, Consumer>,
     network: VecDeque<Envelope>,
     timers: TimerQueue,
+    /// Refused requests on their way back to their senders, by when they arrive.
+    refusals: BTreeMap<(TimeMs, u64), Envelope>,
     /// Every step taken, when `record_steps` is on.
     pub steps: Vec<Step>,
     pub record_steps: bool,
@@ -80,6 +86,7 @@ impl Cluster {
             consumers: BTreeMap::new(),
             network: VecDeque::new(),
             timers: TimerQueue::default(),
+            refusals: BTreeMap::new(),
             steps: Vec::new(),
             record_steps: false,
         };
@@ -154,7 +161,13 @@ impl Cluster {
             return false;
         }
         let node = NodeId::Broker(id);
-        self.network.retain(|e| e.from != node && e.to != node);
+        // What it sent died with it; what was on its way to it fails as a request to a dead broker does.
+        let (to_it, rest) = self.network.drain(..).filter(|e| e.from != node).partition(|e| e.to == node);
+        self.network = rest;
+        self.refusals.retain(|_, e| e.to != node);
+        for env in to_it {
+            self.undeliverable(env, Receiver::Down);
+        }
         self.timers.cancel_node(&node);
         self.disconnect_clients(&node);
         let effects = self.controller.broker_fenced(id);
@@ -211,11 +224,7 @@ impl Cluster {
         let effects = match &to {
             NodeId::Broker(CONTROLLER_ID) => self.controller.on_message(env),
             NodeId::Broker(id) if self.down.contains(id) => {
-                // Lost: the broker is down. A producer's connection attempt is refused (a disconnect).
-                if let Some(p) = self.producers.values_mut().find(|p| p.id == env.from) {
-                    let effects = p.on_disconnect(now, &to);
-                    self.apply(&env.from, effects);
-                }
+                self.undeliverable(env, Receiver::Down);
                 Effects::default()
             }
             NodeId::Broker(id) => match self.broker_mut(*id) {
@@ -233,6 +242,14 @@ impl Cluster {
             }
         };
         self.apply(&to, effects);
+    }
+
+    /// A message its receiver cannot take: refused back to its sender after the reconnect backoff, or lost.
+    fn undeliverable(&mut self, env: Envelope, receiver: Receiver) {
+        if let Undelivered::Refused { after_ms, back } = network_client::undelivered(env, receiver) {
+            self.timers.next_seq += 1;
+            self.refusals.insert((self.now_ms + after_ms, self.timers.next_seq), back);
+        }
     }
 
     fn fire(&mut self, node: NodeId, timer: Timer) {
@@ -288,6 +305,12 @@ impl Cluster {
     /// The earliest of the timers and the brokers' replication deadlines (a timer first on a tie).
     fn next_due(&self) -> Option<(TimeMs, Due)> {
         let timer = self.timers.first_key().map(|k| (k.0, Due::Timer(k)));
+        let refusal = self.refusals.keys().next().map(|k| (k.0, Due::Refusal(*k)));
+        let timer = match (timer, refusal) {
+            (Some(t), Some(r)) if r.0 < t.0 => Some(r),
+            (None, r) => r,
+            (t, _) => t,
+        };
         let replication = self
             .brokers()
             .filter_map(|b| {
@@ -310,6 +333,11 @@ impl Cluster {
                 let (node, timer) = self.timers.remove(key).expect("found by next_due");
                 self.now_ms = self.now_ms.max(key.0);
                 self.fire(node, timer);
+            }
+            Due::Refusal(key) => {
+                let back = self.refusals.remove(&key).expect("found by next_due");
+                self.now_ms = self.now_ms.max(key.0);
+                self.deliver(back);
             }
             Due::Replication(id) => {
                 let broker = self.broker_mut(id).expect("found by next_due");
@@ -369,9 +397,10 @@ impl Cluster {
         self.network.drain(..).collect()
     }
 
-    /// Whether a client retry timer is set (the cluster is not quiet even with an empty network).
+    /// Whether a client retry timer is set or a refused request is on its way back (the cluster is not
+    /// quiet even with an empty network).
     pub fn has_client_timer(&self) -> bool {
-        self.timers.client > 0
+        self.timers.client > 0 || !self.refusals.is_empty()
     }
 
     /// When the earliest timer of any kind (background ones too) falls due.

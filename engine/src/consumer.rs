@@ -5,6 +5,7 @@ use crate::config::EngineConfig;
 use crate::error::KafkaError;
 use crate::log::PartitionLog;
 use crate::mutation::{Mutation, Mutations};
+use crate::network_client;
 use crate::protocol::fetch::FetchPartitionData;
 use crate::protocol::metadata::MetadataMessage;
 use crate::protocol::NO_LEADER;
@@ -242,6 +243,9 @@ impl Consumer {
         let Some(partition) = self.in_flight.remove(&env.correlation_id) else {
             return effects;
         };
+        if network_client::is_refused_request(&env) {
+            return effects; // Its connection failed: forgotten as on a timeout; the next poll sends anew.
+        }
         let (fetch_offset, result) = match env.message {
             Message::FetchResponse { fetch_offset, result, .. } => (fetch_offset, result),
             Message::Metadata(MetadataMessage::MetadataResponse { leaders, .. }) => {

@@ -17,6 +17,7 @@ pub mod leader_epoch_cache;
 pub mod log;
 pub mod metadata;
 pub mod mutation;
+pub mod network_client;
 pub mod producer;
 pub mod producer_state;
 pub mod proposal;

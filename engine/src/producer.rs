@@ -4,6 +4,7 @@
 
 use crate::config::EngineConfig;
 use crate::error::KafkaError;
+use crate::network_client;
 use crate::protocol::group::{CommittedOffset, GroupMessage};
 use crate::protocol::metadata::{CoordinatorType, MetadataMessage};
 use crate::protocol::NO_LEADER;
@@ -1133,6 +1134,14 @@ impl Producer {
 
     pub fn on_message(&mut self, now_ms: TimeMs, env: Envelope) -> Effects {
         self.now_ms = now_ms;
+        if network_client::is_refused_request(&env) {
+            // Its own request back: the connection it went on failed. One that is no longer in flight
+            // went on a connection already failed (or answered since), and fails nothing new.
+            if !self.in_flight.contains_key(&env.correlation_id) {
+                return Effects::default();
+            }
+            return self.on_disconnect(now_ms, &env.from);
+        }
         let mut effects = Effects::default();
         if let NodeId::Broker(id) = env.from {
             self.unreachable.remove(&id);

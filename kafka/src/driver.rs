@@ -36,6 +36,7 @@ use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use txnsim_engine::broker::standing_coordinator;
 use txnsim_engine::controller::{Controller, Topology};
+use txnsim_engine::network_client::{self, Receiver, Undelivered};
 use txnsim_engine::protocol::group::GroupMessage;
 use txnsim_engine::protocol::metadata::{CoordinatorType, MetadataMessage, NewTopic};
 use txnsim_engine::protocol::{Effects, Envelope, Message, NodeId, Timer};
@@ -134,6 +135,8 @@ pub struct Driver {
     serving: u32,
     /// Broker timers, with the broker that set each.
     timers: BTreeMap<(TimeMs, u64), (u32, Timer)>,
+    /// Requests refused by a crashed broker on their way back to their senders, by when they arrive.
+    refusals: BTreeMap<(TimeMs, u64), Envelope>,
     next_timer_seq: u64,
     next_correlation_id: u64,
     stored: BTreeMap<(TopicPartition, Offset), StoredRecord>,
@@ -215,6 +218,7 @@ impl Driver {
             addresses: addresses.iter().map(|(h, p)| (str_bytes(h), *p as i32)).collect(),
             serving: BROKER_ID,
             timers: BTreeMap::new(),
+            refusals: BTreeMap::new(),
             next_timer_seq: 0,
             next_correlation_id: 0,
             stored: BTreeMap::new(),
@@ -276,6 +280,7 @@ impl Driver {
         }
         self.timeline.event(now_ms, &NodeId::Broker(id).to_string(), || "crashed".to_string());
         self.timers.retain(|_, (b, _)| *b != id);
+        self.refusals.retain(|_, e| e.to != NodeId::Broker(id));
         let closed: Vec<ConnId> = self.connections.iter().filter(|(_, c)| c.broker == id).map(|(c, _)| *c).collect();
         let mut out = Vec::new();
         for conn in closed {
@@ -324,7 +329,7 @@ impl Driver {
     /// When the driver next needs `on_tick`: a broker timer or replication deadline, a group deadline
     /// or a waiting Fetch's.
     pub fn next_deadline_ms(&self) -> Option<TimeMs> {
-        let timer = self.timers.keys().next().map(|k| k.0);
+        let timer = self.timers.keys().chain(self.refusals.keys()).map(|k| k.0).min();
         let brokers = self.live_brokers().filter_map(|b| {
             let replication = b.next_replication_deadline_ms();
             replication.into_iter().chain(b.groups.next_deadline_ms()).min()
@@ -381,6 +386,15 @@ impl Driver {
             let effects = self.brokers[id as usize].on_timer(now_ms, timer);
             self.after_broker_step(now_ms, id, line);
             self.run(now_ms, id, effects);
+        }
+        while let Some(entry) = self.refusals.first_entry() {
+            if entry.key().0 > now_ms {
+                break;
+            }
+            let back = entry.remove();
+            // Only brokers' requests travel between brokers here (clients are on real connections).
+            let NodeId::Broker(to) = back.to else { continue };
+            self.run(now_ms, to, Effects { sends: vec![back], timers: Vec::new() });
         }
         let live: Vec<u32> = (0..self.brokers.len() as u32).filter(|id| !self.down.contains(id)).collect();
         for id in live {
@@ -644,12 +658,17 @@ impl Driver {
                     self.absorb(CONTROLLER_ID, effects, &mut network);
                 }
                 NodeId::Broker(id) if self.down.contains(&id) => {
-                    let line = format!(
-                        "lost {} from {} (broker {id} is down)",
-                        txnsim_sim::describe::describe(&env),
-                        env.from
-                    );
-                    self.timeline.event(now_ms, &env.to.to_string(), || line);
+                    let what =
+                        format!("{} from {} (broker {id} is down)", txnsim_sim::describe::describe(&env), env.from);
+                    let to = env.to.to_string();
+                    match network_client::undelivered(env, Receiver::Down) {
+                        Undelivered::Refused { after_ms, back } => {
+                            self.timeline.event(now_ms, &to, || format!("refused {what}: back in {after_ms} ms"));
+                            self.next_timer_seq += 1;
+                            self.refusals.insert((now_ms + after_ms, self.next_timer_seq), back);
+                        }
+                        Undelivered::Lost => self.timeline.event(now_ms, &to, || format!("lost {what}")),
+                    }
                 }
                 NodeId::Broker(id) => {
                     let line = format!("recv {} from {}", txnsim_sim::describe::describe(&env), env.from);

@@ -10,6 +10,7 @@ use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use txnsim_engine::coordinator::TransactionState;
+use txnsim_engine::network_client::{self, Receiver, Undelivered};
 use txnsim_engine::producer::{Completion, OpId, OpOutput};
 use txnsim_engine::protocol::CONTROLLER_ID;
 use txnsim_engine::protocol::{Effects, Envelope, Message, NodeId, Timer};
@@ -558,9 +559,10 @@ impl Node {
     }
 
     /// A message to a node of a replicated cluster, as `Cluster` delivers it: to the controller or a live
-    /// broker. What a dead broker sent died with its connections. A request to a dead broker fails: a
-    /// broker's comes back to it at once as its disconnected answer (`Message::disconnected_answer`), a
-    /// client's is refused (the request returns to the client, which takes it as a disconnect).
+    /// broker. What a dead broker sent died with its connections. A request to a dead broker fails as the
+    /// engine's `network_client::undelivered` says, its reconnect backoff taken as instant (the model has
+    /// no time): a broker's comes back to it as its disconnected answer, stepped at once; a client's
+    /// returns to the client, which takes it as a disconnect.
     fn cluster_msg(&self, state: &mut Cow<NodeState>, env: Envelope, o: &mut O) {
         let node = state.broker().expect("actor 0 is the broker");
         let NodeId::Broker(to) = env.to else { unreachable!("actor 0 hosts brokers and the controller") };
@@ -573,18 +575,10 @@ impl Node {
         if !node.is_down(to) {
             return self.broker_step_on(state, o, to, |b, _| b.on_message(NOW_MS, env));
         }
-        match &env.from {
-            NodeId::Client(_) if env.message.is_request() => {
-                let back =
-                    Envelope { from: env.to, to: env.from, correlation_id: env.correlation_id, message: env.message };
-                o.send(self.ctx.id_of(&back.to), Shared::new(back));
-            }
-            &NodeId::Broker(from) if from != CONTROLLER_ID => {
-                let Some(message) = env.message.disconnected_answer() else { return };
-                let back = Envelope { from: env.to, to: env.from, correlation_id: env.correlation_id, message };
-                self.broker_step_on(state, o, from, |b, _| b.on_message(NOW_MS, back));
-            }
-            _ => {} // The controller's word to a dead broker: it loads the image when it starts.
+        let Undelivered::Refused { back, .. } = network_client::undelivered(env, Receiver::Down) else { return };
+        match back.to {
+            NodeId::Client(_) => o.send(self.ctx.id_of(&back.to), Shared::new(back)),
+            NodeId::Broker(from) => self.broker_step_on(state, o, from, |b, _| b.on_message(NOW_MS, back)),
         }
     }
 
@@ -795,12 +789,8 @@ impl Node {
             if n.timers.remove(&answered) {
                 o.cancel_timer(ModelTimer::Engine(answered));
             }
-            if env.message.is_request() {
-                // Its own request, refused by a dead broker (`cluster_msg`): the connection failed.
-                fx.extend(n.producer.on_disconnect(NOW_MS, &env.from));
-            } else {
-                fx.extend(n.producer.on_message(NOW_MS, env));
-            }
+            // Its own request refused by a dead broker (`cluster_msg`) is a disconnect to the producer.
+            fx.extend(n.producer.on_message(NOW_MS, env));
         });
     }
 

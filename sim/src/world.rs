@@ -17,6 +17,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use txnsim_engine::broker::standing_coordinator;
 use txnsim_engine::controller::{Controller, Topology};
+use txnsim_engine::network_client::{undelivered, Receiver, Undelivered};
 use txnsim_engine::producer::{Completion, OpId};
 use txnsim_engine::protocol::metadata::PartitionRegistration;
 use txnsim_engine::protocol::{Effects, Envelope, Message, NodeId, Timer};
@@ -61,13 +62,10 @@ pub struct Outgoing {
     pub env: Envelope,
     pub dst_incarnation: u32,
     pub delay: Option<Duration>,
-    /// A broker's request to a broker that is down: its connection is refused, and the sender hears so
-    /// (`Message::disconnected_answer`) after `RECONNECT_BACKOFF`.
+    /// A request to a broker that is down: its connection is refused, and the sender hears so as the
+    /// engine's `network_client::undelivered` says, after the reconnect backoff.
     pub refused: bool,
 }
-
-/// `reconnect.backoff.ms` (default 50): how soon a refused connection's request fails back to its sender.
-const RECONNECT_BACKOFF: Duration = Duration::from_millis(50);
 
 /// Controller traffic's latency: it travels in order and is never lost (`send_all`).
 const CONTROLLER_LATENCY: Duration = Duration::from_millis(1);
@@ -1098,9 +1096,8 @@ impl World {
                     self.trace("net", "fault", || format!("FAULT hold {} to {} for {ms} ms", describe(&env), env.to));
                 }
                 let dst_incarnation = self.nodes.get(node_key(&env.to).as_ref()).map(|n| n.incarnation).unwrap_or(0);
-                let refused = is_broker(from)
-                    && matches!(env.to, NodeId::Broker(id) if self.brokers_down.contains(&id) || dst_incarnation == 0)
-                    && env.message.disconnected_answer().is_some();
+                let refused = matches!(env.to, NodeId::Broker(id) if self.brokers_down.contains(&id) || dst_incarnation == 0)
+                    && matches!(undelivered(env.clone(), Receiver::Down), Undelivered::Refused { .. });
                 Some(Outgoing { from: from.to_string(), env, dst_incarnation, delay, refused })
             })
             .collect()
@@ -1245,13 +1242,10 @@ impl World {
         Vec::new()
     }
 
-    /// A broker's request that reached a later instance of broker `name` than the one it was sent to: the
-    /// connection it was sent on died with that instance, so the sender hears it failed.
+    /// A message that reached a later instance of `name` than the one it was sent to: the connection it
+    /// was sent on died with that instance, so a request's sender hears it failed, at once.
     fn reset_connection(&self, name: &str, env: Envelope) -> Option<Outgoing> {
-        if !is_broker(name) || !matches!(env.from, NodeId::Broker(_)) {
-            return None;
-        }
-        let back = disconnected(env)?;
+        let Undelivered::Refused { back, .. } = undelivered(env, Receiver::Restarted) else { return None };
         let dst_incarnation = self.nodes[node_key(&back.to).as_ref()].incarnation;
         Some(Outgoing { from: name.to_string(), env: back, dst_incarnation, delay: None, refused: false })
     }
@@ -1754,11 +1748,11 @@ pub async fn send_all(shared: &Shared, out: Vec<Outgoing>) {
     }
 }
 
-/// A refused connection: `RECONNECT_BACKOFF` later the sender's request fails back to it, unless the
+/// A refused connection: the reconnect backoff later the sender's request fails back to it, unless the
 /// sender died meanwhile.
 fn refuse(shared: &Shared, o: Outgoing) {
-    later(shared, RECONNECT_BACKOFF, move |w, shared| {
-        let back = disconnected(o.env).expect("only such requests are refused");
+    let Undelivered::Refused { after_ms, back } = undelivered(o.env, Receiver::Down) else { return };
+    later(shared, Duration::from_millis(after_ms), move |w, shared| {
         let sender = &w.nodes[o.from.as_str()];
         if sender.endpoint.is_none() {
             return Vec::new();
@@ -1766,12 +1760,6 @@ fn refuse(shared: &Shared, o: Outgoing) {
         let dst_incarnation = sender.incarnation;
         w.on_wire(shared, &o.from, Wire { env: back, dst_incarnation })
     });
-}
-
-/// The answer a broker's request comes back as when its connection fails (`Message::disconnected_answer`).
-fn disconnected(env: Envelope) -> Option<Envelope> {
-    let message = env.message.disconnected_answer()?;
-    Some(Envelope { from: env.to, to: env.from, correlation_id: env.correlation_id, message })
 }
 
 /// Runs `step` on the world `delay` from now on the network's host, and sends what it returns.

@@ -82,23 +82,22 @@ fn sweep_single_broker() {
 
 /// The mutations only replication (and coordinator failover) reaches, each with the profile whose first
 /// seed that catches it comes earliest, that seed and the invariant that does (`sweep --profile P
-/// --mutation M` from seed 0). Double-complete needs a coordinator move during a completion: timeouts
-/// reaches it at seed 24, atomicity at 237, standard at 447 (long-txns' seed 113 fails without it: a lost load). A coordinator that keeps
-/// its predecessor's epoch needs a late marker of the old one to land after its own: the timeouts
-/// profile's lost and delayed answers reach it at seed 135, long-txns at 1672, atomicity at 1870, and
-/// 3,000 standard seeds never do. A coordinator whose metadata cache missed the controller's ISR changes
-/// sends markers to a broker that no longer leads the partition, forever, at timeouts seed 43 (its reader never
-/// catches up).
+/// --mutation M` from seed 0, over every profile). Double-complete needs a coordinator move during a
+/// completion: timeouts reaches it at seed 182, no other profile in its first 182. A coordinator that
+/// keeps its predecessor's epoch needs a late marker of the old one to land after its own: the timeouts
+/// profile's lost and delayed answers reach it at seed 213, no other profile in its first 213. A
+/// coordinator whose metadata cache missed the controller's ISR changes sends markers to a broker that no
+/// longer leads the partition, forever, at atomicity seed 10 (its reader never catches up).
 const REPLICATION_CATCHERS: [(Mutation, Profile, u64, &str); 9] = [
     (Mutation::LsoIgnoresUnreplicatedTxns, Profile::Standard, 0, "lso-is-first-unstable-offset"),
     (Mutation::LsoNotClampedToHw, Profile::Standard, 0, "lso-bounds"),
-    (Mutation::HwFromLeaderLeo, Profile::Standard, 2, "replica-log-matches-leader"),
-    (Mutation::TruncateToOwnLeo, Profile::Standard, 3, "replica-log-matches-leader"),
-    (Mutation::NoRebuildAfterTruncation, Profile::Standard, 71, "replica-txn-state-from-own-log"),
-    (Mutation::NoMarkerResendOnFailover, Profile::Standard, 48, "decided-transactions-complete"),
-    (Mutation::DoubleComplete, Profile::Timeouts, 24, "decision-irrevocable"),
-    (Mutation::FailoverKeepsCoordinatorEpoch, Profile::Timeouts, 135, "marker-matches-decision"),
-    (Mutation::IsrChangeToldToLeaderOnly, Profile::Timeouts, 43, "reader-catches-up"),
+    (Mutation::HwFromLeaderLeo, Profile::Atomicity, 0, "replica-log-matches-leader"),
+    (Mutation::TruncateToOwnLeo, Profile::Atomicity, 0, "replica-log-matches-leader"),
+    (Mutation::NoRebuildAfterTruncation, Profile::Timeouts, 1, "replica-txn-state-from-own-log"),
+    (Mutation::NoMarkerResendOnFailover, Profile::LongTxns, 1, "decided-transactions-complete"),
+    (Mutation::DoubleComplete, Profile::Timeouts, 182, "decision-irrevocable"),
+    (Mutation::FailoverKeepsCoordinatorEpoch, Profile::Timeouts, 213, "marker-matches-decision"),
+    (Mutation::IsrChangeToldToLeaderOnly, Profile::Atomicity, 10, "reader-catches-up"),
 ];
 
 #[test]
@@ -130,34 +129,28 @@ fn seed_corpus_passes_on_the_engine_and_fails_with_its_mutation() {
     assert!(problems.is_empty(), "seed files that are broken or stale:\n{}", problems.join("\n"));
 }
 
-/// Standard seed 48821 hangs a transaction after two coordinator moves: broker-1's coordinator loaded
+/// Standard seed 6963 hangs a transaction after coordinator moves: broker-0's coordinator loaded
 /// `__transaction_state` to its log end, above its HW, as Kafka's does, and broker-2, elected next,
 /// lacked those records. The sweep names that load; a passing seed with no coordinator move names none.
 #[test]
 fn a_hanging_transaction_names_the_load_of_records_the_next_coordinator_lacked() {
-    let spec = SweepSpec::new(48_821, 1, Profile::Standard, None, 1);
+    let spec = SweepSpec::new(6_963, 1, Profile::Standard, None, 1);
     let r = run_sweep(&spec, |_, _| {});
-    let [f] = r.failures.as_slice() else {
-        panic!("seed 48821 should fail once:\n{}", summary_lines(&r, 1).join("\n"))
-    };
+    let [f] = r.failures.as_slice() else { panic!("seed 6963 should fail once:\n{}", summary_lines(&r, 1).join("\n")) };
     let found: Vec<&str> = f.found.iter().map(|v| v.invariant.as_str()).collect();
-    assert_eq!(
-        found,
-        ["partition-coverage", "lso-reaches-high-watermark", "reader-catches-up"],
-        "seed 48821's verdict"
-    );
+    assert_eq!(found, ["partition-coverage", "lso-reaches-high-watermark", "reader-catches-up"], "seed 6963's verdict");
     assert_eq!(
         f.lost_load.as_deref(),
         Some(
-            "broker-1's coordinator (leader epoch 1) loaded __transaction_state to its log end 4, above its HW 1 \
-             (Kafka's load reads to the log end); broker-2's log, loaded next at leader epoch 2, lacks those records"
+            "broker-0's coordinator (leader epoch 2) loaded __transaction_state to its log end 6, above its HW 2 \
+             (Kafka's load reads to the log end); broker-2's log, loaded next at leader epoch 3, lacks those records"
         ),
         "the failure should name the load whose records were lost"
     );
     assert_eq!((r.totals.lost_loads, r.failed_after_lost_load), (1, 1), "one lost load, one failing seed after one");
     let lines = summary_lines(&r, 1);
     assert!(
-        lines.iter().any(|l| l.starts_with("  after: broker-1's coordinator")),
+        lines.iter().any(|l| l.starts_with("  after: broker-0's coordinator")),
         "no after: line in\n{}",
         lines.join("\n")
     );
@@ -170,14 +163,14 @@ fn a_hanging_transaction_names_the_load_of_records_the_next_coordinator_lacked()
 #[test]
 fn the_load_waits_for_hw_proposal_passes_the_hanging_seed() {
     let spec =
-        SweepSpec { proposal: Some(Proposal::LoadWaitsForHw), ..SweepSpec::new(48_821, 1, Profile::Standard, None, 1) };
+        SweepSpec { proposal: Some(Proposal::LoadWaitsForHw), ..SweepSpec::new(6_963, 1, Profile::Standard, None, 1) };
     let r = run_sweep(&spec, |_, _| {});
-    assert!(r.passed(), "seed 48821 should pass with the proposal:\n{}", summary_lines(&r, 1).join("\n"));
+    assert!(r.passed(), "seed 6963 should pass with the proposal:\n{}", summary_lines(&r, 1).join("\n"));
     assert_eq!((r.totals.loads_above_hw, r.totals.lost_loads), (0, 0), "no load reads past its HW");
     assert!(r.totals.coordinator_moves > 0, "the coordinator still moved");
     assert_eq!(
-        spec.run_spec(48_821).replay_command(),
-        "cargo run --release -- replay --seed 48821 --profile standard --proposal load-waits-for-hw"
+        spec.run_spec(6_963).replay_command(),
+        "cargo run --release -- replay --seed 6963 --profile standard --proposal load-waits-for-hw"
     );
     assert!(summary_lines(&r, 1)[0].contains("no mutation, proposal load-waits-for-hw"), "the summary names it");
 }
