@@ -636,7 +636,7 @@ impl Driver {
             let Some(env) = network.pop_front() else { return };
             match env.to {
                 NodeId::Broker(CONTROLLER_ID) => {
-                    let line = format!("recv {} from {}", txnsim_sim::describe::describe(&env), env.from);
+                    let line = format!("recv {} from {}", env.message, env.from);
                     self.timeline.event(now_ms, "controller", || line);
                     // Only a cluster of several brokers has a controller, and only its brokers write to it.
                     let controller = self.controller.as_mut().expect("a broker wrote to a cluster's controller");
@@ -644,15 +644,11 @@ impl Driver {
                     self.absorb(CONTROLLER_ID, effects, &mut network);
                 }
                 NodeId::Broker(id) if self.down.contains(&id) => {
-                    let line = format!(
-                        "lost {} from {} (broker {id} is down)",
-                        txnsim_sim::describe::describe(&env),
-                        env.from
-                    );
+                    let line = format!("lost {} from {} (broker {id} is down)", env.message, env.from);
                     self.timeline.event(now_ms, &env.to.to_string(), || line);
                 }
                 NodeId::Broker(id) => {
-                    let line = format!("recv {} from {}", txnsim_sim::describe::describe(&env), env.from);
+                    let line = format!("recv {} from {}", env.message, env.from);
                     // Reads change no log and no coordinator state: the invariants need not look again.
                     let reads =
                         matches!(
@@ -668,7 +664,7 @@ impl Driver {
                     self.absorb(id, effects, &mut network);
                 }
                 NodeId::Client(ref name) => {
-                    let line = format!("recv {}", txnsim_sim::describe::describe(&env));
+                    let line = format!("recv {}", env.message);
                     self.timeline.event(now_ms, name, || line);
                     self.answers.insert(env.correlation_id, env.message);
                 }

@@ -2,7 +2,7 @@
 //! trace. Every madsim task (node message loops, timers, the supervisor) locks it for one synchronous step
 //! and releases it before awaiting; the engine stays sans-io and the sim only moves `Envelope`s and timers.
 
-use crate::describe::{describe, describe_with, message_fields, show_call, show_outcome};
+use crate::describe::{message_fields, show_call, show_outcome};
 use crate::profile::{FaultKind, ProducerSpec, ProfileParams, Swarm};
 use crate::rng::SimRng;
 use crate::trace::{timer_name, LogSnapshot, ReplicaNow, TraceEvent, IDLE_TIMER};
@@ -1095,7 +1095,7 @@ impl World {
                 if let Some(d) = delay {
                     self.delays_until_ms = self.delays_until_ms.max(self.now_ms() + d.as_millis() as u64);
                     let ms = d.as_millis();
-                    self.trace("net", "fault", || format!("FAULT hold {} to {} for {ms} ms", describe(&env), env.to));
+                    self.trace("net", "fault", || format!("FAULT hold {} to {} for {ms} ms", env.message, env.to));
                 }
                 let dst_incarnation = self.nodes.get(node_key(&env.to).as_ref()).map(|n| n.incarnation).unwrap_or(0);
                 let refused = is_broker(from)
@@ -1121,7 +1121,7 @@ impl World {
         {
             return false;
         }
-        self.trace("net", "fault", || format!("FAULT lose {} to {}", describe(env), env.to));
+        self.trace("net", "fault", || format!("FAULT lose {} to {}", env.message, env.to));
         self.count_fault(format!("{} {}", FaultKind::LoseAnswer.name(), env.message.api_name()));
         true
     }
@@ -1262,12 +1262,8 @@ impl World {
             if self.trace.is_none() {
                 return self.reset_connection(name, wire.env).into_iter().collect();
             }
-            let text = format!(
-                "drop {} from {} (sent to instance {})",
-                describe(&wire.env),
-                wire.env.from,
-                wire.dst_incarnation
-            );
+            let text =
+                format!("drop {} from {} (sent to instance {})", wire.env.message, wire.env.from, wire.dst_incarnation);
             let fields = message_fields(&wire.env);
             self.trace_with(name, "drop", || (text, fields));
             return self.reset_connection(name, wire.env).into_iter().collect();
@@ -1276,7 +1272,7 @@ impl World {
         let now = self.now_ms();
         if name == CONTROLLER {
             if self.trace.is_some() {
-                let text = format!("recv {} from {}", describe(&env), env.from);
+                let text = format!("recv {} from {}", env.message, env.from);
                 let fields = message_fields(&env);
                 self.trace_with(name, "recv", || (text, fields));
             }
@@ -1293,7 +1289,7 @@ impl World {
                 Some((client, inc, corr)) if client == name && inc == incarnation => env.correlation_id = corr,
                 _ => {
                     if self.trace.is_some() {
-                        let text = format!("drop {} (asked on a closed connection)", describe(&env));
+                        let text = format!("drop {} (asked on a closed connection)", env.message);
                         let fields = message_fields(&env);
                         self.trace_with(name, "drop", || (text, fields));
                     }
@@ -1303,7 +1299,7 @@ impl World {
         }
         if is_broker(name) {
             let text = self.trace.is_some().then(|| {
-                let what = describe_with(&env, &|tp, o| self.marker_kind(tp, o));
+                let what = env.message.with_markers(&|tp, o| self.marker_kind(tp, o)).to_string();
                 (format!("recv {what} from {}", env.from), message_fields(&env))
             });
             let id = broker_id(name);
@@ -1314,7 +1310,7 @@ impl World {
             return self.dispatch(shared, name, effects);
         }
         if self.producers.contains_key(name) {
-            let text = self.trace.is_some().then(|| (format!("recv {}", describe(&env)), message_fields(&env)));
+            let text = self.trace.is_some().then(|| (format!("recv {}", env.message), message_fields(&env)));
             let slot = self.producers.get_mut(name).expect("checked");
             let Some(p) = slot.producer.as_mut() else { return Vec::new() };
             let effects = p.on_message(now, env);
@@ -1357,8 +1353,10 @@ impl World {
             let Some(p) = slot.producer.as_mut() else { return Vec::new() };
             let effects = p.on_timer(now, timer);
             if !effects.sends.is_empty() && self.trace.is_some() {
-                let text =
-                    format!("timer: resend {}", effects.sends.iter().map(describe).collect::<Vec<_>>().join(", "));
+                let text = format!(
+                    "timer: resend {}",
+                    effects.sends.iter().map(|e| e.message.to_string()).collect::<Vec<_>>().join(", ")
+                );
                 self.trace(name, "resend", || text);
             }
             self.collect_completions(name);

@@ -677,12 +677,6 @@ pub fn describe_op(op: &NetOp) -> String {
     }
 }
 
-/// One line per message: `"EndTxn request p -> broker-0"`.
-pub fn describe(env: &Envelope) -> String {
-    let kind = if env.message.is_request() { "request" } else { "response" };
-    format!("{} {kind} {} -> {}", env.message.api_name(), env.from, env.to)
-}
-
 /// The difference a network scenario ran into: the op, the field and both values.
 pub struct NetDifference {
     pub op_index: Option<usize>,
@@ -901,7 +895,7 @@ impl<'a> NetworkRunner<'a> {
         let pool: Vec<&Envelope> =
             if action == NetAction::Release { self.held.iter().collect() } else { self.cluster.in_flight().collect() };
         let matches: Vec<usize> = pool.iter().enumerate().filter(|(_, e)| p.matches(e)).map(|(k, _)| k).collect();
-        let listing = || pool.iter().map(|e| describe(e)).collect::<Vec<_>>().join("; ");
+        let listing = || pool.iter().map(|e| e.short().to_string()).collect::<Vec<_>>().join("; ");
         let name = format!("{} {} -> {}", p.api, p.from, p.to);
         let place = if action == NetAction::Release { "held" } else { "in flight" };
         match (p.occurrence, matches.len()) {
@@ -1156,11 +1150,11 @@ impl<'a> NetworkRunner<'a> {
             cmp("now_ms".into(), json(want), json(self.cluster.now_ms))?;
         }
         if let Some(want) = &e.in_flight {
-            let got: Vec<String> = self.cluster.in_flight().map(describe).collect();
+            let got: Vec<String> = self.cluster.in_flight().map(|e| e.short().to_string()).collect();
             cmp("in_flight".into(), json(want), json(got))?;
         }
         if let Some(want) = &e.held {
-            let got: Vec<String> = self.held.iter().map(describe).collect();
+            let got: Vec<String> = self.held.iter().map(|e| e.short().to_string()).collect();
             cmp("held".into(), json(want), json(got))?;
         }
         for (k, p) in e.producers.iter().flatten().enumerate() {
