@@ -1,4 +1,5 @@
-//! Counterexamples for people: one line per step saying who did what and what came of it, then the
+//! Counterexamples for people: one line per step saying who did what and what came of it (a message in
+//! the engine's words, its `Display`, as the sim's and the wire's timelines print it), then the
 //! partition logs with HW and LSO, the coordinator's transactions and what each reader has delivered.
 
 use crate::actors::{BrokerNode, ModelTimer, NodeKind, Phase, ProducerNode, Stop};
