@@ -23,5 +23,5 @@ pub use liveness::check_liveness;
 pub use log_facts::LogFacts;
 pub use reference::ReferenceModel;
 pub use replicas::{acked_writes, check_acked_writes, check_replicas, standing_leader, AckedWrite};
-pub use state::{check_state, ClusterView, MonotonicityChecker, StateChecker};
+pub use state::{check_state, ClusterView, Logs, MonotonicityChecker, StateChecker};
 pub use timers::{check_delivery_timeouts, check_timers, Pause};

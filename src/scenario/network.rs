@@ -1357,11 +1357,11 @@ impl<'a> NetworkRunner<'a> {
         let broker = &self.cluster.broker;
         // A replicated cluster's partitions as their leaders hold them, as the coordinator that stands sees
         // them (the leaders move with a crash); one broker's are its own.
-        let led: BTreeMap<TopicPartition, PartitionLog>;
-        let partitions = if self.cluster.peers.is_empty() {
+        let led: BTreeMap<&TopicPartition, &PartitionLog>;
+        let partitions: &dyn txnsim_properties::Logs = if self.cluster.peers.is_empty() {
             &broker.replica_manager.logs
         } else {
-            let leader_log = |tp: &TopicPartition| self.cluster.leader_log(tp).map(|l| (tp.clone(), l.clone()));
+            let leader_log = |tp| self.cluster.leader_log(tp).map(|l| (tp, l));
             led = broker.replica_manager.logs.keys().filter_map(leader_log).collect();
             &led
         };
