@@ -2,9 +2,11 @@
 //! (`state`), over client histories (`history`, `intent`) and after healing (`liveness`), and a deliberately tiny
 //! reference model of what each reader must deliver (`reference`), and the replicas held against their
 //! leader (`replicas`), transactional offsets against the offsets log (`group_offsets`), and timer-driven
-//! actions against their Kafka timers (`timers`).
+//! actions against their Kafka timers (`timers`); and the one interpreter of client ops the scenario runner
+//! and the proptests share (`client`).
 
 pub mod catalogue;
+pub mod client;
 pub mod group_offsets;
 pub mod history;
 pub mod intent;
