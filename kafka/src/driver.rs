@@ -756,12 +756,10 @@ impl Driver {
             self.state = StateChecker::default();
             self.coordinator_checked = coordinator_now;
         }
-        let mut logs = BTreeMap::new();
-        for (tp, (id, _)) in &leaders {
-            if let Some(log) = self.brokers[*id as usize].replica_manager.logs.remove(tp) {
-                logs.insert(tp.clone(), log);
-            }
-        }
+        let logs: BTreeMap<_, _> = leaders
+            .iter()
+            .filter_map(|(tp, (id, _))| Some((tp, self.brokers[*id as usize].replica_manager.logs.get(tp)?)))
+            .collect();
         let coordinator = &self.brokers[coordinator_id as usize];
         let view = ClusterView {
             partitions: &logs,
@@ -770,9 +768,6 @@ impl Driver {
         };
         let mut found = self.state.check(&view);
         found.extend(self.monotonicity.observe(&view));
-        for (tp, log) in logs {
-            self.brokers[leaders[&tp].0 as usize].replica_manager.logs.insert(tp, log);
-        }
         // Each live broker's group coordinator holds the groups it loaded, against its own log.
         let groups: Vec<Violation> = self.live_brokers().flat_map(check_group_offsets).collect();
         found.extend(groups);
