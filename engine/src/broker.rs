@@ -1,26 +1,30 @@
 //! A broker as `KafkaApis` sees it: each message goes to the handler of its API, which hands it to the
 //! room that does the work: `ReplicaManager` (partitions, logs, produce, replication), the transaction
-//! coordinator with its `TransactionStateManager`, and the group coordinator with its runtime. A sans-io
-//! node: it takes a message and `now`, and returns messages and timers.
+//! coordinator with its `TransactionStateManager`, the group coordinator with its runtime, and the
+//! controller through `ForwardingManager` (`forwarding_manager.rs`); partitions are looked up in the
+//! metadata cache (`metadata_cache.rs`, `KRaftMetadataCache`). A sans-io node: it takes a message and
+//! `now`, and returns messages and timers.
 
 use crate::config::EngineConfig;
-use crate::coordinator::{has_transaction_log, Ctx, PartitionLeaders, ReplyTo};
+use crate::coordinator::{has_transaction_log, Ctx, ReplyTo};
 use crate::coordinator::{TransactionCoordinator, TransactionStateManager};
 use crate::error::KafkaError;
+use crate::forwarding_manager::{auto_created_topics, offsets_topic, ForwardingManager};
 use crate::group_coordinator::{verification_error, CoordinatorRuntime, GroupCoordinator, GroupCtx};
-use crate::group_coordinator::{PendingOffsetsVerification, TxnOffsetCommit};
+use crate::group_coordinator::{TxnOffsetCommit, TxnOffsetsVerification};
 use crate::log::PartitionLog;
+use crate::metadata_cache::MetadataCache;
 use crate::mutation::Mutation;
 use crate::protocol::group::{CommittedOffset, GroupMessage};
 use crate::protocol::metadata::{CoordinatorType, LeaderAndIsr, MetadataMessage, NewTopic, PartitionRegistration};
 use crate::protocol::{CorrelationIds, Effects, Envelope, Message, NodeId, Timer, TxnMarkerEntry};
-use crate::protocol::{ReplicaFetchPartition, ReplicaFetchPartitionResponse, CONTROLLER_ID, NO_LEADER};
+use crate::protocol::{ReplicaFetchPartition, ReplicaFetchPartitionResponse, CONTROLLER_ID};
 use crate::record::ProduceBatch;
 use crate::rename::{Names, Rename};
 use crate::replica_manager::{DelayedResponse, ProduceMetadata, ProduceRequest, ReplicaCtx, ReplicaManager};
 use crate::topic::transaction_state_partition;
 use crate::topic::COORDINATOR_BROKER;
-use crate::topic::{GROUP_METADATA_TOPIC, OFFSETS_TOPIC_NUM_PARTITIONS};
+use crate::topic::GROUP_METADATA_TOPIC;
 use crate::types::{IsolationLevel, Offset, ProducerId, ProducerIdAndEpoch, TimeMs, TopicPartition};
 use crate::types::{TransactionResult, TransactionVersion};
 use std::collections::BTreeMap;
@@ -43,8 +47,8 @@ pub struct Broker {
     /// Where this broker forwards topic creation (KRaft's controller, KIP-590); `None` on a single broker
     /// that keeps its own metadata and creates topics itself.
     pub controller: Option<NodeId>,
-    /// CreateTopics requests forwarded to the controller, by correlation id: who asked, under which id.
-    forwarded: BTreeMap<u64, (NodeId, u64)>,
+    /// CreateTopics requests forwarded to the controller (`ForwardingManager`).
+    forwarded: ForwardingManager,
     correlation_ids: CorrelationIds,
     /// The coordinator's `__transaction_state`: its role, load and appends.
     pub txn_manager: TransactionStateManager,
@@ -64,31 +68,11 @@ where
     brokers.into_iter().find(|b| b.txn_manager.loaded_at == Some(newest))
 }
 
-/// Partition leaders as this broker's metadata cache has them; on a single broker, itself for every
-/// partition it has.
-struct CachedLeaders<'a> {
-    me: u32,
-    partitions: &'a BTreeMap<TopicPartition, PartitionLog>,
-    image: &'a BTreeMap<TopicPartition, PartitionRegistration>,
-}
-
-impl PartitionLeaders for CachedLeaders<'_> {
-    fn leader_of(&self, tp: &TopicPartition) -> Option<NodeId> {
-        match self.image.get(tp) {
-            Some(r) if r.state.leader == NO_LEADER => None,
-            Some(r) => Some(NodeId::Broker(r.state.leader)),
-            None => self.partitions.contains_key(tp).then_some(NodeId::Broker(self.me)),
-        }
-    }
-}
-
 impl Rename for Broker {
     fn rename(&mut self, names: Names<'_>) {
         self.coordinator.rename(names);
         self.replica_manager.rename(names);
-        for (client, _) in self.forwarded.values_mut() {
-            client.rename(names);
-        }
+        self.forwarded.rename(names);
         self.group_runtime.rename(names);
     }
 }
@@ -108,7 +92,7 @@ impl Broker {
             replica_manager: ReplicaManager::unreplicated(logs),
             metadata_image: BTreeMap::new(),
             controller: None,
-            forwarded: BTreeMap::new(),
+            forwarded: ForwardingManager::default(),
             correlation_ids: CorrelationIds::default(),
             txn_manager: TransactionStateManager::default(),
         }
@@ -169,15 +153,6 @@ impl Broker {
         self.coordinate(now_ms, effects, |c, ctx| c.load_from_log(epoch, records, ctx));
     }
 
-    /// Where transactional ids are coordinated now, as this broker's metadata cache has it.
-    fn transaction_coordinator(&self) -> Option<NodeId> {
-        match self.metadata_image.get(&transaction_state_partition()) {
-            Some(r) if r.state.leader == NO_LEADER => None,
-            Some(r) => Some(NodeId::Broker(r.state.leader)),
-            None => Some(NodeId::Broker(COORDINATOR_BROKER)),
-        }
-    }
-
     /// The coordinator's pending transition for `tid` goes to the replicated log; a failed append fails it.
     fn append_txn_log(&mut self, now_ms: TimeMs, tid: &str, corr: u64, effects: &mut Effects) {
         let Some(record) = self.coordinator.txn_log_record(tid, corr) else { return };
@@ -219,8 +194,9 @@ impl Broker {
         effects: &mut Effects,
         handler: impl FnOnce(&mut TransactionCoordinator, &mut Ctx<'_>) -> R,
     ) -> R {
-        let (me, logs) = (self.node(), &self.replica_manager.logs);
-        let leaders = CachedLeaders { me: self.id, partitions: logs, image: &self.metadata_image };
+        let me = self.node();
+        let (hosted, image) = (&self.replica_manager.logs, &self.metadata_image);
+        let leaders = MetadataCache::new(self.id, hosted, image, &self.config.mutations);
         let mut ctx = Ctx { now_ms, config: &self.config, me: &me, leaders: &leaders, effects };
         // The transactional-id expiration runs due by now come first (counted, not timed).
         self.coordinator.remove_expired_transactional_ids(&mut ctx);
@@ -257,26 +233,9 @@ impl Broker {
         self.replica_manager.logs.get(tp)
     }
 
-    /// `MetadataCache.contains`: the partition exists in the cluster, whether or not this broker hosts a
-    /// replica of it (the coordinators' requests name partitions led elsewhere).
-    pub fn knows_partition(&self, tp: &TopicPartition) -> bool {
-        let cache = !self.config.mutations.has(Mutation::HostedPartitionsOnly);
-        self.replica_manager.logs.contains_key(tp) || cache && self.metadata_image.contains_key(tp)
-    }
-
-    /// Whether the metadata cache has any partition of `topic`.
-    fn knows_topic(&self, topic: &str) -> bool {
-        self.metadata_image.keys().any(|tp| tp.topic == topic)
-    }
-
-    /// `ReplicaManager.getPartitionOrError` for a partition this broker hosts no replica of:
-    /// NOT_LEADER_OR_FOLLOWER if it exists (the client's metadata is stale), else UNKNOWN_TOPIC_OR_PARTITION.
-    fn not_hosted(&self, tp: &TopicPartition) -> KafkaError {
-        if self.knows_partition(tp) {
-            KafkaError::NotLeaderOrFollower
-        } else {
-            KafkaError::UnknownTopicOrPartition
-        }
+    /// This broker's metadata cache (`KRaftMetadataCache`).
+    fn metadata_cache(&self) -> MetadataCache<'_> {
+        MetadataCache::new(self.id, &self.replica_manager.logs, &self.metadata_image, &self.config.mutations)
     }
 
     pub fn partition_mut(&mut self, tp: &TopicPartition) -> Option<&mut PartitionLog> {
@@ -525,7 +484,7 @@ impl Broker {
         (verify_only, version): (bool, TransactionVersion),
         effects: &mut Effects,
     ) -> Option<Message> {
-        let result = if partitions.iter().all(|tp| self.knows_partition(tp)) {
+        let result = if partitions.iter().all(|tp| self.metadata_cache().contains_partition(tp)) {
             let to = ReplyTo { to: client.clone(), correlation_id: corr };
             self.coordinate(now_ms, effects, |c, ctx| {
                 c.handle_add_partitions(&tid, producer, &partitions, verify_only, version, to, ctx)
@@ -613,8 +572,8 @@ impl Broker {
         let client = client.clone();
         let request =
             ProduceRequest { client, correlation_id, transactional_id, partition, batch, transaction_version };
-        let not_hosted = self.not_hosted(&request.partition);
-        let metadata = ProduceMetadata { not_hosted, coordinator: self.transaction_coordinator() };
+        let not_hosted = self.metadata_cache().not_hosted(&request.partition);
+        let metadata = ProduceMetadata { not_hosted, coordinator: self.metadata_cache().transaction_coordinator() };
         let ids = &mut self.correlation_ids;
         let mut ctx = ReplicaCtx { me: self.id, now_ms, config: &self.config, effects };
         self.replica_manager
@@ -772,17 +731,14 @@ impl Broker {
         None
     }
 
-    /// The controller's answer to a forwarded CreateTopics; an auto-creation's has nobody waiting.
+    /// The controller's answer to a forwarded CreateTopics (`ForwardingManager`).
     fn handle_forwarded_response(
         &mut self,
         corr: u64,
         results: Vec<(String, Result<u32, KafkaError>)>,
         effects: &mut Effects,
     ) -> Option<Message> {
-        let answer = Message::Metadata(MetadataMessage::CreateTopicsResponse { results });
-        if let Some((client, client_corr)) = self.forwarded.remove(&corr) {
-            effects.send(&self.node(), &client, client_corr, answer);
-        }
+        self.forwarded.handle_response(&NodeId::Broker(self.id), corr, results, effects);
         None
     }
 
@@ -791,30 +747,18 @@ impl Broker {
     fn handle_metadata(&mut self, request: MetadataMessage, effects: &mut Effects) -> Option<Message> {
         let group_lookup =
             matches!(request, MetadataMessage::FindCoordinatorRequest { key_type: CoordinatorType::Group, .. });
-        if group_lookup && self.groups_replicated() && !self.knows_topic(GROUP_METADATA_TOPIC) {
+        if group_lookup && self.groups_replicated() && !self.metadata_cache().contains_topic(GROUP_METADATA_TOPIC) {
             // `KafkaApis.getCoordinator`: the internal topic is created on the first lookup, which is
             // answered COORDINATOR_NOT_AVAILABLE meanwhile.
-            let offsets = NewTopic {
-                name: GROUP_METADATA_TOPIC.into(),
-                num_partitions: Some(OFFSETS_TOPIC_NUM_PARTITIONS as i32),
-                replication_factor: None,
-            };
-            self.forward_create_topics(None, vec![offsets], false, effects);
+            self.forward_create_topics(None, vec![offsets_topic()], false, effects);
         }
         let (image, managed, groups) = (&self.metadata_image, self.controller.is_some(), self.groups_replicated());
         let logs = &mut self.replica_manager.logs;
         let reply =
             crate::metadata::handle(self.id, self.config.num_partitions, logs, image, (managed, groups), request);
-        // `AutoTopicCreationManager`: the topics answered LEADER_NOT_AVAILABLE are created by the controller.
-        if let Some(MetadataMessage::MetadataResponse { topics, .. }) = &reply {
-            let created: Vec<NewTopic> = topics
-                .iter()
-                .filter(|(_, r)| *r == Err(KafkaError::LeaderNotAvailable))
-                .map(|(name, _)| NewTopic { name: name.clone(), num_partitions: None, replication_factor: None })
-                .collect();
-            if !created.is_empty() {
-                self.forward_create_topics(None, created, false, effects);
-            }
+        let created = auto_created_topics(&reply);
+        if !created.is_empty() {
+            self.forward_create_topics(None, created, false, effects);
         }
         reply.map(Message::Metadata)
     }
@@ -877,25 +821,18 @@ impl Broker {
         }
     }
 
-    /// Sends CreateTopics to the controller, `num.partitions` filled in where the request left it to the
-    /// broker; the answer goes back to `asker` (`ForwardingManager`), or nowhere for an auto-creation.
+    /// Sends CreateTopics to the controller under a new correlation id (`ForwardingManager`); the answer
+    /// goes back to `asker`, or nowhere for an auto-creation.
     fn forward_create_topics(
         &mut self,
         asker: Option<(NodeId, u64)>,
-        mut topics: Vec<NewTopic>,
+        topics: Vec<NewTopic>,
         validate_only: bool,
         effects: &mut Effects,
     ) {
         let controller = self.controller.clone().expect("only a controller-managed broker forwards");
-        for t in &mut topics {
-            t.num_partitions = t.num_partitions.or(Some(self.config.num_partitions as i32));
-        }
-        let corr = self.correlation_ids.take();
-        if let Some(asker) = asker {
-            self.forwarded.insert(corr, asker);
-        }
-        let request = MetadataMessage::CreateTopicsRequest { topics, validate_only };
-        effects.send(&self.node(), &controller, corr, Message::Metadata(request));
+        let (me, corr, n) = (self.node(), self.correlation_ids.take(), self.config.num_partitions);
+        self.forwarded.forward_create_topics((&me, &controller), corr, asker, topics, validate_only, n, effects);
     }
 
     /// The log of a partition this broker leads, for a client's read: a follower's copy is not served
@@ -911,7 +848,7 @@ impl Broker {
     /// The log of a partition this broker hosts a replica of, leader or follower: a read bounded by this
     /// replica's own HW and LSO (`Partition.localLogWithEpochOrThrow` without `fetchOnlyLeader`).
     fn replica_log(&self, tp: &TopicPartition) -> Result<&PartitionLog, KafkaError> {
-        self.replica_manager.logs.get(tp).ok_or_else(|| self.not_hosted(tp))
+        self.replica_manager.logs.get(tp).ok_or_else(|| self.metadata_cache().not_hosted(tp))
     }
 
     /// The group's `__consumer_offsets` partition (`CoordinatorRuntime::offsets_partition`).
@@ -932,11 +869,9 @@ impl Broker {
         None
     }
 
-    /// TxnOffsetCommit (`KafkaApis.handleTxnOffsetCommitRequest`,
-    /// `GroupCoordinatorService.commitTransactionalOffsets`): partitions of unknown topics fail alone; the
-    /// rest are verified with the transaction coordinator (KIP-890: the offsets partition must be in the
-    /// ongoing transaction), here at once or on another broker by request, then written by the group
-    /// coordinator runtime (`CoordinatorRuntime::write_txn_offsets`).
+    /// TxnOffsetCommit (`KafkaApis.handleTxnOffsetCommitRequest`): partitions of unknown topics fail alone;
+    /// the group coordinator commits the rest (`CoordinatorRuntime::commit_transactional_offsets`), once
+    /// verified with the transaction coordinator.
     fn handle_txn_offset_commit(
         &mut self,
         now_ms: TimeMs,
@@ -945,63 +880,39 @@ impl Broker {
         (reply_to, corr): (&NodeId, u64),
         effects: &mut Effects,
     ) -> Option<Message> {
-        let (known, unknown): (Vec<_>, Vec<_>) = offsets.into_iter().partition(|(tp, _)| self.knows_partition(tp));
-        let mut results: Vec<_> =
-            unknown.into_iter().map(|(tp, _)| (tp, Err(KafkaError::UnknownTopicOrPartition))).collect();
+        let cache = self.metadata_cache();
+        let (known, unknown): (Vec<_>, Vec<_>) = offsets.into_iter().partition(|(tp, _)| cache.contains_partition(tp));
+        let unknown = unknown.into_iter().map(|(tp, _)| (tp, Err(KafkaError::UnknownTopicOrPartition))).collect();
+        // Only a commit the group coordinator goes on to write is verified.
+        let verification = (!known.is_empty() && !asked.group_id.is_empty())
+            .then(|| self.verify_txn_offsets(now_ms, &asked, reply_to, corr, effects));
         let to = (reply_to.clone(), corr);
-        if known.is_empty() {
-            self.run_groups(now_ms, effects, |_, ctx| CoordinatorRuntime::answer_txn_offsets(to, results, None, ctx));
-            return None;
-        }
-        let (verify, adds, local) = self.txn_offsets_verification(&asked);
-        let outcome = if asked.group_id.is_empty() {
-            Err(KafkaError::InvalidGroupId)
-        } else if verify && !local {
-            // The transaction coordinator is on another broker: ask it, and answer when it has.
-            match self.transaction_coordinator() {
-                Some(coordinator) => {
-                    let (client, client_correlation_id) = to;
-                    let (offsets, unknown) = (known, results);
-                    let pending = PendingOffsetsVerification { client, client_correlation_id, asked, offsets, unknown };
-                    self.run_groups(now_ms, effects, |rt, ctx| rt.verify_remotely(&coordinator, adds, pending, ctx));
-                    return None;
-                }
-                None => Err(KafkaError::CoordinatorNotAvailable),
-            }
-        } else {
-            let verified =
-                if verify { self.verify_txn_offsets_here(now_ms, &asked, reply_to, corr, effects) } else { Ok(()) };
-            verified.and_then(|()| {
-                self.run_groups(now_ms, effects, |_, ctx| CoordinatorRuntime::write_txn_offsets(&asked, &known, ctx))
-            })
-        };
-        let result = outcome.as_ref().map(|_| ()).map_err(|e| *e);
-        results.extend(known.into_iter().map(|(tp, _)| (tp, result)));
-        let written = outcome.ok();
-        self.run_groups(now_ms, effects, |_, ctx| CoordinatorRuntime::answer_txn_offsets(to, results, written, ctx));
+        self.run_groups(now_ms, effects, |rt, ctx| {
+            rt.commit_transactional_offsets(asked, known, unknown, verification, to, ctx)
+        });
         None
     }
 
-    /// How a TxnOffsetCommit is verified: whether at all, whether the coordinator adds the partition (a TV2
-    /// add, v5+, may write `__transaction_state`, so it always goes to the coordinator as a request), and
-    /// whether this broker's own coordinator can answer it at once.
-    fn txn_offsets_verification(&self, asked: &TxnOffsetCommit) -> (bool, bool, bool) {
-        let verify = self.config.partition_verification && !self.config.mutations.has(Mutation::NoTxnVerification);
-        let adds = asked.transaction_version.supports_epoch_bump()
-            && !self.config.mutations.has(Mutation::TxnOffsetCommitV5OnlyVerifies);
-        let local = !adds && (!has_transaction_log(&self.replica_manager) || self.txn_manager.loaded_at.is_some());
-        (verify, adds, local)
-    }
-
-    /// The verification where this broker's own coordinator owns the transactional id: answered at once.
-    fn verify_txn_offsets_here(
+    /// A TxnOffsetCommit's verification (`CoordinatorRuntime::txn_offsets_verification`): where this
+    /// broker's own coordinator owns the transactional id, answered by it at once; else the coordinator on
+    /// another broker is asked by the group coordinator runtime.
+    fn verify_txn_offsets(
         &mut self,
         now_ms: TimeMs,
         asked: &TxnOffsetCommit,
         reply_to: &NodeId,
         corr: u64,
         effects: &mut Effects,
-    ) -> Result<(), KafkaError> {
+    ) -> TxnOffsetsVerification {
+        let here = !has_transaction_log(&self.replica_manager) || self.txn_manager.loaded_at.is_some();
+        let (verify, adds, local) = CoordinatorRuntime::txn_offsets_verification(&self.config, asked, here);
+        if verify && !local {
+            let coordinator = self.metadata_cache().transaction_coordinator();
+            return TxnOffsetsVerification::Remote { coordinator, adds };
+        }
+        if !verify {
+            return TxnOffsetsVerification::Done(Ok(()));
+        }
         let offsets_partition = self.offsets_partition(&asked.group_id);
         let verified = self.coordinate(now_ms, effects, |c, ctx| {
             let to = ReplyTo { to: reply_to.clone(), correlation_id: corr };
@@ -1016,6 +927,6 @@ impl Broker {
                 ctx,
             )
         });
-        verified.expect("a verification is answered at once").map_err(verification_error)
+        TxnOffsetsVerification::Done(verified.expect("a verification is answered at once").map_err(verification_error))
     }
 }

@@ -650,7 +650,7 @@ impl Driver {
             let Some(env) = network.pop_front() else { return };
             match env.to {
                 NodeId::Broker(CONTROLLER_ID) => {
-                    let line = format!("recv {} from {}", txnsim_sim::describe::describe(&env), env.from);
+                    let line = format!("recv {} from {}", env.message, env.from);
                     self.timeline.event(now_ms, "controller", || line);
                     // Only a cluster of several brokers has a controller, and only its brokers write to it.
                     let controller = self.controller.as_mut().expect("a broker wrote to a cluster's controller");
@@ -658,8 +658,7 @@ impl Driver {
                     self.absorb(CONTROLLER_ID, effects, &mut network);
                 }
                 NodeId::Broker(id) if self.down.contains(&id) => {
-                    let what =
-                        format!("{} from {} (broker {id} is down)", txnsim_sim::describe::describe(&env), env.from);
+                    let what = format!("{} from {} (broker {id} is down)", env.message, env.from);
                     let to = env.to.to_string();
                     match network_client::undelivered(env, Receiver::Down) {
                         Undelivered::Refused { after_ms, back } => {
@@ -671,7 +670,7 @@ impl Driver {
                     }
                 }
                 NodeId::Broker(id) => {
-                    let line = format!("recv {} from {}", txnsim_sim::describe::describe(&env), env.from);
+                    let line = format!("recv {} from {}", env.message, env.from);
                     // Reads change no log and no coordinator state: the invariants need not look again.
                     let reads =
                         matches!(
@@ -687,7 +686,7 @@ impl Driver {
                     self.absorb(id, effects, &mut network);
                 }
                 NodeId::Client(ref name) => {
-                    let line = format!("recv {}", txnsim_sim::describe::describe(&env));
+                    let line = format!("recv {}", env.message);
                     self.timeline.event(now_ms, name, || line);
                     self.answers.insert(env.correlation_id, env.message);
                 }
@@ -779,12 +778,10 @@ impl Driver {
             self.state = StateChecker::default();
             self.coordinator_checked = coordinator_now;
         }
-        let mut logs = BTreeMap::new();
-        for (tp, (id, _)) in &leaders {
-            if let Some(log) = self.brokers[*id as usize].replica_manager.logs.remove(tp) {
-                logs.insert(tp.clone(), log);
-            }
-        }
+        let logs: BTreeMap<_, _> = leaders
+            .iter()
+            .filter_map(|(tp, (id, _))| Some((tp, self.brokers[*id as usize].replica_manager.logs.get(tp)?)))
+            .collect();
         let coordinator = &self.brokers[coordinator_id as usize];
         let view = ClusterView {
             partitions: &logs,
@@ -793,9 +790,6 @@ impl Driver {
         };
         let mut found = self.state.check(&view);
         found.extend(self.monotonicity.observe(&view));
-        for (tp, log) in logs {
-            self.brokers[leaders[&tp].0 as usize].replica_manager.logs.insert(tp, log);
-        }
         // Each live broker's group coordinator holds the groups it loaded, against its own log.
         let groups: Vec<Violation> = self.live_brokers().flat_map(check_group_offsets).collect();
         found.extend(groups);

@@ -210,19 +210,13 @@ impl BrokerNode {
         brokers[id as usize]
     }
 
-    /// The standing leaders' logs, which the state and history invariants read.
-    pub fn leader_logs(&self) -> Cow<'_, std::collections::BTreeMap<TopicPartition, PartitionLog>> {
+    /// The standing leaders' logs, which the state and history invariants read where they are.
+    pub fn leader_logs(&self) -> std::collections::BTreeMap<&TopicPartition, &PartitionLog> {
+        let logs = &self.broker.replica_manager.logs;
         if self.replication.is_none() {
-            return Cow::Borrowed(&self.broker.replica_manager.logs);
+            return logs.iter().collect();
         }
-        Cow::Owned(
-            self.broker
-                .replica_manager
-                .logs
-                .keys()
-                .filter_map(|tp| Some((tp.clone(), self.leader_of(tp).partition(tp)?.clone())))
-                .collect(),
-        )
+        logs.keys().filter_map(|tp| Some((tp, self.leader_of(tp).partition(tp)?))).collect()
     }
 }
 

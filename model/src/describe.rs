@@ -1,4 +1,5 @@
-//! Counterexamples for people: one line per step saying who did what and what came of it, then the
+//! Counterexamples for people: one line per step saying who did what and what came of it (a message in
+//! the engine's words, its `Display`, as the sim's and the wire's timelines print it), then the
 //! partition logs with HW and LSO, the coordinator's transactions and what each reader has delivered.
 
 use crate::actors::{BrokerNode, ModelTimer, NodeKind, Phase, ProducerNode, Stop};
@@ -6,9 +7,9 @@ use crate::state::{TxnAction, TxnState};
 use crate::verdict::broker_of;
 use stateright::actor::{ActorModelAction, Id};
 use txnsim_engine::coordinator::TransactionState;
-use txnsim_engine::protocol::{Message, NodeId, Timer};
+use txnsim_engine::protocol::{NodeId, Timer};
 use txnsim_engine::record::BatchBody;
-use txnsim_engine::{Broker, KafkaError, ProducerIdAndEpoch, TopicPartition, TransactionResult};
+use txnsim_engine::{Broker, TopicPartition, TransactionResult};
 use txnsim_properties::{CallOutcome, Event, ProducerCall};
 
 fn actor_name(s: &TxnState, id: Id) -> String {
@@ -32,15 +33,10 @@ pub fn node_name(n: &NodeId) -> String {
 pub fn step(prev: &TxnState, action: &TxnAction, next: &TxnState) -> String {
     let (what, id) = match action {
         ActorModelAction::Deliver { dst, msg, .. } => {
-            (format!("{} → {}: {}", node_name(&msg.from), node_name(&msg.to), message(&msg.message)), Some(*dst))
+            (format!("{} → {}: {}", node_name(&msg.from), node_name(&msg.to), msg.message), Some(*dst))
         }
         ActorModelAction::Drop(env) => (
-            format!(
-                "network loses {} → {}: {}",
-                node_name(&env.msg.from),
-                node_name(&env.msg.to),
-                message(&env.msg.message)
-            ),
+            format!("network loses {} → {}: {}", node_name(&env.msg.from), node_name(&env.msg.to), env.msg.message),
             None,
         ),
         ActorModelAction::Timeout(id, timer) => {
@@ -104,112 +100,6 @@ pub fn timer_text(t: &ModelTimer) -> String {
         ModelTimer::BrokerCrash(id) => format!("CRASH of {}", node_name(&NodeId::Broker(*id))),
         ModelTimer::BrokerRestart(id) => format!("{} restarts", node_name(&NodeId::Broker(*id))),
         ModelTimer::Poll { partition } => format!("readers poll t/{partition}"),
-    }
-}
-
-fn err(e: &KafkaError) -> &'static str {
-    e.name()
-}
-
-fn pie(p: &ProducerIdAndEpoch) -> String {
-    format!("pid {} epoch {}", p.producer_id, p.epoch)
-}
-
-/// A request or response in a few words.
-pub fn message(m: &Message) -> String {
-    match m {
-        Message::InitProducerIdRequest { transactional_id, .. } => {
-            format!("InitProducerId('{}')", transactional_id.as_deref().unwrap_or("-"))
-        }
-        Message::InitProducerIdResponse { result } => match result {
-            Ok(p) => format!("InitProducerId ok ({})", pie(p)),
-            Err(e) => format!("InitProducerId {}", err(e)),
-        },
-        Message::AddPartitionsToTxnRequest { producer, partitions, verify_only, .. } => format!(
-            "AddPartitionsToTxn{}([{}], {})",
-            if *verify_only { "(verify)" } else { "" },
-            partitions.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(","),
-            pie(producer)
-        ),
-        Message::AddPartitionsToTxnResponse { result } => match result {
-            Ok(()) => "AddPartitionsToTxn ok".into(),
-            Err(e) => format!("AddPartitionsToTxn {}", err(e)),
-        },
-        Message::AddOffsetsToTxnRequest { producer, group_id, .. } => {
-            format!("AddOffsetsToTxn({group_id}, {})", pie(producer))
-        }
-        Message::AddOffsetsToTxnResponse { result } => match result {
-            Ok(()) => "AddOffsetsToTxn ok".into(),
-            Err(e) => format!("AddOffsetsToTxn {}", err(e)),
-        },
-        Message::ProduceRequest { partition, batch, .. } => {
-            let who = batch
-                .producer
-                .map(|p| format!(", pid {} epoch {} seq {}", p.producer_id, p.epoch, p.base_sequence))
-                .unwrap_or_default();
-            format!("Produce({partition} {:?}{who})", batch.values)
-        }
-        Message::ProduceResponse { partition, result } => match result {
-            Ok(a) => {
-                format!("Produce {partition} ok @{}{}", a.first_offset, if a.duplicate { " (duplicate)" } else { "" })
-            }
-            Err(e) => format!("Produce {partition} {}", err(e)),
-        },
-        Message::EndTxnRequest { producer, result, .. } => format!("EndTxn({}, {})", result.name(), pie(producer)),
-        Message::EndTxnResponse { result } => match result {
-            Ok(Some(p)) => format!("EndTxn ok (now {})", pie(p)),
-            Ok(None) => "EndTxn ok".into(),
-            Err(e) => format!("EndTxn {}", err(e)),
-        },
-        Message::WriteTxnMarkersRequest { markers } => format!(
-            "WriteTxnMarkers({})",
-            markers
-                .iter()
-                .map(|m| format!(
-                    "{} pid {} epoch {} on [{}], coordinator epoch {}",
-                    m.result.name(),
-                    m.producer_id,
-                    m.producer_epoch,
-                    m.partitions.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(","),
-                    m.coordinator_epoch
-                ))
-                .collect::<Vec<_>>()
-                .join("; ")
-        ),
-        Message::TxnLogAppendRequest { transactional_id } => format!("TxnLogAppend({transactional_id})"),
-        Message::TxnLogAppendResponse { transactional_id, result } => match result {
-            Ok(()) => format!("TxnLogAppended({transactional_id})"),
-            Err(e) => format!("TxnLogAppend({transactional_id}) failed: {e}"),
-        },
-        Message::WriteTxnMarkersResponse { results } => format!(
-            "WriteTxnMarkers answers [{}]",
-            results
-                .iter()
-                .map(|(_, tp, r)| match r {
-                    Ok(o) => format!("{tp}@{o}"),
-                    Err(e) => format!("{tp} {}", err(e)),
-                })
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        Message::FetchRequest { partition, fetch_offset, .. } => format!("Fetch({partition} from {fetch_offset})"),
-        Message::FetchResponse { partition, fetch_offset, .. } => {
-            format!("Fetch {partition} from {fetch_offset} answered")
-        }
-        Message::ReplicaFetchRequest { partitions } => {
-            let parts: Vec<String> =
-                partitions.iter().map(|p| format!("{} from {}", p.partition, p.fetch_offset)).collect();
-            format!("ReplicaFetch({})", parts.join(", "))
-        }
-        Message::ReplicaFetchResponse { partitions } => {
-            let parts: Vec<String> =
-                partitions.iter().map(|p| format!("{} from {}", p.partition, p.fetch_offset)).collect();
-            format!("ReplicaFetch {} answered", parts.join(", "))
-        }
-        Message::ListOffsetsRequest { partition, .. } => format!("ListOffsets({partition})"),
-        Message::ListOffsetsResponse { partition, .. } => format!("ListOffsets {partition} answered"),
-        Message::Metadata(m) => m.to_string(),
-        Message::Group(m) => m.to_string(),
     }
 }
 

@@ -93,12 +93,7 @@ impl Model for TxnModel {
     /// its actor by index, as the action alone does not say which producer that is.
     fn format_action(&self, action: &TxnAction) -> String {
         let envelope = |msg: &Msg| {
-            format!(
-                "{} → {}: {}",
-                describe::node_name(&msg.from),
-                describe::node_name(&msg.to),
-                describe::message(&msg.message)
-            )
+            format!("{} → {}: {}", describe::node_name(&msg.from), describe::node_name(&msg.to), msg.message)
         };
         match action {
             ActorModelAction::Deliver { msg, .. } => envelope(msg),

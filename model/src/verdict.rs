@@ -187,7 +187,7 @@ pub fn quiescent(ctx: &Ctx, s: &TxnState) -> bool {
 }
 
 /// The view the state invariants read: the standing leaders' logs and broker 0's coordinator.
-fn view<'a>(node: &'a BrokerNode, logs: &'a BTreeMap<TopicPartition, PartitionLog>) -> ClusterView<'a> {
+fn view<'a>(node: &'a BrokerNode, logs: &'a BTreeMap<&TopicPartition, &PartitionLog>) -> ClusterView<'a> {
     ClusterView {
         partitions: logs,
         coordinator: Some(&node.broker.coordinator),
@@ -228,7 +228,7 @@ fn liveness_violations(s: &TxnState) -> Vec<Violation> {
         for (tp, log) in logs.iter() {
             let from = r.consumer.position(tp).expect("assigned");
             let (_, end) = read_to_end(log, IsolationLevel::ReadCommitted, from, mutations);
-            readers.push((reader_name(IsolationLevel::ReadCommitted).to_string(), tp.clone(), end));
+            readers.push((reader_name(IsolationLevel::ReadCommitted).to_string(), (*tp).clone(), end));
         }
     }
     let mut out = check_liveness(&view(node, &logs), &readers);

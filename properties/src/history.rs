@@ -3,12 +3,11 @@
 
 use crate::catalogue::{Invariant, Violation};
 use crate::log_facts::LogFacts;
+use crate::state::Logs;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use txnsim_engine::producer::OpOutput;
-use txnsim_engine::{
-    IsolationLevel, KafkaError, Names, Offset, PartitionLog, Rename, TimeMs, TopicPartition, TransactionResult,
-};
+use txnsim_engine::{IsolationLevel, KafkaError, Names, Offset, Rename, TimeMs, TopicPartition, TransactionResult};
 
 /// A producer call, as invoked.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -177,8 +176,8 @@ impl History {
 }
 
 /// Checks every history invariant against the final logs. `logs` are the partition leaders' logs at the end.
-pub fn check_history(history: &History, logs: &BTreeMap<TopicPartition, PartitionLog>) -> Vec<Violation> {
-    let facts: BTreeMap<&TopicPartition, LogFacts> = logs.iter().map(|(tp, l)| (tp, LogFacts::of(l))).collect();
+pub fn check_history(history: &History, logs: &dyn Logs) -> Vec<Violation> {
+    let facts: BTreeMap<&TopicPartition, LogFacts> = logs.logs().map(|(tp, l)| (tp, LogFacts::of(l))).collect();
     let mut out = Vec::new();
     check_offsets_and_values(history, &facts, &mut out);
     check_sends(history, &mut out);

@@ -5,8 +5,9 @@
 use crate::catalogue::{Invariant, Violation};
 use crate::history::{CallOutcome, Event, History, ProducerCall};
 use crate::log_facts::LogFacts;
+use crate::state::Logs;
 use std::collections::{BTreeMap, BTreeSet};
-use txnsim_engine::{IsolationLevel, PartitionLog, TopicPartition, TransactionVersion};
+use txnsim_engine::{IsolationLevel, TopicPartition, TransactionVersion};
 
 /// Whether the client-intent invariants are claimed under `version`. KIP-890's motivation names a TV1
 /// race that breaks each in Kafka itself: a late batch of an aborted send joins the next transaction at
@@ -80,7 +81,7 @@ fn transactions(history: &History) -> Vec<Txn> {
 
 /// `failed-send-committed`: no record of a send the application was told failed, or of a transaction it
 /// was told aborted, is committed in the log or delivered by a read_committed consumer (see `intent_claimed`).
-pub fn check_failed_sends(history: &History, logs: &BTreeMap<TopicPartition, PartitionLog>) -> Vec<Violation> {
+pub fn check_failed_sends(history: &History, logs: &dyn Logs) -> Vec<Violation> {
     let mut abandoned: BTreeMap<(TopicPartition, String), &'static str> = BTreeMap::new();
     for t in transactions(history) {
         for (tp, values, acked) in &t.sends {
@@ -95,7 +96,7 @@ pub fn check_failed_sends(history: &History, logs: &BTreeMap<TopicPartition, Par
         }
     }
     let mut out = Vec::new();
-    for (tp, log) in logs {
+    for (tp, log) in logs.logs() {
         let facts = LogFacts::of(log);
         for (o, v) in &facts.values {
             if let Some(why) = abandoned.get(&(tp.clone(), v.clone())) {
@@ -127,8 +128,8 @@ pub fn check_failed_sends(history: &History, logs: &BTreeMap<TopicPartition, Par
 
 /// `committed-writes-committed` (after healing): every acknowledged send of a transaction the application
 /// was told committed is committed data in the final log (see `intent_claimed`).
-pub fn check_committed_sends(history: &History, logs: &BTreeMap<TopicPartition, PartitionLog>) -> Vec<Violation> {
-    let facts: BTreeMap<&TopicPartition, LogFacts> = logs.iter().map(|(tp, l)| (tp, LogFacts::of(l))).collect();
+pub fn check_committed_sends(history: &History, logs: &dyn Logs) -> Vec<Violation> {
+    let facts: BTreeMap<&TopicPartition, LogFacts> = logs.logs().map(|(tp, l)| (tp, LogFacts::of(l))).collect();
     let committed: BTreeMap<&TopicPartition, BTreeSet<&String>> = facts
         .iter()
         .map(|(tp, f)| (*tp, f.values.iter().filter(|(o, _)| f.is_committed_data(**o)).map(|(_, v)| v).collect()))

@@ -2,9 +2,11 @@
 //! (`state`), over client histories (`history`, `intent`) and after healing (`liveness`), and a deliberately tiny
 //! reference model of what each reader must deliver (`reference`), and the replicas held against their
 //! leader (`replicas`), transactional offsets against the offsets log (`group_offsets`), and timer-driven
-//! actions against their Kafka timers (`timers`).
+//! actions against their Kafka timers (`timers`); and the one interpreter of client ops the scenario runner
+//! and the proptests share (`client`).
 
 pub mod catalogue;
+pub mod client;
 pub mod group_offsets;
 pub mod history;
 pub mod intent;
@@ -23,5 +25,5 @@ pub use liveness::check_liveness;
 pub use log_facts::LogFacts;
 pub use reference::ReferenceModel;
 pub use replicas::{acked_writes, check_acked_writes, check_replicas, standing_leader, AckedWrite};
-pub use state::{check_state, ClusterView, MonotonicityChecker, StateChecker};
+pub use state::{check_state, ClusterView, Logs, MonotonicityChecker, StateChecker};
 pub use timers::{check_delivery_timeouts, check_timers, Pause};

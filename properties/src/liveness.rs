@@ -40,7 +40,7 @@ pub fn check_liveness(view: &ClusterView, readers: &[(String, TopicPartition, Of
             }
         }
     }
-    for (tp, log) in view.partitions {
+    for (tp, log) in view.partitions.logs() {
         let (lso, hw) = (log.last_stable_offset(view.mutations), log.high_watermark());
         if lso != hw {
             let holder = log
@@ -57,7 +57,7 @@ pub fn check_liveness(view: &ClusterView, readers: &[(String, TopicPartition, Of
         }
     }
     for (consumer, tp, position) in readers {
-        let Some(log) = view.partitions.get(tp) else { continue };
+        let Some(log) = view.partitions.log(tp) else { continue };
         let (lso, hw) = (log.last_stable_offset(view.mutations), log.high_watermark());
         if *position != lso || lso != hw {
             out.push(Violation::new(

@@ -11,11 +11,38 @@ use txnsim_engine::{
     TransactionResult,
 };
 
+/// The partition leaders' logs, read where they are: a broker's own map, or a map of references to the
+/// standing leaders' replicas, so a checker never copies a log to build a view (the model checks every
+/// state of a replicated cluster this way).
+pub trait Logs {
+    fn log(&self, tp: &TopicPartition) -> Option<&PartitionLog>;
+    /// Every partition and its log, topics by name then partition numbers.
+    fn logs(&self) -> Box<dyn Iterator<Item = (&TopicPartition, &PartitionLog)> + '_>;
+}
+
+impl Logs for BTreeMap<TopicPartition, PartitionLog> {
+    fn log(&self, tp: &TopicPartition) -> Option<&PartitionLog> {
+        self.get(tp)
+    }
+    fn logs(&self) -> Box<dyn Iterator<Item = (&TopicPartition, &PartitionLog)> + '_> {
+        Box::new(self.iter())
+    }
+}
+
+impl Logs for BTreeMap<&TopicPartition, &PartitionLog> {
+    fn log(&self, tp: &TopicPartition) -> Option<&PartitionLog> {
+        self.get(tp).copied()
+    }
+    fn logs(&self) -> Box<dyn Iterator<Item = (&TopicPartition, &PartitionLog)> + '_> {
+        Box::new(self.iter().map(|(tp, log)| (*tp, *log)))
+    }
+}
+
 /// What the state invariants look at: the partition leaders' logs and, where there is one, the
 /// transaction coordinator. The log layer has no coordinator.
 #[derive(Clone, Copy)]
 pub struct ClusterView<'a> {
-    pub partitions: &'a BTreeMap<TopicPartition, PartitionLog>,
+    pub partitions: &'a dyn Logs,
     pub coordinator: Option<&'a TransactionCoordinator>,
     /// The engine's configured mutations: the LSO is read as the engine computes it.
     pub mutations: &'a Mutations,
@@ -164,13 +191,13 @@ impl StateChecker {
     /// The state invariants of `view`, which must be a later state of the cluster last checked.
     pub fn check(&mut self, view: &ClusterView) -> Vec<Violation> {
         let mut out = Vec::new();
-        self.partitions.retain(|tp, _| view.partitions.contains_key(tp));
+        self.partitions.retain(|tp, _| view.partitions.log(tp).is_some());
         // Decisions read since the last call and those that could have changed since.
         let fresh: BTreeSet<usize> = match view.coordinator {
             Some(c) => self.read_decisions(c),
             None => BTreeSet::new(),
         };
-        for (tp, log) in view.partitions {
+        for (tp, log) in view.partitions.logs() {
             let state = self.partitions.entry(tp.clone()).or_default();
             state.read(tp, log);
             check_lso(tp, log, state, view.mutations, &mut out);
@@ -182,7 +209,7 @@ impl StateChecker {
         }
         if let Some(c) = view.coordinator {
             let mut decisions = Vec::new();
-            for (tp, log) in view.partitions {
+            for (tp, log) in view.partitions.logs() {
                 let state = self.partitions.get_mut(tp).expect("read above");
                 check_decisions(tp, log, state, c, &fresh, &mut decisions);
             }
@@ -705,7 +732,7 @@ pub struct MonotonicityChecker {
 impl MonotonicityChecker {
     pub fn observe(&mut self, view: &ClusterView) -> Vec<Violation> {
         let mut out = Vec::new();
-        for (tp, log) in view.partitions {
+        for (tp, log) in view.partitions.logs() {
             let now = (log.last_stable_offset(view.mutations), log.high_watermark());
             if let Some(&(lso, hw)) = self.last.get(tp) {
                 if now.0 < lso || now.1 < hw {

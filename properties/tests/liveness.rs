@@ -30,7 +30,8 @@ fn decision(tid: &str, marker_epoch: i16, completed: bool) -> TxnDecision {
 fn incomplete(decisions: Vec<TxnDecision>) -> Vec<String> {
     let mut c = TransactionCoordinator::new();
     c.decisions = decisions;
-    let view = ClusterView { partitions: &BTreeMap::new(), coordinator: Some(&c), mutations: &Mutations::none() };
+    let logs: BTreeMap<TopicPartition, txnsim_engine::PartitionLog> = BTreeMap::new();
+    let view = ClusterView { partitions: &logs, coordinator: Some(&c), mutations: &Mutations::none() };
     check_liveness(&view, &[])
         .into_iter()
         .filter(|v| v.invariant == Invariant::DecidedTransactionsComplete)

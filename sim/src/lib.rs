@@ -3,7 +3,10 @@
 //! seed replay (issue 5).
 //!
 //! - `profile`: workload profiles and the fault mix each seed draws.
-//! - `world`: the shared state each madsim task steps: engine nodes, history, trace.
+//! - `world`: the shared state each madsim task steps: engine nodes, history, trace; in layers (its
+//!   `nodes`, `network`, `replicas`, `checks`, `controller` and `clients`).
+//! - `workload`: the transaction plan the sim's producers and `sweep --target` draw alike.
+//! - `describe`: the timeline's words for the clients' calls (a message's are the engine's `Display`).
 //! - `run`: one seed on its own runtime and thread: hosts, workload, faults, healing, checks.
 //! - `sweep`: many seeds, in parallel jobs, with a summary.
 //! - `trace`: the replay timeline's events, legend and text rendering.

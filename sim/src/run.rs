@@ -420,34 +420,47 @@ impl World {
         }
         let kind = *self.rng.pick(&kinds);
         match kind {
-            FaultKind::BrokerRestart | FaultKind::LeaderRestart => self.kill_broker(shared, kind),
+            FaultKind::BrokerRestart => self.restart_coordinator_broker(shared),
+            FaultKind::LeaderRestart => self.restart_partition_leader(shared),
             FaultKind::ControllerFailover => self.fail_over_controller_fault(shared),
             FaultKind::IsolateFollower => self.isolate_follower(shared),
             FaultKind::ClogNode => self.clog_node(shared),
             FaultKind::ClogLink => self.clog_link(shared),
-            FaultKind::PacketLoss | FaultKind::Latency => self.degrade_network(shared, kind),
+            FaultKind::PacketLoss => self.packet_loss(shared),
+            FaultKind::Latency => self.latency(shared),
             FaultKind::PauseProducer => self.pause_producer(shared),
-            FaultKind::ProducerRestart | FaultKind::DisconnectClient => self.kill_or_disconnect_producer(shared, kind),
+            FaultKind::ProducerRestart => self.kill_producer(),
+            FaultKind::DisconnectClient => self.disconnect_client(shared),
             FaultKind::DelayProduce | FaultKind::DelayMessage | FaultKind::LoseAnswer | FaultKind::DelayAnswer => {
                 unreachable!("filtered above")
             }
         }
     }
 
-    /// The coordinator's broker (`BrokerRestart`) or another partition leader (`LeaderRestart`) killed,
-    /// restarted after a while.
-    fn kill_broker(&mut self, shared: &Shared, kind: FaultKind) -> Vec<Outgoing> {
-        // BrokerRestart kills the coordinator's broker: on one broker it comes back in place and
-        // reloads its transaction log, on a replicated cluster the next leader of
-        // `__transaction_state` loads it and takes over. LeaderRestart kills a partition leader on
-        // another broker, and the controller elects a new one.
-        let target = if kind == FaultKind::BrokerRestart {
-            Some(self.coordinator_broker()).filter(|b| !self.brokers_down.contains(b))
-        } else {
-            let candidates = self.leader_candidates();
-            (!candidates.is_empty()).then(|| *self.rng.pick(&candidates))
-        };
-        let Some(b) = target else { return Vec::new() };
+    /// The coordinator's broker killed, restarted after a while (`BrokerRestart`): on one broker it comes
+    /// back in place and reloads its transaction log, on a replicated cluster the next leader of
+    /// `__transaction_state` loads it and takes over.
+    fn restart_coordinator_broker(&mut self, shared: &Shared) -> Vec<Outgoing> {
+        let coordinator = self.coordinator_broker();
+        if self.brokers_down.contains(&coordinator) {
+            return Vec::new();
+        }
+        self.kill_broker(shared, FaultKind::BrokerRestart, coordinator)
+    }
+
+    /// A partition leader on another broker killed, restarted after a while (`LeaderRestart`): the
+    /// controller elects a new leader.
+    fn restart_partition_leader(&mut self, shared: &Shared) -> Vec<Outgoing> {
+        let candidates = self.leader_candidates();
+        if candidates.is_empty() {
+            return Vec::new();
+        }
+        let b = *self.rng.pick(&candidates);
+        self.kill_broker(shared, FaultKind::LeaderRestart, b)
+    }
+
+    /// Broker `b` killed under fault `kind`, restarted after a while unless the run heals first.
+    fn kill_broker(&mut self, shared: &Shared, kind: FaultKind, b: u32) -> Vec<Outgoing> {
         let down_ms = self.rng.range(5, 800);
         let broker = broker_name(b);
         self.trace(&broker, "fault", || format!("FAULT kill; restart in {down_ms} ms"));
@@ -574,21 +587,37 @@ impl World {
         Vec::new()
     }
 
-    /// The whole network lossy (`PacketLoss`) or slow (`Latency`) for a while.
-    fn degrade_network(&mut self, shared: &Shared, kind: FaultKind) -> Vec<Outgoing> {
+    /// The whole network lossy for a while (`PacketLoss`).
+    fn packet_loss(&mut self, shared: &Shared) -> Vec<Outgoing> {
+        self.degrade_network(shared, FaultKind::PacketLoss, |w, net, ms| {
+            let rate = w.rng.range_f64(0.02, 0.3);
+            net.update_config(|c| c.packet_loss_rate = rate);
+            format!("FAULT packet loss {:.0}% for {ms} ms", rate * 100.0)
+        })
+    }
+
+    /// The whole network slow for a while (`Latency`).
+    fn latency(&mut self, shared: &Shared) -> Vec<Outgoing> {
+        self.degrade_network(shared, FaultKind::Latency, |w, net, ms| {
+            let hi = w.rng.range(20, 400);
+            net.update_config(|c| c.send_latency = Duration::from_millis(1)..Duration::from_millis(hi));
+            format!("FAULT latency 1-{hi} ms for {ms} ms")
+        })
+    }
+
+    /// The network-wide config changed by `degrade` (which says how, in words) for a while, then back to
+    /// normal unless a newer such fault or the healing came first.
+    fn degrade_network(
+        &mut self,
+        shared: &Shared,
+        kind: FaultKind,
+        degrade: impl FnOnce(&mut World, &NetSim, u64) -> String,
+    ) -> Vec<Outgoing> {
         let net = NetSim::current();
         self.net_fault_generation += 1;
         let generation = self.net_fault_generation;
         let ms = self.rng.range(50, 1_000);
-        let text = if kind == FaultKind::PacketLoss {
-            let rate = self.rng.range_f64(0.02, 0.3);
-            net.update_config(|c| c.packet_loss_rate = rate);
-            format!("FAULT packet loss {:.0}% for {ms} ms", rate * 100.0)
-        } else {
-            let hi = self.rng.range(20, 400);
-            net.update_config(|c| c.send_latency = Duration::from_millis(1)..Duration::from_millis(hi));
-            format!("FAULT latency 1-{hi} ms for {ms} ms")
-        };
+        let text = degrade(self, &net, ms);
         self.trace("net", "fault", || text);
         self.schedule(shared, ms, move |w| {
             if w.net_fault_generation == generation && !w.healing {
@@ -632,25 +661,29 @@ impl World {
         Vec::new()
     }
 
-    /// A producer killed and restarted (`ProducerRestart`) or its connections broken (`DisconnectClient`).
-    fn kill_or_disconnect_producer(&mut self, shared: &Shared, kind: FaultKind) -> Vec<Outgoing> {
+    /// A producer killed and restarted (`ProducerRestart`).
+    fn kill_producer(&mut self) -> Vec<Outgoing> {
+        let Some(name) = self.pick_running_producer() else { return Vec::new() };
+        self.restart_producer(&name, "FAULT kill");
+        self.count_fault(FaultKind::ProducerRestart.name().to_string());
+        Vec::new()
+    }
+
+    /// A producer's connections broken (`DisconnectClient`; counted by `disconnect_producer`).
+    fn disconnect_client(&mut self, shared: &Shared) -> Vec<Outgoing> {
+        let Some(name) = self.pick_running_producer() else { return Vec::new() };
+        self.disconnect_producer(shared, &name)
+    }
+
+    /// A producer whose process runs and is not paused, drawn from the seed.
+    fn pick_running_producer(&mut self) -> Option<String> {
         let candidates: Vec<String> = self
             .producers
             .iter()
             .filter(|(n, s)| !self.paused.contains(*n) && s.producer.is_some())
             .map(|(n, _)| n.clone())
             .collect();
-        if candidates.is_empty() {
-            return Vec::new();
-        }
-        let name = self.rng.pick(&candidates).clone();
-        if kind == FaultKind::DisconnectClient {
-            // Counted by `disconnect_producer`.
-            return self.disconnect_producer(shared, &name);
-        }
-        self.restart_producer(&name, "FAULT kill");
-        self.count_fault(kind.name().to_string());
-        Vec::new()
+        (!candidates.is_empty()).then(|| self.rng.pick(&candidates).clone())
     }
 
     fn heal(&mut self) {

@@ -23,7 +23,7 @@ use txnsim_engine::{
     read_to_end, Cluster, EngineConfig, IsolationLevel, KafkaError, Mutations, ProducerKind, TimeMs, TopicPartition,
     TransactionVersion, TxnManagerState,
 };
-use txnsim_properties::{CallOutcome, Event, History, ProducerCall};
+use txnsim_properties::{client, CallOutcome, Event, History, ProducerCall};
 
 /// The longest span of time a network scenario may name (about 31 years): every clock sum stays far from
 /// overflow.
@@ -677,12 +677,6 @@ pub fn describe_op(op: &NetOp) -> String {
     }
 }
 
-/// One line per message: `"EndTxn request p -> broker-0"`.
-pub fn describe(env: &Envelope) -> String {
-    let kind = if env.message.is_request() { "request" } else { "response" };
-    format!("{} {kind} {} -> {}", env.message.api_name(), env.from, env.to)
-}
-
 /// The difference a network scenario ran into: the op, the field and both values.
 pub struct NetDifference {
     pub op_index: Option<usize>,
@@ -851,26 +845,24 @@ impl<'a> NetworkRunner<'a> {
         self.calls.insert(key, (producer.to_string(), op));
     }
 
-    /// A call as the history records it; its completion is recorded when it completes.
-    fn invoke(&mut self, producer: &str, call: ProducerCall) -> u64 {
+    /// A call as the history records it, the op's pending call; its completion is recorded when it completes.
+    fn invoke(&mut self, producer: &str, call: &ProducerCall) {
         let call_id = self.history.events.len() as u64 + 1;
         let time_ms = self.cluster.now_ms;
-        self.history.push(Event::Invoke { time_ms, process: producer.to_string(), call_id, call });
-        call_id
+        self.history.push(Event::Invoke { time_ms, process: producer.to_string(), call_id, call: call.clone() });
+        self.pending_call = Some((producer.to_string(), call_id));
     }
 
-    fn history_call(op: &NetOp) -> Option<(&str, ProducerCall)> {
-        match op {
-            NetOp::InitProducer(o) if o.kind != Some(ClientKind::Plain) => Some((&o.producer, ProducerCall::Init)),
-            NetOp::Begin(o) => Some((&o.producer, ProducerCall::Begin)),
-            NetOp::Send(o) => Some((
-                &o.producer,
-                ProducerCall::Send { partition: tp(&o.topic, o.partition), values: o.values.clone() },
-            )),
-            NetOp::Commit(o) => Some((&o.producer, ProducerCall::Commit)),
-            NetOp::Abort(o) => Some((&o.producer, ProducerCall::Abort)),
-            _ => None,
-        }
+    /// Runs a client call of op `i` through the interpreter (`txnsim_properties::client`) in this layer.
+    fn call(
+        &mut self,
+        (i, op): (usize, &NetOp),
+        producer: &str,
+        name: &Option<String>,
+        expect_error: &Option<String>,
+        call: ProducerCall,
+    ) -> Result<(), Failure> {
+        client::exec(&mut NetCall { runner: self, i, op: op.name(), name, expect_error }, producer, &call)
     }
 
     fn immediate<T>(
@@ -901,7 +893,7 @@ impl<'a> NetworkRunner<'a> {
         let pool: Vec<&Envelope> =
             if action == NetAction::Release { self.held.iter().collect() } else { self.cluster.in_flight().collect() };
         let matches: Vec<usize> = pool.iter().enumerate().filter(|(_, e)| p.matches(e)).map(|(k, _)| k).collect();
-        let listing = || pool.iter().map(|e| describe(e)).collect::<Vec<_>>().join("; ");
+        let listing = || pool.iter().map(|e| e.short().to_string()).collect::<Vec<_>>().join("; ");
         let name = format!("{} {} -> {}", p.api, p.from, p.to);
         let place = if action == NetAction::Release { "held" } else { "in flight" };
         match (p.occurrence, matches.len()) {
@@ -921,11 +913,6 @@ impl<'a> NetworkRunner<'a> {
 
     pub fn exec(&mut self, i: usize, op: &NetOp) -> Result<(), Failure> {
         let now = self.cluster.now_ms;
-        if let Some((producer, call)) = Self::history_call(op) {
-            let producer = producer.to_string();
-            let call_id = self.invoke(&producer, call);
-            self.pending_call = Some((producer, call_id));
-        }
         let result = self.exec_op(i, op, now);
         // A call that started an op completes when the op does (`started`); the rest complete now.
         if let Some((producer, call_id)) = self.pending_call.take() {
@@ -959,30 +946,16 @@ impl<'a> NetworkRunner<'a> {
                 }
                 self.cluster.producers.insert(o.producer.clone(), producer);
                 if kind != ProducerKind::Plain {
-                    let result = self.producer(&o.producer).init_transactions(now);
-                    self.started(i, op.name(), &o.producer, &o.name, &o.expect_error, result)?;
+                    self.call((i, op), &o.producer, &o.name, &o.expect_error, ProducerCall::Init)?;
                 }
             }
-            NetOp::Begin(o) => {
-                let result = self.producer(&o.producer).begin_transaction();
-                Self::immediate(i, op.name(), &result, &o.expect_error)?;
-            }
+            NetOp::Begin(o) => self.call((i, op), &o.producer, &o.name, &o.expect_error, ProducerCall::Begin)?,
             NetOp::Send(o) => {
-                let result = self.producer(&o.producer).send(now, tp(&o.topic, o.partition), o.values.clone());
-                if let Ok((id, _)) = &result {
-                    let sent = (tp(&o.topic, o.partition), o.values.clone());
-                    self.send_values.insert((o.producer.clone(), *id), sent);
-                }
-                self.started(i, op.name(), &o.producer, &o.name, &o.expect_error, result)?;
+                let call = ProducerCall::Send { partition: tp(&o.topic, o.partition), values: o.values.clone() };
+                self.call((i, op), &o.producer, &o.name, &o.expect_error, call)?;
             }
-            NetOp::Commit(o) => {
-                let result = self.producer(&o.producer).commit_transaction(now);
-                self.started(i, op.name(), &o.producer, &o.name, &o.expect_error, result)?;
-            }
-            NetOp::Abort(o) => {
-                let result = self.producer(&o.producer).abort_transaction(now);
-                self.started(i, op.name(), &o.producer, &o.name, &o.expect_error, result)?;
-            }
+            NetOp::Commit(o) => self.call((i, op), &o.producer, &o.name, &o.expect_error, ProducerCall::Commit)?,
+            NetOp::Abort(o) => self.call((i, op), &o.producer, &o.name, &o.expect_error, ProducerCall::Abort)?,
             NetOp::SendOffsets(o) => {
                 let group = ConsumerGroupMetadata {
                     group_id: o.group.clone(),
@@ -1156,11 +1129,11 @@ impl<'a> NetworkRunner<'a> {
             cmp("now_ms".into(), json(want), json(self.cluster.now_ms))?;
         }
         if let Some(want) = &e.in_flight {
-            let got: Vec<String> = self.cluster.in_flight().map(describe).collect();
+            let got: Vec<String> = self.cluster.in_flight().map(|e| e.short().to_string()).collect();
             cmp("in_flight".into(), json(want), json(got))?;
         }
         if let Some(want) = &e.held {
-            let got: Vec<String> = self.held.iter().map(describe).collect();
+            let got: Vec<String> = self.held.iter().map(|e| e.short().to_string()).collect();
             cmp("held".into(), json(want), json(got))?;
         }
         for (k, p) in e.producers.iter().flatten().enumerate() {
@@ -1357,11 +1330,11 @@ impl<'a> NetworkRunner<'a> {
         let broker = &self.cluster.broker;
         // A replicated cluster's partitions as their leaders hold them, as the coordinator that stands sees
         // them (the leaders move with a crash); one broker's are its own.
-        let led: BTreeMap<TopicPartition, PartitionLog>;
-        let partitions = if self.cluster.peers.is_empty() {
+        let led: BTreeMap<&TopicPartition, &PartitionLog>;
+        let partitions: &dyn txnsim_properties::Logs = if self.cluster.peers.is_empty() {
             &broker.replica_manager.logs
         } else {
-            let leader_log = |tp: &TopicPartition| self.cluster.leader_log(tp).map(|l| (tp.clone(), l.clone()));
+            let leader_log = |tp| self.cluster.leader_log(tp).map(|l| (tp, l));
             led = broker.replica_manager.logs.keys().filter_map(leader_log).collect();
             &led
         };
@@ -1419,4 +1392,35 @@ fn check_metadata(
         cmp(f("txn_start_timestamp_ms"), json(t), json(meta.txn_start_timestamp_ms))?;
     }
     Ok(())
+}
+
+/// The network layer's view of one client call: it only enqueues the call's requests (the ops deliver
+/// them), records the invocation in the history and each send's values, and checks the client's immediate
+/// answer against the op's `expect_error`.
+struct NetCall<'r, 'a> {
+    runner: &'r mut NetworkRunner<'a>,
+    i: usize,
+    op: &'static str,
+    name: &'r Option<String>,
+    expect_error: &'r Option<String>,
+}
+
+impl client::Layer for NetCall<'_, '_> {
+    type Answer = Result<(), Failure>;
+
+    fn local(&mut self, producer: &str, call: &ProducerCall, run: client::Local<'_>) -> Self::Answer {
+        self.runner.invoke(producer, call);
+        let result = run(self.runner.producer(producer));
+        NetworkRunner::immediate(self.i, self.op, &result, self.expect_error).map(|_| ())
+    }
+
+    fn request(&mut self, producer: &str, call: &ProducerCall, start: client::Start<'_>) -> Self::Answer {
+        self.runner.invoke(producer, call);
+        let now = self.runner.cluster.now_ms;
+        let result = start(self.runner.producer(producer), now);
+        if let (ProducerCall::Send { partition, values }, Ok((id, _))) = (call, &result) {
+            self.runner.send_values.insert((producer.to_string(), *id), (partition.clone(), values.clone()));
+        }
+        self.runner.started(self.i, self.op, producer, self.name, self.expect_error, result)
+    }
 }

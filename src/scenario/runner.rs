@@ -17,6 +17,7 @@ use txnsim_engine::{
     filter_fetch, AbortedTransaction, AbortedTxn, Cluster, EngineConfig, FetchPartitionData, IsolationLevel,
     KafkaError, Mutations, Offset, PartitionLog, ProducerKind, TopicPartition, TransactionResult,
 };
+use txnsim_properties::{client, ProducerCall};
 
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
@@ -314,9 +315,9 @@ impl Runner<'_> {
         match op {
             Op::InitProducer { producer, transactional_id, expect, expect_error } => {
                 let tid = transactional_id.clone().unwrap_or_else(|| producer.clone());
-                let before = self.log_ends();
+                let before = client::log_ends(&self.cluster);
                 self.cluster.add_producer(producer, ProducerKind::Transactional { transactional_id: tid.clone() });
-                let result = self.cluster.call_producer(producer, |p, now| p.init_transactions(now));
+                let result = client::exec(&mut self.cluster, producer, &ProducerCall::Init);
                 let result = self.completed(i, op, result)?;
                 if self.check_result(i, op, &result, expect_error.as_deref(), false)? {
                     for (name, inst) in self.instances.iter_mut() {
@@ -360,8 +361,7 @@ impl Runner<'_> {
             Op::Begin { producer, expect_error } => {
                 // Client side only (`TransactionManager.beginTransaction`): a fenced instance that has not
                 // heard of it yet begins as usual (TransactionsTest#testFencingOnAddPartitions).
-                let p = self.cluster.producers.get_mut(producer).expect("validated live producer");
-                let result = p.begin_transaction();
+                let result = client::exec(&mut self.cluster, producer, &ProducerCall::Begin);
                 let result = self.fenced_view(producer, result);
                 self.check_result(i, op, &result, expect_error.as_deref(), false)?;
                 Ok(result.map(|_| "ok".to_string()).unwrap_or_else(error_name))
@@ -369,14 +369,9 @@ impl Runner<'_> {
             Op::Commit { producer, expect, expect_error } | Op::Abort { producer, expect, expect_error } => {
                 let commit = matches!(op, Op::Commit { .. });
                 let tid = self.instances[producer].transactional_id.clone();
-                let before = self.log_ends();
-                let result = self.cluster.call_producer(producer, |p, now| {
-                    if commit {
-                        p.commit_transaction(now)
-                    } else {
-                        p.abort_transaction(now)
-                    }
-                });
+                let before = client::log_ends(&self.cluster);
+                let call = if commit { ProducerCall::Commit } else { ProducerCall::Abort };
+                let result = client::exec(&mut self.cluster, producer, &call);
                 let result = self.fenced_view(producer, self.completed(i, op, result)?);
                 self.check_result(i, op, &result, expect_error.as_deref(), false)?;
                 let markers = self.markers_since(&before, &tid);
@@ -385,7 +380,7 @@ impl Runner<'_> {
             }
             Op::ExpireTxn { producer, expect, expect_error } => {
                 let tid = self.instances[producer].transactional_id.clone();
-                let before = self.log_ends();
+                let before = client::log_ends(&self.cluster);
                 let now = self.cluster.now_ms;
                 let (expired, effects) = self.cluster.broker.expire_transaction(&tid, now);
                 let broker = self.cluster.broker_id();
@@ -416,7 +411,8 @@ impl Runner<'_> {
             }
             Op::Produce { producer, topic, partition, values, expect, expect_error } => {
                 let tp = self.tp(topic, *partition);
-                let result = self.cluster.call_producer(producer, |p, now| p.send(now, tp.clone(), values.clone()));
+                let send = ProducerCall::Send { partition: tp.clone(), values: values.clone() };
+                let result = client::exec(&mut self.cluster, producer, &send);
                 let result = self.fenced_view(producer, self.completed(i, op, result)?);
                 self.note_ack(&tp, &result, values);
                 self.check_write(i, op, result.map(sent_ack), expect.as_ref(), expect_error.as_deref(), true)
@@ -428,7 +424,7 @@ impl Runner<'_> {
                     let kind = if producer.is_some() { ProducerKind::Idempotent } else { ProducerKind::Plain };
                     self.cluster.add_producer(&name, kind);
                     if producer.is_some() {
-                        let init = self.cluster.call_producer(&name, |p, now| p.init_transactions(now));
+                        let init = client::exec(&mut self.cluster, &name, &ProducerCall::Init);
                         if let Err(d) = self
                             .completed(i, op, init)
                             .and_then(|r| self.check_result(i, op, &r, None, false).map(|_| ()))
@@ -438,7 +434,8 @@ impl Runner<'_> {
                         self.idempotent.insert(name.clone());
                     }
                 }
-                let result = self.cluster.call_producer(&name, |p, now| p.send(now, tp.clone(), values.clone()));
+                let send = ProducerCall::Send { partition: tp.clone(), values: values.clone() };
+                let result = client::exec(&mut self.cluster, &name, &send);
                 let result = self.completed(i, op, result)?;
                 self.note_ack(&tp, &result, values);
                 self.check_write(i, op, result.map(sent_ack), expect.as_ref(), expect_error.as_deref(), true)
@@ -854,37 +851,14 @@ impl Runner<'_> {
         format!("; {}", leaders.join(", "))
     }
 
-    fn log_ends(&self) -> BTreeMap<TopicPartition, Offset> {
-        self.cluster
-            .broker
-            .replica_manager
-            .logs
-            .keys()
-            .map(|tp| (tp.clone(), self.leader_log(tp).log_end_offset()))
-            .collect()
-    }
-
-    /// Markers appended since `before` for producer ids of `transactional_id`, as `{"topic/partition": offset}`.
+    /// `client::markers_since`, as `{"topic/partition": offset}`.
     fn markers_since(
         &self,
         before: &BTreeMap<TopicPartition, Offset>,
         transactional_id: &str,
     ) -> BTreeMap<String, u64> {
-        let mut out = BTreeMap::new();
-        for tp in self.cluster.broker.replica_manager.logs.keys() {
-            let log = self.leader_log(tp);
-            let from = before.get(tp).copied().unwrap_or(0);
-            // From the log's end back to `from` only: the op's appends, not the whole log. The last
-            // marker is the one reported.
-            let appended = log.segments().iter().rev().flat_map(|s| s.batches.iter().rev());
-            for b in appended.take_while(|b| b.base_offset >= from).filter(|b| b.marker().is_some()) {
-                let pid = b.producer_id().expect("markers carry a producer id");
-                if self.cluster.coordinator().transactional_id_of(pid) == Some(transactional_id) {
-                    out.entry(tp.to_string()).or_insert(b.base_offset);
-                }
-            }
-        }
-        out
+        let markers = client::markers_since(&self.cluster, before, transactional_id);
+        markers.into_iter().map(|(tp, offset)| (tp.to_string(), offset)).collect()
     }
 }
 

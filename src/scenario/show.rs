@@ -172,8 +172,8 @@ pub fn network_step(index: usize, op: &NetOp, outcome: &str, differs: bool, runn
             view(cluster, tp, readings)
         })
         .collect();
-    let in_flight = cluster.in_flight().map(network::describe);
-    let held = runner.held().iter().map(|e| format!("held: {}", network::describe(e)));
+    let in_flight = cluster.in_flight().map(|e| e.short().to_string());
+    let held = runner.held().iter().map(|e| format!("held: {}", e.short()));
     Step {
         index,
         op: network::describe_op(op),

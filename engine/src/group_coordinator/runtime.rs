@@ -1,9 +1,12 @@
 //! The group coordinator's runtime (`CoordinatorRuntime` with its `CoordinatorPartitionWriter`): which
 //! `__consumer_offsets` partitions this broker's coordinator loaded, the group state machine's writes to
 //! them through `ReplicaManager` with answers held until they are replicated, OffsetFetch read at the HW,
-//! and TxnOffsetCommit's transactional writes, verified with a transaction coordinator on another broker.
+//! and TxnOffsetCommit (`GroupCoordinatorService.commitTransactionalOffsets`): verified with the
+//! transaction coordinator (KIP-890; one on another broker by request, as `AddPartitionsToTxnManager` does),
+//! then written as a batch of the producer's transaction.
 
 use super::{GroupCoordinator, GroupWrite, OffsetsRecord};
+use crate::config::EngineConfig;
 use crate::error::KafkaError;
 use crate::log::{LogAppendInfo, PartitionLog};
 use crate::mutation::Mutation;
@@ -47,6 +50,16 @@ pub fn verification_error(e: KafkaError) -> KafkaError {
         KafkaError::ProducerFenced => KafkaError::InvalidProducerEpoch,
         e => e,
     }
+}
+
+/// How a TxnOffsetCommit was verified with the transaction coordinator (KIP-890: the offsets partition must
+/// be in the ongoing transaction).
+pub enum TxnOffsetsVerification {
+    /// Not at all, or by this broker's own coordinator at once: the outcome.
+    Done(Result<(), KafkaError>),
+    /// To be asked of the coordinator on another broker (`None`: none is known now), which under TV2 `adds`
+    /// the partition to the transaction.
+    Remote { coordinator: Option<NodeId>, adds: bool },
 }
 
 /// What the runtime takes from its broker for one operation.
@@ -267,9 +280,56 @@ impl CoordinatorRuntime {
         }
     }
 
+    /// How a TxnOffsetCommit is verified (`CoordinatorPartitionWriter.maybeStartTransactionVerification`):
+    /// whether at all, whether the coordinator adds the partition (a TV2 add, v5+, may write
+    /// `__transaction_state`, so it always goes to the coordinator as a request), and whether this broker's
+    /// own coordinator, if it owns transactional ids `here`, can answer it at once.
+    pub fn txn_offsets_verification(config: &EngineConfig, asked: &TxnOffsetCommit, here: bool) -> (bool, bool, bool) {
+        let verify = config.partition_verification && !config.mutations.has(Mutation::NoTxnVerification);
+        let adds = asked.transaction_version.supports_epoch_bump()
+            && !config.mutations.has(Mutation::TxnOffsetCommitV5OnlyVerifies);
+        let local = !adds && here;
+        (verify, adds, local)
+    }
+
+    /// TxnOffsetCommit (`GroupCoordinatorService.commitTransactionalOffsets`) for the partitions of known
+    /// topics, with the answers already known for the rest: verified, then written
+    /// (`write_txn_offsets`) and answered; `verification` is `None` only where nothing is to be written.
+    pub fn commit_transactional_offsets(
+        &mut self,
+        asked: TxnOffsetCommit,
+        known: Vec<(TopicPartition, CommittedOffset)>,
+        mut results: Vec<(TopicPartition, Result<(), KafkaError>)>,
+        verification: Option<TxnOffsetsVerification>,
+        to: (NodeId, u64),
+        ctx: &mut GroupCtx<'_>,
+    ) {
+        if known.is_empty() {
+            return Self::answer_txn_offsets(to, results, None, ctx);
+        }
+        let outcome = match verification {
+            _ if asked.group_id.is_empty() => Err(KafkaError::InvalidGroupId),
+            Some(TxnOffsetsVerification::Remote { coordinator: Some(coordinator), adds }) => {
+                // The transaction coordinator is on another broker: ask it, and answer when it has.
+                let (client, client_correlation_id) = to;
+                let (offsets, unknown) = (known, results);
+                let pending = PendingOffsetsVerification { client, client_correlation_id, asked, offsets, unknown };
+                return self.verify_remotely(&coordinator, adds, pending, ctx);
+            }
+            Some(TxnOffsetsVerification::Remote { coordinator: None, .. }) => Err(KafkaError::CoordinatorNotAvailable),
+            Some(TxnOffsetsVerification::Done(verified)) => {
+                verified.and_then(|()| Self::write_txn_offsets(&asked, &known, ctx))
+            }
+            None => unreachable!("a commit with a group and partitions is verified"),
+        };
+        let result = outcome.as_ref().map(|_| ()).map_err(|e| *e);
+        results.extend(known.into_iter().map(|(tp, _)| (tp, result)));
+        Self::answer_txn_offsets(to, results, outcome.ok(), ctx);
+    }
+
     /// Asks the transaction coordinator on another broker to verify (or, under TV2, `adds`) the group's
     /// offsets partition in the producer's transaction; the commit waits for its answer.
-    pub fn verify_remotely(
+    fn verify_remotely(
         &mut self,
         coordinator: &NodeId,
         adds: bool,
@@ -309,7 +369,7 @@ impl CoordinatorRuntime {
 
     /// TxnOffsetCommit's answer; with the offsets `written` to a replicated partition (the next offset
     /// after their batch), once the HW passes them, as the coordinator runtime answers a committed write.
-    pub fn answer_txn_offsets(
+    fn answer_txn_offsets(
         (client, corr): (NodeId, u64),
         results: Vec<(TopicPartition, Result<(), KafkaError>)>,
         written: Option<(TopicPartition, Offset)>,
@@ -327,7 +387,7 @@ impl CoordinatorRuntime {
     /// Once verified: checked against the group (KIP-447), written to the group's `__consumer_offsets`
     /// partition as a batch of the producer's transaction (origin coordinator: epoch checked, no client
     /// sequence) and staged until its marker. Returns the partition and the offset after the batch.
-    pub fn write_txn_offsets(
+    fn write_txn_offsets(
         asked: &TxnOffsetCommit,
         offsets: &[(TopicPartition, CommittedOffset)],
         ctx: &mut GroupCtx<'_>,

@@ -11,10 +11,12 @@ use crate::types::{
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+mod display;
 pub mod fetch;
 pub mod group;
 pub mod metadata;
 
+pub use display::{MarkerKind, Short, WithMarkers};
 pub use fetch::{AbortedTransaction, FetchPartitionData};
 pub use group::GroupMessage;
 pub use metadata::MetadataMessage;

@@ -11,7 +11,7 @@ use crate::producer_state::AppendOrigin;
 use crate::protocol::{CorrelationIds, Message, NodeId, ProduceAck, TxnMarkerEntry};
 use crate::record::{EndTxnMarker, ProduceBatch};
 use crate::topic::{GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC};
-use crate::types::{Offset, ProducerId, ProducerIdAndEpoch, TimeMs, TopicPartition, TransactionVersion};
+use crate::types::{ProducerId, ProducerIdAndEpoch, TimeMs, TopicPartition, TransactionVersion};
 
 /// A transactional Produce waiting for the coordinator's KIP-890 answer.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -90,20 +90,6 @@ impl ReplicaManager {
             log.update_high_watermark(leo, &config.mutations);
         }
         log.assert_offsets(&config.mutations);
-    }
-
-    /// `DelayedProduce` for a write to one replicated partition: `response` goes to `to` once the HW passes
-    /// `required_offset` (the batch's last offset + 1), or fails with the write's error or timeout.
-    pub fn await_hw(
-        &mut self,
-        (tp, required_offset): (TopicPartition, Offset),
-        (to, corr): (NodeId, u64),
-        response: DelayedResponse,
-        timeout_ms: TimeMs,
-        ctx: &mut ReplicaCtx<'_>,
-    ) {
-        let waits = vec![AckWait::new(tp, required_offset, 0)];
-        self.await_acks(to, corr, waits, response, timeout_ms, ctx);
     }
 
     /// `handleWriteTxnMarkersRequest`: one control batch per partition, origin COORDINATOR, appended with

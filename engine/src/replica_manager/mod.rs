@@ -1,289 +1,46 @@
-//! Replication on one broker: Kafka's `ReplicaManager` with its `Partition`s, the leader's view of each
-//! follower (`Replica`, `ReplicaState`) and the two purgatories (`DelayedProduce`, `DelayedFetch`). It
-//! holds the log of every partition the broker hosts; its appends are in `append.rs`.
+//! Replication on one broker: Kafka's `ReplicaManager`. It holds the log of every partition the broker
+//! hosts, and for those with followers their `Partition` (`partition.rs`); its appends are in `append.rs`,
+//! its purgatories in `delayed_produce.rs` and `delayed_fetch.rs`, and a follower's fetching in
+//! `replica_fetcher_thread.rs`.
 //!
 //! Only partitions hosted with more than one replica have a replica state here. A partition this broker
 //! hosts alone is its own ISR: its HW follows its log end at once and an acks=all write is complete when it is
 //! appended, which is how Kafka's single-replica partition behaves and how the engine behaved before
 //! replication, byte for byte.
 //!
-//! Followers fetch from the leader (`ReplicaFetcherThread`), one fetch at a time per leader broker covering
-//! every partition followed there: a fetch with nothing new waits at the leader until data arrives for
-//! one of them or `replica.fetch.wait.max.ms` passes, so an idle cluster sends nothing.
-//! The leader records each fetch offset as that follower's LEO, moves followers into and out of the ISR
-//! through the controller (AlterPartition), and raises the HW to the least LEO of the maximal ISR
-//! (`Partition.maybeIncrementLeaderHW`). acks=all writes wait in `DelayedProduce` until the HW passes them.
+//! Followers fetch from the leader (`ReplicaFetcherThread`). The leader records each fetch offset as that
+//! follower's LEO, moves followers into and out of the ISR through the controller (AlterPartition), and
+//! raises the HW to the least LEO of the maximal ISR (`Partition.maybeIncrementLeaderHW`). acks=all writes
+//! wait in `DelayedProduce` until the HW passes them.
 
 mod append;
+mod delayed_fetch;
+mod delayed_produce;
+mod partition;
+mod replica_fetcher_thread;
 
 pub use append::{ProduceMetadata, ProduceRequest};
+pub use delayed_produce::{AckWait, DelayedResponse};
+pub use partition::{Partition, ReplicaState};
+pub use replica_fetcher_thread::truncation_offset;
+
+use delayed_fetch::DelayedFetch;
+use delayed_produce::DelayedProduce;
 
 use crate::config::EngineConfig;
 use crate::error::KafkaError;
 use crate::log::PartitionLog;
 use crate::mutation::Mutation;
 use crate::protocol::fetch::FetchPartitionData;
-use crate::protocol::group::GroupMessage;
 use crate::protocol::metadata::MetadataMessage;
 use crate::protocol::metadata::{LeaderAndIsr, PartitionRegistration};
 use crate::protocol::{
-    Effects, Message, NodeId, ProduceAck, ReplicaFetchData, ReplicaFetchPartition, ReplicaFetchPartitionResponse,
+    Effects, Message, NodeId, ReplicaFetchData, ReplicaFetchPartition, ReplicaFetchPartitionResponse,
 };
 use crate::protocol::{CONTROLLER_ID, NO_LEADER};
 use crate::rename::{Names, Rename};
-use crate::topic::TRANSACTION_STATE_TOPIC;
-use crate::types::{Offset, ProducerId, TimeMs, TopicPartition};
+use crate::types::{Offset, TimeMs, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
-
-/// What the leader knows of one follower, from its fetches (`ReplicaState`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ReplicaState {
-    /// The follower's LEO as its last fetch offset says; `None` before its first fetch.
-    pub log_end_offset: Option<Offset>,
-    /// The leader's LEO when a fetch last arrived (`lastFetchLeaderLogEndOffset`).
-    last_fetch_leader_log_end_offset: Option<Offset>,
-    last_fetch_time_ms: TimeMs,
-    /// The latest time at which the follower had fetched up to the leader's log end of that time; `None`
-    /// for a replica outside the ISR that has not fetched from this leader (Kafka's 0, long ago).
-    pub last_caught_up_time_ms: Option<TimeMs>,
-}
-
-impl ReplicaState {
-    /// `ReplicaState.isCaughtUp`.
-    fn is_caught_up(&self, leader_end: Offset, now_ms: TimeMs, max_lag_ms: TimeMs) -> bool {
-        self.log_end_offset == Some(leader_end)
-            || self.last_caught_up_time_ms.is_some_and(|t| now_ms.saturating_sub(t) <= max_lag_ms)
-    }
-
-    /// `Replica.updateFetchStateOrThrow`: a fetch at the leader's log end catches the follower up now; one
-    /// at the log end the previous fetch saw, as of that fetch.
-    fn update_fetch_state(&mut self, fetch_offset: Offset, now_ms: TimeMs, leader_end: Offset) {
-        let caught_up = if fetch_offset >= leader_end {
-            self.last_caught_up_time_ms.max(Some(now_ms))
-        } else if self.last_fetch_leader_log_end_offset.is_none_or(|o| fetch_offset >= o) {
-            self.last_caught_up_time_ms.max(Some(self.last_fetch_time_ms))
-        } else {
-            self.last_caught_up_time_ms
-        };
-        self.log_end_offset = Some(fetch_offset);
-        self.last_fetch_leader_log_end_offset =
-            Some(self.last_fetch_leader_log_end_offset.map_or(leader_end, |o| o.max(leader_end)));
-        self.last_fetch_time_ms = now_ms;
-        self.last_caught_up_time_ms = caught_up;
-    }
-}
-
-/// One replicated partition as this broker holds it (`Partition`): leader or follower.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Partition {
-    pub replicas: Vec<u32>,
-    pub leader: u32,
-    pub leader_epoch: i32,
-    pub partition_epoch: i32,
-    /// The committed ISR (`partitionState.isr`).
-    pub isr: BTreeSet<u32>,
-    /// The ISR of an AlterPartition in flight (`PendingExpandIsr`, `PendingShrinkIsr`); one at a time.
-    pub pending_isr: Option<BTreeSet<u32>>,
-    /// Leader only: each follower's state (`remoteReplicasMap`).
-    pub remote_replicas: BTreeMap<u32, ReplicaState>,
-    /// Leader only: its log end when it took this leader epoch (`leaderEpochStartOffsetOpt`).
-    leader_epoch_start_offset: Option<Offset>,
-    /// Follower only: the correlation id of its fetcher's request in flight that covers this partition.
-    fetch_in_flight: Option<u64>,
-    /// Follower only: after a failed fetch, when this partition is fetched again (`PartitionFetchState.delay`).
-    fetch_backoff_until_ms: Option<TimeMs>,
-    /// Follower only: the epoch of the last batch it fetched (`PartitionFetchState.lastFetchedEpoch`),
-    /// sent with each fetch so the leader can tell whether the two logs diverge.
-    last_fetched_epoch: Option<i32>,
-    /// `__transaction_state`, whose `min.insync.replicas` is `transaction.state.log.min.isr`.
-    is_transaction_log: bool,
-}
-
-impl Partition {
-    /// `makeLeader` / `makeFollower` of a new partition: followers in the ISR count as caught up now.
-    fn new(me: u32, tp: &TopicPartition, reg: &PartitionRegistration, now_ms: TimeMs) -> Self {
-        let isr: BTreeSet<u32> = reg.state.isr.iter().copied().collect();
-        let remote_replicas = if reg.state.leader == me {
-            reg.replicas
-                .iter()
-                .filter(|r| **r != me)
-                .map(|r| {
-                    let caught_up = isr.contains(r).then_some(now_ms);
-                    (*r, ReplicaState { last_caught_up_time_ms: caught_up, ..ReplicaState::default() })
-                })
-                .collect()
-        } else {
-            BTreeMap::new()
-        };
-        Partition {
-            replicas: reg.replicas.clone(),
-            leader: reg.state.leader,
-            leader_epoch: reg.state.leader_epoch,
-            partition_epoch: reg.state.partition_epoch,
-            isr,
-            pending_isr: None,
-            remote_replicas,
-            leader_epoch_start_offset: None,
-            fetch_in_flight: None,
-            fetch_backoff_until_ms: None,
-            last_fetched_epoch: None,
-            is_transaction_log: tp.topic == TRANSACTION_STATE_TOPIC,
-        }
-    }
-
-    /// The committed ISR plus any replica a pending change adds (KIP-497's "maximal ISR"): the HW waits
-    /// for all of them, which is safe whichever way the change goes.
-    pub fn maximal_isr(&self) -> BTreeSet<u32> {
-        self.isr.union(self.pending_isr.as_ref().unwrap_or(&self.isr)).copied().collect()
-    }
-
-    /// `Partition.effectiveMinIsr`: `min.insync.replicas`, capped by the replication factor.
-    fn effective_min_isr(&self, config: &EngineConfig) -> usize {
-        let min_isr =
-            if self.is_transaction_log { config.transaction_state_log_min_isr } else { config.min_insync_replicas };
-        (min_isr as usize).min(self.replicas.len())
-    }
-
-    pub fn is_under_min_isr(&self, config: &EngineConfig) -> bool {
-        self.isr.len() < self.effective_min_isr(config)
-    }
-
-    /// `Partition.maybeIncrementLeaderHW`: the least LEO over the maximal ISR and the caught-up followers
-    /// about to join it, never below the current HW, and not at all while the ISR is under
-    /// `min.insync.replicas` (KAFKA-15583). Returns whether the HW moved.
-    fn maybe_increment_leader_hw(&self, log: &mut PartitionLog, now_ms: TimeMs, config: &EngineConfig) -> bool {
-        let leader_end = log.log_end_offset();
-        let new_hw = if config.mutations.has(Mutation::HwFromLeaderLeo) {
-            Some(leader_end) // The bug: the followers are not consulted.
-        } else {
-            // KIP-966 relies on it: a replica leaving an ISR below min ISR holds all that is committed.
-            if self.is_under_min_isr(config) && !config.mutations.has(Mutation::HwAdvancesUnderMinIsr) {
-                return false;
-            }
-            let maximal = self.maximal_isr();
-            self.remote_replicas
-                .iter()
-                .filter(|(id, r)| {
-                    maximal.contains(id) || r.is_caught_up(leader_end, now_ms, config.replica_lag_time_max_ms)
-                })
-                // A follower that has not fetched yet holds the HW where it is.
-                .try_fold(leader_end, |hw, (_, r)| r.log_end_offset.map(|o| hw.min(o)))
-        };
-        match new_hw {
-            Some(hw) if hw > log.high_watermark() => {
-                log.update_high_watermark(hw, &config.mutations);
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// `Partition.checkEnoughReplicasReachOffset`: `None` while the HW is below `required`.
-    fn check_enough_replicas_reach_offset(
-        &self,
-        log: &PartitionLog,
-        required: Offset,
-        config: &EngineConfig,
-    ) -> Option<Result<(), KafkaError>> {
-        if log.high_watermark() < required {
-            return None;
-        }
-        // Appended, then the ISR shrank below min.insync.replicas before the HW passed it.
-        if self.maximal_isr().len() < self.effective_min_isr(config) {
-            return Some(Err(KafkaError::NotEnoughReplicasAfterAppend));
-        }
-        Some(Ok(()))
-    }
-
-    /// `Partition.getOutOfSyncReplicas`: ISR followers not caught up within `replica.lag.time.max.ms`.
-    fn out_of_sync_replicas(&self, leader_end: Offset, now_ms: TimeMs, config: &EngineConfig) -> BTreeSet<u32> {
-        self.isr
-            .iter()
-            .filter(|id| {
-                self.remote_replicas
-                    .get(id)
-                    .is_some_and(|r| !r.is_caught_up(leader_end, now_ms, config.replica_lag_time_max_ms))
-            })
-            .copied()
-            .collect()
-    }
-}
-
-/// `AbstractFetcherThread.getOffsetTruncationState`: where a follower told that its last fetched epoch
-/// diverges truncates. If it knows the leader's epoch, to the lesser of the two logs' ends of that epoch;
-/// if not, to the end of its own largest epoch below it (the next fetch finds the rest); with no epoch
-/// at all, to the leader's offset. Never past its own log end.
-pub fn truncation_offset(log: &PartitionLog, diverging: crate::leader_epoch_cache::EpochEndOffset) -> Offset {
-    let offset = match log.end_offset_for_epoch(diverging.epoch) {
-        Some(own) if own.epoch == diverging.epoch => own.end_offset.min(diverging.end_offset),
-        Some(own) => own.end_offset,
-        None => diverging.end_offset,
-    };
-    offset.min(log.log_end_offset())
-}
-
-/// The answer an acks=all write waits to send.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum DelayedResponse {
-    Produce {
-        partition: TopicPartition,
-        ack: ProduceAck,
-    },
-    Markers {
-        results: Vec<(ProducerId, TopicPartition, Result<Offset, KafkaError>)>,
-    },
-    /// The coordinator's `__transaction_state` append, answered to its own broker.
-    TxnLog {
-        transactional_id: String,
-    },
-    /// A group coordinator's answer to an offset commit, sent once its records are replicated.
-    Group {
-        answer: GroupMessage,
-    },
-    /// A SyncGroup's metadata record, whose outcome goes to the group coordinator of its own broker.
-    GroupStored {
-        group_id: String,
-        generation: i32,
-    },
-}
-
-/// One appended partition of a delayed write: the HW it waits for and where its result goes.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct AckWait {
-    pub partition: TopicPartition,
-    /// The batch's last offset + 1 (`ProducePartitionStatus.requiredOffset`).
-    pub required_offset: Offset,
-    /// The index of this partition's entry in a `Markers` response.
-    pub result_index: usize,
-    outcome: Option<Result<(), KafkaError>>,
-}
-
-impl AckWait {
-    pub fn new(partition: TopicPartition, required_offset: Offset, result_index: usize) -> Self {
-        AckWait { partition, required_offset, result_index, outcome: None }
-    }
-}
-
-/// `DelayedProduce`: an acks=all Produce or WriteTxnMarkers answered once every partition's HW passed
-/// its write, or with REQUEST_TIMED_OUT for those still waiting when its timeout expires.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-struct DelayedProduce {
-    reply_to: NodeId,
-    correlation_id: u64,
-    expires_ms: TimeMs,
-    waits: Vec<AckWait>,
-    response: DelayedResponse,
-}
-
-/// `DelayedFetch`: a follower's fetch at the log end of every partition it asked for, answered when one
-/// has data, when this broker no longer leads one at the epoch asked, or at its max wait.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-struct DelayedFetch {
-    follower: NodeId,
-    correlation_id: u64,
-    partitions: Vec<ReplicaFetchPartition>,
-    expires_ms: TimeMs,
-}
 
 /// What every replication step needs from its broker.
 pub struct ReplicaCtx<'a> {
@@ -407,13 +164,6 @@ impl ReplicaManager {
         self.maybe_fetch_all(ctx);
     }
 
-    fn maybe_fetch_all(&mut self, ctx: &mut ReplicaCtx<'_>) {
-        let leaders: BTreeSet<u32> = self.partitions.values().map(|p| p.leader).collect();
-        for leader in leaders {
-            self.maybe_fetch(leader, ctx);
-        }
-    }
-
     fn take_role(&mut self, tp: &TopicPartition, ctx: &mut ReplicaCtx<'_>) {
         let p = self.partitions.get_mut(tp).expect("a hosted partition");
         let log = self.logs.get_mut(tp).expect("a hosted partition has a log");
@@ -505,125 +255,6 @@ impl ReplicaManager {
             self.complete_delayed_produces(ctx, false);
         }
         self.complete_delayed_fetches(ctx, false);
-    }
-
-    /// `ReplicaManager.appendRecords` with acks=all: answers now if every partition's HW already passed its
-    /// write, else parks the answer in the produce purgatory.
-    #[allow(clippy::too_many_arguments)]
-    pub fn await_acks(
-        &mut self,
-        reply_to: NodeId,
-        correlation_id: u64,
-        waits: Vec<AckWait>,
-        response: DelayedResponse,
-        timeout_ms: TimeMs,
-        ctx: &mut ReplicaCtx<'_>,
-    ) {
-        let expires_ms = ctx.now_ms + timeout_ms;
-        let mut delayed = DelayedProduce { reply_to, correlation_id, expires_ms, waits, response };
-        if self.try_complete_produce(&mut delayed, ctx) {
-            Self::send_produce_response(delayed, ctx);
-        } else {
-            let id = self.next_id();
-            self.delayed_produces.insert(id, delayed);
-        }
-    }
-
-    /// Settles each waiting partition the HW has passed; true when none is left waiting.
-    fn try_complete_produce(&self, d: &mut DelayedProduce, ctx: &ReplicaCtx<'_>) -> bool {
-        for w in d.waits.iter_mut().filter(|w| w.outcome.is_none()) {
-            w.outcome = match (self.partitions.get(&w.partition), self.logs.get(&w.partition)) {
-                (Some(p), Some(log)) if p.leader == ctx.me => {
-                    p.check_enough_replicas_reach_offset(log, w.required_offset, ctx.config)
-                }
-                // No longer led here.
-                _ => Some(Err(KafkaError::NotLeaderOrFollower)),
-            };
-        }
-        d.waits.iter().all(|w| w.outcome.is_some())
-    }
-
-    fn send_produce_response(d: DelayedProduce, ctx: &mut ReplicaCtx<'_>) {
-        // The write's outcome: the first partition's error, if any.
-        let failed = d.waits.iter().find_map(|w| w.outcome.and_then(Result::err));
-        let outcome = failed.map_or(Ok(()), Err);
-        let message = match d.response {
-            DelayedResponse::Produce { partition, ack } => {
-                Message::ProduceResponse { partition, result: outcome.map(|()| ack) }
-            }
-            DelayedResponse::Markers { mut results } => {
-                for w in &d.waits {
-                    if let Some(Err(e)) = w.outcome {
-                        results[w.result_index].2 = Err(e);
-                    }
-                }
-                Message::WriteTxnMarkersResponse { results }
-            }
-            DelayedResponse::TxnLog { transactional_id } => {
-                Message::TxnLogAppendResponse { transactional_id, result: outcome }
-            }
-            DelayedResponse::GroupStored { group_id, generation } => {
-                Message::Group(GroupMessage::GroupStored { group_id, generation, result: outcome })
-            }
-            DelayedResponse::Group { answer } => match failed {
-                Some(e) => Message::Group(answer.failed_write(e)),
-                None => Message::Group(answer),
-            },
-        };
-        ctx.send(&d.reply_to, d.correlation_id, message);
-    }
-
-    /// `checkAndComplete` on the produce purgatory; with `expired`, those whose timeout passed are
-    /// answered too, REQUEST_TIMED_OUT where they still wait.
-    fn complete_delayed_produces(&mut self, ctx: &mut ReplicaCtx<'_>, expired: bool) {
-        let ids: Vec<u64> = self.delayed_produces.keys().copied().collect();
-        for id in ids {
-            let mut d = self.delayed_produces.remove(&id).expect("listed above");
-            let done = self.try_complete_produce(&mut d, ctx);
-            if done || (expired && d.expires_ms <= ctx.now_ms) {
-                for w in d.waits.iter_mut().filter(|w| w.outcome.is_none()) {
-                    w.outcome = Some(Err(KafkaError::RequestTimedOut));
-                }
-                Self::send_produce_response(d, ctx);
-            } else {
-                self.delayed_produces.insert(id, d);
-            }
-        }
-    }
-
-    /// Answers the follower fetches waiting here that can complete (`DelayedFetch.tryComplete` with
-    /// `replica.fetch.min.bytes` 1): one of their partitions has data past its fetch offset or is no longer
-    /// led here at the epoch asked; with `expired`, also those whose max wait passed.
-    fn complete_delayed_fetches(&mut self, ctx: &mut ReplicaCtx<'_>, expired: bool) {
-        let leadership_checked = !ctx.config.mutations.has(Mutation::DelayedFetchIgnoresLeaderChange);
-        let due: Vec<u64> = self
-            .delayed_fetches
-            .iter()
-            .filter(|(_, f)| {
-                (expired && f.expires_ms <= ctx.now_ms)
-                    || f.partitions.iter().any(|r| {
-                        (leadership_checked
-                            && self.check_leader_epoch(&r.partition, r.current_leader_epoch, ctx).is_err())
-                            || self.logs.get(&r.partition).is_some_and(|log| r.fetch_offset < log.log_end_offset())
-                    })
-            })
-            .map(|(id, _)| *id)
-            .collect();
-        for id in due {
-            let f = self.delayed_fetches.remove(&id).expect("listed above");
-            let partitions = f
-                .partitions
-                .into_iter()
-                .map(|r| {
-                    let result = self
-                        .check_leader_epoch(&r.partition, r.current_leader_epoch, ctx)
-                        .and_then(|()| self.logs[&r.partition].read(r.fetch_offset, None, &ctx.config.mutations))
-                        .map(|data| ReplicaFetchData { data, diverging_epoch: None });
-                    ReplicaFetchPartitionResponse { partition: r.partition, fetch_offset: r.fetch_offset, result }
-                })
-                .collect();
-            ctx.send(&f.follower, f.correlation_id, Message::ReplicaFetchResponse { partitions });
-        }
     }
 
     /// `Partition.localLogWithEpochOrThrow`: this broker leads `tp` at exactly the epoch the fetch names.
@@ -789,109 +420,6 @@ impl ReplicaManager {
         }
     }
 
-    /// Whether this follower still waits for its fetch `correlation_id` from `leader`: one it gave up on
-    /// (`replica.socket.timeout.ms`) went with the connection `NetworkClient` closed.
-    pub fn awaits_fetch(&self, leader: u32, correlation_id: u64) -> bool {
-        self.fetchers.get(&leader).is_some_and(|(id, _)| *id == correlation_id)
-    }
-
-    /// Whether `p` is this broker's follower of `leader`'s partition and ready to fetch from it now
-    /// (`PartitionFetchState.isReadyForFetch`): not in a fetch already and not delayed after an error.
-    fn ready_to_fetch(p: &Partition, leader: u32, now_ms: TimeMs) -> bool {
-        p.leader == leader && p.fetch_in_flight.is_none() && p.fetch_backoff_until_ms.is_none_or(|t| t <= now_ms)
-    }
-
-    /// `AbstractFetcherThread.maybeFetch`: unless `leader`'s fetcher already waits for an answer, one
-    /// request for every partition ready to fetch from it.
-    fn maybe_fetch(&mut self, leader: u32, ctx: &mut ReplicaCtx<'_>) {
-        if leader == ctx.me || leader == NO_LEADER || self.fetchers.contains_key(&leader) {
-            return;
-        }
-        let now = ctx.now_ms;
-        if !self.partitions.values().any(|p| Self::ready_to_fetch(p, leader, now)) {
-            return;
-        }
-        let id = self.next_id();
-        let mut partitions = Vec::new();
-        for (tp, p) in self.partitions.iter_mut().filter(|(_, p)| Self::ready_to_fetch(p, leader, now)) {
-            p.fetch_in_flight = Some(id);
-            p.fetch_backoff_until_ms = None;
-            partitions.push(ReplicaFetchPartition {
-                partition: tp.clone(),
-                fetch_offset: self.logs.get(tp).expect("a hosted partition has a log").log_end_offset(),
-                current_leader_epoch: p.leader_epoch,
-                last_fetched_epoch: p.last_fetched_epoch,
-            });
-        }
-        self.fetchers.insert(leader, (id, now + ctx.config.replica_socket_timeout_ms));
-        ctx.send(&NodeId::Broker(leader), id, Message::ReplicaFetchRequest { partitions });
-    }
-
-    /// The partitions of `leader`'s fetch `id` leave it; with `failed`, each is fetched again only after
-    /// `replica.fetch.backoff.ms` (`AbstractFetcherThread.handlePartitionsWithErrors`).
-    fn end_fetch(&mut self, id: u64, failed: bool, now_ms: TimeMs, backoff_ms: TimeMs) -> BTreeSet<TopicPartition> {
-        let mut asked = BTreeSet::new();
-        for (tp, p) in self.partitions.iter_mut().filter(|(_, p)| p.fetch_in_flight == Some(id)) {
-            p.fetch_in_flight = None;
-            if failed {
-                p.fetch_backoff_until_ms = Some(now_ms + backoff_ms);
-            }
-            asked.insert(tp.clone());
-        }
-        asked
-    }
-
-    /// The leader's answer to this follower's fetch (`AbstractFetcherThread.processFetchRequest`): for each
-    /// partition still in that fetch, `processPartitionData` appends its batches and takes the leader's HW
-    /// (capped by this log's end), or truncates to the diverging epoch; a partition with an error is
-    /// delayed by `replica.fetch.backoff.ms`. Then the fetcher fetches again.
-    pub fn handle_fetch_response(
-        &mut self,
-        correlation_id: u64,
-        leader: u32,
-        partitions: Vec<ReplicaFetchPartitionResponse>,
-        ctx: &mut ReplicaCtx<'_>,
-    ) {
-        if !self.awaits_fetch(leader, correlation_id) {
-            return; // Not the fetch this follower waits for (a duplicate, or one it gave up).
-        }
-        self.fetchers.remove(&leader);
-        // A partition whose leader changed meanwhile has left the fetch: its part of the answer is stale.
-        let asked = self.end_fetch(correlation_id, false, ctx.now_ms, ctx.config.replica_fetch_backoff_ms);
-        for r in partitions.into_iter().filter(|r| asked.contains(&r.partition)) {
-            let p = self.partitions.get_mut(&r.partition).expect("in the fetch");
-            let Ok(ReplicaFetchData { data, diverging_epoch }) = r.result else {
-                p.fetch_backoff_until_ms = Some(ctx.now_ms + ctx.config.replica_fetch_backoff_ms);
-                continue;
-            };
-            let log = self.logs.get_mut(&r.partition).expect("a hosted partition has a log");
-            let mutations = &ctx.config.mutations;
-            if let Some(diverging) = diverging_epoch {
-                let offset = if mutations.has(Mutation::TruncateToOwnLeo) {
-                    log.log_end_offset()
-                } else {
-                    truncation_offset(log, diverging)
-                };
-                log.truncate_to(offset, ctx.now_ms, mutations);
-                // The bug takes its own log end for the reconciled point and fetches on without the check.
-                p.last_fetched_epoch = if mutations.has(Mutation::TruncateToOwnLeo) {
-                    None
-                } else {
-                    log.leader_epoch_cache.latest_epoch()
-                };
-            } else {
-                for batch in &data.batches {
-                    if batch.base_offset >= log.log_end_offset() {
-                        log.append_as_follower(batch, ctx.now_ms, mutations);
-                        p.last_fetched_epoch = Some(batch.partition_leader_epoch);
-                    }
-                }
-                log.update_high_watermark(data.high_watermark, mutations);
-            }
-        }
-        self.maybe_fetch(leader, ctx);
-    }
-
     /// When the next delayed operation expires, a fetch is given up, a delayed partition is ready to fetch
     /// from an idle fetcher, or the ISR expiration task runs.
     pub fn next_deadline_ms(&self) -> Option<TimeMs> {
@@ -911,14 +439,7 @@ impl ReplicaManager {
     /// fetchers fetch the partitions whose backoff ended, and the ISR expiration task
     /// (`ReplicaManager.maybeShrinkIsr`) proposes dropping followers that stopped catching up.
     pub fn tick(&mut self, ctx: &mut ReplicaCtx<'_>) {
-        let now = ctx.now_ms;
-        let given_up: Vec<(u32, u64)> =
-            self.fetchers.iter().filter(|(_, (_, t))| *t <= now).map(|(leader, (id, _))| (*leader, *id)).collect();
-        for (leader, id) in given_up {
-            self.fetchers.remove(&leader);
-            self.end_fetch(id, true, now, ctx.config.replica_fetch_backoff_ms);
-        }
-        self.maybe_fetch_all(ctx);
+        self.tick_fetchers(ctx);
         self.complete_delayed_fetches(ctx, true);
         self.complete_delayed_produces(ctx, true);
         if self.next_isr_expiration_ms.is_some_and(|t| t <= ctx.now_ms) {

@@ -59,13 +59,13 @@ fn mutated(m: Mutation) -> Bounds {
     Bounds::small().with_mutation(m)
 }
 
-const INIT: &str = "p0 → broker: InitProducerId('tx-p0') ⇒ 'tx-p0' Empty e0";
+const INIT: &str = "p0 → broker: InitProducerId req tx-p0 ⇒ 'tx-p0' Empty e0";
 const INIT_OK: &str =
-    "broker → p0: InitProducerId ok (pid 1000 epoch 0) ⇒ ready for transaction 0; client Initializing → Ready";
+    "broker → p0: InitProducerId resp pid 1000 epoch 0 ⇒ ready for transaction 0; client Initializing → Ready";
 const RUN_COMMIT: &str =
     "p0: the application runs transaction 0 and will commit ⇒ send p0:0.0 → t/0; send p0:0.1 → t/1; \
 commitTransaction() called; client Ready → CommittingTransaction";
-const ADD_T0: &str = "p0 → broker: AddPartitionsToTxn([t/0], pid 1000 epoch 0) ⇒ 'tx-p0' Empty e0 → Ongoing e0";
+const ADD_T0: &str = "p0 → broker: AddPartitionsToTxn req tx-p0 pid 1000 e0 [t/0] ⇒ 'tx-p0' Empty e0 → Ongoing e0";
 
 #[test]
 fn small_tv1_holds_and_reaches_the_seed_facts() {
@@ -125,7 +125,7 @@ fn markers_to_a_subset_of_partitions_break_atomicity() {
         mutated(Mutation::MarkersToSubsetOfPartitions),
         "one-outcome-per-transaction",
         8,
-        &[INIT, INIT_OK, RUN_COMMIT, ADD_T0, "p0 → broker: AddPartitionsToTxn([t/1], pid 1000 epoch 0)"],
+        &[INIT, INIT_OK, RUN_COMMIT, ADD_T0, "p0 → broker: AddPartitionsToTxn req tx-p0 pid 1000 e0 [t/1]"],
     );
 }
 
@@ -159,7 +159,7 @@ fn fence_abort_without_epoch_bump() {
             RUN_COMMIT,
             ADD_T0,
             "p0: CRASH ⇒ p0 crashed; new instance p0' calls initTransactions; initializing; client CommittingTransaction → Initializing",
-            "p0' → broker: InitProducerId('tx-p0') ⇒ 'tx-p0' Ongoing e0 → PrepareAbort e0",
+            "p0' → broker: InitProducerId req tx-p0 ⇒ 'tx-p0' Ongoing e0 → PrepareAbort e0",
         ],
     );
 }
@@ -462,12 +462,12 @@ fn replicated_holds_and_reaches_the_replication_facts() {
     let steps = &o.examples[Fact::MarkerTruncatedThenRewritten.name()];
     let text = steps.join("\n");
     for want in [
-        "broker → broker: WriteTxnMarkers(ABORT pid 1000 epoch 0 on [t/0], coordinator epoch 0) ⇒ broker writes ABORT marker for pid 1000 at t/0@0",
+        "broker → broker: WriteTxnMarkers req ABORT pid 1000 e0 ce0 [t/0] ⇒ broker writes ABORT marker for pid 1000 at t/0@0",
         "broker: CRASH of broker ⇒ broker is down; the controller fences it",
         "controller → broker-1: PartitionChange t/0 leader 1 epoch 1 isr [1]",
         "broker: broker restarts ⇒ broker is up (coordinator epoch 1)",
-        "broker → broker-1: WriteTxnMarkers(ABORT pid 1000 epoch 0 on [t/0], coordinator epoch 1) ⇒ broker-1 writes ABORT marker for pid 1000 at t/0@0",
-        "broker-1 → broker: ReplicaFetch t/0 from 1 answered ⇒ broker truncates t/0 to 0",
+        "broker → broker-1: WriteTxnMarkers req ABORT pid 1000 e0 ce1 [t/0] ⇒ broker-1 writes ABORT marker for pid 1000 at t/0@0",
+        "broker-1 → broker: Fetch resp replica t/0 from offset 1: 0 batches ⇒ broker truncates t/0 to 0",
     ] {
         assert!(steps.iter().any(|s| s.starts_with(want)), "missing {want:?} in\n{text}");
     }

@@ -343,7 +343,7 @@ fn a_read_below_a_former_leaders_hw_is_not_precommitted() {
     let commit = EndTxnMarker { result: TransactionResult::Commit, coordinator_epoch: 0 };
     log.append_marker(7, 0, commit, AppendOrigin::Coordinator, TransactionVersion::V1, 0, &m).expect("its marker");
     log.update_high_watermark(2, &m);
-    let logs = [(tp.clone(), log)].into_iter().collect();
+    let logs: std::collections::BTreeMap<_, _> = [(tp.clone(), log)].into_iter().collect();
     // The new leader answers with HW 1: the COMMIT at 1 is not below it, though its LSO (1) lets offset 0 out.
     let poll = Event::Poll {
         time_ms: 20,

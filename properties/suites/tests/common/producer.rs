@@ -18,7 +18,7 @@ use txnsim_engine::{
 };
 use txnsim_properties::reference::Predicted;
 use txnsim_properties::{
-    check_committed_sends, check_failed_sends, check_history, check_liveness, check_read_superset, check_state,
+    check_committed_sends, check_failed_sends, check_history, check_liveness, check_read_superset, check_state, client,
     intent_claimed, CallOutcome, ClusterView, Event, History, Invariant, MonotonicityChecker, ProducerCall,
     ReferenceModel, StateChecker, Violation,
 };
@@ -522,6 +522,42 @@ struct Harness {
     report: Report,
 }
 
+/// The harness's layer of the client interpreter: a call's messages go through the network as `mode` drives
+/// them (held, duplicated, resent), then time passes by `then_advance` (a send held until the client gives
+/// up on it); the history records the call and its answer.
+struct Driven<'h> {
+    h: &'h mut Harness,
+    mode: &'h mut Mode,
+    then_advance: Option<TimeMs>,
+}
+
+impl client::Layer for Driven<'_> {
+    type Answer = Option<Result<OpOutput, KafkaError>>;
+
+    fn local(&mut self, name: &str, call: &ProducerCall, run: client::Local<'_>) -> Self::Answer {
+        let call_id = self.h.invoke(name, call.clone());
+        let r = run(self.h.cluster.producers.get_mut(name).expect("live"));
+        let r = Some(r.map(|()| OpOutput::Committed));
+        self.h.complete_now(name, call_id, &r);
+        r
+    }
+
+    fn request(&mut self, name: &str, call: &ProducerCall, start: client::Start<'_>) -> Self::Answer {
+        match self.h.start(name, call.clone(), start) {
+            Err(e) => Some(Err(e)),
+            Ok(op) => {
+                self.h.drive(self.mode);
+                if let Some(ms) = self.then_advance {
+                    self.h.advance(ms, self.mode);
+                }
+                // A call the client finishes by itself (an empty transaction's commit) completes at once.
+                self.h.collect_completions();
+                self.h.finished.remove(&(name.to_string(), op))
+            }
+        }
+    }
+}
+
 fn outcome(r: &Option<Result<OpOutput, KafkaError>>) -> CallOutcome {
     match r {
         None => CallOutcome::Unknown,
@@ -816,41 +852,14 @@ impl Harness {
         }
     }
 
-    fn call(
-        &mut self,
-        name: &str,
-        call: ProducerCall,
-        mode: &mut Mode,
-        f: impl FnOnce(&mut Producer, TimeMs) -> Result<(OpId, Effects), KafkaError>,
-    ) -> Option<Result<OpOutput, KafkaError>> {
-        match self.start(name, call, f) {
-            Err(e) => Some(Err(e)),
-            Ok(op) => {
-                self.drive(mode);
-                // A call the client finishes by itself (an empty transaction's commit) completes at once.
-                self.collect_completions();
-                self.finished.remove(&(name.to_string(), op))
-            }
-        }
+    /// Runs a client call through the interpreter (`txnsim_properties::client`), its messages as `mode`
+    /// drives them.
+    fn call(&mut self, name: &str, call: ProducerCall, mode: &mut Mode) -> Option<Result<OpOutput, KafkaError>> {
+        client::exec(&mut Driven { h: self, mode, then_advance: None }, name, &call)
     }
 
-    fn log_ends(&self) -> BTreeMap<TopicPartition, Offset> {
-        self.cluster.broker.replica_manager.logs.iter().map(|(tp, l)| (tp.clone(), l.log_end_offset())).collect()
-    }
-
-    /// Markers appended since `before` by producer ids of `tid`.
     fn markers_since(&self, before: &BTreeMap<TopicPartition, Offset>, tid: &str) -> BTreeMap<TopicPartition, Offset> {
-        let mut out = BTreeMap::new();
-        for (tp, log) in &self.cluster.broker.replica_manager.logs {
-            let from = before.get(tp).copied().unwrap_or(0);
-            for b in log.batches().filter(|b| b.base_offset >= from && b.marker().is_some()) {
-                let pid = b.producer_id().expect("markers carry a producer id");
-                if self.cluster.broker.coordinator.transactional_id_of(pid) == Some(tid) {
-                    out.insert(tp.clone(), b.base_offset);
-                }
-            }
-        }
-        out
+        client::markers_since(&self.cluster, before, tid)
     }
 
     fn compare_end(
@@ -911,8 +920,8 @@ impl Harness {
         let name = format!("P{p}.{}", self.incarnations[p as usize]);
         self.live[p as usize] = Some(name.clone());
         self.cluster.add_producer(&name, ProducerKind::Transactional { transactional_id: tid.clone() });
-        let before = self.log_ends();
-        let r = self.call(&name, ProducerCall::Init, &mut Mode::Plain, |p, now| p.init_transactions(now));
+        let before = client::log_ends(&self.cluster);
+        let r = self.call(&name, ProducerCall::Init, &mut Mode::Plain);
         let markers = self.markers_since(&before, &tid);
         if self.ref_writes {
             let predicted = self.reference.init(&name, &tid);
@@ -961,10 +970,7 @@ impl Harness {
             Op::Init { p } => self.init_instance(p),
             Op::Begin { p } => {
                 let Some(name) = live(self, p) else { return format!("skipped: P{p} is not running") };
-                let call_id = self.invoke(&name, ProducerCall::Begin);
-                let r = self.cluster.producers.get_mut(&name).expect("live").begin_transaction();
-                let r = Some(r.map(|()| OpOutput::Committed));
-                self.complete_now(&name, call_id, &r);
+                let r = self.call(&name, ProducerCall::Begin, &mut Mode::Plain);
                 if self.ref_writes {
                     let predicted = self.reference.begin(&name);
                     let ok = matches!(r, Some(Ok(_)));
@@ -986,7 +992,7 @@ impl Harness {
                     Mode::Plain
                 };
                 let call = ProducerCall::Send { partition: tp.clone(), values: values.clone() };
-                let r = self.call(&name, call, &mut mode, |pr, now| pr.send(now, tp.clone(), values.clone()));
+                let r = self.call(&name, call, &mut mode);
                 let resent = matches!(mode, Mode::RetryProduce { done: true, .. });
                 if self.ref_writes {
                     let predicted = self.reference.send(&name, &tp, &values);
@@ -1008,16 +1014,10 @@ impl Harness {
                     _ => Mode::Plain,
                 };
                 let tid = self.setup.tid(p);
-                let before = self.log_ends();
+                let before = client::log_ends(&self.cluster);
                 let (call, what) =
                     if commit { (ProducerCall::Commit, "commit") } else { (ProducerCall::Abort, "abort") };
-                let r = self.call(&name, call, &mut mode, |pr, now| {
-                    if commit {
-                        pr.commit_transaction(now)
-                    } else {
-                        pr.abort_transaction(now)
-                    }
-                });
+                let r = self.call(&name, call, &mut mode);
                 let markers = self.markers_since(&before, &tid);
                 if self.ref_writes {
                     let predicted = self.reference.end_txn(&name, commit);
@@ -1038,7 +1038,7 @@ impl Harness {
                 let mut note = String::new();
                 if idem && !self.idem_ready {
                     self.cluster.add_producer(IDEM, ProducerKind::Idempotent);
-                    let r = self.call(IDEM, ProducerCall::Init, &mut Mode::Plain, |p, now| p.init_transactions(now));
+                    let r = self.call(IDEM, ProducerCall::Init, &mut Mode::Plain);
                     if !matches!(r, Some(Ok(_))) {
                         self.mismatch(format!("the idempotent producer's init answered {}", show(&r)));
                     }
@@ -1056,7 +1056,7 @@ impl Harness {
                     Mode::Plain
                 };
                 let call = ProducerCall::Send { partition: tp.clone(), values: values.clone() };
-                let r = self.call(name, call, &mut mode, |pr, now| pr.send(now, tp.clone(), values.clone()));
+                let r = self.call(name, call, &mut mode);
                 let resent = matches!(mode, Mode::RetryProduce { done: true, .. });
                 if self.ref_writes {
                     let predicted = self.reference.write_nontxn(&tp, &values);
@@ -1074,7 +1074,7 @@ impl Harness {
             }
             Op::Expire { p } => {
                 let tid = self.setup.tid(p);
-                let before = self.log_ends();
+                let before = client::log_ends(&self.cluster);
                 let now = self.cluster.now_ms;
                 let (expired, effects) = self.cluster.broker.expire_transaction(&tid, now);
                 let broker = self.broker_id();
@@ -1165,17 +1165,8 @@ impl Harness {
                 let (tp, values) = (tp(part), values_of(i, n));
                 let mut mode = Mode::HoldProduce { client: NodeId::Client(name.clone()) };
                 let call = ProducerCall::Send { partition: tp.clone(), values: values.clone() };
-                let r = match self.start(&name, call, |pr, now| pr.send(now, tp.clone(), values.clone())) {
-                    Err(e) => Some(Err(e)),
-                    Ok(op) => {
-                        self.drive(&mut mode);
-                        let config = &self.cluster.config;
-                        let span = config.delivery_timeout_ms + 1;
-                        self.advance(span, &mut mode);
-                        self.collect_completions();
-                        self.finished.remove(&(name.clone(), op))
-                    }
-                };
+                let then_advance = Some(self.cluster.config.delivery_timeout_ms + 1);
+                let r = client::exec(&mut Driven { h: self, mode: &mut mode, then_advance }, &name, &call);
                 format!("{name}: {}, {} message(s) held", show(&r), self.held.len())
             }
             Op::Release => {
