@@ -212,7 +212,7 @@ impl KafkaError {
     }
 
     /// Parses a name as scenarios write it. `OUT_OF_ORDER_SEQUENCE` is accepted for Kafka's
-    /// `OUT_OF_ORDER_SEQUENCE_NUMBER`, the form SCENARIOS.md uses.
+    /// `OUT_OF_ORDER_SEQUENCE_NUMBER`, the form docs/scenario-format.md uses.
     pub fn from_name(name: &str) -> Option<KafkaError> {
         if name == "OUT_OF_ORDER_SEQUENCE" {
             return Some(KafkaError::OutOfOrderSequence);

@@ -1,4 +1,4 @@
-//! The `txnsim-scenario/v1` file format (shared/SCENARIOS.md), parsed strictly: an unknown field or op is
+//! The `txnsim-scenario/v1` file format (docs/scenario-format.md), parsed strictly: an unknown field or op is
 //! an error naming it. Descriptive fields (`notes`, `asserted_by_source`) are allowed and ignored.
 
 use serde::Deserialize;

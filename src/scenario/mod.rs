@@ -1,4 +1,4 @@
-//! Scenario files: scripted experiments with exact expected outcomes (shared/SCENARIOS.md).
+//! Scenario files: scripted experiments with exact expected outcomes (docs/scenario-format.md).
 //! `load` parses and validates strictly; `run` drives the engine and returns the first difference.
 
 mod format;

@@ -167,7 +167,7 @@ fn every_error_name_round_trips() {
     assert_eq!(
         KafkaError::from_name("OUT_OF_ORDER_SEQUENCE"),
         Some(KafkaError::OutOfOrderSequence),
-        "SCENARIOS.md's short form"
+        "docs/scenario-format.md's short form"
     );
 }
 
