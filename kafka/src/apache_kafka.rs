@@ -3,7 +3,7 @@
 //! `kafka/apache-kafka/` into a cache folder; each node is a KRaft process in combined mode
 //! (`process.roles=broker,controller`, a static quorum of every node), formatted and started in its own
 //! folder, which keeps its `server.log`. Readiness is asked of the cluster (Metadata lists every broker),
-//! never slept on. The harness can kill -9, pause (SIGSTOP), resume and restart a node; every process it
+//! never slept on. The harness can kill -9, stop (SIGTERM), pause (SIGSTOP), resume and restart a node; every process it
 //! starts dies with the harness: on drop, and through `PR_SET_PDEATHSIG` when the test process itself dies.
 
 use crate::remote::wire::Conn;
@@ -265,6 +265,34 @@ impl KafkaCluster {
     /// SIGCONT after `pause`.
     pub fn resume(&self, id: usize) -> Result<(), String> {
         self.signal(id, libc::SIGCONT)
+    }
+
+    /// SIGTERM and a wait (up to `limit`) for the node to exit: Kafka's own clean shutdown, in which a
+    /// broker asks the controller to move its leaderships first (KRaft's controlled shutdown). It stays
+    /// down until `restart` or `launch`.
+    pub fn stop(&mut self, id: usize, limit: Duration) -> Result<ExitStatus, String> {
+        self.signal(id, libc::SIGTERM)?;
+        let deadline = Instant::now() + limit;
+        let child = self.nodes[id].child.as_mut().ok_or_else(|| format!("node {id} is not running"))?;
+        loop {
+            if let Some(status) = child.try_wait().map_err(|e| format!("wait for node {id}: {e}"))? {
+                self.nodes[id].child = None;
+                return Ok(status);
+            }
+            if Instant::now() > deadline {
+                return Err(format!("node {id} did not exit within {limit:?} of SIGTERM"));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Starts a stopped or killed node `id` again on its own data without waiting for the cluster:
+    /// `wait_ready` wants every broker listed, which a cluster with a node down never gives.
+    pub fn launch(&mut self, id: usize) -> Result<(), String> {
+        if self.nodes[id].child.is_some() {
+            return Err(format!("node {id} is running"));
+        }
+        self.spawn(id)
     }
 
     /// Starts node `id` again on its own data (killing it first if it runs) and waits for the cluster.

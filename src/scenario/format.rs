@@ -96,6 +96,9 @@ pub struct ScenarioHeader {
     /// Network layer: `__transaction_state` records the coordinator starts with.
     #[serde(default)]
     pub transactional_ids: Option<Vec<Value>>,
+    /// A fix Kafka has not made (`Proposal::name`, e.g. `load-waits-for-hw`), as `replay --proposal` runs it.
+    #[serde(default)]
+    pub proposal: Option<String>,
     /// Network layer: state invariants this scenario shows Kafka's behaviour breaking. They do not fail
     /// an op, and each must break at least once.
     #[serde(default)]

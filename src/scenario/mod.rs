@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use txnsim_engine::metadata::MAX_PARTITIONS_PER_TOPIC;
-use txnsim_engine::{KafkaError, TimeMs, Topology, TransactionVersion};
+use txnsim_engine::{KafkaError, Proposal, TimeMs, Topology, TransactionVersion};
 
 /// Bad input: the file, scenario, op and field it is about, and what is wrong. Exit code 2.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,6 +79,8 @@ pub struct Scenario {
     pub min_insync_replicas: u32,
     /// `eligible.leader.replicas.version` 1 (the default): the controller keeps KIP-966's ELR.
     pub eligible_leader_replicas: bool,
+    /// A fix Kafka has not made, run in place of Kafka's behaviour (`proposal`).
+    pub proposal: Option<Proposal>,
     pub ops: Vec<Op>,
     pub expect: Option<Expectation>,
     /// The network layer's ops and final expectation (its ops are not the other layers').
@@ -330,6 +332,16 @@ fn build(file: &str, h: ScenarioHeader) -> Result<Scenario, ScenarioError> {
             })
         }
     };
+    let proposal = match h.proposal.as_deref() {
+        None => None,
+        Some(name) => Some(Proposal::from_name(name).ok_or_else(|| ScenarioError {
+            file: file.to_string(),
+            scenario: Some(h.name.clone()),
+            op_index: None,
+            field: Some("proposal".into()),
+            message: format!("'{name}' is not a proposal (`txnsim replay --help` lists them)"),
+        })?),
+    };
     let mut sc = Scenario {
         file: file.to_string(),
         name: h.name,
@@ -347,6 +359,7 @@ fn build(file: &str, h: ScenarioHeader) -> Result<Scenario, ScenarioError> {
         },
         min_insync_replicas: h.min_insync_replicas.unwrap_or(1),
         eligible_leader_replicas,
+        proposal,
         ops: Vec::new(),
         expect: None,
         network: None,

@@ -728,6 +728,7 @@ impl<'a> NetworkRunner<'a> {
             transaction_version: sc.transaction_version,
             min_insync_replicas: sc.min_insync_replicas,
             eligible_leader_replicas: sc.eligible_leader_replicas,
+            proposal: sc.proposal,
             mutations,
             ..EngineConfig::default()
         };

@@ -89,6 +89,7 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> RunReport {
         manual_high_watermark: sc.manual_high_watermark,
         min_insync_replicas: sc.min_insync_replicas,
         eligible_leader_replicas: sc.eligible_leader_replicas,
+        proposal: sc.proposal,
         mutations: opts.mutations.clone(),
         ..EngineConfig::default()
     };
