@@ -170,3 +170,26 @@ fn an_endless_input_file_is_refused_at_its_size_cap() {
         );
     }
 }
+
+/// A scenario's `proposal` must name one of the engine's proposals: an unknown name is bad input, one
+/// line naming the field, exit 2, before anything runs.
+#[test]
+fn a_scenario_with_an_unknown_proposal_exits_2_naming_it() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let text = std::fs::read_to_string(format!("{root}/seeds/scenarios/network/coordinator_load_above_hw.json"))
+        .expect("the finding's scenario file");
+    assert!(text.contains("\"proposal\": \"load-waits-for-hw\""), "the scenario file no longer names its proposal");
+    let bad = text.replace("\"proposal\": \"load-waits-for-hw\"", "\"proposal\": \"load-waits-forever\"");
+    let dir = std::env::temp_dir().join(format!("txnsim-bad-proposal-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("bad.json");
+    std::fs::write(&path, bad).expect("write the bad scenario");
+    let (code, stdout, stderr) = txnsim(&["scenario", path.to_str().expect("utf-8 path")]);
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(code, 2, "an unknown proposal is bad input: {stdout}{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.contains("proposal") && stderr.contains("load-waits-forever"),
+        "names the field and value: {stderr}"
+    );
+}
