@@ -4,7 +4,7 @@
 //! (ListOffsets EARLIEST). Kafka's `KafkaApis.handleTopicMetadataRequest`, `ControllerApis.createTopics`
 //! and `handleFindCoordinatorRequest`, on a single broker that leads every partition and hosts every
 //! coordinator. Only the wire driver sends these; the sim, the model and the scenarios never do. Also
-//! AlterPartition, which a partition leader sends the controller (`controller.rs`) to change its ISR.
+//! AlterPartition, which a partition leader sends the controller (`controller/`) to change its ISR.
 
 use crate::error::KafkaError;
 use crate::log::PartitionLog;
@@ -136,7 +136,7 @@ pub fn handle(
             };
             MetadataMessage::EarliestOffsetResponse { partition, result }
         }
-        // The controller answers AlterPartition (`controller.rs`); a leader takes its answer (`ReplicaManager`).
+        // The controller answers AlterPartition (`controller/`); a leader takes its answer (`ReplicaManager`).
         MetadataMessage::CreateTopicsResponse { .. }
         | MetadataMessage::MetadataResponse { .. }
         | MetadataMessage::FindCoordinatorResponse { .. }
