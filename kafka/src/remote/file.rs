@@ -3,6 +3,7 @@
 //! invariants offline (a wall-clock run cannot be replayed). Schema: schemas/target-history.schema.json.
 
 use super::exec::{ClientFault, Counts, SeedRun, FRESH_COMMITTED, FRESH_UNCOMMITTED};
+use super::nemesis::NodeFault;
 use super::wire::WireLog;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -17,7 +18,7 @@ pub const HISTORY_FORMAT: &str = "txnsim-target-history/v1";
 #[derive(Serialize, Deserialize)]
 pub struct HistoryFile {
     pub format: String,
-    /// The `kafka://` URL the sweep ran against.
+    /// The `--target` the sweep ran against: a `kafka://` URL or `apache-kafka:N`.
     pub target: String,
     pub profile: String,
     pub seeds: Vec<SavedSeed>,
@@ -27,6 +28,9 @@ pub struct HistoryFile {
 pub struct SavedSeed {
     pub seed: u64,
     pub faults: Vec<String>,
+    /// The node faults of `--nemesis`, with their times on the history's clock.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nemesis: Vec<NodeFault>,
     pub counts: Counts,
     pub history: History,
     pub logs: Vec<WireLog>,
@@ -37,6 +41,7 @@ impl SavedSeed {
         SavedSeed {
             seed,
             faults: run.faults.iter().map(|f| ClientFault::name(*f).to_string()).collect(),
+            nemesis: run.nemesis.clone(),
             counts: run.counts.clone(),
             history: run.history.clone(),
             logs: run.logs.clone(),
@@ -237,9 +242,12 @@ pub fn run_check_history(path: &Path) -> ExitCode {
     let mut failed = 0;
     for s in &file.seeds {
         match check_seed(&s.history, &s.logs) {
-            Ok(violations) if violations.is_empty() => println!("seed {}: pass", s.seed),
+            Ok(violations) if violations.is_empty() => println!("seed {}: pass{}", s.seed, nemesis_note(&s.nemesis)),
             Ok(violations) => {
                 failed += 1;
+                if !s.nemesis.is_empty() {
+                    println!("seed {}: fail{}", s.seed, nemesis_note(&s.nemesis));
+                }
                 for f in summarize(&violations) {
                     println!(
                         "VIOLATION seed {}: {} (seen {} times): {}",
@@ -263,4 +271,12 @@ pub fn run_check_history(path: &Path) -> ExitCode {
         println!("PASS: {} seed(s), no violation", file.seeds.len());
         ExitCode::SUCCESS
     }
+}
+
+/// ` under kill-node 2 at 812..9345 ms, ...` for a seed the nemesis ran faults in; empty otherwise.
+fn nemesis_note(faults: &[NodeFault]) -> String {
+    if faults.is_empty() {
+        return String::new();
+    }
+    format!(" under {}", faults.iter().map(NodeFault::describe).collect::<Vec<_>>().join(", "))
 }
