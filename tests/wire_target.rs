@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{txnsim, Server};
+use common::{assert_valid, txnsim, Server};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -52,20 +52,6 @@ fn seed_line(line: &str, seed: u64) -> (u64, u64, u64, &str) {
     );
     let verdict = rest.rsplit(", ").next().expect("a verdict");
     (n(0), n(2), n(9), verdict)
-}
-
-/// Reads a JSON file and validates it against `schemas/<schema>`.
-fn assert_valid(schema: &str, path: &Path) -> Value {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let schema_value: Value =
-        serde_json::from_str(&std::fs::read_to_string(root.join("schemas").join(schema)).expect("reads"))
-            .expect("schema is JSON");
-    let file: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("the file reads"))
-        .unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()));
-    let validator = jsonschema::validator_for(&schema_value).expect("a schema");
-    let errors: Vec<String> = validator.iter_errors(&file).map(|e| format!("{e} at {}", e.instance_path())).collect();
-    assert!(errors.is_empty(), "{} does not match {schema}:\n{}", path.display(), errors.join("\n"));
-    file
 }
 
 #[test]
@@ -310,6 +296,12 @@ fn a_bad_target_or_history_file_is_one_line_and_exit_2() {
         // Port 1 on loopback: nothing listens there, so the sweep cannot create its topics.
         (&["sweep", "--target", "kafka://127.0.0.1:1", "--seeds", "1"][..], "no bootstrap broker answered"),
         (&["check-history", "/nonexistent/txnsim.history.json"][..], "/nonexistent/txnsim.history.json"),
+        // Node faults only on a cluster the sweep starts; each checked before any node starts.
+        (&["sweep", "--target", "kafka://127.0.0.1:1", "--nemesis", "kill-node"][..], "--nemesis needs a cluster"),
+        (&["sweep", "--target", "apache-kafka:3", "--nemesis", "kill-node,bogus"][..], "unknown kind \"bogus\""),
+        (&["sweep", "--target", "apache-kafka:2"][..], "1 or 3 nodes"),
+        (&["sweep", "--target", "apache-kafka:3", "--nemesis", "auto", "--jobs", "2"][..], "--jobs must be 1"),
+        (&["sweep", "--target", "apache-kafka:1", "--nemesis", "kill-node,cut-link"][..], "no link between nodes"),
     ] {
         let out: Output = Command::new(env!("CARGO_BIN_EXE_txnsim")).args(args).output().expect("run txnsim");
         let err = String::from_utf8_lossy(&out.stderr);
