@@ -385,6 +385,44 @@ fn every_nemesis_kind_runs_and_two_seeds_pass_on_real_kafka() {
     );
 }
 
+/// Deeper, behind `--ignored`: every profile under `--nemesis auto` (the profile's fault mix mapped onto
+/// the node faults) on the sweep's own 3-node cluster, `TXNSIM_NEMESIS_SEEDS` seeds each (default 50, about
+/// 20 s a seed, so some two hours in all; BENCHMARKS.md has the figures). Every profile must pass; a
+/// failing one's history is saved where its report says, for `check-history`.
+#[test]
+#[ignore]
+fn every_profile_passes_under_the_nemesis_on_real_kafka() {
+    kafka_distribution();
+    let seeds = std::env::var("TXNSIM_NEMESIS_SEEDS").unwrap_or_else(|_| "50".to_string());
+    let n: u64 = seeds.parse().unwrap_or_else(|_| panic!("TXNSIM_NEMESIS_SEEDS={seeds:?} is not a number"));
+    let mut failed = Vec::new();
+    for profile in ["standard", "contention", "long-txns", "timeouts", "atomicity", "late-sends", "single-broker"] {
+        let args =
+            ["sweep", "--target", "apache-kafka:3", "--nemesis", "auto", "--profile", profile, "--seeds", &seeds];
+        let started = Instant::now();
+        // A seed's faults heal within 90 s (`NEMESIS_LIMIT`) and its read-back settles within 30 s.
+        let (code, out, err) = txnsim(&args, Duration::from_secs(120 * n + 120));
+        let secs = started.elapsed().as_secs_f64();
+        let faults: Vec<&str> = out
+            .lines()
+            .skip_while(|l| *l != "  faults by kind:")
+            .skip(1)
+            .take_while(|l| l.starts_with("    "))
+            .map(str::trim)
+            .collect();
+        report!(
+            "{profile}: {seeds} seeds in {secs:.0} s ({:.1} s a seed), exit {code}, faults {}: {}",
+            secs / n as f64,
+            faults.join(", "),
+            out.lines().last().unwrap_or_default()
+        );
+        if code != 0 {
+            failed.push(format!("{profile} (exit {code}):\n{out}\n{err}"));
+        }
+    }
+    assert!(failed.is_empty(), "profiles that failed under the nemesis:\n{}", failed.join("\n\n"));
+}
+
 /// A cut link needs network namespaces, made with iproute2's `ip`: without it on PATH the sweep stops
 /// before any node starts, with one line that says so (exit 2), never a sweep without the fault.
 #[test]

@@ -315,9 +315,14 @@ impl KafkaCluster {
 
     /// Starts node `id` again on its own data (killing it first if it runs) and waits for the cluster.
     pub fn restart(&mut self, id: usize) -> Result<(), String> {
+        self.restart_within(id, READY_TIMEOUT)
+    }
+
+    /// `restart`, with the cluster ready within `limit`.
+    pub fn restart_within(&mut self, id: usize, limit: Duration) -> Result<(), String> {
         self.kill(id);
         self.spawn(id)?;
-        self.wait_ready(READY_TIMEOUT)
+        self.wait_ready(limit)
     }
 
     /// Waits until every running node answers Metadata listing every node as a broker.
