@@ -82,12 +82,32 @@ fn twenty_seeds_pass_against_serve_and_recheck_offline() {
         "{}",
         lines[26]
     );
-    assert_eq!(&lines[27..], [format!("history: {}", history.display()).as_str(), "PASS: 20 seeds, no violation"]);
+    // Then the faults by kind, as the sim's report counts them: every fault injected, once.
+    assert_eq!(lines[27], "  faults by kind:");
+    let by_kind: Vec<(&str, u64)> = lines[28..lines.len() - 2]
+        .iter()
+        .map(|l| {
+            let (kind, n) = l.strip_prefix("    ").and_then(|l| l.split_once(": ")).unwrap_or_else(|| panic!("{l}"));
+            (kind, n.parse().unwrap_or_else(|_| panic!("{l}")))
+        })
+        .collect();
+    let total = by_kind.iter().map(|(_, n)| n).sum::<u64>();
+    assert!(lines[26].ends_with(&format!(" records delivered, {total} faults")), "{}", lines[26]);
+    assert_eq!(
+        &lines[lines.len() - 2..],
+        [format!("history: {}", history.display()).as_str(), "PASS: 20 seeds, no violation"]
+    );
 
     let file = assert_valid("target-history.schema.json", &history);
     assert_eq!(file["seeds"].as_array().map(Vec::len), Some(20), "--history keeps every seed");
     let report = assert_valid("target-sweep.schema.json", &json);
     assert_eq!((report["passed"].as_bool(), report["totals"]["committed"].as_u64()), (Some(true), Some(committed)));
+    for (kind, n) in &by_kind {
+        assert_eq!(report["faults_by_kind"][kind].as_u64(), Some(*n), "{kind} in the JSON as in the text");
+    }
+    // A cluster of the user's own: no node fault, in the JSON or the history.
+    assert!(report["seeds"].as_array().expect("seeds").iter().all(|s| s["nemesis"] == serde_json::json!([])));
+    assert!(file["seeds"].as_array().expect("seeds").iter().all(|s| s.get("nemesis").is_none()));
 
     let (code, out, err) = txnsim(&["check-history", history.to_str().expect("utf-8")], Duration::from_secs(60));
     assert_eq!(code, 0, "the saved history re-checks clean:\n{out}\n{err}");
