@@ -84,3 +84,57 @@ fn a_read_back_fetches_again_after_an_empty_answer() {
     let e = fetch_log(&mut conn, &tp, Isolation::ReadUncommitted).expect_err("never a partition");
     assert_eq!(e, "t/0: 50 Fetch answers in a row had no such partition");
 }
+
+/// `--nemesis`: a list keeps each kind once, in its order; `auto` and `none` are words; an unknown kind is
+/// an error naming the known ones.
+#[test]
+fn the_nemesis_flag_names_kinds_auto_or_none() {
+    use txnsim_kafka::remote::nemesis::{Choice, NemesisKind};
+    assert_eq!(Choice::parse("none"), Ok(Choice::None));
+    assert_eq!(Choice::parse("auto"), Ok(Choice::Auto));
+    assert_eq!(
+        Choice::parse("cut-link,kill-node,cut-link"),
+        Ok(Choice::List(vec![NemesisKind::CutLink, NemesisKind::KillNode]))
+    );
+    assert_eq!(
+        Choice::parse("kill-node,crash"),
+        Err("--nemesis: unknown kind \"crash\"; known: kill-node, pause-node, cut-link, or auto or none".to_string())
+    );
+    assert!(!Choice::parse("kill-node,pause-node").expect("a list").may_cut_links());
+}
+
+/// The nemesis's draw is the seed's: the same seed draws the same faults, a list runs each kind once with
+/// nodes of the cluster and holds past the timeout each kind outlasts, and `auto` on one node cuts no link.
+#[test]
+fn the_nemesis_draw_is_the_seeds() {
+    use txnsim_kafka::apache_kafka::BROKER_SESSION_TIMEOUT_MS;
+    use txnsim_kafka::remote::nemesis::{draw, Choice, NemesisKind, REPLICA_LAG_TIME_MAX_MS};
+    use txnsim_sim::rng::SimRng;
+    let params = txnsim_sim::Profile::Standard.params();
+    let all = Choice::List(NemesisKind::ALL.to_vec());
+    for seed in 0..200 {
+        let steps = draw(&all, &params, 3, &mut SimRng::new(seed));
+        assert_eq!(steps, draw(&all, &params, 3, &mut SimRng::new(seed)), "seed {seed} draws the same");
+        let mut kinds: Vec<NemesisKind> = steps.iter().map(|s| s.kind).collect();
+        kinds.sort();
+        assert_eq!(kinds, NemesisKind::ALL, "seed {seed}: each kind once");
+        for s in &steps {
+            assert!(s.nodes.iter().all(|n| *n < 3), "seed {seed}: {s:?}");
+            let past = match s.kind {
+                NemesisKind::KillNode => 500,
+                NemesisKind::PauseNode => BROKER_SESSION_TIMEOUT_MS,
+                NemesisKind::CutLink => {
+                    assert!(s.nodes.len() == 2 && s.nodes[0] < s.nodes[1], "seed {seed}: a link {s:?}");
+                    REPLICA_LAG_TIME_MAX_MS
+                }
+            };
+            assert!(s.hold_ms >= past, "seed {seed}: {s:?} holds past {past} ms");
+        }
+        let one = draw(&Choice::Auto, &params, 1, &mut SimRng::new(seed));
+        assert!(one.iter().all(|s| s.kind != NemesisKind::CutLink && s.nodes == [0]), "seed {seed}: {one:?}");
+    }
+    // `auto` switches kinds on from the standard profile's fault mix: some seeds run none, some all three.
+    let counts: Vec<usize> =
+        (0..200).map(|seed| draw(&Choice::Auto, &params, 3, &mut SimRng::new(seed)).len()).collect();
+    assert!(counts.contains(&0) && counts.contains(&3), "{counts:?}");
+}
