@@ -138,3 +138,43 @@ fn the_nemesis_draw_is_the_seeds() {
         (0..200).map(|seed| draw(&Choice::Auto, &params, 3, &mut SimRng::new(seed)).len()).collect();
     assert!(counts.contains(&0) && counts.contains(&3), "{counts:?}");
 }
+
+/// On a real cluster `duplicate` leaves out the plain producer's records, which Kafka may store twice (a
+/// batch answered NOT_LEADER_OR_FOLLOWER after its append is resent by librdkafka whatever `retries`
+/// says); an idempotent producer's record stored twice is still a duplicate.
+#[test]
+fn a_plain_producers_record_stored_twice_is_no_duplicate_on_a_real_cluster() {
+    use serde_json::json;
+    use txnsim_kafka::remote::{file::check_seed, wire::WireLog};
+    use txnsim_properties::{History, Invariant};
+    let log = |values: &[&str]| -> WireLog {
+        let batches: Vec<_> = values
+            .iter()
+            .enumerate()
+            .map(|(o, v)| {
+                json!({"base_offset": o, "last_offset": o, "producer": null, "is_transactional": false,
+                       "body": {"Data": [{"offset": o, "value": v}]}})
+            })
+            .collect();
+        serde_json::from_value(
+            json!({"topic": "t", "partition": 0, "high_watermark": values.len(), "batches": batches}),
+        )
+        .expect("a log")
+    };
+    let sent = |process: &str, value: &str| -> History {
+        serde_json::from_value(json!({"events": [{"type": "invoke", "time_ms": 0, "process": process, "call_id": 1,
+            "call": {"call": "send", "partition": {"topic": "t", "partition": 0}, "values": [value]}}]}))
+        .expect("a history")
+    };
+    // The standard profile's n0 is its plain producer, i0 its idempotent one.
+    let duplicates = |process: &str, value: &str| -> Vec<String> {
+        check_seed(txnsim_sim::Profile::Standard, &sent(process, value), &[log(&[value, "x", value])])
+            .expect("checked")
+            .into_iter()
+            .filter(|v| v.invariant == Invariant::Duplicate)
+            .map(|v| v.witness)
+            .collect()
+    };
+    assert_eq!(duplicates("n0", "n0-1"), Vec::<String>::new());
+    assert_eq!(duplicates("i0", "i0-1"), ["t/0: value \"i0-1\" stored at offsets 0 and 2"]);
+}

@@ -247,7 +247,7 @@ pub fn run_target_sweep(args: &TargetArgs) -> ExitCode {
                 let target =
                     exec::Target { brokers, prefix: format!("txnsim-{run}-s{seed}"), settle: args.settle, nemesis };
                 let result = exec::run_seed(&target, profile, seed).and_then(|r| {
-                    let v = file::check_seed(&r.history, &r.logs)?;
+                    let v = file::check_seed(profile, &r.history, &r.logs)?;
                     Ok((r, v))
                 });
                 if tx.send((seed, result)).is_err() {
