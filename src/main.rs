@@ -85,10 +85,16 @@ struct SweepCmd {
     #[command(flatten)]
     sim: txnsim_sim::cli::SweepArgs,
     /// Run the profile's workload against a real Kafka-protocol cluster through librdkafka instead (topics
-    /// and transactional ids `txnsim-<run>-s<seed>-*` are created there; `--jobs` seeds at once, default 1);
-    /// README "Your own cluster".
-    #[arg(long, value_name = "kafka://HOST:PORT[,HOST:PORT...]", conflicts_with_all = ["mutation", "proposal", "save"])]
+    /// and transactional ids `txnsim-<run>-s<seed>-*` are created there; `--jobs` seeds at once, default 1):
+    /// a cluster of yours, or `apache-kafka:1|3`, Apache Kafka 4.3.1 nodes started for the sweep (README
+    /// "Your own cluster").
+    #[arg(long, value_name = "kafka://HOST:PORT[,HOST:PORT...]|apache-kafka:N", conflicts_with_all = ["mutation", "proposal", "save"])]
     target: Option<String>,
+    /// With --target apache-kafka:N: node faults drawn from each seed, a comma-separated list of
+    /// kill-node, pause-node and cut-link (each runs once per seed), `auto` (the profile's fault mix
+    /// chooses) or `none` (the default). cut-link and auto run the nodes in network namespaces: root only.
+    #[arg(long, value_name = "LIST|auto|none", requires = "target")]
+    nemesis: Option<String>,
     /// With --target: save every seed's history and the logs read back to this file, for `check-history`.
     #[arg(long, value_name = "FILE", requires = "target")]
     history: Option<PathBuf>,
@@ -161,7 +167,7 @@ fn main() -> ExitCode {
             stop_sweep_on_signals();
             txnsim_sim::cli::run_sweep(&sim)
         }
-        Command::Sweep(SweepCmd { sim, target: Some(target), history, settle_ms }) => {
+        Command::Sweep(SweepCmd { sim, target: Some(target), history, settle_ms, nemesis }) => {
             txnsim_kafka::remote::run_target_sweep(&txnsim_kafka::remote::TargetArgs {
                 target,
                 seeds: sim.seeds,
@@ -171,6 +177,7 @@ fn main() -> ExitCode {
                 history,
                 json: sim.json,
                 settle: std::time::Duration::from_millis(settle_ms),
+                nemesis,
             })
         }
         Command::CheckHistory { file } => txnsim_kafka::remote::file::run_check_history(&file),

@@ -327,6 +327,136 @@ fn two_seeds_of_every_profile_pass_on_real_kafka() {
     report!("sweep --target on real Kafka 4.3.1:\n{}", ran.join("\n"));
 }
 
+/// The nemesis kinds of `sweep --target apache-kafka:N --nemesis` (kafka/src/remote/nemesis.rs).
+const NEMESIS_KINDS: [&str; 3] = ["kill-node", "pause-node", "cut-link"];
+
+/// `sweep --target apache-kafka:3 --nemesis kill-node,pause-node,cut-link`: the sweep starts its own
+/// Kafka 4.3.1 nodes in network namespaces and, in each of two seeds, kills and restarts a node, pauses
+/// one past the session timeout and cuts a link past `replica.lag.time.max.ms`, each once, while the
+/// standard workload runs. Both seeds must pass, and the report, its JSON and the saved history must each
+/// show every fault once per seed, healed, with the same nodes and times.
+#[test]
+fn every_nemesis_kind_runs_and_two_seeds_pass_on_real_kafka() {
+    kafka_distribution();
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let (json, history) = (dir.join("nemesis.report.json"), dir.join("nemesis.history.json"));
+    let kinds = NEMESIS_KINDS.join(",");
+    let args = [
+        "sweep",
+        "--target",
+        "apache-kafka:3",
+        "--nemesis",
+        &kinds,
+        "--seeds",
+        "2",
+        "--json",
+        json.to_str().expect("utf-8"),
+        "--history",
+        history.to_str().expect("utf-8"),
+    ];
+    let started = Instant::now();
+    let (code, out, err) = txnsim(&args, Duration::from_secs(300));
+    assert_eq!(code, 0, "two seeds under every node fault must pass on real Kafka 4.3.1:\n{out}\n{err}");
+    assert_eq!(out.lines().last(), Some("PASS: 2 seeds, no violation"), "{out}");
+    let report = common::assert_valid("target-sweep.schema.json", &json);
+    let saved = common::assert_valid("target-history.schema.json", &history);
+    for (i, seed) in report["seeds"].as_array().expect("seeds").iter().enumerate() {
+        let faults = seed["nemesis"].as_array().expect("nemesis");
+        let mut ran: Vec<&str> = faults.iter().map(|f| f["kind"].as_str().expect("a kind")).collect();
+        ran.sort_unstable();
+        assert_eq!(ran, ["cut-link", "kill-node", "pause-node"], "seed {i} runs each kind once:\n{out}");
+        for f in faults {
+            let (start, healed) = (f["start_ms"].as_u64().expect("ms"), f["healed_ms"].as_u64().expect("ms"));
+            // Each is held past its timeout (at least 500 ms for a kill) before it heals.
+            assert!(healed >= start + 500, "seed {i}: {f} heals after it is held:\n{out}");
+        }
+        assert_eq!(&saved["seeds"][i]["nemesis"], &seed["nemesis"], "seed {i}: the history saves the same faults");
+        let line = out.lines().find(|l| l.starts_with(&format!("seed {}: ", seed["seed"]))).expect("a seed line");
+        assert_eq!(line.matches(" at ").count(), 3, "the seed's line names its three faults: {line}");
+    }
+    for kind in NEMESIS_KINDS {
+        assert_eq!(report["faults_by_kind"][kind], 2, "{kind}: once in each of the two seeds:\n{out}");
+        assert!(out.lines().any(|l| l == format!("    {kind}: 2")), "the report counts {kind}:\n{out}");
+    }
+    report!(
+        "sweep --target apache-kafka:3 --nemesis {kinds}: 2 seeds in {:.1} s, {}",
+        started.elapsed().as_secs_f64(),
+        out.lines().last().unwrap_or_default()
+    );
+}
+
+/// Deeper, behind `--ignored`: every profile under `--nemesis auto` (the profile's fault mix mapped onto
+/// the node faults) on the sweep's own 3-node cluster, `TXNSIM_NEMESIS_SEEDS` seeds each (default 50, about
+/// 20 s a seed, so some two hours in all; BENCHMARKS.md has the figures). Every profile must pass; a
+/// failing one's history is saved where its report says, for `check-history`.
+#[test]
+#[ignore]
+fn every_profile_passes_under_the_nemesis_on_real_kafka() {
+    kafka_distribution();
+    let seeds = std::env::var("TXNSIM_NEMESIS_SEEDS").unwrap_or_else(|_| "50".to_string());
+    let n: u64 = seeds.parse().unwrap_or_else(|_| panic!("TXNSIM_NEMESIS_SEEDS={seeds:?} is not a number"));
+    let mut failed = Vec::new();
+    for profile in ["standard", "contention", "long-txns", "timeouts", "atomicity", "late-sends", "single-broker"] {
+        let args =
+            ["sweep", "--target", "apache-kafka:3", "--nemesis", "auto", "--profile", profile, "--seeds", &seeds];
+        let started = Instant::now();
+        // A seed's faults heal within 90 s (`NEMESIS_LIMIT`) and its read-back settles within 30 s.
+        let (code, out, err) = txnsim(&args, Duration::from_secs(120 * n + 120));
+        let secs = started.elapsed().as_secs_f64();
+        let faults: Vec<&str> = out
+            .lines()
+            .skip_while(|l| *l != "  faults by kind:")
+            .skip(1)
+            .take_while(|l| l.starts_with("    "))
+            .map(str::trim)
+            .collect();
+        report!(
+            "{profile}: {seeds} seeds in {secs:.0} s ({:.1} s a seed), exit {code}, faults {}: {}",
+            secs / n as f64,
+            faults.join(", "),
+            out.lines().last().unwrap_or_default()
+        );
+        if code != 0 {
+            failed.push(format!("{profile} (exit {code}):\n{out}\n{err}"));
+        }
+    }
+    assert!(failed.is_empty(), "profiles that failed under the nemesis:\n{}", failed.join("\n\n"));
+}
+
+/// A cut link needs network namespaces, made with iproute2's `ip`: without it on PATH the sweep stops
+/// before any node starts, with one line that says so (exit 2), never a sweep without the fault.
+#[test]
+fn a_cut_link_without_ip_is_one_line_and_exit_2() {
+    kafka_distribution();
+    // A PATH with java alone, which the harness needs before it makes the namespaces.
+    let bin = Path::new(env!("CARGO_TARGET_TMPDIR")).join("java-only-path");
+    std::fs::create_dir_all(&bin).expect("a folder");
+    let java = which("java");
+    std::fs::remove_file(bin.join("java")).ok();
+    std::os::unix::fs::symlink(&java, bin.join("java")).expect("link java");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_txnsim"))
+        .args(["sweep", "--target", "apache-kafka:3", "--nemesis", "cut-link", "--seeds", "1"])
+        .env("PATH", &bin)
+        .output()
+        .expect("run txnsim");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert!(
+        lines.len() == 1 && lines[0].starts_with("error: ") && lines[0].contains("network namespaces need"),
+        "one line naming why:\n{err}"
+    );
+}
+
+/// The file `name` resolves to on this process's PATH.
+fn which(name: &str) -> std::path::PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("{name} is not on PATH"))
+}
+
 /// The differential's scripts, played by scripts/Differential.java.
 const DIFFERENTIAL_SCRIPTS: &str = "tests/differential/scripts.txt";
 

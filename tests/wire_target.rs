@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{txnsim, Server};
+use common::{assert_valid, txnsim, Server};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -54,20 +54,6 @@ fn seed_line(line: &str, seed: u64) -> (u64, u64, u64, &str) {
     (n(0), n(2), n(9), verdict)
 }
 
-/// Reads a JSON file and validates it against `schemas/<schema>`.
-fn assert_valid(schema: &str, path: &Path) -> Value {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let schema_value: Value =
-        serde_json::from_str(&std::fs::read_to_string(root.join("schemas").join(schema)).expect("reads"))
-            .expect("schema is JSON");
-    let file: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("the file reads"))
-        .unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()));
-    let validator = jsonschema::validator_for(&schema_value).expect("a schema");
-    let errors: Vec<String> = validator.iter_errors(&file).map(|e| format!("{e} at {}", e.instance_path())).collect();
-    assert!(errors.is_empty(), "{} does not match {schema}:\n{}", path.display(), errors.join("\n"));
-    file
-}
-
 #[test]
 fn twenty_seeds_pass_against_serve_and_recheck_offline() {
     let server = Server::start("target-pass", &[]);
@@ -96,12 +82,32 @@ fn twenty_seeds_pass_against_serve_and_recheck_offline() {
         "{}",
         lines[26]
     );
-    assert_eq!(&lines[27..], [format!("history: {}", history.display()).as_str(), "PASS: 20 seeds, no violation"]);
+    // Then the faults by kind, as the sim's report counts them: every fault injected, once.
+    assert_eq!(lines[27], "  faults by kind:");
+    let by_kind: Vec<(&str, u64)> = lines[28..lines.len() - 2]
+        .iter()
+        .map(|l| {
+            let (kind, n) = l.strip_prefix("    ").and_then(|l| l.split_once(": ")).unwrap_or_else(|| panic!("{l}"));
+            (kind, n.parse().unwrap_or_else(|_| panic!("{l}")))
+        })
+        .collect();
+    let total = by_kind.iter().map(|(_, n)| n).sum::<u64>();
+    assert!(lines[26].ends_with(&format!(" records delivered, {total} faults")), "{}", lines[26]);
+    assert_eq!(
+        &lines[lines.len() - 2..],
+        [format!("history: {}", history.display()).as_str(), "PASS: 20 seeds, no violation"]
+    );
 
     let file = assert_valid("target-history.schema.json", &history);
     assert_eq!(file["seeds"].as_array().map(Vec::len), Some(20), "--history keeps every seed");
     let report = assert_valid("target-sweep.schema.json", &json);
     assert_eq!((report["passed"].as_bool(), report["totals"]["committed"].as_u64()), (Some(true), Some(committed)));
+    for (kind, n) in &by_kind {
+        assert_eq!(report["faults_by_kind"][kind].as_u64(), Some(*n), "{kind} in the JSON as in the text");
+    }
+    // A cluster of the user's own: no node fault, in the JSON or the history.
+    assert!(report["seeds"].as_array().expect("seeds").iter().all(|s| s["nemesis"] == serde_json::json!([])));
+    assert!(file["seeds"].as_array().expect("seeds").iter().all(|s| s.get("nemesis").is_none()));
 
     let (code, out, err) = txnsim(&["check-history", history.to_str().expect("utf-8")], Duration::from_secs(60));
     assert_eq!(code, 0, "the saved history re-checks clean:\n{out}\n{err}");
@@ -310,6 +316,12 @@ fn a_bad_target_or_history_file_is_one_line_and_exit_2() {
         // Port 1 on loopback: nothing listens there, so the sweep cannot create its topics.
         (&["sweep", "--target", "kafka://127.0.0.1:1", "--seeds", "1"][..], "no bootstrap broker answered"),
         (&["check-history", "/nonexistent/txnsim.history.json"][..], "/nonexistent/txnsim.history.json"),
+        // Node faults only on a cluster the sweep starts; each checked before any node starts.
+        (&["sweep", "--target", "kafka://127.0.0.1:1", "--nemesis", "kill-node"][..], "--nemesis needs a cluster"),
+        (&["sweep", "--target", "apache-kafka:3", "--nemesis", "kill-node,bogus"][..], "unknown kind \"bogus\""),
+        (&["sweep", "--target", "apache-kafka:2"][..], "1 or 3 nodes"),
+        (&["sweep", "--target", "apache-kafka:3", "--nemesis", "auto", "--jobs", "2"][..], "--jobs must be 1"),
+        (&["sweep", "--target", "apache-kafka:1", "--nemesis", "kill-node,cut-link"][..], "no link between nodes"),
     ] {
         let out: Output = Command::new(env!("CARGO_BIN_EXE_txnsim")).args(args).output().expect("run txnsim");
         let err = String::from_utf8_lossy(&out.stderr);

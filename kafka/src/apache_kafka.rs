@@ -3,8 +3,10 @@
 //! `kafka/apache-kafka/` into a cache folder; each node is a KRaft process in combined mode
 //! (`process.roles=broker,controller`, a static quorum of every node), formatted and started in its own
 //! folder, which keeps its `server.log`. Readiness is asked of the cluster (Metadata lists every broker),
-//! never slept on. The harness can kill -9, stop (SIGTERM), pause (SIGSTOP), resume and restart a node; every process it
-//! starts dies with the harness: on drop, and through `PR_SET_PDEATHSIG` when the test process itself dies.
+//! never slept on. The harness can kill -9, stop (SIGTERM), pause (SIGSTOP), resume and restart a node,
+//! and, for a cluster started in network namespaces of its own (`ClusterSpec::netns`, root only), cut and
+//! heal the link between two nodes; every process it starts dies with the harness: on drop, and through
+//! `PR_SET_PDEATHSIG` when the test process itself dies.
 
 use crate::remote::wire::Conn;
 use kafka_protocol::messages::MetadataRequest;
@@ -31,6 +33,9 @@ const MIN_JAVA: u32 = 17;
 /// serial collector. Their loads are tiny, and C2's compiles and G1's threads were half the real-Kafka
 /// tests' CPU on two cores (BENCHMARKS.md, Gate); neither changes what Kafka does.
 pub const QUICK_JVM: [&str; 2] = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"];
+/// `broker.session.timeout.ms` of the harness's clusters (Kafka's default is 9000): a node silent this
+/// long is fenced by the controller, so a killed or paused node's partitions move within seconds.
+pub const BROKER_SESSION_TIMEOUT_MS: u64 = 4_000;
 /// Metadata v12: the first version every Kafka 4.x broker and `txnsim serve` answer with the brokers.
 const METADATA_VERSION: i16 = 12;
 
@@ -122,18 +127,22 @@ pub struct ClusterSpec {
     pub heap_mb: u32,
     /// `server.properties` lines added after the harness's own, in order (a later line wins).
     pub overrides: Vec<(String, String)>,
+    /// Each node in a network namespace of its own on a private bridge (10.77.K.0/24), so that links
+    /// between nodes can be cut; needs root and `ip`. Otherwise every node is on 127.0.0.1.
+    pub netns: bool,
 }
 
 impl ClusterSpec {
     /// The seed document's cluster: 3 nodes, replication factor 3 for every topic, `min.insync.replicas` 2.
     pub fn seed() -> ClusterSpec {
-        ClusterSpec { nodes: 3, heap_mb: DEFAULT_HEAP_MB, overrides: Vec::new() }
+        ClusterSpec { nodes: 3, heap_mb: DEFAULT_HEAP_MB, overrides: Vec::new(), netns: false }
     }
 
     /// The settings the harness changes from Kafka's defaults, each with its reason (README, "Real Kafka").
     pub fn settings(&self) -> Vec<(String, String)> {
         let rf = self.nodes.to_string();
         let min_isr = self.nodes.min(2).to_string();
+        let session_timeout = BROKER_SESSION_TIMEOUT_MS.to_string();
         let mut s: Vec<(String, String)> = [
             // Every topic, and both internal topics, replicated to every node, as in the seed document.
             ("default.replication.factor", rf.as_str()),
@@ -149,7 +158,7 @@ impl ClusterSpec {
             ("transaction.abort.timed.out.transaction.cleanup.interval.ms", "1000"),
             // A killed node is fenced once its controller session lapses, 9 s by default: 4 s keeps the
             // fault scripts short, with heartbeats every second (2 s by default) to keep a busy node in.
-            ("broker.session.timeout.ms", "4000"),
+            ("broker.session.timeout.ms", session_timeout.as_str()),
             ("broker.heartbeat.interval.ms", "1000"),
         ]
         .into_iter()
@@ -164,15 +173,20 @@ impl ClusterSpec {
 struct Node {
     id: usize,
     dir: PathBuf,
+    /// 127.0.0.1, or the node's address on the namespaces' bridge.
+    host: String,
     port: u16,
     child: Option<Child>,
 }
 
-/// A running Kafka 4.3.1 cluster on loopback. Dropping it kills every node.
+/// A running Kafka 4.3.1 cluster on loopback or in namespaces of its own. Dropping it kills every node
+/// (and removes its namespaces).
 pub struct KafkaCluster {
     nodes: Vec<Node>,
     classpath: String,
     heap_mb: u32,
+    /// Dropped after `drop` killed the nodes, so the namespaces go last.
+    netns: Option<Netns>,
 }
 
 impl KafkaCluster {
@@ -185,9 +199,19 @@ impl KafkaCluster {
         if dir.exists() {
             std::fs::remove_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         }
-        let ports = free_ports(spec.nodes * 2)?;
-        let (client, controller) = ports.split_at(spec.nodes);
-        let voters: Vec<String> = controller.iter().enumerate().map(|(i, p)| format!("{i}@127.0.0.1:{p}")).collect();
+        let netns = if spec.netns { Some(Netns::create(spec.nodes)?) } else { None };
+        // In namespaces every node has an address of its own and Kafka's usual ports; on loopback, free ones.
+        let (hosts, client, controller): (Vec<String>, Vec<u16>, Vec<u16>) = match &netns {
+            Some(ns) => {
+                ((0..spec.nodes).map(|id| ns.address(id)).collect(), vec![9092; spec.nodes], vec![9093; spec.nodes])
+            }
+            None => {
+                let ports = free_ports(spec.nodes * 2)?;
+                let (client, controller) = ports.split_at(spec.nodes);
+                (vec!["127.0.0.1".to_string(); spec.nodes], client.to_vec(), controller.to_vec())
+            }
+        };
+        let voters: Vec<String> = controller.iter().enumerate().map(|(i, p)| format!("{i}@{}:{p}", hosts[i])).collect();
         let classpath = dist.classpath()?;
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         std::fs::write(dir.join("log4j2.properties"), LOG4J2).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -201,9 +225,9 @@ impl KafkaCluster {
                 ("controller.quorum.voters".to_string(), voters.join(",")),
                 (
                     "listeners".to_string(),
-                    format!("PLAINTEXT://127.0.0.1:{},CONTROLLER://127.0.0.1:{}", client[id], controller[id]),
+                    format!("PLAINTEXT://{h}:{},CONTROLLER://{h}:{}", client[id], controller[id], h = hosts[id]),
                 ),
-                ("advertised.listeners".to_string(), format!("PLAINTEXT://127.0.0.1:{}", client[id])),
+                ("advertised.listeners".to_string(), format!("PLAINTEXT://{}:{}", hosts[id], client[id])),
                 ("controller.listener.names".to_string(), "CONTROLLER".to_string()),
                 ("inter.broker.listener.name".to_string(), "PLAINTEXT".to_string()),
                 ("listener.security.protocol.map".to_string(), "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT".to_string()),
@@ -214,9 +238,9 @@ impl KafkaCluster {
             std::fs::write(node_dir.join("server.properties"), text)
                 .map_err(|e| format!("{}: {e}", node_dir.display()))?;
             format_storage(&classpath, &node_dir)?;
-            nodes.push(Node { id, dir: node_dir, port: client[id], child: None });
+            nodes.push(Node { id, dir: node_dir, host: hosts[id].clone(), port: client[id], child: None });
         }
-        let mut cluster = KafkaCluster { nodes, classpath, heap_mb: spec.heap_mb };
+        let mut cluster = KafkaCluster { nodes, classpath, heap_mb: spec.heap_mb, netns };
         for id in 0..spec.nodes {
             cluster.spawn(id)?;
         }
@@ -226,7 +250,7 @@ impl KafkaCluster {
 
     /// Every node's client address, node 0 first.
     pub fn addresses(&self) -> Vec<String> {
-        self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect()
+        self.nodes.iter().map(|n| format!("{}:{}", n.host, n.port)).collect()
     }
 
     /// `bootstrap.servers` for a client: every node.
@@ -295,11 +319,38 @@ impl KafkaCluster {
         self.spawn(id)
     }
 
+    /// Drops every packet between nodes `a` and `b`, both ways; other links and the clients' traffic
+    /// pass. Only for a cluster started in namespaces (`ClusterSpec::netns`).
+    pub fn cut_link(&self, a: usize, b: usize) -> Result<(), String> {
+        self.links()?.route("add", a, b)
+    }
+
+    /// Undoes `cut_link`.
+    pub fn heal_link(&self, a: usize, b: usize) -> Result<(), String> {
+        self.links()?.route("del", a, b)
+    }
+
+    fn links(&self) -> Result<&Netns, String> {
+        self.netns
+            .as_ref()
+            .ok_or_else(|| "links between nodes can be cut only in a cluster started in network namespaces".to_string())
+    }
+
+    /// The number of nodes.
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
     /// Starts node `id` again on its own data (killing it first if it runs) and waits for the cluster.
     pub fn restart(&mut self, id: usize) -> Result<(), String> {
+        self.restart_within(id, READY_TIMEOUT)
+    }
+
+    /// `restart`, with the cluster ready within `limit`.
+    pub fn restart_within(&mut self, id: usize, limit: Duration) -> Result<(), String> {
         self.kill(id);
         self.spawn(id)?;
-        self.wait_ready(READY_TIMEOUT)
+        self.wait_ready(limit)
     }
 
     /// Waits until every running node answers Metadata listing every node as a broker.
@@ -311,7 +362,7 @@ impl KafkaCluster {
             self.check_alive()?;
             let mut ready = 0;
             for node in self.nodes.iter().filter(|n| n.child.is_some()) {
-                match brokers_listed(node.port) {
+                match brokers_listed(&node.host, node.port) {
                     Ok(n) if n == want => ready += 1,
                     Ok(n) => last = format!("node {} lists {n} of {want} brokers", node.id),
                     Err(e) => last = e,
@@ -376,6 +427,9 @@ impl KafkaCluster {
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr);
+        if let Some(ns) = &self.netns {
+            ns.enter(&mut java, id)?;
+        }
         let child = spawn_tied(java).map_err(|e| format!("cannot start java for Kafka node {id}: {e}"))?;
         self.nodes[id].child = Some(child);
         Ok(())
@@ -391,6 +445,118 @@ impl Drop for KafkaCluster {
                 child.wait().ok();
             }
         }
+    }
+}
+
+/// The network namespaces of a cluster's nodes: node ID runs in `txnsim-K-nID` at 10.77.K.(ID+1), one
+/// end of a veth pair whose other end is on the bridge `txnsim-brK` (10.77.K.254/24, the clients' way in
+/// from the host). K is the first bridge number no other cluster on the machine holds. A link is cut
+/// with a blackhole route in each end's namespace, which `ip` alone can add (no nft or iptables needed).
+struct Netns {
+    k: u8,
+    /// Namespaces made so far (all of them once `create` returns).
+    made: usize,
+    /// `/var/run/netns/txnsim-K-nID`, held open for `setns` between fork and exec.
+    fds: Vec<std::fs::File>,
+}
+
+impl Netns {
+    fn create(nodes: usize) -> Result<Netns, String> {
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        if euid != 0 {
+            return Err(format!("cutting links needs network namespaces, which need root (running as uid {euid})"));
+        }
+        ip(&["-V"])?;
+        let k = (1..=250u8)
+            .find(|k| ip(&["link", "add", &Netns::bridge(*k), "type", "bridge"]).is_ok())
+            .ok_or("no free bridge txnsim-br1..250 for the cluster's namespaces")?;
+        // From here on, dropping `ns` removes whatever was made.
+        let mut ns = Netns { k, made: 0, fds: Vec::new() };
+        let bridge = Netns::bridge(k);
+        ip(&["addr", "add", &format!("10.77.{k}.254/24"), "dev", &bridge])?;
+        ip(&["link", "set", &bridge, "up"])?;
+        for id in 0..nodes {
+            let name = ns.name(id);
+            // A namespace of this name outlived a run that was killed; its bridge number is ours now.
+            ip(&["netns", "del", &name]).ok();
+            ip(&["netns", "add", &name])?;
+            ns.made += 1;
+            let veth = format!("txnsim{k}v{id}");
+            ip(&["link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &name])?;
+            ip(&["link", "set", &veth, "master", &bridge, "up"])?;
+            ip(&["-n", &name, "addr", "add", &format!("{}/24", ns.address(id)), "dev", "eth0"])?;
+            ip(&["-n", &name, "link", "set", "eth0", "up"])?;
+            ip(&["-n", &name, "link", "set", "lo", "up"])?;
+            let path = format!("/var/run/netns/{name}");
+            ns.fds.push(std::fs::File::open(&path).map_err(|e| format!("{path}: {e}"))?);
+        }
+        Ok(ns)
+    }
+
+    fn bridge(k: u8) -> String {
+        format!("txnsim-br{k}")
+    }
+
+    fn name(&self, id: usize) -> String {
+        format!("txnsim-{}-n{id}", self.k)
+    }
+
+    fn address(&self, id: usize) -> String {
+        format!("10.77.{}.{}", self.k, id + 1)
+    }
+
+    /// Makes `command` start inside node `id`'s namespace.
+    fn enter(&self, command: &mut Command, id: usize) -> Result<(), String> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::process::CommandExt;
+        let fd = self.fds.get(id).ok_or_else(|| format!("node {id} has no namespace"))?.as_raw_fd();
+        // SAFETY: setns(2) is async-signal-safe, and `fd` stays open in the parent until the child execs.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::setns(fd, libc::CLONE_NEWNET) == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            });
+        }
+        Ok(())
+    }
+
+    /// `ip route add|del blackhole` of each end's address in the other's namespace.
+    fn route(&self, verb: &str, a: usize, b: usize) -> Result<(), String> {
+        if a == b || a >= self.made || b >= self.made {
+            return Err(format!("no link between nodes {a} and {b}"));
+        }
+        for (from, to) in [(a, b), (b, a)] {
+            ip(&["-n", &self.name(from), "route", verb, "blackhole", &format!("{}/32", self.address(to))])?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        self.fds.clear();
+        for id in 0..self.made {
+            // Deleting a namespace deletes its end of the veth pair, and with it the bridge's end.
+            ip(&["netns", "del", &self.name(id)]).ok();
+        }
+        ip(&["link", "del", &Netns::bridge(self.k)]).ok();
+    }
+}
+
+/// Runs `ip ARGS`; its failure, or a missing `ip`, is an error of one line that says which.
+fn ip(args: &[&str]) -> Result<(), String> {
+    let mut command = Command::new("ip");
+    command.args(args);
+    let (status, _, err) = run_bounded(command, Duration::from_secs(10))
+        .map_err(|e| format!("cannot run ip ({e}): network namespaces need iproute2's ip"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("ip {}: {}", args.join(" "), err.trim().replace('\n', "; ")))
     }
 }
 
@@ -410,8 +576,8 @@ fn format_storage(classpath: &str, node_dir: &Path) -> Result<(), String> {
 }
 
 /// How many brokers the node on `port` lists in its Metadata answer.
-fn brokers_listed(port: u16) -> Result<usize, String> {
-    let mut conn = Conn::connect(&format!("127.0.0.1:{port}"))?;
+fn brokers_listed(host: &str, port: u16) -> Result<usize, String> {
+    let mut conn = Conn::connect(&format!("{host}:{port}"))?;
     let mut request = MetadataRequest::default();
     request.topics = Some(Vec::new());
     let answer = conn.call(METADATA_VERSION, &request)?;

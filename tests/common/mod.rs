@@ -126,3 +126,18 @@ pub fn txnsim(args: &[&str], limit: Duration) -> (i32, String, String) {
     let status = wait_bounded(&mut child, limit, &format!("txnsim {}", args.join(" ")));
     (status.code().unwrap_or(-1), out.join().expect("stdout"), err.join().expect("stderr"))
 }
+
+/// Reads a JSON file and validates it against `schemas/<schema>`.
+#[allow(dead_code)] // Only the target sweeps' tests read their reports.
+pub fn assert_valid(schema: &str, path: &Path) -> serde_json::Value {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let schema_value: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("schemas").join(schema)).expect("reads"))
+            .expect("schema is JSON");
+    let file: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).expect("the file reads"))
+        .unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()));
+    let validator = jsonschema::validator_for(&schema_value).expect("a schema");
+    let errors: Vec<String> = validator.iter_errors(&file).map(|e| format!("{e} at {}", e.instance_path())).collect();
+    assert!(errors.is_empty(), "{} does not match {schema}:\n{}", path.display(), errors.join("\n"));
+    file
+}

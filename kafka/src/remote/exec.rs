@@ -4,8 +4,10 @@
 //! `SimRng` as the sim draws them; what the cluster answers, and when, does not, so a run records its
 //! `History` rather than being replayable.
 
+use super::nemesis::{self, Choice, NodeFault};
 use super::relay::Relay;
 use super::wire::{self, WireLog};
+use crate::apache_kafka::KafkaCluster;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError as RdError, RDKafkaErrorCode};
@@ -13,6 +15,7 @@ use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{ClientContext, Offset as RdOffset, TopicPartitionList};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -29,6 +32,9 @@ const MIN_TXN_TIMEOUT_MS: u64 = 1_000;
 const MAX_TXN_TIMEOUT_MS: u64 = 1_500;
 /// The workload's wall-clock budget; ticks left when it runs out are skipped.
 const WORKLOAD_BUDGET: Duration = Duration::from_secs(4);
+/// While the nemesis's faults last (seconds each, far longer than the profile's ticks), the workload goes
+/// on drawing ticks, so that every fault lands on transactions in flight; never past this.
+const NEMESIS_WORKLOAD_LIMIT: Duration = Duration::from_secs(60);
 /// Readers poll to the end for at most this long, and stop after this long without a record once
 /// they are past everything they should deliver.
 const DRAIN_BUDGET: Duration = Duration::from_secs(4);
@@ -102,6 +108,10 @@ pub struct Counts {
 /// One seed's outcome: the history, the partition logs read back over the wire, the counts.
 pub struct SeedRun {
     pub faults: Vec<ClientFault>,
+    /// The node faults the nemesis ran, in order.
+    pub nemesis: Vec<NodeFault>,
+    /// Faults injected, by kind: the client faults and the nemesis's.
+    pub by_kind: BTreeMap<String, u64>,
     pub history: History,
     pub logs: Vec<WireLog>,
     pub counts: Counts,
@@ -311,6 +321,8 @@ pub struct Target<'a> {
     pub prefix: String,
     /// How long a partition's LSO may take to reach its HW once every transaction ended.
     pub settle: Duration,
+    /// The cluster the harness started and the node faults to draw, for `apache-kafka:N` targets.
+    pub nemesis: Option<(&'a Mutex<KafkaCluster>, &'a Choice)>,
 }
 
 struct Seed<'a> {
@@ -330,6 +342,9 @@ struct Seed<'a> {
     consumers: Vec<ConsumerSlot>,
     next_value: BTreeMap<String, u64>,
     counts: Counts,
+    by_kind: BTreeMap<String, u64>,
+    /// The nemesis has faults left to run or heal.
+    faulting: Arc<AtomicBool>,
     done_tx: Sender<Done>,
     done_rx: Receiver<Done>,
 }
@@ -343,6 +358,14 @@ pub fn run_seed(target: &Target<'_>, profile: Profile, seed: u64) -> Result<Seed
     let faults: Vec<ClientFault> =
         ClientFault::ALL.into_iter().filter(|f| rng.chance(params.fault_enable_prob[f.sim_kind() as usize])).collect();
     let fault_rate = rng.range_f64(params.fault_rate.0, params.fault_rate.1);
+    // Drawn after the client faults, so a sweep without a nemesis draws what it drew before there was one.
+    let steps = match target.nemesis {
+        Some((cluster, choice)) => {
+            let nodes = cluster.lock().unwrap_or_else(|e| e.into_inner()).node_count();
+            nemesis::draw(choice, &params, nodes, &mut rng)
+        }
+        None => Vec::new(),
+    };
     let topics: Vec<(String, u32)> =
         params.topics.iter().map(|(t, n)| (format!("{}-{t}", target.prefix), *n)).collect();
     wire::create_topics(target.brokers, &topics)?;
@@ -396,6 +419,8 @@ pub fn run_seed(target: &Target<'_>, profile: Profile, seed: u64) -> Result<Seed
         consumers: Vec::new(),
         next_value: BTreeMap::new(),
         counts: Counts::default(),
+        by_kind: BTreeMap::new(),
+        faulting: Arc::new(AtomicBool::new(!steps.is_empty())),
         done_tx,
         done_rx,
     };
@@ -403,8 +428,27 @@ pub fn run_seed(target: &Target<'_>, profile: Profile, seed: u64) -> Result<Seed
         let slot = s.consumer(spec)?;
         s.consumers.push(slot);
     }
-    s.workload();
-    s.finish_producers();
+    let (start, faulting) = (lock(&s.rec).start, s.faulting.clone());
+    let ran = std::thread::scope(|scope| {
+        let nemesis = target.nemesis.filter(|_| !steps.is_empty()).map(|(cluster, _)| {
+            scope.spawn(move || {
+                let ran = nemesis::run(cluster, &steps, start);
+                faulting.store(false, Ordering::Relaxed);
+                ran
+            })
+        });
+        s.workload();
+        s.finish_producers();
+        // Every fault is healed before the read-back.
+        match nemesis.map(|n| n.join()) {
+            Some(Ok(ran)) => ran,
+            Some(Err(_)) => Err("the nemesis's thread panicked".to_string()),
+            None => Ok(Vec::new()),
+        }
+    })?;
+    for f in &ran {
+        *s.by_kind.entry(f.kind.name().to_string()).or_insert(0) += 1;
+    }
     let logs = wire::read_logs(target.brokers, &s.partitions, target.settle)?;
     for spec in [FRESH_COMMITTED, FRESH_UNCOMMITTED].map(|name| ConsumerSpec {
         name: name.to_string(),
@@ -421,7 +465,15 @@ pub fn run_seed(target: &Target<'_>, profile: Profile, seed: u64) -> Result<Seed
     s.drain(&logs)?;
     let history = std::mem::take(&mut lock(&s.rec).history);
     s.counts.polls = history.events.iter().filter(|e| matches!(e, Event::Poll { .. })).count() as u64;
-    Ok(SeedRun { faults: s.faults, history, logs, counts: s.counts, elapsed: started.elapsed() })
+    Ok(SeedRun {
+        faults: s.faults,
+        nemesis: ran,
+        by_kind: s.by_kind,
+        history,
+        logs,
+        counts: s.counts,
+        elapsed: started.elapsed(),
+    })
 }
 
 impl Seed<'_> {
@@ -491,12 +543,16 @@ impl Seed<'_> {
     }
 
     fn workload(&mut self) {
-        let deadline = Instant::now() + WORKLOAD_BUDGET;
-        for _ in 0..self.params.ticks {
+        let started = Instant::now();
+        for tick in 0.. {
+            let faulting = self.faulting.load(Ordering::Relaxed);
+            if tick >= self.params.ticks && !faulting {
+                break;
+            }
             let (lo, hi) = self.params.tick_ms;
             let pause = self.rng.range(lo, hi).max(1);
             std::thread::sleep(Duration::from_millis(pause));
-            if Instant::now() >= deadline {
+            if started.elapsed() >= if faulting { NEMESIS_WORKLOAD_LIMIT } else { WORKLOAD_BUDGET } {
                 break;
             }
             self.collect_done();
@@ -574,6 +630,7 @@ impl Seed<'_> {
             _ => return,
         }
         self.counts.faults += 1;
+        *self.by_kind.entry(fault.name().to_string()).or_insert(0) += 1;
     }
 
     /// A new instance of producer `i`'s transactional id runs `init_transactions` (on its own thread)
