@@ -281,7 +281,7 @@ pub fn run_target_sweep(args: &TargetArgs) -> ExitCode {
                 };
                 let _ = writeln!(
                     out,
-                    "seed {seed}: {} committed, {} aborted, {} timed out, {} fenced, {} polls, faults [{}]{nemesis}, {}",
+                    "seed {seed}: {} committed, {} aborted by clients, {} timed out, {} fenced, {} polls, faults [{}]{nemesis}, {}",
                     c.committed,
                     c.aborted,
                     c.timed_out,
@@ -343,7 +343,7 @@ pub fn run_target_sweep(args: &TargetArgs) -> ExitCode {
     }
     let _ = writeln!(
         out,
-        "totals: {} seeds, {} committed, {} aborted, {} timed out, {} fenced, {} polls, {} records delivered, {} faults",
+        "totals: {} seeds, {} committed, {} aborted by clients, {} timed out, {} fenced, {} polls, {} records delivered, {} faults",
         args.seeds, totals.committed, totals.aborted, totals.timed_out, totals.fenced, totals.polls, totals.delivered, totals.faults
     );
     for line in txnsim_sim::sweep::fault_lines(&by_kind) {
