@@ -77,6 +77,10 @@ enum Command {
     Replay(txnsim_sim::cli::ReplayArgs),
     /// Serve the engine as Kafka brokers on loopback (one, or a replicated cluster), for real clients.
     Serve(txnsim_kafka::ServeArgs),
+    /// Hold Kafka clients' reads to Kafka's rules: each adapter (`--client CMD`) reads every layout of
+    /// the catalogue from `txnsim serve` at both isolation levels; a matrix client x layout. Exit 0 all
+    /// pass, 1 a failing cell, 2 bad input or an adapter error (docs/conform.md).
+    Conform(txnsim::conform::ConformArgs),
 }
 
 /// `txnsim sweep`: the madsim sweep, or with `--target` the same workloads against a real cluster.
@@ -186,6 +190,7 @@ fn main() -> ExitCode {
             Ok(txnsim::html::render(&format!("txnsim {}", story.title), &[story]))
         }),
         Command::Serve(args) => txnsim_kafka::run_serve(&args),
+        Command::Conform(args) => txnsim::conform::run(&args),
     }
 }
 

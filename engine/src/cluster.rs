@@ -435,6 +435,19 @@ impl Cluster {
         true
     }
 
+    /// The brokers (broker 0 first), the controller and the brokers' pending timers as (due, broker,
+    /// timer), for a wire driver that goes on serving this cluster (`Driver::from_cluster` in txnsim-kafka).
+    /// The clients are left behind with their timers and answers; messages still in flight are lost, so
+    /// call it once the cluster is quiet.
+    pub fn into_brokers(self) -> (Vec<Broker>, Controller, Vec<(TimeMs, u32, Timer)>) {
+        let timers = self.timers.by_due.into_iter().filter_map(|((due, _), (node, timer))| match node {
+            NodeId::Broker(id) => Some((due, id, timer)),
+            NodeId::Client(_) => None,
+        });
+        let timers = timers.collect();
+        (std::iter::once(self.broker).chain(self.peers).collect(), self.controller, timers)
+    }
+
     /// Runs one producer call to completion. `Err` is an immediate client-side rejection or the cluster's
     /// answer; `Ok(None)` means the call never completed (the cluster stayed busy or the answer was lost).
     pub fn call_producer(

@@ -212,14 +212,34 @@ impl Driver {
             let brokers = (0..n).map(|id| Broker::with_registrations(id, &controller.partitions, config.clone()));
             (brokers.collect(), Some(controller))
         };
-        let mut driver = Driver {
+        let mut driver = Driver::from_cluster(brokers, controller, Vec::new(), addresses);
+        for id in 0..n {
+            let start = driver.brokers[id as usize].start_loaded(now_ms);
+            driver.run(now_ms, id, start);
+        }
+        driver
+    }
+
+    /// Serves brokers already running, as an engine `Cluster` built them (`Cluster::into_brokers`: the
+    /// brokers, their controller and their pending timers), broker `i` reachable at `addresses[i]`: a
+    /// log `txnsim conform` wrote through the engine's own producers goes on the wire as it stands.
+    pub fn from_cluster(
+        brokers: Vec<Broker>,
+        controller: Option<Controller>,
+        timers: Vec<(TimeMs, u32, Timer)>,
+        addresses: &[(String, u16)],
+    ) -> Self {
+        assert_eq!(brokers.len(), addresses.len(), "one address per broker");
+        let next_timer_seq = timers.len() as u64;
+        let timers = (0..).zip(timers).map(|(seq, (due, id, timer))| ((due, seq), (id, timer))).collect();
+        Driver {
             brokers,
             controller,
             addresses: addresses.iter().map(|(h, p)| (str_bytes(h), *p as i32)).collect(),
             serving: BROKER_ID,
-            timers: BTreeMap::new(),
+            timers,
             refusals: BTreeMap::new(),
-            next_timer_seq: 0,
+            next_timer_seq,
             next_correlation_id: 0,
             stored: BTreeMap::new(),
             connections: BTreeMap::new(),
@@ -234,12 +254,7 @@ impl Driver {
             leaders_checked: BTreeMap::new(),
             down: Default::default(),
             timeline: Timeline::default(),
-        };
-        for id in 0..n {
-            let start = driver.brokers[id as usize].start_loaded(now_ms);
-            driver.run(now_ms, id, start);
         }
-        driver
     }
 
     /// Broker 0: the only one, or the coordinators' host.

@@ -206,6 +206,26 @@ pub fn run_serve(args: &ServeArgs) -> ExitCode {
     }
     std::io::stdout().flush().ok();
 
+    serve_loop(&mut driver, listeners, &STOP, true, &mut timeline, &now_ms);
+    let violations = driver.violations().len();
+    eprintln!("txnsim serve: stopped; {violations} invariant(s) violated");
+    if violations > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// Serves `driver` on `listeners` (broker `i` on `listeners[i]`) until `stop` is set, at the time
+/// `now_ms` tells; with `stdin_commands`, lines of stdin are `crash N` and `restart N`.
+fn serve_loop(
+    driver: &mut Driver,
+    listeners: Vec<TcpListener>,
+    stop: &AtomicBool,
+    stdin_commands: bool,
+    timeline: &mut Option<BufWriter<File>>,
+    now_ms: &dyn Fn() -> u64,
+) {
     let (events, inbox) = mpsc::channel();
     let (open, next_id) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicU64::new(0)));
     for (broker, listener) in (0..).zip(listeners) {
@@ -213,20 +233,22 @@ pub fn run_serve(args: &ServeArgs) -> ExitCode {
         std::thread::spawn(move || accept_loop(listener, broker, events, open, next_id));
     }
     // Commands on stdin (`crash N`, `restart N`), one a line; at end of input serve goes on serving.
-    let commands = events.clone();
-    std::thread::spawn(move || {
-        for line in std::io::stdin().lines() {
-            let Ok(line) = line else { return };
-            if commands.send(Event::Command(line)).is_err() {
-                return;
+    if stdin_commands {
+        let commands = events.clone();
+        std::thread::spawn(move || {
+            for line in std::io::stdin().lines() {
+                let Ok(line) = line else { return };
+                if commands.send(Event::Command(line)).is_err() {
+                    return;
+                }
             }
-        }
-    });
+        });
+    }
     drop(events);
     let mut streams: BTreeMap<ConnId, TcpStream> = BTreeMap::new();
     // When each served connection last sent a frame (or opened), for closing the idlest at the cap.
     let mut last_active: BTreeMap<ConnId, Instant> = BTreeMap::new();
-    while !STOP.load(Ordering::Relaxed) {
+    while !stop.load(Ordering::Relaxed) {
         let wait = driver
             .next_deadline_ms()
             .map(|due| Duration::from_millis(due.saturating_sub(now_ms())))
@@ -256,7 +278,7 @@ pub fn run_serve(args: &ServeArgs) -> ExitCode {
                 }
                 Vec::new()
             }
-            Ok(Event::Command(line)) => match command(&mut driver, now_ms(), &line) {
+            Ok(Event::Command(line)) => match command(driver, now_ms(), &line) {
                 Ok((outputs, done)) => {
                     println!("txnsim serve: {done}");
                     std::io::stdout().flush().ok();
@@ -316,12 +338,40 @@ pub fn run_serve(args: &ServeArgs) -> ExitCode {
             out.flush().ok();
         }
     }
-    let violations = driver.violations().len();
-    eprintln!("txnsim serve: stopped; {violations} invariant(s) violated");
-    if violations > 0 {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
+}
+
+/// Serves `driver` on `listener` (one broker) on this thread while `work` runs on another, for a command
+/// that built the cluster it serves (`txnsim conform`); the driver is not `Send`, so the work moves
+/// instead. The clock starts at `base_ms` (the built cluster's time: its timers stay due when they were).
+/// Returns `work`'s result and the state invariants violated meanwhile.
+pub fn serve_while<R: Send>(
+    mut driver: Driver,
+    listener: TcpListener,
+    base_ms: u64,
+    work: impl FnOnce() -> R + Send,
+) -> (R, Vec<String>) {
+    /// Stops the loop when the work ends, even by a panic.
+    struct StopOnDrop<'a>(&'a AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    let stop = AtomicBool::new(false);
+    let result = std::thread::scope(|scope| {
+        let worker = scope.spawn(|| {
+            let _stop = StopOnDrop(&stop);
+            work()
+        });
+        let start = Instant::now();
+        let now_ms = || base_ms + start.elapsed().as_millis() as u64;
+        serve_loop(&mut driver, vec![listener], &stop, false, &mut None, &now_ms);
+        worker.join()
+    });
+    let violations = driver.violations().iter().map(|v| v.to_string()).collect();
+    match result {
+        Ok(r) => (r, violations),
+        Err(panic) => std::panic::resume_unwind(panic),
     }
 }
 
