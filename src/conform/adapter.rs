@@ -65,8 +65,20 @@ pub fn run(command: &str, request: &Request) -> (ClientName, Outcome) {
         Err(e) => return adapter_error(format!("cannot start sh: {e}"), ""),
     };
     let line = serde_json::to_string(request).expect("a request serializes") + "\n";
-    // An adapter that exits without reading its request closes the pipe: its exit says what went wrong.
-    child.stdin.take().expect("piped").write_all(line.as_bytes()).ok();
+    let mut stdin = child.stdin.take().expect("piped");
+    let writer = std::thread::spawn(move || {
+        // An adapter that exits without reading its request closes the pipe: the write fails and its exit
+        // says what went wrong. SIGPIPE is blocked in this thread alone (txnsim keeps the default, to die
+        // quietly under `head`), and one still pending when the thread ends goes with it.
+        // SAFETY: a signal mask for the calling thread, built with the libc calls meant for it.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGPIPE);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        }
+        stdin.write_all(line.as_bytes()).ok();
+    });
     let mut stdout = child.stdout.take().expect("piped");
     let mut stderr = child.stderr.take().expect("piped");
     let out = std::thread::spawn(move || read_all(&mut stdout));
@@ -84,6 +96,7 @@ pub fn run(command: &str, request: &Request) -> (ClientName, Outcome) {
             }
         }
     };
+    writer.join().ok();
     let (stdout, stderr) = (out.join().unwrap_or_default(), err.join().unwrap_or_default());
     let Some(status) = status else {
         let secs = (Duration::from_millis(request.timeout_ms) + GRACE).as_secs();

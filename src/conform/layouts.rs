@@ -101,18 +101,17 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Layout>, String> {
         match step(&words, &known).map_err(at)? {
             Parsed::Read(r) => layout.reads.push(r),
             Parsed::Step(s) => {
-                match &s {
+                let twice = match &s {
                     Step::Topic { topic, partitions, .. } => {
-                        if topics.insert(topic.clone(), *partitions).is_some() {
-                            return Err(at(format!("topic {topic} is created twice")));
-                        }
+                        topics.insert(topic.clone(), *partitions).map(|_| format!("topic {topic} is created twice"))
                     }
-                    Step::Producer { producer, spec } => {
-                        if producers.insert(producer.clone(), spec.transactional).is_some() {
-                            return Err(at(format!("producer {producer} is declared twice")));
-                        }
-                    }
-                    _ => {}
+                    Step::Producer { producer, spec } => producers
+                        .insert(producer.clone(), spec.transactional)
+                        .map(|_| format!("producer {producer} is declared twice")),
+                    _ => None,
+                };
+                if let Some(why) = twice {
+                    return Err(at(why));
                 }
                 layout.steps.push((line, s));
             }

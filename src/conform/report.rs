@@ -190,14 +190,19 @@ impl Matrix<'_> {
         out + &self.summary() + "\n"
     }
 
-    pub fn summary(&self) -> String {
+    /// Cells per verdict, in `Verdict` order.
+    fn counts(&self) -> [usize; 4] {
         let mut counts = [0; 4];
         for i in 0..self.clients.len() {
             for (name, _) in self.layouts {
                 counts[cell(self.runs, i, name).0 as usize] += 1;
             }
         }
-        let [pass, unsupported, fail, error] = counts;
+        counts
+    }
+
+    pub fn summary(&self) -> String {
+        let [pass, unsupported, fail, error] = self.counts();
         format!("conform: {pass} pass, {unsupported} unsupported, {fail} failing, {error} adapter error(s)")
     }
 
@@ -228,7 +233,9 @@ impl Matrix<'_> {
             }
         }
         let layouts: Vec<Value> = self.layouts.iter().map(|(n, w)| json!({"name": n, "tests": w})).collect();
-        json!({"format": FORMAT, "clients": clients, "layouts": layouts, "cells": cells, "summary": self.summary()})
+        let [pass, unsupported, fail, adapter_error] = self.counts();
+        let totals = json!({"pass": pass, "unsupported": unsupported, "fail": fail, "adapter_error": adapter_error});
+        json!({"format": FORMAT, "clients": clients, "layouts": layouts, "cells": cells, "totals": totals})
     }
 
     pub fn html(&self) -> String {

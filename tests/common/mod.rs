@@ -23,6 +23,7 @@ pub fn wait_bounded(child: &mut Child, limit: Duration, what: &str) -> std::proc
     }
 }
 
+#[allow(dead_code)] // tests/conform.rs starts no server: `txnsim conform` serves its own cluster.
 pub struct Server {
     child: Child,
     /// Every broker's `127.0.0.1:PORT`, broker 0 first (more than one with `--brokers`).
@@ -36,6 +37,7 @@ pub struct Server {
     lines: mpsc::Receiver<String>,
 }
 
+#[allow(dead_code)] // As above.
 impl Server {
     /// `txnsim serve` on a free port with its timeline in target/tmp/NAME-timeline.txt, plus `extra` flags.
     pub fn start(name: &str, extra: &[&str]) -> Server {
