@@ -42,8 +42,19 @@ fn scenario_files_shown_in_the_docs_pass() {
 /// reader never follows a pointer to nothing.
 #[test]
 fn paths_named_in_the_docs_exist() {
-    let prefixes =
-        ["docs/", "seeds/", "src/", "engine/", "properties/", "model/", "sim/", "kafka/", "tests/", "scripts/"];
+    let prefixes = [
+        "docs/",
+        "seeds/",
+        "src/",
+        "engine/",
+        "properties/",
+        "model/",
+        "sim/",
+        "kafka/",
+        "tests/",
+        "scripts/",
+        "conform/",
+    ];
     let mut missing = Vec::new();
     for doc in [
         "README.md",
@@ -53,6 +64,7 @@ fn paths_named_in_the_docs_exist() {
         "docs/extending.md",
         "docs/real-kafka.md",
         "docs/design.md",
+        "docs/conform.md",
     ] {
         let text = read(doc);
         for token in text.split(|c: char| c.is_whitespace() || "`()[]<>\"',;:".contains(c)) {
