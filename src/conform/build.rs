@@ -7,7 +7,7 @@
 use super::layouts::{cluster_topic, transactional_id, Layout, Step};
 use std::collections::BTreeMap;
 use txnsim_engine::TransactionVersion;
-use txnsim_engine::{Cluster, EngineConfig, IsolationLevel, Offset, Producer, ProducerKind, TopicPartition};
+use txnsim_engine::{Cluster, EngineConfig, IsolationLevel, Offset, ProducerKind, TopicPartition};
 use txnsim_properties::client::exec;
 use txnsim_properties::history::ProducerCall;
 
@@ -97,11 +97,10 @@ fn play(cluster: &mut Cluster, layout: &str, step: &Step) -> Result<(), String> 
                 true => ProducerKind::Transactional { transactional_id: name(producer) },
                 false => ProducerKind::Idempotent,
             };
-            let mut p = Producer::new(&name(producer), kind, cluster.broker_id(), cluster.config.clone());
-            cluster.bootstrap(&mut p);
+            cluster.add_producer(&name(producer), kind);
+            let p = cluster.producers.get_mut(&name(producer)).expect("just added");
             p.client_transaction_version =
                 TransactionVersion::from_number(spec.transaction_version).expect("parsed as 1 or 2");
-            cluster.producers.insert(name(producer), p);
             // An idempotent producer gets its id before its first send (`Sender.maybeWaitForProducerId`).
             match spec.transactional {
                 true => Ok(()),
