@@ -155,4 +155,6 @@ if __name__ == "__main__":
     except SystemExit:
         raise
     except BaseException as e:  # noqa: BLE001 - the contract wants every failure as one error line
-        fail(f"{type(e).__name__}: {e}")
+        # Most of the clients' exceptions already start with their class's name; the others get it.
+        said = str(e)
+        fail(said if said.startswith(type(e).__name__) else f"{type(e).__name__}: {said}")

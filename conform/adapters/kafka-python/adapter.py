@@ -92,6 +92,10 @@ def main():
         # A start offset outside the log raises instead of quietly moving to one end of it: the
         # request names where the read starts.
         auto_offset_reset="none",
+        # A read never creates the topic it was asked about (a wrong name shows as an empty read).
+        allow_auto_create_topics=False,
+        # The constructor bootstraps eagerly (30 s by default): bounded by the read's own time instead.
+        bootstrap_timeout_ms=max(int((deadline - time.monotonic()) * 1000), POSITION_FLOOR_MS),
         # Bytes in, bytes out: the adapter decodes them itself.
         key_deserializer=None,
         value_deserializer=None,
@@ -134,4 +138,6 @@ if __name__ == "__main__":
     except SystemExit:
         raise
     except BaseException as e:  # noqa: BLE001 - the contract wants every failure as one error line
-        fail(f"{type(e).__name__}: {e}")
+        # Most of the clients' exceptions already start with their class's name; the others get it.
+        said = str(e)
+        fail(said if said.startswith(type(e).__name__) else f"{type(e).__name__}: {said}")
