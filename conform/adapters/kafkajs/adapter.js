@@ -115,7 +115,11 @@ async function main () {
     // A group nobody else uses: kafkajs consumes only through a group (see README.md).
     groupId: `txnsim-conform-kafkajs-${process.pid}-${Date.now()}-${Math.random().toString(36).slice(2)}`,
     // kafkajs's isolation switch: false (its default) is read_committed, true is read_uncommitted.
-    readUncommitted: req.isolation === 'read_uncommitted'
+    readUncommitted: req.isolation === 'read_uncommitted',
+    // A fetch that finds nothing new waits at most this long on the broker (kafkajs's default is 5 s);
+    // disconnect() waits for the fetch in flight, so this keeps the end of a read short. It changes how
+    // long the broker may hold an empty fetch, nothing about what is delivered.
+    maxWaitTimeInMs: 500
   })
 
   let delivered = 0
