@@ -17,6 +17,7 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -124,6 +125,31 @@ func text(raw []byte, what string, offset int64) *string {
 	return &s
 }
 
+// kafka-go's Reader reports most failures (an offset out of range among them) only to its ErrorLogger and
+// keeps retrying, so FetchMessage just waits. The adapter keeps the last such message: a read that ends
+// short of stop_offset after one was logged ends with it as the error line, not as a quiet position.
+type errorLog struct {
+	mu   sync.Mutex
+	last string
+	out  *log.Logger
+}
+
+func (e *errorLog) logf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	e.out.Print(msg)
+	e.mu.Lock()
+	e.last = msg
+	e.mu.Unlock()
+}
+
+func (e *errorLog) lastMessage() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.last
+}
+
+var errs = &errorLog{out: log.New(os.Stderr, "[kafka-go] ", log.LstdFlags)}
+
 func main() {
 	started := time.Now()
 	// The client line comes first whatever follows.
@@ -156,7 +182,7 @@ func main() {
 		// A fetch that finds nothing new waits at most this long on the broker (the default is 10 s), so
 		// that a read which has caught up notices its deadline soon.
 		MaxWait:     500 * time.Millisecond,
-		ErrorLogger: kafka.LoggerFunc(log.New(os.Stderr, "[kafka-go] ", log.LstdFlags).Printf),
+		ErrorLogger: kafka.LoggerFunc(errs.logf),
 	})
 	closed := make(chan struct{})
 	defer func() {
@@ -206,5 +232,12 @@ func main() {
 		emit(l)
 		delivered++
 	}
-	emit(map[string]int64{"position": r.Offset()})
+	position := r.Offset()
+	if position < *req.StopOffset && delivered < *req.MaxRecords {
+		if msg := errs.lastMessage(); msg != "" {
+			fail("the read ended at offset %d, short of stop_offset %d, after kafka-go's Reader logged: %s",
+				position, *req.StopOffset, msg)
+		}
+	}
+	emit(map[string]int64{"position": position})
 }

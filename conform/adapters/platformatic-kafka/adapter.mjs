@@ -111,7 +111,7 @@ async function main () {
   const deadline = started + req.timeout_ms
 
   // Imported after the client line so that a failure to load still reports as an error line.
-  const { Consumer, FetchIsolationLevels, MessagesStreamModes } = await import('@platformatic/kafka')
+  const { Consumer, FetchIsolationLevels, MessagesStreamFallbackModes, MessagesStreamModes } = await import('@platformatic/kafka')
   const consumer = new Consumer({
     clientId: 'txnsim-conform-platformatic-kafka',
     bootstrapBrokers: [req.bootstrap],
@@ -136,6 +136,9 @@ async function main () {
       topics: [req.topic],
       // MANUAL: fetch from exactly these offsets, never from a committed offset or an end of the log.
       mode: MessagesStreamModes.MANUAL,
+      // A fetch error (OFFSET_OUT_OF_RANGE among them, once the library's own retries are spent) ends the
+      // stream with that error, which the adapter prints, instead of moving to an end of the log.
+      fallbackMode: MessagesStreamFallbackModes.FAIL,
       offsets: [{ topic: req.topic, partition: req.partition, offset: BigInt(req.start_offset) }],
       autocommit: false,
       isolationLevel: req.isolation === 'read_committed'
