@@ -177,11 +177,35 @@ impl History {
 
 /// Checks every history invariant against the final logs. `logs` are the partition leaders' logs at the end.
 pub fn check_history(history: &History, logs: &dyn Logs) -> Vec<Violation> {
+    check_history_exempting(history, logs, &[])
+}
+
+/// `check_history` with `duplicate` and `nonmonotonic-send` leaving out the producers in `unordered`:
+/// producers without idempotence, whose records a real cluster may store twice or out of order (a
+/// target sweep's plain producer, docs/real-kafka.md).
+pub fn check_history_exempting(history: &History, logs: &dyn Logs, unordered: &[&str]) -> Vec<Violation> {
     let facts: BTreeMap<&TopicPartition, LogFacts> = logs.logs().map(|(tp, l)| (tp, LogFacts::of(l))).collect();
+    let exempt_values = sent_values(history, unordered);
     let mut out = Vec::new();
     check_offsets_and_values(history, &facts, &mut out);
-    check_sends(history, &mut out);
+    for (tp, f) in &facts {
+        out.extend(check_duplicates(tp, f, |v| !exempt_values.contains(v)));
+    }
+    check_sends(history, unordered, &mut out);
     check_polls(history, &facts, &mut out);
+    out
+}
+
+/// Every value the producers in `processes` were asked to send.
+fn sent_values<'h>(history: &'h History, processes: &[&str]) -> std::collections::BTreeSet<&'h str> {
+    let mut out = std::collections::BTreeSet::new();
+    for e in &history.events {
+        if let Event::Invoke { process, call: ProducerCall::Send { values, .. }, .. } = e {
+            if processes.contains(&process.as_str()) {
+                out.extend(values.iter().map(String::as_str));
+            }
+        }
+    }
     out
 }
 
@@ -256,9 +280,6 @@ fn check_offsets_and_values(history: &History, facts: &BTreeMap<&TopicPartition,
             }
         }
     }
-    for (tp, f) in facts {
-        out.extend(check_duplicates(tp, f, |_| true));
-    }
 }
 
 /// `duplicate` on one partition: the first value stored at two offsets, among the values `counted`
@@ -278,13 +299,15 @@ pub fn check_duplicates(tp: &TopicPartition, facts: &LogFacts, counted: impl Fn(
 }
 
 /// `nonmonotonic-send`: successive acknowledged sends of one producer to one partition, in the order
-/// they were invoked, land at increasing offsets.
-fn check_sends(history: &History, out: &mut Vec<Violation>) {
+/// they were invoked, land at increasing offsets; the producers in `unordered` are not held to it.
+fn check_sends(history: &History, unordered: &[&str], out: &mut Vec<Violation>) {
     let mut order: Vec<(String, u64, TopicPartition)> = Vec::new();
     let mut acked: BTreeMap<(String, u64), Offset> = BTreeMap::new();
     for e in &history.events {
         match e {
-            Event::Invoke { process, call_id, call: ProducerCall::Send { partition, .. }, .. } => {
+            Event::Invoke { process, call_id, call: ProducerCall::Send { partition, .. }, .. }
+                if !unordered.contains(&process.as_str()) =>
+            {
                 order.push((process.clone(), *call_id, partition.clone()));
             }
             Event::Complete { process, call_id, outcome: CallOutcome::Sent { first_offset, .. }, .. } => {

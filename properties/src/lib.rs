@@ -19,7 +19,10 @@ pub mod timers;
 
 pub use catalogue::{Invariant, Kind, Violation};
 pub use group_offsets::check_group_offsets;
-pub use history::{check_history, check_read_superset, CallOutcome, Event, History, LeaderHighWatermark, ProducerCall};
+pub use history::{
+    check_history, check_history_exempting, check_read_superset, CallOutcome, Event, History, LeaderHighWatermark,
+    ProducerCall,
+};
 pub use intent::{check_committed_sends, check_failed_sends, intent_claimed};
 pub use liveness::check_liveness;
 pub use log_facts::LogFacts;

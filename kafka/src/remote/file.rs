@@ -10,9 +10,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::ExitCode;
 use txnsim_engine::{Offset, PartitionLog, ProducerKind, TopicPartition};
-use txnsim_properties::history::{check_duplicates, ProducerCall};
-use txnsim_properties::log_facts::LogFacts;
-use txnsim_properties::{check_history, check_read_superset, Event, History, Invariant, Kind, Violation};
+use txnsim_properties::{check_history_exempting, check_read_superset, Event, History, Invariant, Kind, Violation};
 use txnsim_sim::Profile;
 
 /// The `format` field of a history file.
@@ -106,7 +104,6 @@ fn delivered(history: &History, consumer: &str, tp: &TopicPartition) -> Vec<(Off
 pub fn check_seed(profile: Profile, history: &History, wire_logs: &[WireLog]) -> Result<Vec<Violation>, String> {
     let logs: BTreeMap<TopicPartition, PartitionLog> =
         wire_logs.iter().map(|l| Ok((l.topic_partition(), l.to_partition_log()?))).collect::<Result<_, String>>()?;
-    let mut out = check_history(history, &logs);
     // `duplicate` and `nonmonotonic-send` leave out the plain producer: without idempotence Kafka may
     // store a record twice or out of order, and librdkafka resends a batch answered NOT_LEADER_OR_FOLLOWER
     // whatever `retries` says (`rd_kafka_handle_Produce_error`), behind later ones, which Kafka answers
@@ -115,26 +112,7 @@ pub fn check_seed(profile: Profile, history: &History, wire_logs: &[WireLog]) ->
     let params = profile.params();
     let plain: Vec<&str> =
         params.producers.iter().filter(|p| p.kind == ProducerKind::Plain).map(|p| p.name.as_str()).collect();
-    let plain_values: std::collections::BTreeSet<&str> = history
-        .events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Invoke { process, call: ProducerCall::Send { values, .. }, .. }
-                if plain.contains(&process.as_str()) =>
-            {
-                Some(values.iter().map(String::as_str))
-            }
-            _ => None,
-        })
-        .flatten()
-        .collect();
-    let plain_sender = |witness: &str| plain.iter().any(|p| witness.starts_with(&format!("{p} -> ")));
-    out.retain(|v| {
-        v.invariant != Invariant::Duplicate && !(v.invariant == Invariant::NonmonotonicSend && plain_sender(&v.witness))
-    });
-    for (tp, log) in &logs {
-        out.extend(check_duplicates(tp, &LogFacts::of(log), |v| !plain_values.contains(v)));
-    }
+    let mut out = check_history_exempting(history, &logs, &plain);
     // A record a reader delivered beyond the log read back: the log holds no value where the poll saw one.
     for e in &history.events {
         let Event::Poll { consumer, partition, records, .. } = e else { continue };

@@ -1,0 +1,143 @@
+"""The txnsim-conform/v1 adapter for kafka-python (see ../README.md and docs/conform.md).
+
+Reads one request line on stdin, reads the one partition it names with a KafkaConsumer that has no group
+(assign + seek, no offset commits) at the requested isolation level, and prints the client line, one line
+per record that poll() handed over, and the consumer's own position() after its last poll. Everything the
+library logs goes to stderr (Python's logging default), so stdout holds only the contract's lines.
+"""
+
+import json
+import sys
+import time
+from importlib.metadata import version
+
+FORMAT = "txnsim-conform/v1"
+CLIENT = "kafka-python"
+ISOLATIONS = ("read_committed", "read_uncommitted")
+# One poll waits at most this long, so that the stop conditions are checked often even when the client
+# hands over nothing (a fetch of markers only moves the position without delivering a record).
+POLL_SLICE_MS = 200
+# position() may need a network round trip when the client has lost its position; it gets at least this
+# much even when the read's own time is spent, so that the last line reports rather than times out.
+POSITION_FLOOR_MS = 2000
+
+
+def emit(obj):
+    sys.stdout.write(json.dumps(obj, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
+def fail(message):
+    # The contract's error line is one line: newlines in an exception's text would break it.
+    emit({"error": " ".join(str(message).split())})
+    sys.exit(1)
+
+
+def parse_request(line):
+    """The request's fields, checked, or a ValueError saying which one is wrong."""
+    req = json.loads(line)
+    if not isinstance(req, dict):
+        raise ValueError("the request is not a JSON object")
+    if req.get("format") != FORMAT:
+        raise ValueError(f"format is {req.get('format')!r}, this adapter speaks {FORMAT}")
+    for key in ("bootstrap", "topic", "isolation"):
+        if not isinstance(req.get(key), str):
+            raise ValueError(f"{key} is missing or not a string")
+    for key in ("partition", "start_offset", "stop_offset", "max_records", "timeout_ms"):
+        # bool is an int in Python; true is not an offset.
+        if not isinstance(req.get(key), int) or isinstance(req.get(key), bool) or req[key] < 0:
+            raise ValueError(f"{key} is missing or not a non-negative integer")
+    return req
+
+
+def text(raw, what, offset):
+    """A key or value as the contract's UTF-8 string; a record whose bytes are not UTF-8 is an error
+    (said so, with its offset) rather than a silently altered value."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"the {what} at offset {offset} is not UTF-8: {e}") from None
+
+
+def record_line(record):
+    line = {"offset": record.offset, "value": None if record.value is None else text(record.value, "value", record.offset)}
+    if record.key is not None:
+        line["key"] = text(record.key, "key", record.offset)
+    return line
+
+
+def main():
+    started = time.monotonic()
+    # The client line comes first whatever follows: the distribution's installed version, which is the
+    # pin in requirements.txt.
+    emit({"client": CLIENT, "version": version("kafka-python")})
+    try:
+        req = parse_request(sys.stdin.readline())
+    except ValueError as e:
+        fail(f"bad request: {e}")
+    if req["isolation"] not in ISOLATIONS:
+        fail(f"bad request: isolation is {req['isolation']!r}, not one of {', '.join(ISOLATIONS)}")
+    deadline = started + req["timeout_ms"] / 1000.0
+
+    # Imported after the client line so that an import failure still reports as an error line.
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(
+        bootstrap_servers=req["bootstrap"],
+        client_id="txnsim-conform-kafka-python",
+        # No group: the read is assign + seek, and nothing is committed anywhere.
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level=req["isolation"],
+        # A start offset outside the log raises instead of quietly moving to one end of it: the
+        # request names where the read starts.
+        auto_offset_reset="none",
+        # A read never creates the topic it was asked about (a wrong name shows as an empty read).
+        allow_auto_create_topics=False,
+        # The constructor bootstraps eagerly (30 s by default): bounded by the read's own time instead.
+        bootstrap_timeout_ms=max(int((deadline - time.monotonic()) * 1000), POSITION_FLOOR_MS),
+        # Bytes in, bytes out: the adapter decodes them itself.
+        key_deserializer=None,
+        value_deserializer=None,
+    )
+    try:
+        tp = TopicPartition(req["topic"], req["partition"])
+        consumer.assign([tp])
+        consumer.seek(tp, req["start_offset"])
+        delivered = 0
+        # The client's own position after the seek (no fetch yet): a read asked to stop at or before it
+        # polls not at all.
+        position = consumer.position(tp, timeout_ms=POSITION_FLOOR_MS)
+        while True:
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            if position is None:
+                emit({"position": None, "why": "kafka-python's position() returned None: it had no position within the timeout"})
+                return
+            if position >= req["stop_offset"] or delivered >= req["max_records"] or remaining_ms <= 0:
+                break
+            batches = consumer.poll(
+                timeout_ms=min(POLL_SLICE_MS, remaining_ms), max_records=req["max_records"] - delivered
+            )
+            # One partition is assigned, so there is one list at most; every record it holds is printed,
+            # in the order the client handed them over.
+            for records in batches.values():
+                for record in records:
+                    emit(record_line(record))
+                    delivered += 1
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            position = consumer.position(tp, timeout_ms=max(remaining_ms, POSITION_FLOOR_MS))
+        emit({"position": position})
+    finally:
+        # Bounded: close() would otherwise fall back to request_timeout_ms.
+        consumer.close(autocommit=False, timeout_ms=1000)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except SystemExit:
+        raise
+    except BaseException as e:  # noqa: BLE001 - the contract wants every failure as one error line
+        # Most of the clients' exceptions already start with their class's name; the others get it.
+        said = str(e)
+        fail(said if said.startswith(type(e).__name__) else f"{type(e).__name__}: {said}")
