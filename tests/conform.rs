@@ -1,5 +1,5 @@
-//! `txnsim conform` (issue 48): the whole catalogue against librdkafka through the confluent-kafka adapter,
-//! every cell's and every read's exact outcome; a deliberately wrong adapter caught at its first wrong
+//! `txnsim conform` (issue 48): the whole catalogue against librdkafka (the confluent-kafka adapter) and
+//! kafka-python, every cell's and every read's exact outcome; a deliberately wrong adapter caught at its first wrong
 //! delivery with the command that reproduces it; bad input (exit 2, one line) and adapters that break
 //! the protocol (an adapter error, exit 2, never a pass).
 
@@ -16,13 +16,13 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const RUN_LIMIT: Duration = Duration::from_secs(180);
 const INSTALL_LIMIT: Duration = Duration::from_secs(300);
 
-/// The adapter's `run`, after its `install` (pinned confluent-kafka from PyPI into target/conform/; a
+/// An adapter's `run`, after its `install` (its pinned client from its registry into target/conform/; a
 /// second install is a no-op). A failed install fails the test with its reason.
-fn confluent_kafka() -> String {
-    let dir = Path::new(ROOT).join("conform/adapters/confluent-kafka");
-    let mut install = Command::new(dir.join("install")).spawn().expect("run the confluent-kafka adapter's install");
-    let status = wait_bounded(&mut install, INSTALL_LIMIT, "conform/adapters/confluent-kafka/install");
-    assert!(status.success(), "conform/adapters/confluent-kafka/install failed ({status}): see its stderr above");
+fn adapter(name: &str) -> String {
+    let dir = Path::new(ROOT).join("conform/adapters").join(name);
+    let mut install = Command::new(dir.join("install")).spawn().expect("run the adapter's install");
+    let status = wait_bounded(&mut install, INSTALL_LIMIT, &format!("conform/adapters/{name}/install"));
+    assert!(status.success(), "conform/adapters/{name}/install failed ({status}): see its stderr above");
     dir.join("run").display().to_string()
 }
 
@@ -32,42 +32,55 @@ fn catalogue() -> Vec<String> {
     text.lines().filter_map(|l| l.strip_prefix("## ")).map(str::to_string).collect()
 }
 
-/// What each layout's cell is for librdkafka 2.16.0: every layout passes (records and position). A new
-/// layout must be added here with its outcome.
-const LIBRDKAFKA: [(&str, &str); 11] = [
-    ("alternating", "pass"),
-    ("start-in-abort", "pass"),
-    ("marker-alone", "pass"),
-    ("overlapping-aborts", "pass"),
-    ("empty-abort", "pass"),
-    ("control-at-end", "pass"),
-    ("open-lso", "pass"),
-    ("non-transactional", "pass"),
-    ("spanning-segments", "pass"),
-    ("deleted-start", "pass"),
-    ("tv1-tv2", "pass"),
+/// The gate's clients: adapter directory, the client and version its adapter prints.
+const CLIENTS: [(&str, &str, &str); 2] =
+    [("confluent-kafka", "confluent-kafka", "2.16.1 (librdkafka 2.16.0)"), ("kafka-python", "kafka-python", "3.0.12")];
+
+/// Each layout's cell for each of `CLIENTS`, in order: every layout passes for both (records and
+/// position). A new layout or client must be added here with its outcome.
+const CELLS: [(&str, [&str; 2]); 11] = [
+    ("alternating", ["pass", "pass"]),
+    ("start-in-abort", ["pass", "pass"]),
+    ("marker-alone", ["pass", "pass"]),
+    ("overlapping-aborts", ["pass", "pass"]),
+    ("empty-abort", ["pass", "pass"]),
+    ("control-at-end", ["pass", "pass"]),
+    ("open-lso", ["pass", "pass"]),
+    ("non-transactional", ["pass", "pass"]),
+    ("spanning-segments", ["pass", "pass"]),
+    ("deleted-start", ["pass", "pass"]),
+    ("tv1-tv2", ["pass", "pass"]),
 ];
 
 #[test]
-fn librdkafka_reads_every_layout_as_kafkas_rules_deliver() {
-    let client = confluent_kafka();
+fn gate_clients_read_every_layout_as_kafkas_rules_deliver() {
+    let runs: Vec<String> = CLIENTS.iter().map(|(dir, _, _)| adapter(dir)).collect();
     let dir = tempfile::tempdir().expect("a temporary folder");
     let json = dir.path().join("conform.json");
     let html = dir.path().join("conform.html");
-    let args = ["conform", "--client", &client, "--jobs", "4", "--timeout-ms", "10000"];
-    let paths = ["--json", json.to_str().expect("utf-8"), "--html", html.to_str().expect("utf-8")];
-    let (code, out, err) = txnsim(&[&args[..], &paths[..]].concat(), RUN_LIMIT);
-    assert_eq!(code, 0, "every layout passes for librdkafka\nstdout:\n{out}\nstderr:\n{err}");
-    assert!(out.contains("conform: 11 pass, 0 unsupported, 0 failing, 0 adapter error(s)"), "{out}");
+    let mut args = vec!["conform", "--jobs", "8", "--timeout-ms", "10000"];
+    for run in &runs {
+        args.extend(["--client", run]);
+    }
+    args.extend(["--json", json.to_str().expect("utf-8"), "--html", html.to_str().expect("utf-8")]);
+    let (code, out, err) = txnsim(&args, RUN_LIMIT);
+    assert_eq!(code, 0, "every layout passes for the gate's clients\nstdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("conform: 22 pass, 0 unsupported, 0 failing, 0 adapter error(s)"), "{out}");
     let report = assert_valid("conform.schema.json", &json);
-    let names: Vec<&str> = LIBRDKAFKA.iter().map(|(n, _)| *n).collect();
-    assert_eq!(catalogue(), names, "the table above lists the catalogue's layouts, in order");
-    assert_eq!(report["clients"][0]["client"], "confluent-kafka");
-    assert_eq!(report["clients"][0]["version"], "2.16.1 (librdkafka 2.16.0)");
+    let names: Vec<&str> = CELLS.iter().map(|(n, _)| *n).collect();
+    assert_eq!(catalogue(), names, "CELLS lists the catalogue's layouts, in order");
+    for (i, (_, client, version)) in CLIENTS.iter().enumerate() {
+        assert_eq!(
+            (report["clients"][i]["client"].as_str(), report["clients"][i]["version"].as_str()),
+            (Some(*client), Some(*version))
+        );
+    }
     let cells = report["cells"].as_array().expect("cells");
-    assert_eq!(cells.len(), LIBRDKAFKA.len(), "one cell per layout: {report}");
-    for (cell, (layout, verdict)) in cells.iter().zip(LIBRDKAFKA) {
-        assert_eq!((cell["layout"].as_str(), cell["verdict"].as_str()), (Some(layout), Some(verdict)), "{cell}");
+    let want = CLIENTS.iter().enumerate().flat_map(|(i, _)| CELLS.iter().map(move |(layout, v)| (i, *layout, v[i])));
+    assert_eq!(cells.len(), CLIENTS.len() * CELLS.len(), "one cell per client and layout: {report}");
+    for (cell, (client, layout, verdict)) in cells.iter().zip(want) {
+        let got = (cell["client"].as_u64(), cell["layout"].as_str(), cell["verdict"].as_str());
+        assert_eq!(got, (Some(client as u64), Some(layout), Some(verdict)), "{cell}");
         for read in cell["reads"].as_array().expect("reads") {
             // A pass is exact: the records in order and the position, with no note.
             assert_eq!(read["outcome"]["records"], read["expected"]["records"], "{layout}: {read}");
@@ -76,9 +89,9 @@ fn librdkafka_reads_every_layout_as_kafkas_rules_deliver() {
         }
     }
     let reads: usize = cells.iter().map(|c| c["reads"].as_array().map_or(0, Vec::len)).sum();
-    assert_eq!(reads, 32, "16 reads in the catalogue, each at both isolation levels");
+    assert_eq!(reads, 2 * 32, "16 reads in the catalogue, each at both isolation levels, for each client");
     let page = std::fs::read_to_string(&html).expect("the page was written");
-    assert_eq!(page.matches("<td class=\"Pass\">pass</td>").count(), 11, "{page}");
+    assert_eq!(page.matches("<td class=\"Pass\">pass</td>").count(), 22, "{page}");
 }
 
 /// The adapter prints an aborted record (offset 3 of `alternating`): the cell fails at that record, at
