@@ -175,3 +175,24 @@ fn an_adapter_that_breaks_the_protocol_is_an_adapter_error() {
         assert!(out.contains(stderr), "{command}: the stderr tail is shown: {out}");
     }
 }
+
+/// A client whose API cannot tell its position says so (`"position":null`): its records are still held
+/// to the reference (read_committed passes, read_uncommitted misses o1), and the report says the position
+/// was not compared instead of passing it silently.
+#[test]
+fn a_position_the_client_cannot_tell_is_noted_not_compared() {
+    let client = r#"head -1 >/dev/null; echo '{"client":"c","version":"1"}'; echo '{"offset":0,"value":"c1"}'; echo '{"position":null,"why":"no API"}'"#;
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let json = dir.path().join("conform.json");
+    let args = ["conform", "--client", client, "--only", "open-lso", "--json", json.to_str().expect("utf-8")];
+    let (code, out, err) = txnsim(&args, RUN_LIMIT);
+    assert_eq!(code, 1, "read_uncommitted misses a record\nstdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("[1] position not compared in 2 read(s): no API\n"), "{out}");
+    let report = assert_valid("conform.schema.json", &json);
+    let reads = &report["cells"][0]["reads"];
+    assert_eq!(
+        (reads[0]["verdict"].as_str(), reads[0]["detail"].as_str()),
+        (Some("pass"), Some("position not reported: no API"))
+    );
+    assert_eq!(reads[1]["detail"], "missing: offset 2 (\"o1\") not delivered");
+}

@@ -187,6 +187,20 @@ impl Matrix<'_> {
                 }
             }
         }
+        for (i, _) in self.clients.iter().enumerate() {
+            let unknown: Vec<&str> = self
+                .runs
+                .iter()
+                .filter(|r| r.client == i)
+                .filter_map(|r| match &r.outcome {
+                    Outcome::Read { position_unknown: Some(why), .. } => Some(why.as_str()),
+                    _ => None,
+                })
+                .collect();
+            if let Some(why) = unknown.first() {
+                out += &format!("[{}] position not compared in {} read(s): {why}\n", i + 1, unknown.len());
+            }
+        }
         out + &self.summary() + "\n"
     }
 
