@@ -1327,3 +1327,54 @@ fn unchecked_client_names_are_caught_by_the_exact_answers() {
     let n = txnsim_kafka::api::SUPPORTED.len();
     assert_eq!(api_versions_v3_by_name(Mutations::one(Mutation::ApiVersionsNamesUnchecked)), [(0, n); 3]);
 }
+
+/// Every batch of a fetched partition as (offset, control), data records one by one.
+fn batch_offsets(records: &Bytes) -> Vec<(i64, bool)> {
+    let mut buf = records.clone();
+    let sets = RecordBatchDecoder::decode_all(&mut buf).expect("fetched records decode");
+    sets.iter().flat_map(|s| s.records.iter().map(|r| (r.offset, r.control))).collect()
+}
+
+/// A cluster the engine built (`txnsim conform`'s way: `Cluster::into_brokers`, `Driver::from_cluster`)
+/// is served as it stands, and a Fetch reads one segment, as `LocalLog.read` returns the first segment
+/// holding data at or after the fetch offset and stops at its end: segments [x1 0, x2 1] [ABORT 2]
+/// [c1 3, COMMIT 4] come back one per fetch, the first with the aborted list but not its marker.
+#[test]
+fn a_built_cluster_is_served_and_a_fetch_reads_one_segment() {
+    use txnsim_engine::{Cluster, ProducerKind};
+    let mut cluster = Cluster::new(&BTreeMap::from([(TOPIC.to_string(), 1)]), EngineConfig::default());
+    cluster.add_producer("p", ProducerKind::Transactional { transactional_id: "p".into() });
+    let tp = TopicPartition::new(TOPIC, 0);
+    let roll = |c: &mut Cluster| c.broker.partition_mut(&tp).expect("t-0").roll_segment();
+    let call = |c: &mut Cluster, f: &dyn Fn(&mut txnsim_engine::Producer, u64) -> _| {
+        c.call_producer("p", |p, now| f(p, now)).expect("the engine answers").expect("the call completes")
+    };
+    call(&mut cluster, &|p, now| p.init_transactions(now));
+    cluster.producers.get_mut("p").expect("p").begin_transaction().expect("begin");
+    for v in ["x1", "x2"] {
+        call(&mut cluster, &|p, now| p.send(now, TopicPartition::new(TOPIC, 0), vec![v.to_string()]));
+    }
+    roll(&mut cluster);
+    call(&mut cluster, &|p, now| p.abort_transaction(now));
+    roll(&mut cluster);
+    cluster.producers.get_mut("p").expect("p").begin_transaction().expect("begin");
+    call(&mut cluster, &|p, now| p.send(now, TopicPartition::new(TOPIC, 0), vec!["c1".to_string()]));
+    call(&mut cluster, &|p, now| p.commit_transaction(now));
+    let now = cluster.now_ms;
+    let (brokers, controller, timers) = cluster.into_brokers();
+    let mut d = Driver::from_cluster(brokers, Some(controller), timers, &[("127.0.0.1".into(), 9092)]);
+    let mut fetched = Vec::new();
+    for (corr, offset) in [(1, 0), (2, 2), (3, 3)] {
+        let r: FetchResponse = answer(d.on_frame(now, 1, request(ApiKey::Fetch, 12, corr, &fetch(1, offset))), 1, 12);
+        let p = &r.responses[0].partitions[0];
+        let aborted = p.aborted_transactions.as_ref().expect("read_committed").iter().map(|a| a.first_offset);
+        fetched.push((batch_offsets(p.records.as_ref().expect("records")), aborted.collect::<Vec<_>>()));
+    }
+    let want = vec![
+        (vec![(0, false), (1, false)], vec![0]),
+        (vec![(2, true)], vec![0]),
+        (vec![(3, false), (4, true)], vec![]),
+    ];
+    assert_eq!(fetched, want, "one segment per fetch, with the aborted transactions overlapping it");
+    assert!(d.violations().is_empty(), "{:?}", d.violations());
+}
