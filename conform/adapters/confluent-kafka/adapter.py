@@ -45,9 +45,14 @@ def main():
                     continue
                 out({"error": str(msg.error())})
                 return 1
-            record = {"offset": msg.offset(), "value": msg.value().decode("utf-8", "replace")}
-            if msg.key() is not None:
-                record["key"] = msg.key().decode("utf-8", "replace")
+            try:
+                record = {"offset": msg.offset(), "value": (msg.value() or b"").decode("utf-8")}
+                if msg.key() is not None:
+                    record["key"] = msg.key().decode("utf-8")
+            except UnicodeDecodeError:
+                # Never a changed value: the contract's values are UTF-8 text.
+                out({"error": f"offset {msg.offset()}: the key or value is not UTF-8"})
+                return 1
             out(record)
             delivered += 1
         # librdkafka's position: the offset after the last message the application got (rd_kafka_position).
