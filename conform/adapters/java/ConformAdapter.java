@@ -64,11 +64,10 @@ public class ConformAdapter {
             code = 1;
         }
         OUT.flush();
-        // The client's threads (none after close, but a JVM exit is cheaper than waiting to be sure).
+        // The consumer's network thread would keep the JVM up: the exit ends it.
         System.exit(code);
     }
 
-    @SuppressWarnings("deprecation") // close(Duration): 3.9.1 has no CloseOptions
     static int read(long started) throws Exception {
         String line = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8)).readLine();
         if (line == null) {
@@ -117,41 +116,38 @@ public class ConformAdapter {
         p.put("key.deserializer", ByteArrayDeserializer.class.getName());
         p.put("value.deserializer", ByteArrayDeserializer.class.getName());
 
+        // Never closed: the read has no group and commits nothing, so close() would only spend time (half
+        // a second on a busy machine) that main's exit saves.
         KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(p);
-        try {
-            TopicPartition tp = new TopicPartition(topic, partition);
-            consumer.assign(List.of(tp));
-            consumer.seek(tp, start);
-            long delivered = 0;
-            // The client's own position after the seek (no fetch yet): a read asked to stop at or before it
-            // polls not at all.
-            long position = consumer.position(tp, Duration.ofMillis(POSITION_FLOOR_MS));
-            while (true) {
-                long remainingMs = (deadline - System.nanoTime()) / 1_000_000L;
-                if (position >= stop || delivered >= maxRecords || remainingMs <= 0) {
-                    break;
-                }
-                ConsumerRecords<byte[], byte[]> records =
-                        consumer.poll(Duration.ofMillis(Math.min(POLL_SLICE_MS, remainingMs)));
-                // One partition is assigned: every record poll() handed over is printed, in its order.
-                for (ConsumerRecord<byte[], byte[]> r : records) {
-                    Map<String, Object> out = new LinkedHashMap<>();
-                    out.put("offset", r.offset());
-                    out.put("value", r.value() == null ? null : utf8(r.value(), "value", r.offset()));
-                    if (r.key() != null) {
-                        out.put("key", utf8(r.key(), "key", r.offset()));
-                    }
-                    emit(out);
-                    delivered++;
-                }
-                remainingMs = (deadline - System.nanoTime()) / 1_000_000L;
-                position = consumer.position(tp, Duration.ofMillis(Math.max(remainingMs, POSITION_FLOOR_MS)));
+        TopicPartition tp = new TopicPartition(topic, partition);
+        consumer.assign(List.of(tp));
+        consumer.seek(tp, start);
+        long delivered = 0;
+        // The client's own position after the seek (no fetch yet): a read asked to stop at or before it
+        // polls not at all.
+        long position = consumer.position(tp, Duration.ofMillis(POSITION_FLOOR_MS));
+        while (true) {
+            long remainingMs = (deadline - System.nanoTime()) / 1_000_000L;
+            if (position >= stop || delivered >= maxRecords || remainingMs <= 0) {
+                break;
             }
-            emit(obj("position", position));
-        } finally {
-            // Bounded: close() would otherwise wait up to 30 s for nothing (no group, no commits).
-            consumer.close(Duration.ofMillis(1000));
+            ConsumerRecords<byte[], byte[]> records =
+                    consumer.poll(Duration.ofMillis(Math.min(POLL_SLICE_MS, remainingMs)));
+            // One partition is assigned: every record poll() handed over is printed, in its order.
+            for (ConsumerRecord<byte[], byte[]> r : records) {
+                Map<String, Object> out = new LinkedHashMap<>();
+                out.put("offset", r.offset());
+                out.put("value", r.value() == null ? null : utf8(r.value(), "value", r.offset()));
+                if (r.key() != null) {
+                    out.put("key", utf8(r.key(), "key", r.offset()));
+                }
+                emit(out);
+                delivered++;
+            }
+            remainingMs = (deadline - System.nanoTime()) / 1_000_000L;
+            position = consumer.position(tp, Duration.ofMillis(Math.max(remainingMs, POSITION_FLOOR_MS)));
         }
+        emit(obj("position", position));
         return 0;
     }
 
