@@ -11,6 +11,12 @@
 // P-<layout>-<producer>. It extends scripts/Differential.java, whose steps it shares: the layout syntax is
 // translated into Differential's (`producer P` is its `producer P P`, `plain P` its `idempotent P
 // acks=all`), and `topic`, `roll`, `delete-records`, `read` and transaction.version=1 are this file's.
+// A producer's K=V other than transaction.version go to KafkaProducer as they are (compression.type, or
+// any other producer config); its transaction.timeout.ms is 15 minutes unless it says otherwise, so that
+// a transaction a layout leaves open is still open when the adapters read it.
+//
+// Layouts run with the cluster to themselves: `transaction.version=1` lowers the cluster-wide feature for
+// a moment, and any other client's producer that connects then takes TV1 too.
 //
 // stdout: one JSON object per line, nothing else (what each step did goes to stderr):
 //   {"layout":L,"what":TEXT,"prefix":"P-L-"}                           a layout starts
@@ -170,7 +176,10 @@ public class ConformLayouts extends Differential {
                 print("topic " + w[1] + ": created");
             }
             case "producer" -> {
-                List<String> d = new ArrayList<>(List.of("producer", w[1], w[1]));
+                // A layout may leave a transaction open for the adapters' reads that follow the build: the
+                // coordinator aborts it after transaction.timeout.ms (60 s by default), so the player's producers
+                // take the most the broker allows by default (transaction.max.timeout.ms, 15 minutes).
+                List<String> d = new ArrayList<>(List.of("producer", w[1], w[1], "transaction.timeout.ms=900000"));
                 int version = 2;
                 for (int i = 2; i < w.length; i++) {
                     if (w[i].startsWith(TV + "=")) {
