@@ -104,8 +104,6 @@ public class ConformLayouts extends Differential {
     final Map<String, String[]> made = new HashMap<>();
     /** Producers that ran initTransactions: their version is pinned and checked. */
     final List<String> initialized = new ArrayList<>();
-    /** Partitions waiting for their next batch to start a segment, with their end offset at the roll. */
-    final Map<TopicPartition, Long> rolling = new LinkedHashMap<>();
     KafkaProducer<byte[], byte[]> probe;
     /** This layout's JSON lines (stdout) and errors. */
     final List<String> lines = new ArrayList<>();
@@ -301,38 +299,83 @@ public class ConformLayouts extends Differential {
         f.setLong(tm, Long.MAX_VALUE);
     }
 
-    /** `roll`: the roll's config set, and waited for on the leader. */
+    /**
+     * `roll`: the roll's config set, and waited for on the leader. `segment.ms` is a topic config, so a
+     * roll holds for every partition of the topic until the rolled one's next batch is in: another
+     * partition's batch in that time starts a segment too, and is reported as an error.
+     */
     void roll(TopicPartition tp) throws Exception {
+        RollWindow w = windows.get(tp.topic());
+        if (w == null) {
+            w = new RollWindow();
+            for (org.apache.kafka.common.PartitionInfo p : readers.get("ru").partitionsFor(tp.topic())) {
+                w.ends.put(new TopicPartition(tp.topic(), p.partition()), 0L);
+            }
+            w.ends.putAll(readers.get("ru").endOffsets(w.ends.keySet()));
+            alter(tp.topic(), List.of(
+                    new AlterConfigOp(new ConfigEntry("segment.ms", "1"), AlterConfigOp.OpType.SET),
+                    new AlterConfigOp(new ConfigEntry("max.message.bytes", ROLL_MAX_MESSAGE_BYTES), AlterConfigOp.OpType.SET)));
+            awaitLeader(tp, true);
+            windows.put(tp.topic(), w);
+        }
         long end = readers.get("ru").endOffsets(List.of(tp)).get(tp);
-        alter(tp.topic(), List.of(
-                new AlterConfigOp(new ConfigEntry("segment.ms", "1"), AlterConfigOp.OpType.SET),
-                new AlterConfigOp(new ConfigEntry("max.message.bytes", ROLL_MAX_MESSAGE_BYTES), AlterConfigOp.OpType.SET)));
-        awaitLeader(tp, true);
+        w.pending.put(tp, end);
         // Every batch from here on is stamped at least 2 ms after the active segment's first one.
         sleep(5);
-        rolling.put(tp, end);
         print("roll " + tp + " at " + end + ": ok");
     }
 
-    /** After a step (and after a commit's flush): a rolled partition that grew gets its usual config back. */
+    /** A topic under the roll's config: its partitions' end offsets when it began, the rolls waiting. */
+    static final class RollWindow {
+        final Map<TopicPartition, Long> ends = new LinkedHashMap<>();
+        final Map<TopicPartition, Long> pending = new LinkedHashMap<>();
+        final java.util.Set<TopicPartition> reported = new java.util.HashSet<>();
+    }
+
+    final Map<String, RollWindow> windows = new LinkedHashMap<>();
+
+    /**
+     * After a step (and after a commit's flush): once a rolled partition's next batch is in, the topic gets
+     * its usual config back. A partition whose end moved while the roll's config held started a segment
+     * there (unless it was empty); one that was not rolled is an error.
+     */
     @Override
     void appended() {
-        for (TopicPartition tp : new ArrayList<>(rolling.keySet())) {
+        for (String topic : new ArrayList<>(windows.keySet())) {
+            RollWindow w = windows.get(topic);
             try {
-                long end = readers.get("ru").endOffsets(List.of(tp)).get(tp);
-                long at = rolling.get(tp);
-                if (end == at) {
+                Map<TopicPartition, Long> now = readers.get("ru").endOffsets(w.ends.keySet());
+                for (Map.Entry<TopicPartition, Long> e : w.ends.entrySet()) {
+                    TopicPartition q = e.getKey();
+                    if (!w.pending.containsKey(q) && e.getValue() > 0 && now.get(q) > e.getValue() && w.reported.add(q)) {
+                        error("roll: a batch appended to " + q + " while " + topic + " was under the roll's config "
+                                + "started a segment at " + e.getValue() + " too (segment.ms is a topic config)");
+                    }
+                }
+                boolean grew = w.pending.entrySet().stream().anyMatch(e -> now.get(e.getKey()) > e.getValue());
+                if (!grew) {
                     continue;
                 }
-                rolling.remove(tp);
-                alter(tp.topic(), List.of(
+                windows.remove(topic);
+                alter(topic, List.of(
                         new AlterConfigOp(new ConfigEntry("segment.ms", ""), AlterConfigOp.OpType.DELETE),
                         new AlterConfigOp(new ConfigEntry("max.message.bytes", ""), AlterConfigOp.OpType.DELETE)));
-                awaitLeader(tp, false);
-                System.err.println("[" + script + "] roll " + tp + ": a segment starts at " + at + " (end offset now " + end + ")");
-                emit(obj("roll", tp.topic().substring(name("").length()) + "/" + tp.partition(), "base_offset", at));
+                awaitLeader(w.pending.keySet().iterator().next(), false);
+                for (Map.Entry<TopicPartition, Long> e : w.pending.entrySet()) {
+                    TopicPartition tp = e.getKey();
+                    String shown = tp.topic().substring(name("").length()) + "/" + tp.partition();
+                    if (now.get(tp) > e.getValue()) {
+                        System.err.println("[" + script + "] roll " + tp + ": a segment starts at " + e.getValue()
+                                + " (end offset now " + now.get(tp) + ")");
+                        emit(obj("roll", shown, "base_offset", e.getValue()));
+                    } else {
+                        error("roll " + shown + ": its topic's roll ended with the batch of another partition, "
+                                + "before this one's next batch (segment.ms is a topic config)");
+                    }
+                }
             } catch (Exception e) {
-                error("roll " + tp + ": " + error(e) + ": " + e.getMessage());
+                windows.remove(topic);
+                error("roll of " + topic + ": " + error(e) + ": " + e.getMessage());
             }
         }
     }
@@ -433,10 +476,12 @@ public class ConformLayouts extends Differential {
         versions.clear();
         made.clear();
         initialized.clear();
-        for (TopicPartition tp : rolling.keySet()) {
-            error("roll " + tp.topic() + "/" + tp.partition() + ": no batch followed it in the layout");
+        for (RollWindow w : windows.values()) {
+            for (TopicPartition tp : w.pending.keySet()) {
+                error("roll " + tp.topic() + "/" + tp.partition() + ": no batch followed it in the layout");
+            }
         }
-        rolling.clear();
+        windows.clear();
     }
 
     static Map<String, Object> obj(Object... kv) {
