@@ -3,7 +3,7 @@
 // the layouts built on a real Kafka 4.3.1 cluster can be held against the ones `txnsim serve` builds with
 // the engine's own producers and coordinator, and the client adapters can read both.
 //
-// usage: java -cp <classes>:<kafka-clients 4.3.1 classpath> ConformLayouts [--prefix P] HOST:PORT LAYOUTS [NAME ...]
+// usage: java -cp <classes>:<kafka-clients 4.3.1 classpath> ConformLayouts [--prefix P] [--pause] HOST:PORT LAYOUTS [NAME ...]
 //   (conform/adapters/java-4.3.1/layouts compiles it with scripts/Differential.java and runs it so)
 //
 // The layouts run one after another (NAMEs: only those, in the file's order), each on topics
@@ -18,7 +18,11 @@
 // Layouts run with the cluster to themselves: `transaction.version=1` lowers the cluster-wide feature for
 // a moment, and any other client's producer that connects then takes TV1 too.
 //
-// stdout: one JSON object per line, nothing else (what each step did goes to stderr):
+// With --pause the player stops after printing each read's line until a line comes on stdin (or stdin
+// ends; at most 10 minutes), so that the caller reads the partition with other clients while it holds
+// exactly what the read saw: a later step (delete-records, a commit, a timeout) may change it.
+//
+// stdout: one JSON object per line as it happens, nothing else (what each step did goes to stderr):
 //   {"layout":L,"what":TEXT,"prefix":"P-L-"}                           a layout starts
 //   {"layout":L,"roll":"T/N","base_offset":B}                          the roll took effect: B starts a segment
 //   {"layout":L,"read":"T/N","from":F,"topic":"P-L-T","partition":N,
@@ -105,8 +109,8 @@ public class ConformLayouts extends Differential {
     /** Producers that ran initTransactions: their version is pinned and checked. */
     final List<String> initialized = new ArrayList<>();
     KafkaProducer<byte[], byte[]> probe;
-    /** This layout's JSON lines (stdout) and errors. */
-    final List<String> lines = new ArrayList<>();
+    /** Whether each read waits for a line on stdin after its own line. */
+    boolean pause;
     boolean failed;
 
     ConformLayouts(String bootstrap, String prefix) {
@@ -135,7 +139,8 @@ public class ConformLayouts extends Differential {
         Map<String, Object> m = new LinkedHashMap<>();
         m.put("layout", script);
         m.putAll(fields);
-        lines.add(json(m));
+        System.out.println(json(m));
+        System.out.flush();
     }
 
     @Override
@@ -464,6 +469,25 @@ public class ConformLayouts extends Differential {
             m.put(level[1], at);
         }
         emit(m);
+        if (pause) {
+            awaitCaller();
+        }
+    }
+
+    /** --pause: waits for the caller's line on stdin (bounded; an ended stdin waits no more). */
+    void awaitCaller() {
+        java.util.concurrent.CompletableFuture<String> answer = java.util.concurrent.CompletableFuture.supplyAsync(() -> {
+            try {
+                return STDIN.readLine();
+            } catch (java.io.IOException e) {
+                return null;
+            }
+        });
+        try {
+            answer.get(10, TimeUnit.MINUTES);
+        } catch (Exception e) {
+            error("--pause: no line on stdin in 10 minutes after the read");
+        }
     }
 
     @Override
@@ -531,12 +555,20 @@ public class ConformLayouts extends Differential {
     public static void main(String[] args) throws Exception {
         List<String> a = new ArrayList<>(List.of(args));
         String prefix = "conform";
-        if (a.size() >= 2 && a.get(0).equals("--prefix")) {
-            prefix = a.get(1);
-            a = a.subList(2, a.size());
+        boolean pause = false;
+        while (!a.isEmpty() && a.get(0).startsWith("--")) {
+            if (a.get(0).equals("--prefix") && a.size() >= 2) {
+                prefix = a.get(1);
+                a = a.subList(2, a.size());
+            } else if (a.get(0).equals("--pause")) {
+                pause = true;
+                a = a.subList(1, a.size());
+            } else {
+                break;
+            }
         }
         if (a.size() < 2) {
-            System.err.println("usage: ConformLayouts [--prefix P] HOST:PORT LAYOUTS_FILE [NAME ...]");
+            System.err.println("usage: ConformLayouts [--prefix P] [--pause] HOST:PORT LAYOUTS_FILE [NAME ...]");
             System.exit(2);
         }
         // The layouts in order, each with what it tests (its first comment line) and its steps.
@@ -571,19 +603,17 @@ public class ConformLayouts extends Differential {
             }
         }
         ConformLayouts player = new ConformLayouts(a.get(0), prefix);
+        player.pause = pause;
         boolean ok = true;
         for (String n : layouts.keySet()) {
             if (!names.contains(n)) {
                 continue;
             }
             player.script = n;
-            player.lines.clear();
             player.failed = false;
             player.emit(obj("what", what.getOrDefault(n, ""), "prefix", player.name("")));
             boolean ran = player.play(n, layouts.get(n));
             ok &= ran && !player.failed;
-            player.lines.forEach(System.out::println);
-            System.out.flush();
         }
         player.readers.values().forEach(c -> c.close(Duration.ZERO));
         player.admin.close(Duration.ZERO);
