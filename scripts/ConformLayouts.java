@@ -52,7 +52,8 @@
 // stamped 1970 is refused INVALID_TIMESTAMP (LogValidator) under the usual config and RECORD_TOO_LARGE
 // under the roll's (UnifiedLog.analyzeAndValidateRecords checks the size first), and neither appends
 // anything. A batch whose records were sent before the roll step carries their older timestamps and may
-// not roll: in a layout, `roll` comes before the `send`s of the batch it is for.
+// not roll: in a layout, `roll` comes before the `send`s of the batch it is for, and a roll with a send
+// to its partition not yet flushed is an error.
 //
 // `producer P transaction.version=1`: the 4.3.1 producer takes its transaction version from the finalized
 // `transaction.version` feature the brokers report in ApiVersions (TransactionManager
@@ -310,6 +311,15 @@ public class ConformLayouts extends Differential {
      * partition's batch in that time starts a segment too, and is reported as an error.
      */
     void roll(TopicPartition tp) throws Exception {
+        // A record carries the time of its send: one sent before the roll step may be too old to roll.
+        for (Map.Entry<String, List<String[]>> e : pending.entrySet()) {
+            for (String[] send : e.getValue()) {
+                if (name(send[0]).equals(tp.topic()) && Integer.parseInt(send[1]) == tp.partition()) {
+                    throw new IllegalStateException(e.getKey() + "'s send of " + send[2] + " to " + send[0] + "/"
+                            + send[1] + " is not flushed: flush it before the roll, or send it after");
+                }
+            }
+        }
         RollWindow w = windows.get(tp.topic());
         if (w == null) {
             w = new RollWindow();
