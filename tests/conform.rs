@@ -1,5 +1,5 @@
-//! `txnsim conform` (issue 48): the whole catalogue against librdkafka (the confluent-kafka adapter) and
-//! kafka-python, every cell's and every read's exact outcome; a deliberately wrong adapter caught at its first wrong
+//! `txnsim conform` (issue 48): the whole catalogue against librdkafka (the confluent-kafka adapter),
+//! kafka-python and Kafka's Java client 4.3.1, every cell's and every read's exact outcome; a deliberately wrong adapter caught at its first wrong
 //! delivery with the command that reproduces it; bad input (exit 2, one line) and adapters that break
 //! the protocol (an adapter error, exit 2, never a pass).
 
@@ -33,23 +33,26 @@ fn catalogue() -> Vec<String> {
 }
 
 /// The gate's clients: adapter directory, the client and version its adapter prints.
-const CLIENTS: [(&str, &str, &str); 2] =
-    [("confluent-kafka", "confluent-kafka", "2.16.1 (librdkafka 2.16.0)"), ("kafka-python", "kafka-python", "3.0.12")];
+const CLIENTS: [(&str, &str, &str); 3] = [
+    ("confluent-kafka", "confluent-kafka", "2.16.1 (librdkafka 2.16.0)"),
+    ("kafka-python", "kafka-python", "3.0.12"),
+    ("java-4.3.1", "kafka-clients", "4.3.1"),
+];
 
-/// Each layout's cell for each of `CLIENTS`, in order: every layout passes for both (records and
+/// Each layout's cell for each of `CLIENTS`, in order: every layout passes for all three (records and
 /// position). A new layout or client must be added here with its outcome.
-const CELLS: [(&str, [&str; 2]); 11] = [
-    ("alternating", ["pass", "pass"]),
-    ("start-in-abort", ["pass", "pass"]),
-    ("marker-alone", ["pass", "pass"]),
-    ("overlapping-aborts", ["pass", "pass"]),
-    ("empty-abort", ["pass", "pass"]),
-    ("control-at-end", ["pass", "pass"]),
-    ("open-lso", ["pass", "pass"]),
-    ("non-transactional", ["pass", "pass"]),
-    ("spanning-segments", ["pass", "pass"]),
-    ("deleted-start", ["pass", "pass"]),
-    ("tv1-tv2", ["pass", "pass"]),
+const CELLS: [(&str, [&str; 3]); 11] = [
+    ("alternating", ["pass", "pass", "pass"]),
+    ("start-in-abort", ["pass", "pass", "pass"]),
+    ("marker-alone", ["pass", "pass", "pass"]),
+    ("overlapping-aborts", ["pass", "pass", "pass"]),
+    ("empty-abort", ["pass", "pass", "pass"]),
+    ("control-at-end", ["pass", "pass", "pass"]),
+    ("open-lso", ["pass", "pass", "pass"]),
+    ("non-transactional", ["pass", "pass", "pass"]),
+    ("spanning-segments", ["pass", "pass", "pass"]),
+    ("deleted-start", ["pass", "pass", "pass"]),
+    ("tv1-tv2", ["pass", "pass", "pass"]),
 ];
 
 #[test]
@@ -65,7 +68,7 @@ fn gate_clients_read_every_layout_as_kafkas_rules_deliver() {
     args.extend(["--json", json.to_str().expect("utf-8"), "--html", html.to_str().expect("utf-8")]);
     let (code, out, err) = txnsim(&args, RUN_LIMIT);
     assert_eq!(code, 0, "every layout passes for the gate's clients\nstdout:\n{out}\nstderr:\n{err}");
-    assert!(out.contains("conform: 22 pass, 0 unsupported, 0 failing, 0 adapter error(s)"), "{out}");
+    assert!(out.contains("conform: 33 pass, 0 unsupported, 0 failing, 0 adapter error(s)"), "{out}");
     let report = assert_valid("conform.schema.json", &json);
     let names: Vec<&str> = CELLS.iter().map(|(n, _)| *n).collect();
     assert_eq!(catalogue(), names, "CELLS lists the catalogue's layouts, in order");
@@ -89,9 +92,9 @@ fn gate_clients_read_every_layout_as_kafkas_rules_deliver() {
         }
     }
     let reads: usize = cells.iter().map(|c| c["reads"].as_array().map_or(0, Vec::len)).sum();
-    assert_eq!(reads, 2 * 32, "16 reads in the catalogue, each at both isolation levels, for each client");
+    assert_eq!(reads, 3 * 32, "16 reads in the catalogue, each at both isolation levels, for each client");
     let page = std::fs::read_to_string(&html).expect("the page was written");
-    assert_eq!(page.matches("<td class=\"Pass\">pass</td>").count(), 22, "{page}");
+    assert_eq!(page.matches("<td class=\"Pass\">pass</td>").count(), 33, "{page}");
 }
 
 /// The adapter prints an aborted record (offset 3 of `alternating`): the cell fails at that record, at
