@@ -138,6 +138,13 @@ fn bad_input_is_one_line_and_exit_2() {
     assert!(bad_input(&["conform", "--client", "true", "--only", "alternating,nope"])
         .starts_with(&format!("error: --only nope: no such layout in {layouts} (it has alternating, ")));
     let dir = tempfile::tempdir().expect("a temporary folder");
+    let unwritable = dir.path().join("no-such-folder/report.json");
+    let unwritable = unwritable.to_str().expect("utf-8");
+    assert_eq!(
+        bad_input(&["conform", "--client", "true", "--json", unwritable]),
+        format!("error: {unwritable}: No such file or directory (os error 2)"),
+        "an output that cannot be written stops conform before any read"
+    );
     let bad = dir.path().join("bad.txt");
     let cases = [
         ("## a\n# tests a\ntopic t 1\nsend p t 0 v\nread t 0 0\n", "4: send p: no producer p is declared above"),

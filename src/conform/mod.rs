@@ -70,10 +70,10 @@ fn run_checked(args: &ConformArgs) -> Result<ExitCode, String> {
         }
         all.retain(|l| args.only.contains(&l.name));
     }
-    // Outputs are opened first: a path that cannot be written is bad input before minutes of reads.
+    let (cluster, references) = build::build(&all, &file)?;
+    // Outputs are opened before any read: a path that cannot be written is bad input before minutes of reads.
     let json_out = args.json.as_deref().map(create).transpose()?;
     let html_out = args.html.as_deref().map(create).transpose()?;
-    let (cluster, references) = build::build(&all, &file)?;
     let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot listen on loopback: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let now_ms = cluster.now_ms;
