@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 use txnsim::scenario::{self, RunOptions};
-use txnsim_engine::record::{BatchBody, BatchProducer, Record, RecordBatch};
+use txnsim_engine::record::{BatchBody, BatchProducer, CompressionType, Record, RecordBatch};
 use txnsim_engine::TopicPartition;
 use txnsim_kafka::apache_kafka::{ClusterSpec, KafkaCluster};
 use txnsim_kafka::remote::wire::{create_topics, fetch_log, Conn, FetchView, Isolation};
@@ -777,6 +777,10 @@ fn corpus_script(scenario: &serde_json::Value) -> Result<Vec<String>, String> {
     if scenario["transaction_version"].as_u64() == Some(1) {
         return Err("transaction version 1: Kafka's Java client 4.3.1 speaks 2".to_string());
     }
+    if scenario["ops"].as_array().expect("ops").iter().any(|op| !op["compression"].is_null()) {
+        // tests/clients.rs plays compressed transactions through librdkafka on serve instead.
+        return Err("compression: its codecs are played on serve by tests/clients.rs".to_string());
+    }
     let mut steps = Vec::new();
     let topics = scenario["topics"].as_object().cloned().unwrap_or_default();
     if topics.is_empty() {
@@ -896,6 +900,7 @@ fn produce_txn(
         is_transactional: true,
         body: BatchBody::Data(vec![Record { offset: 0, value: value.to_string() }]),
         partition_leader_epoch: 0,
+        compression: CompressionType::None,
     };
     let mut p = PartitionProduceData::default();
     p.index = tp.partition as i32;
