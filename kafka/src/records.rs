@@ -36,6 +36,7 @@ pub struct DecodedBatch {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RecordsError {
     Corrupt,
+    /// zstd in a Produce request below v7 (KIP-110); every codec is decoded otherwise.
     UnsupportedCompression,
     /// A client may not write control batches (`INVALID_RECORD`, `LogValidator`).
     ControlFromClient,
