@@ -109,6 +109,9 @@ pub struct Cell {
     pub txn: Option<String>,
     /// A data record's transaction state.
     pub status: Option<TxnStatus>,
+    /// Its batch's codec (`gzip`, ...), absent when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compression: Option<&'static str>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 use txnsim::scenario::{self, RunOptions};
-use txnsim_engine::record::{BatchBody, BatchProducer, Record, RecordBatch};
+use txnsim_engine::record::{BatchBody, BatchProducer, CompressionType, Record, RecordBatch};
 use txnsim_engine::TopicPartition;
 use txnsim_kafka::apache_kafka::{ClusterSpec, KafkaCluster};
 use txnsim_kafka::remote::wire::{create_topics, fetch_log, Conn, FetchView, Isolation};
@@ -106,7 +106,9 @@ fn describe(uncommitted: &FetchView, committed: &FetchView) -> Vec<String> {
             BatchBody::Control(None) => "empty control batch".to_string(),
         };
         let txn = if b.is_transactional { "transactional" } else { "plain" };
-        lines.push(format!("{}..{} {producer} {txn} {body}", b.base_offset, b.last_offset));
+        // A batch's codec where it has one (the batch attributes' CompressionType).
+        let codec = if b.compression.is_none() { String::new() } else { format!(" {}", b.compression.name()) };
+        lines.push(format!("{}..{} {producer} {txn}{codec} {body}", b.base_offset, b.last_offset));
     }
     for (level, v) in [("read_uncommitted", uncommitted), ("read_committed", committed)] {
         lines.push(format!(
@@ -806,14 +808,15 @@ fn corpus_script(scenario: &serde_json::Value) -> Result<Vec<String>, String> {
         match kind {
             "init_producer" => {
                 let id = op["transactional_id"].as_str().unwrap_or(producer);
-                steps.push(format!("producer {producer} {id}"));
+                steps.push(format!("producer {producer} {id}{}", compression_type(op)));
                 steps.push(format!("init {producer}"));
             }
             "begin" | "commit" | "abort" => steps.push(format!("{kind} {producer}")),
             "produce" | "produce_nontxn" => {
                 if kind == "produce_nontxn" && nontxn.insert(producer.to_string()) {
                     let plain = op["producer"].is_null();
-                    steps.push(format!("{} {producer}", if plain { "plain" } else { "idempotent" }));
+                    let kind = if plain { "plain" } else { "idempotent" };
+                    steps.push(format!("{kind} {producer}{}", compression_type(op)));
                 }
                 steps.extend(values()?.iter().map(|v| format!("send {producer} {topic} {partition} {v}")));
                 steps.push(format!("flush {producer}"));
@@ -831,6 +834,11 @@ fn corpus_script(scenario: &serde_json::Value) -> Result<Vec<String>, String> {
         }
     }
     Ok(steps)
+}
+
+/// A scenario producer's `compression` as the Java client's setting (Differential.java's `K=V`).
+fn compression_type(op: &serde_json::Value) -> String {
+    op["compression"].as_str().map_or(String::new(), |c| format!(" compression.type={c}"))
 }
 
 /// Every producer-layer scenario of the corpus (`seeds/scenarios/*.json`) that a client can express,
@@ -896,6 +904,7 @@ fn produce_txn(
         is_transactional: true,
         body: BatchBody::Data(vec![Record { offset: 0, value: value.to_string() }]),
         partition_leader_epoch: 0,
+        compression: CompressionType::None,
     };
     let mut p = PartitionProduceData::default();
     p.index = tp.partition as i32;

@@ -29,7 +29,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use txnsim_engine::record::{BatchBody, BatchProducer, Record, RecordBatch};
+use txnsim_engine::record::{BatchBody, BatchProducer, CompressionType, Record, RecordBatch};
 use txnsim_engine::TopicPartition;
 use txnsim_kafka::apache_kafka::{run_bounded, ClusterSpec, Distribution, KafkaCluster, QUICK_JVM};
 use txnsim_kafka::remote::wire::{fetch_log, Conn, Isolation};
@@ -98,6 +98,7 @@ fn produce(version: i16, address: &str, tid: &str, tp: &TopicPartition, pid: i64
         is_transactional: true,
         body: BatchBody::Data(vec![Record { offset: 0, value: "v".to_string() }]),
         partition_leader_epoch: 0,
+        compression: CompressionType::None,
     };
     let mut p = PartitionProduceData::default();
     p.index = tp.partition as i32;

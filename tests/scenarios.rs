@@ -330,6 +330,18 @@ fn a_nested_bad_value_names_its_path() {
     assert_input_error(text, &["op 0", "field 'batches[0].records[0][1]'", "found integer 7"]);
 }
 
+#[test]
+fn an_unknown_codec_or_a_changed_one_is_an_input_error() {
+    let text = format!("{HEAD}[{{\"op\": \"init_producer\", \"producer\": \"p\", \"compression\": \"brotli\"}}]}}]}}");
+    assert_input_error(&text, &["op 0", "field 'compression'", "unknown variant brotli", "gzip"]);
+    // `compression.type` is a producer's setting, fixed when the plain producer is made by its first op.
+    let text = format!(
+        "{HEAD}[{{\"op\": \"produce_nontxn\", \"partition\": 0, \"values\": [\"a\"], \"compression\": \"gzip\"}}, \
+         {{\"op\": \"produce_nontxn\", \"partition\": 0, \"values\": [\"b\"], \"compression\": \"lz4\"}}]}}]}}"
+    );
+    assert_input_error(&text, &["op 1", "field 'compression'", "made with compression 'gzip'"]);
+}
+
 /// `txnsim scenario` on `args`, from a fresh temp folder holding one passing scenario file.
 fn run_in_folder(name: &str, args: impl Fn(&Path) -> Vec<std::path::PathBuf>) -> (i32, String, String) {
     let temp = tempfile::Builder::new().prefix(&format!("txnsim-{name}-")).tempdir().expect("temp dir");

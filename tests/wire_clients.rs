@@ -12,7 +12,7 @@ use common::{wait_bounded, Server};
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-use txnsim_engine::record::BatchBody;
+use txnsim_engine::record::{BatchBody, CompressionType};
 use txnsim_engine::{TopicPartition, TransactionResult};
 
 /// Commit [c-0, c-1] at 0..1 (marker 2), abort [a-0, a-1] at 3..4 (marker 5), commit [c-2] at 6 (marker 7).
@@ -40,7 +40,7 @@ fn main() {
     let mut args = libtest_mimic::Arguments::from_args();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     args.test_threads = args.test_threads.or(Some(cores.max(4)));
-    let cases: [(&str, fn()); 15] = [
+    let cases: [(&str, fn()); 16] = [
         ("confluent_kafka_prints_the_seed_documents_lines", confluent_kafka_prints_the_seed_documents_lines),
         (
             "confluent_kafka_prints_the_seed_documents_lines_on_three_brokers",
@@ -88,6 +88,10 @@ fn main() {
         (
             "a_log_read_back_waits_for_an_open_transactions_marker",
             a_log_read_back_waits_for_an_open_transactions_marker,
+        ),
+        (
+            "confluent_kafka_reads_compressed_transactions_in_their_codec",
+            confluent_kafka_reads_compressed_transactions_in_their_codec,
         ),
     ];
     let trials = cases.into_iter().map(|(name, case)| {
@@ -491,4 +495,29 @@ fn a_log_read_back_waits_for_an_open_transactions_marker() {
         "the log read back ends with the COMMIT marker: {last:?}"
     );
     server.stop_clean();
+}
+
+/// Compressed transactions (issue 48): librdkafka with each `compression.type` commits, aborts and commits
+/// on serve, and reads back exactly what it does uncompressed (`KAFKA_PYTHON_LINES`' pattern) at both
+/// levels. serve keeps each data batch in the producer's codec (`LogValidator`, topic `compression.type`
+/// `producer`) and its Fetch returns it so (the attributes decoded by the log read-back); the markers are
+/// uncompressed (`MemoryRecords.withEndTransactionMarker`).
+fn confluent_kafka_reads_compressed_transactions_in_their_codec() {
+    let codecs = [CompressionType::Gzip, CompressionType::Snappy, CompressionType::Lz4, CompressionType::Zstd];
+    let names: Vec<&str> = codecs.iter().map(|c| c.name()).collect();
+    let server = Server::start("compressed", &[]);
+    let out = run(python("compressed_txn.py", &server.addresses[0], &names), "compressed_txn.py");
+    let want: String =
+        names.iter().map(|codec| KAFKA_PYTHON_LINES.replace("read_", &format!("{codec} read_"))).collect();
+    assert_eq!(out, want, "confluent-kafka's reads of compressed commit, abort, commit");
+    let partitions: Vec<TopicPartition> = names.iter().map(|c| TopicPartition::new(&format!("cz-{c}"), 0)).collect();
+    let logs = txnsim_kafka::remote::wire::read_logs(&server.addresses, &partitions, SCRIPT_TIMEOUT)
+        .expect("serve's logs read back");
+    server.stop_clean();
+    for (codec, log) in codecs.iter().zip(&logs) {
+        let kinds: Vec<(bool, CompressionType)> = log.batches.iter().map(|b| (b.is_control(), b.compression)).collect();
+        let data = (false, *codec);
+        let marker = (true, CompressionType::None);
+        assert_eq!(kinds, [data, marker, data, marker, data, marker], "{}: (control, codec) per batch", log.topic);
+    }
 }

@@ -126,7 +126,12 @@ impl Cluster {
 
     /// Adds (or replaces, as a process restart does) a producer client, bootstrapped to every broker.
     pub fn add_producer(&mut self, name: &str, kind: ProducerKind) {
-        let mut p = Producer::new(name, kind, self.broker_id(), self.config.clone());
+        self.add_configured_producer(name, kind, self.config.clone());
+    }
+
+    /// `add_producer` with the client's own settings (`compression.type`, ...) in place of the cluster's.
+    pub fn add_configured_producer(&mut self, name: &str, kind: ProducerKind, config: EngineConfig) {
+        let mut p = Producer::new(name, kind, self.broker_id(), config);
         self.bootstrap(&mut p);
         self.producers.insert(name.to_string(), p);
     }

@@ -2,6 +2,7 @@
 
 use crate::mutation::Mutations;
 use crate::proposal::Proposal;
+use crate::record::CompressionType;
 use crate::types::{TimeMs, TransactionVersion};
 use serde::{Deserialize, Serialize};
 
@@ -31,6 +32,10 @@ pub struct EngineConfig {
     pub linger_ms: TimeMs,
     /// Producer `max.in.flight.requests.per.connection` (default 5; at most 5 with idempotence).
     pub max_in_flight_requests_per_connection: u32,
+    /// Producer `compression.type` (default none): the codec of every data batch it sends; left out of
+    /// serialized configs when none.
+    #[serde(default, skip_serializing_if = "CompressionType::is_none")]
+    pub compression_type: CompressionType,
     /// `num.partitions`: partitions of a topic created by a client without a count (wire driver only).
     pub num_partitions: u32,
     /// `group.initial.rebalance.delay.ms` (Kafka's default 3000): a new group waits this long for more
@@ -81,6 +86,7 @@ impl Default for EngineConfig {
             retries: i32::MAX as u32,
             linger_ms: 0,
             max_in_flight_requests_per_connection: 5,
+            compression_type: CompressionType::None,
             num_partitions: 1,
             group_initial_rebalance_delay_ms: 3_000,
             min_insync_replicas: 1,

@@ -6,7 +6,7 @@ use crate::leader_epoch_cache::{EpochEndOffset, LeaderEpochFileCache};
 use crate::mutation::{Mutation, Mutations};
 use crate::producer_state::{AppendCheck, AppendOrigin, CompletedTxn, ProducerStateManager};
 use crate::protocol::fetch::{AbortedTransaction, FetchPartitionData};
-use crate::record::{BatchBody, BatchProducer, EndTxnMarker, ProduceBatch, Record, RecordBatch};
+use crate::record::{BatchBody, BatchProducer, CompressionType, EndTxnMarker, ProduceBatch, Record, RecordBatch};
 use crate::rename::{Names, Rename};
 use crate::types::{IsolationLevel, Offset, ProducerEpoch, ProducerId, TimeMs, TransactionVersion};
 use serde::{Deserialize, Serialize};
@@ -200,6 +200,8 @@ impl PartitionLog {
             is_transactional: batch.is_transactional,
             body: BatchBody::Data(records),
             partition_leader_epoch: self.current_leader_epoch(),
+            // `LogValidator`: with topic `compression.type=producer` (the default) the batch keeps its codec.
+            compression: batch.compression,
         };
         if rb.producer.is_some() {
             self.producer_state.update_data(&rb, now_ms);
@@ -241,6 +243,8 @@ impl PartitionLog {
             is_transactional: true,
             body: BatchBody::Control(Some(marker)),
             partition_leader_epoch: self.current_leader_epoch(),
+            // `MemoryRecords.withEndTransactionMarker` writes a marker uncompressed.
+            compression: CompressionType::None,
         };
         let completed = self.producer_state.update_marker(&rb, now_ms);
         self.push_batch(rb);

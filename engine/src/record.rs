@@ -34,6 +34,42 @@ pub enum BatchBody {
     Control(Option<EndTxnMarker>),
 }
 
+/// A batch's codec, `RecordBatch` attributes bits 0-2 (`CompressionType`: ids 0 to 4). The producer's
+/// `compression.type` picks it and the broker keeps it (`LogValidator` with topic `compression.type=producer`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompressionType {
+    #[default]
+    None,
+    Gzip,
+    Snappy,
+    Lz4,
+    Zstd,
+}
+
+impl CompressionType {
+    pub const ALL: [CompressionType; 5] = [Self::None, Self::Gzip, Self::Snappy, Self::Lz4, Self::Zstd];
+
+    /// Kafka's name (`CompressionType.name`), as `compression.type` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Gzip => "gzip",
+            Self::Snappy => "snappy",
+            Self::Lz4 => "lz4",
+            Self::Zstd => "zstd",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.name() == name)
+    }
+
+    pub fn is_none(&self) -> bool {
+        *self == Self::None
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct RecordBatch {
     pub base_offset: Offset,
@@ -46,6 +82,10 @@ pub struct RecordBatch {
     /// which is left out of serialized traces.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub partition_leader_epoch: i32,
+    /// Always none on a control batch (`MemoryRecords.withEndTransactionMarker` writes it uncompressed);
+    /// left out of serialized traces when none.
+    #[serde(default, skip_serializing_if = "CompressionType::is_none")]
+    pub compression: CompressionType,
 }
 
 fn is_zero(epoch: &i32) -> bool {
@@ -101,4 +141,7 @@ pub struct ProduceBatch {
     pub producer: Option<BatchProducer>,
     pub is_transactional: bool,
     pub values: Vec<String>,
+    /// The producer's `compression.type`, which the leader keeps on the batch it appends.
+    #[serde(default, skip_serializing_if = "CompressionType::is_none")]
+    pub compression: CompressionType,
 }

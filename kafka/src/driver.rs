@@ -1266,7 +1266,7 @@ impl Driver {
                 let decoded = match (&name, pd.index) {
                     (None, _) => Err(code::UNKNOWN_TOPIC_ID),
                     (Some(_), i) if i < 0 => Err(KafkaError::UnknownTopicOrPartition.code()),
-                    (Some(_), _) => match pd.records.as_ref().map(records::decode_produce) {
+                    (Some(_), _) => match pd.records.as_ref().map(|r| records::decode_produce(r, version)) {
                         None => Err(code::CORRUPT_MESSAGE),
                         Some(Err(RecordsError::Corrupt)) => Err(code::CORRUPT_MESSAGE),
                         Some(Err(RecordsError::UnsupportedCompression)) => Err(code::UNSUPPORTED_COMPRESSION_TYPE),

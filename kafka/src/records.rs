@@ -1,7 +1,8 @@
 //! Record batches between the wire and the engine. The engine stores what transactional reads depend on
 //! (offsets, producer id, epoch, sequence, the transactional and control flags, the value as text); the
 //! driver keeps what the engine does not model (key, value bytes, headers, timestamp) per (partition,
-//! offset), so a fetch returns what was produced. Codecs are kafka-protocol's `records` module.
+//! offset), so a fetch returns what was produced. Codecs are kafka-protocol's `records` module, with its
+//! four compression codecs: a batch keeps the producer's codec in the engine and goes back out in it.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use indexmap::IndexMap;
@@ -12,7 +13,7 @@ use kafka_protocol::records::{
     NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP,
 };
 use std::collections::BTreeMap;
-use txnsim_engine::record::{increment_sequence, BatchBody, BatchProducer, ProduceBatch, RecordBatch};
+use txnsim_engine::record::{increment_sequence, BatchBody, BatchProducer, CompressionType, ProduceBatch, RecordBatch};
 use txnsim_engine::{Offset, TopicPartition, TransactionResult};
 
 /// What the engine does not keep of a produced record.
@@ -35,16 +36,40 @@ pub struct DecodedBatch {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RecordsError {
     Corrupt,
+    /// zstd in a Produce request below v7 (KIP-110); every codec is decoded otherwise.
     UnsupportedCompression,
     /// A client may not write control batches (`INVALID_RECORD`, `LogValidator`).
     ControlFromClient,
 }
 
-/// Decodes a Produce partition's record bytes (magic v2 only, uncompressed), one `DecodedBatch` per batch.
-pub fn decode_produce(records: &Bytes) -> Result<Vec<DecodedBatch>, RecordsError> {
+/// The engine's name for a wire batch's codec (attributes bits 0-2, `CompressionType` ids 0-4).
+pub fn engine_compression(c: Compression) -> CompressionType {
+    match c {
+        Compression::None => CompressionType::None,
+        Compression::Gzip => CompressionType::Gzip,
+        Compression::Snappy => CompressionType::Snappy,
+        Compression::Lz4 => CompressionType::Lz4,
+        Compression::Zstd => CompressionType::Zstd,
+    }
+}
+
+fn wire_compression(c: CompressionType) -> Compression {
+    match c {
+        CompressionType::None => Compression::None,
+        CompressionType::Gzip => Compression::Gzip,
+        CompressionType::Snappy => Compression::Snappy,
+        CompressionType::Lz4 => Compression::Lz4,
+        CompressionType::Zstd => Compression::Zstd,
+    }
+}
+
+/// Decodes a Produce partition's record bytes (magic v2 only, any codec), one `DecodedBatch` per batch;
+/// `version` is the Produce request's.
+pub fn decode_produce(records: &Bytes, version: i16) -> Result<Vec<DecodedBatch>, RecordsError> {
     let mut buf = records.clone();
     let infos = RecordBatchDecoder::decode_batch_info(&mut buf.clone()).map_err(|_| RecordsError::Corrupt)?;
-    if infos.iter().any(|i| i.compression != Compression::None) {
+    // `ProduceRequest.validateRecords` (KIP-110): zstd needs Produce v7 or later.
+    if version < 7 && infos.iter().any(|i| i.compression == Compression::Zstd) {
         return Err(RecordsError::UnsupportedCompression);
     }
     if infos.iter().any(|i| i.control) {
@@ -75,7 +100,12 @@ pub fn decode_produce(records: &Bytes) -> Result<Vec<DecodedBatch>, RecordsError
             })
             .collect();
         out.push(DecodedBatch {
-            batch: ProduceBatch { producer, is_transactional: first.transactional, values },
+            batch: ProduceBatch {
+                producer,
+                is_transactional: first.transactional,
+                values,
+                compression: engine_compression(set.compression),
+            },
             stored,
         });
     }
@@ -103,22 +133,23 @@ fn control_value(coordinator_epoch: i32) -> Bytes {
     value.freeze()
 }
 
-/// Encodes engine batches for a Fetch response, each as its own wire batch, stopping once `max_bytes`
-/// is reached (the first batch always goes, as Kafka returns at least one batch to make progress).
+/// Encodes engine batches for a Fetch response, each as its own wire batch in its own codec (Kafka returns
+/// a batch as the log stores it), stopping once `max_bytes` is reached (the first batch always goes, as
+/// Kafka returns at least one batch to make progress).
 pub fn encode_fetch(
     tp: &TopicPartition,
     batches: &[RecordBatch],
     stored: &BTreeMap<(TopicPartition, Offset), StoredRecord>,
     max_bytes: usize,
 ) -> Bytes {
-    let options = RecordEncodeOptions { version: 2, compression: Compression::None };
     let mut buf = BytesMut::new();
     for batch in batches {
         if !buf.is_empty() && buf.len() >= max_bytes {
             break;
         }
         let records = wire_records(tp, batch, stored);
-        RecordBatchEncoder::encode(&mut buf, &records, &options).expect("an uncompressed v2 batch encodes");
+        let options = RecordEncodeOptions { version: 2, compression: wire_compression(batch.compression) };
+        RecordBatchEncoder::encode(&mut buf, &records, &options).expect("a v2 batch encodes in any codec");
     }
     buf.freeze()
 }

@@ -47,6 +47,12 @@ fn answer<R: Decodable + HeaderVersion>(outputs: Vec<Output>, conn: ConnId, vers
 }
 
 fn records(pid: i64, epoch: i16, base_sequence: i32, transactional: bool, values: &[&str]) -> Bytes {
+    compressed_records(Compression::None, (pid, epoch, base_sequence, transactional), values)
+}
+
+/// `records` as one batch in `compression`.
+fn compressed_records(compression: Compression, producer: (i64, i16, i32, bool), values: &[&str]) -> Bytes {
+    let (pid, epoch, base_sequence, transactional) = producer;
     let records: Vec<Record> = values
         .iter()
         .enumerate()
@@ -67,7 +73,7 @@ fn records(pid: i64, epoch: i16, base_sequence: i32, transactional: bool, values
         })
         .collect();
     let mut buf = BytesMut::new();
-    let options = RecordEncodeOptions { version: 2, compression: Compression::None };
+    let options = RecordEncodeOptions { version: 2, compression };
     RecordBatchEncoder::encode(&mut buf, &records, &options).expect("records encode");
     buf.freeze()
 }
@@ -189,6 +195,34 @@ fn fetch_returns_offsets_watermarks_and_the_aborted_list() {
     let first = &RecordBatchDecoder::decode(&mut buf).unwrap().records[0];
     assert_eq!((first.key.as_deref(), first.timestamp), (Some(&b"k"[..]), 1_700_000_000_000));
     assert_eq!(first.headers.get(&StrBytes::from_static_str("h")), Some(&Some(Bytes::from_static(b"x"))));
+}
+
+/// A compressed batch is kept in its codec and fetched in it (`LogValidator` keeps the producer's codec
+/// under topic `compression.type=producer`); zstd needs Produce v7 (`ProduceRequest.validateRecords`).
+#[test]
+fn compressed_batches_are_fetched_in_their_codec_and_zstd_needs_produce_v7() {
+    let (mut d, _) = fixture();
+    let codecs = [Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd];
+    for (i, codec) in codecs.into_iter().enumerate() {
+        let batch = compressed_records(codec, (-1, -1, -1, false), &["z-0", "z-1"]);
+        let r: ProduceResponse =
+            answer(d.on_frame(20, 1, request(ApiKey::Produce, 9, 20, &produce(None, batch))), 1, 9);
+        let p = &r.responses[0].partition_responses[0];
+        assert_eq!((p.error_code, p.base_offset), (0, 7 + 2 * i as i64), "{codec:?} batch appended");
+    }
+    let zstd = compressed_records(Compression::Zstd, (-1, -1, -1, false), &["old"]);
+    let r: ProduceResponse = answer(d.on_frame(21, 1, request(ApiKey::Produce, 6, 21, &produce(None, zstd))), 1, 6);
+    assert_eq!(r.responses[0].partition_responses[0].error_code, 76, "UNSUPPORTED_COMPRESSION_TYPE below v7");
+    let r: FetchResponse = answer(d.on_frame(22, 2, request(ApiKey::Fetch, 12, 22, &fetch(1, 4))), 2, 12);
+    let records = r.responses[0].partitions[0].records.clone().expect("records");
+    let infos = RecordBatchDecoder::decode_batch_info(&mut records.clone()).expect("batch headers decode");
+    let got: Vec<(i64, Compression, bool)> = infos.iter().map(|b| (b.min_offset, b.compression, b.control)).collect();
+    let mut want = vec![(4, Compression::None, true), (5, Compression::None, false), (6, Compression::None, true)];
+    // A plain record has no sequence (-1 each), so the request's encoder wrote one batch per record.
+    want.extend((7..15).map(|offset| (offset, codecs[(offset as usize - 7) / 2], false)));
+    assert_eq!(got, want, "(base offset, codec, control) of each fetched batch");
+    let tail: Vec<String> = values(&records).into_iter().skip(1).map(|(_, v)| v).collect();
+    assert_eq!(tail, ["z-0", "z-1"].repeat(4), "the values decompress as produced; the v6 zstd batch is absent");
 }
 
 /// ListOffsets v7 of partition 0 at `isolation` for `timestamp` (-1 latest, -2 earliest).

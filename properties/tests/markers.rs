@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use txnsim_engine::coordinator::{
     DecisionCause, TransactionCoordinator, TransactionMetadata, TransactionState, TxnDecision,
 };
-use txnsim_engine::record::{BatchBody, BatchProducer, EndTxnMarker, Record, RecordBatch};
+use txnsim_engine::record::{BatchBody, BatchProducer, CompressionType, EndTxnMarker, Record, RecordBatch};
 use txnsim_engine::{Mutations, PartitionLog, TopicPartition, TransactionResult};
 use txnsim_properties::{check_state, ClusterView, Invariant};
 
@@ -29,6 +29,7 @@ fn t2() -> PartitionLog {
         is_transactional: true,
         body: BatchBody::Data(records),
         partition_leader_epoch: 0,
+        compression: CompressionType::None,
     };
     log.append_as_follower(&data, 0, &none);
     let marker = EndTxnMarker { result: TransactionResult::Abort, coordinator_epoch: 0 };
@@ -39,6 +40,7 @@ fn t2() -> PartitionLog {
         is_transactional: true,
         body: BatchBody::Control(Some(marker)),
         partition_leader_epoch: 0,
+        compression: CompressionType::None,
     };
     log.append_as_follower(&control, 0, &none);
     log.update_high_watermark(3, &none);

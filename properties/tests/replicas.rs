@@ -6,7 +6,7 @@
 //! (standard seeds 1292 and 4981, late-sends 488 and 3042, long-txns 5866): a leader killed with its HW
 //! past an ABORT marker came back as the follower of a leader whose HW was still below it.
 
-use txnsim_engine::record::{BatchBody, BatchProducer, EndTxnMarker, Record, RecordBatch};
+use txnsim_engine::record::{BatchBody, BatchProducer, CompressionType, EndTxnMarker, Record, RecordBatch};
 use txnsim_engine::{Mutations, Offset, PartitionLog, TransactionResult};
 use txnsim_properties::LogFacts;
 
@@ -24,6 +24,7 @@ fn batch(base_offset: Offset, body: BatchBody) -> RecordBatch {
         is_transactional: true,
         body,
         partition_leader_epoch: 0,
+        compression: CompressionType::None,
     }
 }
 

@@ -4,6 +4,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use txnsim_engine::record::CompressionType;
 use txnsim_engine::IsolationLevel;
 
 pub const FORMAT: &str = "txnsim-scenario/v1";
@@ -160,6 +161,8 @@ pub struct CheckExpect {
     pub high_watermark: Option<u64>,
     pub log_end_offset: Option<u64>,
     pub log_start_offset: Option<u64>,
+    /// Every batch's codec, in log order (markers included, which are always `none`).
+    pub batch_compression: Option<Vec<CompressionType>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -198,6 +201,8 @@ pub enum Op {
     InitProducer {
         producer: String,
         transactional_id: Option<String>,
+        /// The producer's `compression.type` (default none).
+        compression: Option<CompressionType>,
         expect: Option<InitExpect>,
         expect_error: Option<String>,
     },
@@ -228,6 +233,8 @@ pub enum Op {
         topic: Option<String>,
         partition: u32,
         values: Vec<String>,
+        /// The producer's `compression.type`, set by the op that makes it (default none).
+        compression: Option<CompressionType>,
         expect: Option<WriteExpect>,
         expect_error: Option<String>,
     },

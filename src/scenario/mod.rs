@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use txnsim_engine::metadata::MAX_PARTITIONS_PER_TOPIC;
+use txnsim_engine::record::CompressionType;
 use txnsim_engine::{KafkaError, Proposal, TimeMs, Topology, TransactionVersion};
 
 /// Bad input: the file, scenario, op and field it is about, and what is wrong. Exit code 2.
@@ -300,7 +301,8 @@ fn parse_op(value: Value) -> Result<Op, (Option<String>, String)> {
     let mut tagged = serde_json::Map::new();
     tagged.insert(tag, Value::Object(fields));
     deserialize(Value::Object(tagged)).map_err(|(field, message)| {
-        if message.starts_with("unknown variant") {
+        // An unknown tag has no path; an unknown value of a field (`isolation`, `compression`) keeps its own.
+        if message.starts_with("unknown variant") && field.is_none() {
             (op_field, message)
         } else {
             (field, message)
@@ -582,6 +584,8 @@ fn validate(sc: &Scenario) -> Result<(), ScenarioError> {
     }
     let mut transactional: BTreeMap<&str, Life> = BTreeMap::new();
     let mut idempotent: BTreeSet<&str> = BTreeSet::new();
+    // Non-transactional producers (the plain one as "") by the `compression.type` they were made with.
+    let mut nontxn_compression: BTreeMap<&str, CompressionType> = BTreeMap::new();
     let mut down = BTreeSet::new();
     for (i, op) in sc.ops.iter().enumerate() {
         let at = Some(i);
@@ -633,15 +637,27 @@ fn validate(sc: &Scenario) -> Result<(), ScenarioError> {
                     format!("no producer '{producer}': it needs an init_producer first"),
                 ));
             }
-            Op::ProduceNontxn { producer: Some(p), .. } => {
-                if transactional.contains_key(p.as_str()) {
+            Op::ProduceNontxn { producer, compression, .. } => {
+                if let Some(p) = producer {
+                    if transactional.contains_key(p.as_str()) {
+                        return Err(sc.error(
+                            at,
+                            "producer",
+                            format!("'{p}' names a transactional producer; idempotent ones need their own names"),
+                        ));
+                    }
+                    idempotent.insert(p);
+                }
+                let made = *nontxn_compression
+                    .entry(producer.as_deref().unwrap_or_default())
+                    .or_insert(compression.unwrap_or_default());
+                if compression.is_some_and(|c| c != made) {
                     return Err(sc.error(
                         at,
-                        "producer",
-                        format!("'{p}' names a transactional producer; idempotent ones need their own names"),
+                        "compression",
+                        format!("the producer was made with compression '{}'; a producer's is fixed", made.name()),
                     ));
                 }
-                idempotent.insert(p);
             }
             Op::AppendBatch { producer_id, epoch, base_sequence, transactional: txn, expect, .. } => {
                 if producer_id.is_some() != epoch.is_some() || producer_id.is_some() != base_sequence.is_some() {

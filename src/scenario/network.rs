@@ -17,7 +17,7 @@ use txnsim_engine::protocol::group::GroupMessage;
 use txnsim_engine::protocol::Message;
 use txnsim_engine::protocol::NO_LEADER;
 use txnsim_engine::protocol::{Envelope, NodeId};
-use txnsim_engine::record::BatchBody;
+use txnsim_engine::record::{BatchBody, CompressionType};
 use txnsim_engine::topic::offsets_partition_for;
 use txnsim_engine::{
     read_to_end, Cluster, EngineConfig, IsolationLevel, KafkaError, Mutations, ProducerKind, TimeMs, TopicPartition,
@@ -95,6 +95,7 @@ pub struct ProducerConfig {
     pub max_in_flight_requests_per_connection: Option<u32>,
     pub transaction_timeout_ms: Option<TimeMs>,
     pub retries: Option<u32>,
+    pub compression_type: Option<CompressionType>,
 }
 
 impl ProducerConfig {
@@ -108,6 +109,7 @@ impl ProducerConfig {
             self.max_in_flight_requests_per_connection.unwrap_or(c.max_in_flight_requests_per_connection);
         c.transaction_timeout_ms = self.transaction_timeout_ms.unwrap_or(c.transaction_timeout_ms);
         c.retries = self.retries.unwrap_or(c.retries);
+        c.compression_type = self.compression_type.unwrap_or(c.compression_type);
         c
     }
 }

@@ -12,7 +12,9 @@ use txnsim_engine::producer::OpOutput;
 use txnsim_engine::producer_state::AppendOrigin;
 use txnsim_engine::protocol::leader_name;
 use txnsim_engine::protocol::ProduceAck;
-use txnsim_engine::record::{BatchBody, BatchProducer, EndTxnMarker, ProduceBatch, Record, RecordBatch};
+use txnsim_engine::record::{
+    BatchBody, BatchProducer, CompressionType, EndTxnMarker, ProduceBatch, Record, RecordBatch,
+};
 use txnsim_engine::{
     filter_fetch, AbortedTransaction, AbortedTxn, Cluster, EngineConfig, FetchPartitionData, IsolationLevel,
     KafkaError, Mutations, Offset, PartitionLog, ProducerKind, TopicPartition, TransactionResult,
@@ -293,6 +295,11 @@ impl Runner<'_> {
         &self.cluster.config.mutations
     }
 
+    /// A new producer's settings: the cluster's, with the op's `compression.type`.
+    fn producer_config(&self, compression: Option<CompressionType>) -> EngineConfig {
+        EngineConfig { compression_type: compression.unwrap_or_default(), ..self.cluster.config.clone() }
+    }
+
     /// Compares an op's result with `expect_error` (or, with none, demands success).
     fn check_result<T>(
         &self,
@@ -314,10 +321,11 @@ impl Runner<'_> {
 
     fn exec(&mut self, i: usize, op: &Op) -> Result<String, Difference> {
         match op {
-            Op::InitProducer { producer, transactional_id, expect, expect_error } => {
+            Op::InitProducer { producer, transactional_id, compression, expect, expect_error } => {
                 let tid = transactional_id.clone().unwrap_or_else(|| producer.clone());
                 let before = client::log_ends(&self.cluster);
-                self.cluster.add_producer(producer, ProducerKind::Transactional { transactional_id: tid.clone() });
+                let kind = ProducerKind::Transactional { transactional_id: tid.clone() };
+                self.cluster.add_configured_producer(producer, kind, self.producer_config(*compression));
                 let result = client::exec(&mut self.cluster, producer, &ProducerCall::Init);
                 let result = self.completed(i, op, result)?;
                 if self.check_result(i, op, &result, expect_error.as_deref(), false)? {
@@ -418,12 +426,12 @@ impl Runner<'_> {
                 self.note_ack(&tp, &result, values);
                 self.check_write(i, op, result.map(sent_ack), expect.as_ref(), expect_error.as_deref(), true)
             }
-            Op::ProduceNontxn { producer, topic, partition, values, expect, expect_error } => {
+            Op::ProduceNontxn { producer, topic, partition, values, compression, expect, expect_error } => {
                 let tp = self.tp(topic, *partition);
                 let name = producer.clone().unwrap_or_else(|| PLAIN_PRODUCER.to_string());
                 if !self.cluster.producers.contains_key(&name) {
                     let kind = if producer.is_some() { ProducerKind::Idempotent } else { ProducerKind::Plain };
-                    self.cluster.add_producer(&name, kind);
+                    self.cluster.add_configured_producer(&name, kind, self.producer_config(*compression));
                     if producer.is_some() {
                         let init = client::exec(&mut self.cluster, &name, &ProducerCall::Init);
                         if let Err(d) = self
@@ -461,6 +469,7 @@ impl Runner<'_> {
                     }),
                     is_transactional: *transactional,
                     values: values.clone(),
+                    compression: CompressionType::None,
                 };
                 let now = self.cluster.now_ms;
                 let mutations = self.mutations().clone();
@@ -594,6 +603,12 @@ impl Runner<'_> {
                     ..PartitionExpect::default()
                 };
                 self.check_offsets(Some(i), op.name(), "expect", &tp, &pe)?;
+                if let Some(want) = &expect.batch_compression {
+                    let actual = batch_compression(self.leader_log(&tp));
+                    if *want != actual {
+                        return Err(self.diff(Some(i), op.name(), "expect.batch_compression", want, &actual));
+                    }
+                }
                 Ok(self.offsets_summary(&tp))
             }
             Op::AbortedTxns { topic, partition, from_offset, upper_bound, expect } => {
@@ -908,5 +923,11 @@ fn fetch_batch(b: &super::format::FetchBatch) -> RecordBatch {
         is_transactional: b.transactional || b.control.is_some(),
         body,
         partition_leader_epoch: 0,
+        compression: CompressionType::None,
     }
+}
+
+/// Each batch's codec, in log order.
+fn batch_compression(log: &PartitionLog) -> Vec<CompressionType> {
+    log.segments().iter().flat_map(|s| &s.batches).map(|b| b.compression).collect()
 }

@@ -10,7 +10,7 @@ use crate::html::{AbortedEntry, Cell, CellKind, PartitionView, Reading, ReplicaV
 use std::collections::BTreeMap;
 use txnsim_engine::coordinator::TransactionCoordinator;
 use txnsim_engine::log::PartitionLog;
-use txnsim_engine::record::BatchBody;
+use txnsim_engine::record::{BatchBody, CompressionType};
 use txnsim_engine::{Broker, Cluster, EngineConfig, IsolationLevel, TopicPartition, TransactionResult};
 use txnsim_sim::trace::ReplicaSnapshot;
 
@@ -28,12 +28,20 @@ pub fn header(sc: &Scenario) -> Vec<String> {
     lines
 }
 
+/// A producer's `compression.type` where a scenario sets one other than none.
+fn codec_note(compression: &Option<CompressionType>) -> String {
+    match compression {
+        Some(c) if !c.is_none() => format!(" (compression.type {})", c.name()),
+        _ => String::new(),
+    }
+}
+
 fn describe(op: &Op) -> String {
     let tp = |topic: &Option<String>, p: &u32| format!("{}/{p}", topic.as_deref().unwrap_or("t"));
     match op {
-        Op::InitProducer { producer, transactional_id, .. } => match transactional_id {
-            Some(t) => format!("init_producer {producer} (transactional.id {t})"),
-            None => format!("init_producer {producer}"),
+        Op::InitProducer { producer, transactional_id, compression, .. } => match transactional_id {
+            Some(t) => format!("init_producer {producer} (transactional.id {t}){}", codec_note(compression)),
+            None => format!("init_producer {producer}{}", codec_note(compression)),
         },
         Op::Begin { producer, .. } => format!("begin {producer}"),
         Op::Commit { producer, .. } => format!("commit {producer}"),
@@ -41,10 +49,11 @@ fn describe(op: &Op) -> String {
         Op::Produce { producer, topic, partition, values, .. } => {
             format!("produce {producer} -> {} {values:?}", tp(topic, partition))
         }
-        Op::ProduceNontxn { producer, topic, partition, values, .. } => format!(
-            "produce_nontxn {} -> {} {values:?}",
+        Op::ProduceNontxn { producer, topic, partition, values, compression, .. } => format!(
+            "produce_nontxn {} -> {} {values:?}{}",
             producer.as_deref().unwrap_or("(plain)"),
-            tp(topic, partition)
+            tp(topic, partition),
+            codec_note(compression)
         ),
         Op::CrashProducer { producer } => format!("crash_producer {producer}"),
         Op::CrashBroker { broker } => format!("crash_broker {broker}"),
@@ -336,6 +345,7 @@ fn cells(cluster: &Cluster, log: &PartitionLog) -> Vec<Cell> {
                         producer: who.clone(),
                         txn: txn.clone(),
                         status: Some(status),
+                        compression: (!b.compression.is_none()).then(|| b.compression.name()),
                     });
                 }
             }
@@ -357,6 +367,7 @@ fn cells(cluster: &Cluster, log: &PartitionLog) -> Vec<Cell> {
                         producer: who,
                         txn: None,
                         status: None,
+                        compression: None,
                     });
                 }
             }
@@ -374,7 +385,10 @@ fn log_text(cells: &[Cell], segment_bases: &[u64]) -> String {
             entries.push(format!("|segment {base}|"));
         }
         entries.push(match c.kind {
-            CellKind::Data => format!("{}:{}", c.offset, c.value.as_deref().unwrap_or_default()),
+            CellKind::Data => {
+                let codec = c.compression.map(|name| format!("[{name}]")).unwrap_or_default();
+                format!("{}:{}{codec}", c.offset, c.value.as_deref().unwrap_or_default())
+            }
             CellKind::Commit => format!("{}:COMMIT({})", c.offset, c.producer.as_deref().unwrap_or_default()),
             CellKind::Abort => format!("{}:ABORT({})", c.offset, c.producer.as_deref().unwrap_or_default()),
             CellKind::EmptyControl => format!("{}:(empty control)", c.offset),

@@ -11,7 +11,7 @@ use crate::log::LogAppendInfo;
 use crate::mutation::Mutation;
 use crate::proposal::Proposal;
 use crate::protocol::{Effects, Timer};
-use crate::record::ProduceBatch;
+use crate::record::{CompressionType, ProduceBatch};
 use crate::replica_manager::{DelayedResponse, ReplicaCtx, ReplicaManager};
 use crate::topic::transaction_state_partition;
 use crate::types::{ProducerIdAndEpoch, TimeMs, TransactionResult, NO_PRODUCER_EPOCH};
@@ -132,7 +132,9 @@ impl TransactionStateManager {
         replicas: &mut ReplicaManager,
         ctx: &mut ReplicaCtx<'_>,
     ) -> Result<LogAppendInfo, KafkaError> {
-        let batch = ProduceBatch { producer: None, is_transactional: false, values };
+        // `__transaction_state` records are written uncompressed (`TransactionLog.EnforcedCompression`).
+        let batch =
+            ProduceBatch { producer: None, is_transactional: false, values, compression: CompressionType::None };
         replicas.append_as_coordinator(&transaction_state_partition(), &batch, ctx)
     }
 }

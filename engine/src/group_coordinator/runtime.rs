@@ -13,7 +13,7 @@ use crate::mutation::Mutation;
 use crate::producer_state::AppendOrigin;
 use crate::protocol::group::{CommittedOffset, GroupMessage};
 use crate::protocol::{CorrelationIds, Message, NodeId};
-use crate::record::{BatchProducer, ProduceBatch};
+use crate::record::{BatchProducer, CompressionType, ProduceBatch};
 use crate::rename::{Names, Rename};
 use crate::replica_manager::{DelayedResponse, ReplicaCtx, ReplicaManager};
 use crate::topic::{offsets_partition_for, COORDINATOR_BROKER, GROUP_METADATA_TOPIC, OFFSETS_TOPIC_NUM_PARTITIONS};
@@ -206,7 +206,9 @@ impl CoordinatorRuntime {
     fn write_one(GroupWrite { group_id, records, answer, stored }: GroupWrite, ctx: &mut GroupCtx<'_>) {
         let tp = Self::offsets_partition(&group_id, ctx.replicated, ctx.replicas);
         let values = records.iter().map(OffsetsRecord::to_value).collect();
-        let batch = ProduceBatch { producer: None, is_transactional: false, values };
+        // `offsets.topic.compression.codec` defaults to none.
+        let batch =
+            ProduceBatch { producer: None, is_transactional: false, values, compression: CompressionType::None };
         let appended = ctx.replicate(|rm, rctx| rm.append_as_coordinator(&tp, &batch, rctx));
         if let Ok(info) = &appended {
             ctx.groups.replay_offset_commits(&records, Some(info.first_offset));
@@ -403,6 +405,7 @@ impl CoordinatorRuntime {
             }),
             is_transactional: true,
             values: offsets.iter().map(|(tp, o)| OffsetsRecord::offset(&asked.group_id, tp, o).to_value()).collect(),
+            compression: CompressionType::None,
         };
         let (now_ms, config) = (ctx.replica.now_ms, ctx.replica.config);
         let info = ctx.replicate(|rm, rctx| {

@@ -307,6 +307,7 @@ impl Producer {
             producer,
             is_transactional: matches!(self.kind, ProducerKind::Transactional { .. }),
             values,
+            compression: self.config.compression_type,
         };
         let message = Message::ProduceRequest {
             transactional_id: self.transactional_id().map(str::to_string),

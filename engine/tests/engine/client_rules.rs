@@ -7,7 +7,7 @@ use txnsim_engine::coordinator::{TransactionMetadata, TransactionState};
 use txnsim_engine::producer::OpOutput;
 use txnsim_engine::producer_state::AppendOrigin;
 use txnsim_engine::protocol::{Message, NodeId};
-use txnsim_engine::record::{BatchProducer, EndTxnMarker, ProduceBatch};
+use txnsim_engine::record::{BatchProducer, CompressionType, EndTxnMarker, ProduceBatch};
 use txnsim_engine::{
     Cluster, EngineConfig, KafkaError, Mutations, PartitionLog, ProducerKind, TopicPartition, TransactionResult,
     TransactionVersion, TxnManagerState,
@@ -106,12 +106,14 @@ fn non_transactional_write_while_a_transaction_is_open_is_invalid_txn_state() {
         producer: Some(BatchProducer { producer_id: 7, epoch: 0, base_sequence: 0 }),
         is_transactional: true,
         values: vec!["a".into()],
+        compression: CompressionType::None,
     };
     log.append_data(&txn, AppendOrigin::Client, 0, &m).expect("a transaction begins");
     let plain = ProduceBatch {
         producer: Some(BatchProducer { producer_id: 7, epoch: 0, base_sequence: 1 }),
         is_transactional: false,
         values: vec!["b".into()],
+        compression: CompressionType::None,
     };
     assert_eq!(log.append_data(&plain, AppendOrigin::Client, 0, &m), Err(KafkaError::InvalidTxnState));
     assert_eq!(log.log_end_offset(), 1, "the rejected batch took no offset");
@@ -129,6 +131,7 @@ fn tv2_leader_refuses_a_marker_at_the_open_transactions_epoch() {
             producer: Some(BatchProducer { producer_id: 7, epoch, base_sequence: seq }),
             is_transactional: true,
             values: vec!["a".into()],
+            compression: CompressionType::None,
         };
         log.append_data(&batch, AppendOrigin::Client, 0, &m).expect("a transaction begins");
     };
@@ -155,7 +158,8 @@ fn tv2_leader_refuses_a_marker_at_the_open_transactions_epoch() {
 #[test]
 fn empty_produce_is_invalid_request() {
     let mut log = PartitionLog::new();
-    let batch = ProduceBatch { producer: None, is_transactional: false, values: vec![] };
+    let batch =
+        ProduceBatch { producer: None, is_transactional: false, values: vec![], compression: CompressionType::None };
     assert_eq!(log.append_data(&batch, AppendOrigin::Client, 0, &Mutations::none()), Err(KafkaError::InvalidRequest));
 }
 

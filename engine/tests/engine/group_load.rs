@@ -8,7 +8,7 @@ use txnsim_engine::group_coordinator::{GroupCoordinator, GroupMetadata, GroupSta
 use txnsim_engine::log::PartitionLog;
 use txnsim_engine::producer_state::AppendOrigin;
 use txnsim_engine::protocol::{Effects, NodeId};
-use txnsim_engine::record::ProduceBatch;
+use txnsim_engine::record::{CompressionType, ProduceBatch};
 use txnsim_engine::topic::offsets_partition_for;
 use txnsim_engine::{Mutations, TopicPartition};
 
@@ -46,6 +46,7 @@ fn log_of(batches: &[Vec<OffsetsRecord>]) -> PartitionLog {
             producer: None,
             is_transactional: false,
             values: records.iter().map(OffsetsRecord::to_value).collect(),
+            compression: CompressionType::None,
         };
         log.append_data(&batch, AppendOrigin::Coordinator, 0, &Mutations::default()).expect("appended");
     }

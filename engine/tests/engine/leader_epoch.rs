@@ -4,7 +4,7 @@
 //! UNDEFINED_EPOCH_OFFSET) answer is `None` here.
 
 use txnsim_engine::leader_epoch_cache::{EpochEndOffset, EpochEntry, LeaderEpochFileCache};
-use txnsim_engine::record::{BatchBody, Record, RecordBatch};
+use txnsim_engine::record::{BatchBody, CompressionType, Record, RecordBatch};
 use txnsim_engine::replica_manager::truncation_offset;
 use txnsim_engine::{Mutations, Offset, PartitionLog};
 
@@ -124,6 +124,7 @@ fn log_of(batches: &[(i32, &str)]) -> PartitionLog {
             is_transactional: false,
             body: BatchBody::Data(vec![Record { offset, value: value.to_string() }]),
             partition_leader_epoch: *epoch,
+            compression: CompressionType::None,
         };
         log.append_as_follower(&batch, 0, &Mutations::none());
     }

@@ -8,7 +8,7 @@ use txnsim_engine::producer_state::AppendOrigin;
 use txnsim_engine::protocol::metadata::MetadataMessage;
 use txnsim_engine::protocol::metadata::{LeaderAndIsr, PartitionRegistration};
 use txnsim_engine::protocol::{Envelope, Message, NodeId, ReplicaFetchPartition};
-use txnsim_engine::record::ProduceBatch;
+use txnsim_engine::record::{CompressionType, ProduceBatch};
 use txnsim_engine::{
     Cluster, Controller, EngineConfig, KafkaError, Mutation, Mutations, ProducerKind, TopicPartition, Topology,
 };
@@ -205,7 +205,12 @@ fn a_follower_back_from_a_cut_catches_up_and_rejoins_the_isr() {
 fn cluster_with_broker_2_out_of_the_isr(config: EngineConfig) -> Cluster {
     let mut c = cluster(3, 3, config);
     c.run_until_quiet();
-    let batch = ProduceBatch { producer: None, is_transactional: false, values: vec!["a".into()] };
+    let batch = ProduceBatch {
+        producer: None,
+        is_transactional: false,
+        values: vec!["a".into()],
+        compression: CompressionType::None,
+    };
     let log = c.broker.partition_mut(&tp()).unwrap();
     log.append_data(&batch, AppendOrigin::Client, 0, &Mutations::none()).expect("a plain append");
     while c.now_ms < 45_000 {
@@ -311,6 +316,7 @@ fn isr_proposals_of_a_follower_below_the_epoch_start(mutations: Mutations) -> Ve
             producer: None,
             is_transactional: false,
             values: values.iter().map(|v| v.to_string()).collect(),
+            compression: CompressionType::None,
         };
         let log = rm.logs.get_mut(&tp()).expect("hosted");
         log.append_data(&batch, AppendOrigin::Client, 0, &mutations).expect("a plain append");

@@ -186,6 +186,7 @@ impl WireLog {
                         producer: b.producer,
                         is_transactional: b.is_transactional,
                         values: records.iter().map(|r| r.value.clone()).collect(),
+                        compression: b.compression,
                     };
                     log.append_data(&batch, AppendOrigin::Replication, 0, &none).map_err(refused)?;
                 }
@@ -459,6 +460,7 @@ fn decode_batches(tp: &TopicPartition, mut records: Bytes) -> Result<Vec<RecordB
             is_transactional: info.transactional,
             body,
             partition_leader_epoch,
+            compression: crate::records::engine_compression(info.compression),
         });
     }
     Ok(out)

@@ -328,7 +328,7 @@ fn no_mutation_no_violation() {
 #[test]
 fn a_read_below_a_former_leaders_hw_is_not_precommitted() {
     use txnsim_engine::producer_state::AppendOrigin;
-    use txnsim_engine::record::{BatchProducer, EndTxnMarker, ProduceBatch};
+    use txnsim_engine::record::{BatchProducer, CompressionType, EndTxnMarker, ProduceBatch};
     use txnsim_engine::{IsolationLevel, PartitionLog, TopicPartition, TransactionResult, TransactionVersion};
     use txnsim_properties::{check_history, Event, History, LeaderHighWatermark};
     let m = Mutations::none();
@@ -338,6 +338,7 @@ fn a_read_below_a_former_leaders_hw_is_not_precommitted() {
         producer: Some(BatchProducer { producer_id: 7, epoch: 0, base_sequence: 0 }),
         is_transactional: true,
         values: vec!["a".into()],
+        compression: CompressionType::None,
     };
     log.append_data(&batch, AppendOrigin::Client, 0, &m).expect("a transaction begins");
     let commit = EndTxnMarker { result: TransactionResult::Commit, coordinator_epoch: 0 };

@@ -6,7 +6,7 @@
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use txnsim_engine::record::{BatchBody, BatchProducer, EndTxnMarker, Record, RecordBatch};
+use txnsim_engine::record::{BatchBody, BatchProducer, CompressionType, EndTxnMarker, Record, RecordBatch};
 use txnsim_engine::{
     AbortedTransaction, FetchPartitionData, FetchedRecords, IsolationLevel, Offset, ProducerId, TransactionResult,
 };
@@ -159,6 +159,7 @@ fn lay_out(start: Offset, specs: &[BatchSpec]) -> Vec<RecordBatch> {
                     is_transactional: txn,
                     body: BatchBody::Data(records),
                     partition_leader_epoch: 0,
+                    compression: CompressionType::None,
                 });
                 next = last + 1;
             }
@@ -175,6 +176,7 @@ fn lay_out(start: Offset, specs: &[BatchSpec]) -> Vec<RecordBatch> {
                     is_transactional: true,
                     body: BatchBody::Control(marker),
                     partition_leader_epoch: 0,
+                    compression: CompressionType::None,
                 });
                 next = base + 1;
             }

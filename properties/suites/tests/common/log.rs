@@ -10,7 +10,7 @@ use proptest::strategy::{BoxedStrategy, Union};
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use txnsim_engine::producer_state::AppendOrigin;
-use txnsim_engine::record::{BatchProducer, EndTxnMarker, ProduceBatch};
+use txnsim_engine::record::{BatchProducer, CompressionType, EndTxnMarker, ProduceBatch};
 use txnsim_engine::{
     AbortedTxn, KafkaError, Mutations, Offset, PartitionLog, ProducerEpoch, ProducerId, TopicPartition,
     TransactionResult, TransactionVersion,
@@ -474,7 +474,12 @@ pub fn run_log_case(case: &LogCase, mutations: Mutations) -> LogReport {
                                 };
                                 BatchProducer { producer_id: pid, epoch: epoch as ProducerEpoch, base_sequence }
                             });
-                            ProduceBatch { producer, is_transactional: txn, values: values_of(i, n) }
+                            ProduceBatch {
+                                producer,
+                                is_transactional: txn,
+                                values: values_of(i, n),
+                                compression: CompressionType::None,
+                            }
                         }
                         LogOp::Retry { pick } if !sent.is_empty() => {
                             let (batch, original) = sent[pick as usize % sent.len()].clone();
