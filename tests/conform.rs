@@ -41,7 +41,7 @@ const CLIENTS: [(&str, &str, &str); 3] = [
 
 /// Each layout's cell for each of `CLIENTS`, in order: every layout passes for all three (records and
 /// position). A new layout or client must be added here with its outcome.
-const CELLS: [(&str, [&str; 3]); 11] = [
+const CELLS: [(&str, [&str; 3]); 15] = [
     ("alternating", ["pass", "pass", "pass"]),
     ("start-in-abort", ["pass", "pass", "pass"]),
     ("marker-alone", ["pass", "pass", "pass"]),
@@ -53,6 +53,10 @@ const CELLS: [(&str, [&str; 3]); 11] = [
     ("spanning-segments", ["pass", "pass", "pass"]),
     ("deleted-start", ["pass", "pass", "pass"]),
     ("tv1-tv2", ["pass", "pass", "pass"]),
+    ("gzip", ["pass", "pass", "pass"]),
+    ("snappy", ["pass", "pass", "pass"]),
+    ("lz4", ["pass", "pass", "pass"]),
+    ("zstd", ["pass", "pass", "pass"]),
 ];
 
 #[test]
@@ -68,7 +72,7 @@ fn gate_clients_read_every_layout_as_kafkas_rules_deliver() {
     args.extend(["--json", json.to_str().expect("utf-8"), "--html", html.to_str().expect("utf-8")]);
     let (code, out, err) = txnsim(&args, RUN_LIMIT);
     assert_eq!(code, 0, "every layout passes for the gate's clients\nstdout:\n{out}\nstderr:\n{err}");
-    assert!(out.contains("conform: 33 pass, 0 unsupported, 0 failing, 0 adapter error(s)"), "{out}");
+    assert!(out.contains("conform: 45 pass, 0 unsupported, 0 failing, 0 adapter error(s)"), "{out}");
     let report = assert_valid("conform.schema.json", &json);
     let names: Vec<&str> = CELLS.iter().map(|(n, _)| *n).collect();
     assert_eq!(catalogue(), names, "CELLS lists the catalogue's layouts, in order");
@@ -92,9 +96,9 @@ fn gate_clients_read_every_layout_as_kafkas_rules_deliver() {
         }
     }
     let reads: usize = cells.iter().map(|c| c["reads"].as_array().map_or(0, Vec::len)).sum();
-    assert_eq!(reads, 3 * 32, "16 reads in the catalogue, each at both isolation levels, for each client");
+    assert_eq!(reads, 3 * 40, "20 reads in the catalogue, each at both isolation levels, for each client");
     let page = std::fs::read_to_string(&html).expect("the page was written");
-    assert_eq!(page.matches("<td class=\"Pass\">pass</td>").count(), 33, "{page}");
+    assert_eq!(page.matches("<td class=\"Pass\">pass</td>").count(), 45, "{page}");
 }
 
 /// The adapter prints an aborted record (offset 3 of `alternating`): the cell fails at that record, at

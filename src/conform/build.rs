@@ -7,7 +7,7 @@
 use super::layouts::{cluster_topic, transactional_id, Layout, Step};
 use std::collections::BTreeMap;
 use txnsim_engine::TransactionVersion;
-use txnsim_engine::{Cluster, EngineConfig, IsolationLevel, Offset, ProducerKind, TopicPartition};
+use txnsim_engine::{Cluster, EngineConfig, IsolationLevel, Offset, Producer, ProducerKind, TopicPartition};
 use txnsim_properties::client::exec;
 use txnsim_properties::history::ProducerCall;
 
@@ -90,17 +90,18 @@ fn play(cluster: &mut Cluster, layout: &str, step: &Step) -> Result<(), String> 
         // Created with the cluster; the engine keeps no topic configs (`roll` makes its segments).
         Step::Topic { .. } => Ok(()),
         Step::Producer { producer, spec } => {
-            if spec.compression != "none" {
-                return Err(format!("compression.type={}: the engine's producer does not compress", spec.compression));
-            }
             let kind = match spec.transactional {
                 true => ProducerKind::Transactional { transactional_id: name(producer) },
                 false => ProducerKind::Idempotent,
             };
-            cluster.add_producer(&name(producer), kind);
-            let p = cluster.producers.get_mut(&name(producer)).expect("just added");
+            // The producer's own compression.type: the codec of every data batch it sends.
+            let mut config = cluster.config.clone();
+            config.compression_type = spec.compression;
+            let mut p = Producer::new(&name(producer), kind, cluster.broker_id(), config);
+            cluster.bootstrap(&mut p);
             p.client_transaction_version =
                 TransactionVersion::from_number(spec.transaction_version).expect("parsed as 1 or 2");
+            cluster.producers.insert(name(producer), p);
             // An idempotent producer gets its id before its first send (`Sender.maybeWaitForProducerId`).
             match spec.transactional {
                 true => Ok(()),

@@ -3,9 +3,7 @@
 //! bad line is one error naming the file and line.
 
 use std::collections::BTreeMap;
-
-/// The codecs a producer may name (`compression.type`, Kafka's `CompressionType`).
-pub const COMPRESSION_TYPES: [&str; 5] = ["none", "gzip", "snappy", "lz4", "zstd"];
+use txnsim_engine::record::CompressionType;
 
 #[derive(Clone, Debug)]
 pub struct Layout {
@@ -21,7 +19,8 @@ pub struct Layout {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Producer {
     pub transactional: bool,
-    pub compression: String,
+    /// `compression.type`: the codec of every data batch the producer sends.
+    pub compression: CompressionType,
     pub transaction_version: u8,
 }
 
@@ -195,17 +194,19 @@ fn step(words: &[&str], known: &Known) -> Result<Parsed, String> {
 }
 
 fn producer_spec(transactional: bool, settings: &[&str]) -> Result<Producer, String> {
-    let mut spec = Producer { transactional, compression: "none".into(), transaction_version: 2 };
+    let mut spec = Producer { transactional, compression: CompressionType::None, transaction_version: 2 };
     for kv in settings {
         match key_value(kv)? {
-            (k, v) if k == "compression.type" && COMPRESSION_TYPES.contains(&v.as_str()) => spec.compression = v,
+            (k, v) if k == "compression.type" && CompressionType::from_name(&v).is_some() => {
+                spec.compression = CompressionType::from_name(&v).expect("just checked")
+            }
             (k, v) if k == "transaction.version" && transactional && (v == "1" || v == "2") => {
                 spec.transaction_version = v.parse().expect("1 or 2")
             }
             (k, v) => {
                 return Err(format!(
                     "{k}={v}: a producer takes compression.type={} and (transactional only) transaction.version=1|2",
-                    COMPRESSION_TYPES.join("|")
+                    CompressionType::ALL.map(CompressionType::name).join("|")
                 ))
             }
         }
