@@ -84,13 +84,14 @@ impl Generation {
     }
 }
 
-/// A coordinator request awaiting its answer.
+/// A coordinator request awaiting its answer; a join, sync or heartbeat with the generation it was sent
+/// in, whose errors count only while the generation is unchanged (`generationUnchanged`).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum Request {
     FindCoordinator,
-    JoinGroup,
-    SyncGroup,
-    Heartbeat,
+    JoinGroup(Generation),
+    SyncGroup(Generation),
+    Heartbeat(Generation),
     LeaveGroup,
     OffsetFetch,
 }
@@ -209,7 +210,7 @@ impl ConsumerCoordinator {
         if self.fatal.is_some() || self.closed {
             return effects;
         }
-        let busy = self.in_flight.values().any(|r| *r != Request::Heartbeat);
+        let busy = self.in_flight.values().any(|r| !matches!(r, Request::Heartbeat(_)));
         if !busy && now_ms >= self.backoff_until_ms {
             effects.extend(self.next_request(now_ms, ids));
         }
@@ -264,7 +265,7 @@ impl ConsumerCoordinator {
             rebalance_timeout_ms: self.config.rebalance_timeout_ms,
         };
         let request = GroupMessage::JoinGroupRequest { group_id: self.group_id.clone(), join };
-        self.send_group(now_ms, ids, request, Request::JoinGroup)
+        self.send_group(now_ms, ids, request, Request::JoinGroup(self.generation.clone()))
     }
 
     /// The heartbeat thread's send (`AbstractCoordinator.HeartbeatThread`): only in a generation
@@ -275,7 +276,7 @@ impl ConsumerCoordinator {
         if !in_generation
             || !due
             || self.coordinator.is_none()
-            || self.in_flight.values().any(|r| *r == Request::Heartbeat)
+            || self.in_flight.values().any(|r| matches!(r, Request::Heartbeat(_)))
         {
             return Effects::default();
         }
@@ -285,7 +286,15 @@ impl ConsumerCoordinator {
             generation_id: self.generation.generation_id,
             member_id: self.generation.member_id.clone(),
         };
-        self.send_group(now_ms, ids, request, Request::Heartbeat)
+        self.send_group(now_ms, ids, request, Request::Heartbeat(self.generation.clone()))
+    }
+
+    /// Every assigned partition starts again from the group's committed offset, fetched by the next poll
+    /// (`KafkaConsumer.committed` then `seek`, as a processor does after an abort).
+    pub fn refetch_committed_offsets(&mut self) {
+        if self.state == MemberState::Stable {
+            self.awaiting_offsets = self.assignment.clone();
+        }
     }
 
     /// `close()` → `maybeLeaveGroup`: a member in a generation (or joining with an id) sends LeaveGroup,
@@ -303,13 +312,15 @@ impl ConsumerCoordinator {
             effects = self.send_group(now_ms, ids, request, Request::LeaveGroup);
         }
         self.closed = true;
-        self.reset_generation();
+        self.reset_generation(false);
         effects
     }
 
-    /// `resetStateAndGeneration`: out of the generation, member id forgotten, rejoin as new.
-    fn reset_generation(&mut self) {
-        self.generation = Generation::none();
+    /// `resetStateAndRejoin`: out of the generation; the member id is kept (ILLEGAL_GENERATION: it may still
+    /// be valid) or forgotten, and the next join is as a new member.
+    fn reset_generation(&mut self, keep_member_id: bool) {
+        let member_id = if keep_member_id { std::mem::take(&mut self.generation.member_id) } else { String::new() };
+        self.generation = Generation { generation_id: Generation::NO_GENERATION_ID, member_id };
         self.request_rejoin();
     }
 
@@ -324,6 +335,8 @@ impl ConsumerCoordinator {
     /// abandoned and retried (`AbstractCoordinator.JoinGroupResponseHandler`'s NOT_COORDINATOR).
     fn mark_coordinator_unknown(&mut self, now_ms: TimeMs) {
         self.coordinator = None;
+        // Its connection is closed (`client.disconnectAsync`): what was in flight there fails.
+        self.in_flight.retain(|_, r| *r == Request::FindCoordinator);
         self.backoff_until_ms = now_ms + self.retry_backoff_ms;
         if matches!(self.state, MemberState::PreparingRebalance | MemberState::CompletingRebalance) {
             self.request_rejoin();
@@ -371,15 +384,15 @@ impl ConsumerCoordinator {
                 }
                 Effects::default()
             }
-            (Request::JoinGroup, Message::Group(GroupMessage::JoinGroupResponse { member_id, result })) => {
-                self.on_join(now_ms, ids, member_id, result)
+            (Request::JoinGroup(sent), Message::Group(GroupMessage::JoinGroupResponse { member_id, result })) => {
+                self.on_join(now_ms, ids, (sent, member_id), result)
             }
-            (Request::SyncGroup, Message::Group(GroupMessage::SyncGroupResponse { result })) => {
-                self.on_sync(now_ms, result);
+            (Request::SyncGroup(sent), Message::Group(GroupMessage::SyncGroupResponse { result })) => {
+                self.on_sync(now_ms, sent, result);
                 Effects::default()
             }
-            (Request::Heartbeat, Message::Group(GroupMessage::HeartbeatResponse { result })) => {
-                self.on_heartbeat(now_ms, result);
+            (Request::Heartbeat(sent), Message::Group(GroupMessage::HeartbeatResponse { result })) => {
+                self.on_heartbeat(now_ms, sent, result);
                 Effects::default()
             }
             (Request::LeaveGroup, Message::Group(GroupMessage::LeaveGroupResponse { .. })) => Effects::default(),
@@ -397,7 +410,7 @@ impl ConsumerCoordinator {
         &mut self,
         now_ms: TimeMs,
         ids: &mut u64,
-        member_id: String,
+        (sent, member_id): (Generation, String),
         result: Result<JoinResult, KafkaError>,
     ) -> Effects {
         if self.state != MemberState::PreparingRebalance || self.closed {
@@ -416,24 +429,27 @@ impl ConsumerCoordinator {
                     member_id,
                     assignments,
                 };
-                return self.send_group(now_ms, ids, request, Request::SyncGroup);
+                return self.send_group(now_ms, ids, request, Request::SyncGroup(self.generation.clone()));
             }
             // KIP-394: join again at once with the id the coordinator gave.
             Err(KafkaError::MemberIdRequired) => {
                 self.generation = Generation { generation_id: Generation::NO_GENERATION_ID, member_id };
                 self.request_rejoin();
             }
-            Err(KafkaError::UnknownMemberId | KafkaError::IllegalGeneration) => self.reset_generation(),
+            // Only while the generation is the one the join was sent in.
+            Err(KafkaError::UnknownMemberId) if sent == self.generation => self.reset_generation(false),
+            Err(KafkaError::UnknownMemberId) => self.request_rejoin(),
+            // `joinGroupIfNeeded` retries these at once, the rest after `retry.backoff.ms`.
             Err(KafkaError::RebalanceInProgress) => self.request_rejoin(),
             Err(KafkaError::NotCoordinator | KafkaError::CoordinatorNotAvailable) => {
                 self.mark_coordinator_unknown(now_ms)
             }
-            Err(e) if e.is_retriable() => {
+            Err(KafkaError::CoordinatorLoadInProgress) => {
                 self.request_rejoin();
                 self.back_off(now_ms);
             }
-            // INCONSISTENT_GROUP_PROTOCOL, INVALID_SESSION_TIMEOUT, GROUP_MAX_SIZE_REACHED, ...: thrown to the
-            // application, which stops.
+            // INCONSISTENT_GROUP_PROTOCOL, INVALID_SESSION_TIMEOUT, GROUP_MAX_SIZE_REACHED, and any other: thrown
+            // to the application, which stops.
             Err(e) => {
                 self.request_rejoin();
                 self.fatal = Some(e);
@@ -458,7 +474,7 @@ impl ConsumerCoordinator {
 
     /// `SyncGroupResponseHandler.handle`, then `ConsumerCoordinator.onJoinComplete`: the assignment is
     /// taken and its partitions wait for their committed offsets.
-    fn on_sync(&mut self, now_ms: TimeMs, result: Result<(String, Vec<u8>), KafkaError>) {
+    fn on_sync(&mut self, now_ms: TimeMs, sent: Generation, result: Result<(String, Vec<u8>), KafkaError>) {
         if self.state != MemberState::CompletingRebalance || self.closed {
             return;
         }
@@ -472,7 +488,10 @@ impl ConsumerCoordinator {
                 self.last_heartbeat_ms = now_ms;
             }
             Err(KafkaError::RebalanceInProgress) => self.request_rejoin(),
-            Err(KafkaError::UnknownMemberId | KafkaError::IllegalGeneration) => self.reset_generation(),
+            Err(e @ (KafkaError::UnknownMemberId | KafkaError::IllegalGeneration)) if sent == self.generation => {
+                self.reset_generation(e == KafkaError::IllegalGeneration)
+            }
+            Err(KafkaError::UnknownMemberId | KafkaError::IllegalGeneration) => self.request_rejoin(),
             Err(KafkaError::NotCoordinator | KafkaError::CoordinatorNotAvailable) => {
                 self.mark_coordinator_unknown(now_ms)
             }
@@ -489,7 +508,7 @@ impl ConsumerCoordinator {
 
     /// `HeartbeatResponseHandler.handle`: a rebalance is joined, a lost generation reset, a moved
     /// coordinator looked up again (the generation stays).
-    fn on_heartbeat(&mut self, now_ms: TimeMs, result: Result<(), KafkaError>) {
+    fn on_heartbeat(&mut self, now_ms: TimeMs, sent: Generation, result: Result<(), KafkaError>) {
         if self.closed {
             return;
         }
@@ -497,7 +516,11 @@ impl ConsumerCoordinator {
             Ok(()) => {}
             Err(KafkaError::RebalanceInProgress) if self.state == MemberState::Stable => self.request_rejoin(),
             Err(KafkaError::RebalanceInProgress) => {}
-            Err(KafkaError::UnknownMemberId | KafkaError::IllegalGeneration) => self.reset_generation(),
+            Err(e @ (KafkaError::UnknownMemberId | KafkaError::IllegalGeneration)) if sent == self.generation => {
+                self.reset_generation(e == KafkaError::IllegalGeneration)
+            }
+            // A heartbeat of an older generation: the member has moved on (`generationUnchanged`).
+            Err(KafkaError::UnknownMemberId | KafkaError::IllegalGeneration) => {}
             Err(KafkaError::NotCoordinator | KafkaError::CoordinatorNotAvailable) => {
                 self.mark_coordinator_unknown(now_ms)
             }

@@ -112,6 +112,16 @@ impl Consumer {
         effects
     }
 
+    /// A processor's rewind after an aborted transaction: every assigned partition loses its position until
+    /// the group's committed offset for it is fetched again.
+    pub fn reset_to_committed(&mut self) {
+        if let Some(group) = self.group.as_mut() {
+            group.refetch_committed_offsets();
+            self.positions.clear();
+            self.caught_up.clear();
+        }
+    }
+
     /// `close()`: a member leaves its group (LeaveGroup); nothing is fetched after.
     pub fn close(&mut self, now_ms: TimeMs) -> Effects {
         let effects = match self.group.as_mut() {
