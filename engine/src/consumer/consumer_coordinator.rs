@@ -127,8 +127,6 @@ pub struct ConsumerCoordinator {
     pub fatal: Option<KafkaError>,
     /// LeaveGroup was sent (`close()`): nothing more is sent.
     closed: bool,
-    /// Generations this member completed (for reports).
-    pub rebalances: u32,
 }
 
 impl ConsumerCoordinator {
@@ -161,7 +159,6 @@ impl ConsumerCoordinator {
             awaiting_offsets: BTreeSet::new(),
             fatal: None,
             closed: false,
-            rebalances: 0,
         }
     }
 
@@ -175,10 +172,6 @@ impl ConsumerCoordinator {
         self.in_flight.contains_key(&correlation_id)
     }
 
-    pub fn coordinator(&self) -> Option<&NodeId> {
-        self.coordinator.as_ref()
-    }
-
     /// `KafkaConsumer.groupMetadata()`: what `sendOffsetsToTransaction` sends for KIP-447's fencing.
     pub fn group_metadata(&self) -> ConsumerGroupMetadata {
         ConsumerGroupMetadata {
@@ -189,11 +182,17 @@ impl ConsumerCoordinator {
     }
 
     fn send(&mut self, now_ms: TimeMs, ids: &mut u64, to: NodeId, message: Message, request: Request) -> Effects {
+        // A JoinGroup may wait out the whole rebalance: `sendJoinGroupRequest` gives it the rebalance
+        // timeout and 5 s more (`JOIN_GROUP_TIMEOUT_LAPSE`), never less than `request.timeout.ms`.
+        let timeout = match request {
+            Request::JoinGroup(_) => self.request_timeout_ms.max(self.config.rebalance_timeout_ms + 5_000),
+            _ => self.request_timeout_ms,
+        };
         *ids += 1;
         self.in_flight.insert(*ids, request);
         let mut effects = Effects::default();
         effects.send(&self.me, &to, *ids, message);
-        effects.timers.push((now_ms + self.request_timeout_ms, Timer::RequestTimeout { correlation_id: *ids }));
+        effects.timers.push((now_ms + timeout, Timer::RequestTimeout { correlation_id: *ids }));
         effects
     }
 
@@ -481,7 +480,6 @@ impl ConsumerCoordinator {
         match result {
             Ok((_, bytes)) => {
                 self.state = MemberState::Stable;
-                self.rebalances += 1;
                 self.assignment = range_assignor::decode_assignment(&bytes);
                 self.awaiting_offsets = self.assignment.clone();
                 // `heartbeat.resetTimeouts()`: the next heartbeat is an interval from now.

@@ -20,8 +20,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
 pub use completed_fetch::{filter_fetch, read_to_end, FetchedRecords};
-pub use consumer_coordinator::{ConsumerCoordinator, Generation, GroupRebalanceConfig, MemberState, PROTOCOL_TYPE};
-pub use range_assignor::{assign as range_assign, RANGE_ASSIGNOR_NAME};
+pub use consumer_coordinator::{ConsumerCoordinator, Generation, GroupRebalanceConfig, MemberState};
 
 /// A record handed to the application.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

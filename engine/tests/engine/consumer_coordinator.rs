@@ -48,6 +48,7 @@ fn settle(cluster: &mut Cluster, names: &[&str], rounds: usize) {
     }
 }
 
+/// As `RangeAssignorTest#testTwoConsumersOneTopicThreePartitions` has it: the first member takes two.
 #[test]
 fn two_members_split_three_partitions_by_range() {
     let mut cluster = cluster();
