@@ -117,6 +117,19 @@ fn unknown_topic_is_an_input_error() {
 }
 
 #[test]
+fn a_consumer_op_before_its_subscribe_is_an_input_error() {
+    let head = HEAD.replace("\"producer\"", "\"network\"");
+    let text = format!("{head}[{{\"op\": \"poll\", \"consumer\": \"c\"}}]}}]}}");
+    assert_input_error(&text, &["op 0", "field 'consumer'", "no consumer 'c': it needs a subscribe first"]);
+    let both = format!(
+        "{head}[{{\"op\": \"subscribe\", \"consumer\": \"c\", \"group\": \"g\", \"topics\": [\"t\"], \
+         \"isolation\": \"read_committed\"}}, {{\"op\": \"init_producer\", \"producer\": \"p\"}}, \
+         {{\"op\": \"send_offsets\", \"producer\": \"p\", \"group\": \"g\", \"consumer\": \"c\"}}]}}]}}"
+    );
+    assert_input_error(&both, &["op 2", "field 'group'", "give exactly one of group and consumer"]);
+}
+
+#[test]
 fn op_on_a_crashed_producer_is_an_input_error() {
     let text = format!(
         "{HEAD}[{{\"op\": \"init_producer\", \"producer\": \"p\"}}, {{\"op\": \"crash_producer\", \"producer\": \"p\"}}, \

@@ -26,13 +26,14 @@ pub enum Step {
     Fired { now_ms: TimeMs, node: NodeId, timer: Timer },
 }
 
-/// What falls due next: a timer (by its key), a refused request's return (by its key) or a broker's
-/// replication work (by broker id).
+/// What falls due next: a timer (by its key), a refused request's return (by its key), a broker's
+/// replication work or its group coordinator's join phase or session expiry (by broker id).
 #[derive(Clone, Copy)]
 enum Due {
     Timer((TimeMs, u64)),
     Refusal((TimeMs, u64)),
     Replication(u32),
+    Groups(u32),
 }
 
 #[derive(Clone, Debug)]
@@ -270,7 +271,7 @@ impl Cluster {
                 if let Some(p) = self.producers.get_mut(name) {
                     p.on_timer(self.now_ms, timer)
                 } else if let Some(c) = self.consumers.get_mut(name) {
-                    c.on_timer(timer)
+                    c.on_timer(self.now_ms, timer)
                 } else {
                     Effects::default()
                 }
@@ -324,11 +325,19 @@ impl Cluster {
             })
             .min()
             .map(|(t, id)| (t, Due::Replication(id)));
-        match (timer, replication) {
-            (Some(t), Some(r)) if r.0 < t.0 => Some(r),
-            (Some(t), _) => Some(t),
-            (None, r) => r,
-        }
+        // The group coordinators' deadlines (`GroupCoordinator::next_deadline_ms`), after the rest on a tie.
+        let groups = self
+            .brokers()
+            .filter(|b| !self.down.contains(&b.id))
+            .filter_map(|b| b.groups.next_deadline_ms().map(|t| (t, b.id)))
+            .min()
+            .map(|(t, id)| (t, Due::Groups(id)));
+        let earliest = |a: Option<(TimeMs, Due)>, b: Option<(TimeMs, Due)>| match (a, b) {
+            (Some(a), Some(b)) if b.0 < a.0 => Some(b),
+            (Some(a), _) => Some(a),
+            (None, b) => b,
+        };
+        earliest(earliest(timer, replication), groups)
     }
 
     /// Fires what `next_due` found, moving time to it.
@@ -350,6 +359,14 @@ impl Cluster {
                 self.now_ms = self.now_ms.max(at);
                 let now = self.now_ms;
                 let effects = self.broker_mut(id).expect("found by next_due").tick_replication(now);
+                self.apply(&NodeId::Broker(id), effects);
+            }
+            Due::Groups(id) => {
+                let broker = self.broker_mut(id).expect("found by next_due");
+                let at = broker.groups.next_deadline_ms().expect("found by next_due");
+                self.now_ms = self.now_ms.max(at);
+                let now = self.now_ms;
+                let effects = self.broker_mut(id).expect("found by next_due").tick_groups(now);
                 self.apply(&NodeId::Broker(id), effects);
             }
         }

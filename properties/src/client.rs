@@ -1,6 +1,7 @@
 //! The one interpreter of client ops: each `ProducerCall` (what a history records a client asked for) as
 //! the engine producer's call, `KafkaProducer.initTransactions`, `beginTransaction`, `send`,
-//! `commitTransaction` and `abortTransaction`. The scenario runner's log and coordinator layers
+//! `sendOffsetsToTransaction`, `commitTransaction` and `abortTransaction`; and the processor's
+//! deterministic transform of an input record (`transform`), which the consume-transform-produce loop writes. The scenario runner's log and coordinator layers
 //! (`src/scenario/runner.rs`), its network layer (`src/scenario/network.rs`) and the proptest harness
 //! (`properties/suites/tests/common/producer.rs`) run their client ops through `exec`; what differs is
 //! their `Layer`: how a started call's requests reach the broker (a direct call run until the cluster is
@@ -44,7 +45,19 @@ pub fn exec<L: Layer>(layer: &mut L, producer: &str, call: &ProducerCall) -> L::
         }
         ProducerCall::Commit => layer.request(producer, call, &mut |p, now| p.commit_transaction(now)),
         ProducerCall::Abort => layer.request(producer, call, &mut |p, now| p.abort_transaction(now)),
+        ProducerCall::SendOffsets { group, offsets } => {
+            let offsets: Vec<_> = offsets.iter().map(|(tp, o)| (tp.clone(), (*o, None))).collect();
+            layer.request(producer, call, &mut |p, now| {
+                p.send_offsets_to_transaction(now, offsets.clone(), group.clone())
+            })
+        }
     }
+}
+
+/// The processor's output for one input record: a deterministic function of its value, so that a checker
+/// can tell which input an output came from.
+pub fn transform(value: &str) -> String {
+    format!("{value}'")
 }
 
 /// The direct layer (the scenario runner's log and coordinator layers): a call runs until the cluster is

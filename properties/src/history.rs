@@ -6,7 +6,7 @@ use crate::log_facts::LogFacts;
 use crate::state::Logs;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
-use txnsim_engine::producer::OpOutput;
+use txnsim_engine::producer::{ConsumerGroupMetadata, OpOutput};
 use txnsim_engine::{IsolationLevel, KafkaError, Names, Offset, Rename, TimeMs, TopicPartition, TransactionResult};
 
 /// A producer call, as invoked.
@@ -15,9 +15,18 @@ use txnsim_engine::{IsolationLevel, KafkaError, Names, Offset, Rename, TimeMs, T
 pub enum ProducerCall {
     Init,
     Begin,
-    Send { partition: TopicPartition, values: Vec<String> },
+    Send {
+        partition: TopicPartition,
+        values: Vec<String>,
+    },
     Commit,
     Abort,
+    /// `sendOffsetsToTransaction(offsets, groupMetadata)`: the input offsets committed with the
+    /// transaction, under KIP-447's consumer group metadata.
+    SendOffsets {
+        group: ConsumerGroupMetadata,
+        offsets: Vec<(TopicPartition, i64)>,
+    },
 }
 
 /// How a producer call ended.

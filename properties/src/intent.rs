@@ -53,6 +53,7 @@ fn transactions(history: &History) -> Vec<Txn> {
                 ProducerCall::Commit | ProducerCall::Abort => {
                     ending.insert((process, *call_id), matches!(call, ProducerCall::Commit));
                 }
+                ProducerCall::SendOffsets { .. } => {}
             },
             Event::Complete { process, call_id, outcome, .. } => {
                 let t = open.get_mut(process.as_str());

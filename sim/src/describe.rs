@@ -31,6 +31,10 @@ pub fn show_call(call: &ProducerCall) -> String {
         ProducerCall::Send { partition, values } => format!("send {partition} [{}]", values.join(",")),
         ProducerCall::Commit => "commit".into(),
         ProducerCall::Abort => "abort".into(),
+        ProducerCall::SendOffsets { group, offsets } => {
+            let offsets: Vec<String> = offsets.iter().map(|(tp, o)| format!("{tp}@{o}")).collect();
+            format!("send_offsets {} gen {} [{}]", group.group_id, group.generation_id, offsets.join(","))
+        }
     }
 }
 

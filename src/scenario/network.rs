@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
+use txnsim_engine::consumer::{Consumer, ConsumerRecord, GroupRebalanceConfig, MemberState};
 use txnsim_engine::coordinator::{TransactionMetadata, TransactionState};
 use txnsim_engine::log::PartitionLog;
 use txnsim_engine::producer::ConsumerGroupMetadata;
@@ -155,17 +156,55 @@ pub struct Send {
 
 /// `sendOffsetsToTransaction`: `offsets` as `{"topic/partition": offset}`; `generation_id` and
 /// `member_id` are the consumer's group metadata (KIP-447), absent for a producer that names only the group.
+/// With `consumer` instead of `group`, the group metadata is that consumer's `groupMetadata()` and the
+/// offsets, unless given, its positions.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SendOffsets {
     pub producer: String,
-    pub group: String,
-    pub offsets: BTreeMap<String, i64>,
+    pub group: Option<String>,
+    pub consumer: Option<String>,
+    pub offsets: Option<BTreeMap<String, i64>>,
     pub generation_id: Option<i32>,
     pub member_id: Option<String>,
     #[serde(rename = "as")]
     pub name: Option<String>,
     pub expect_error: Option<String>,
+}
+
+/// `subscribe`: a new consumer of `isolation` that joins `group` for `topics` (`KafkaConsumer.subscribe`);
+/// it sends nothing until polled. The timeouts are Kafka's consumer defaults unless given.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Subscribe {
+    pub consumer: String,
+    pub group: String,
+    pub topics: Vec<String>,
+    pub isolation: Isolation,
+    pub session_timeout_ms: Option<TimeMs>,
+    pub rebalance_timeout_ms: Option<TimeMs>,
+    pub heartbeat_interval_ms: Option<TimeMs>,
+}
+
+/// `poll` or `close_consumer` of a consumer that subscribed.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsumerCall {
+    pub consumer: String,
+}
+
+/// One pass of the consume-transform-produce loop over what `consumer` delivered since the last pass:
+/// `producer` begins a transaction, sends each record's transform to `topic` (the input's partition
+/// number, modulo `topic`'s partitions) and sends the consumer's positions with its `groupMetadata()`;
+/// `as` names the offsets call. The commit is the scenario's next `commit` op.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Process {
+    pub consumer: String,
+    pub producer: String,
+    pub topic: String,
+    #[serde(rename = "as")]
+    pub name: Option<String>,
 }
 
 /// A plain OffsetCommit from outside the group protocol (an `assign()` consumer or an admin client:
@@ -286,6 +325,26 @@ pub struct CoordinatorExpect {
     pub txn_start_timestamp_ms: Option<TimeMs>,
 }
 
+/// A consumer as the application and its coordinator see it; each field given must match.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsumerExpect {
+    pub name: String,
+    /// `AbstractCoordinator.MemberState`: `UNJOINED`, `PREPARING_REBALANCE`, `COMPLETING_REBALANCE`, `STABLE`.
+    pub state: Option<String>,
+    pub generation_id: Option<i32>,
+    pub member_id: Option<String>,
+    /// The assigned partitions, as `"topic/partition"`, ascending.
+    pub assignment: Option<Vec<String>>,
+    /// `position()` per assigned partition that has one.
+    pub positions: Option<BTreeMap<String, u64>>,
+    /// Every value the consumer delivered so far, in order.
+    pub consumed: Option<Vec<String>>,
+    /// The error the group protocol threw, or null.
+    #[serde(default, deserialize_with = "nullable")]
+    pub fatal: Option<Option<String>>,
+}
+
 /// A partition's registration at the controller (`PartitionRegistration`): each field given must match.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -345,6 +404,7 @@ pub struct Expect {
     pub in_flight: Option<Vec<String>>,
     pub held: Option<Vec<String>>,
     pub producers: Option<Vec<ProducerExpect>>,
+    pub consumers: Option<Vec<ConsumerExpect>>,
     pub coordinator: Option<Vec<CoordinatorExpect>>,
     /// Each named call's outcome as the application sees it: `pending`, `ok`, or a Kafka error name.
     pub outcomes: Option<BTreeMap<String, String>>,
@@ -377,6 +437,14 @@ pub enum NetOp {
     Abort(ClientCall),
     SendOffsets(SendOffsets),
     CommitOffsets(CommitOffsets),
+    Subscribe(Subscribe),
+    /// `KafkaConsumer.poll` of a group member: its coordinator's requests and its fetches go in flight.
+    Poll(ConsumerCall),
+    /// `KafkaConsumer.close`: LeaveGroup.
+    CloseConsumer(ConsumerCall),
+    /// A processor's rewind after an abort: every assigned partition restarts from the committed offset.
+    ResetToCommitted(ConsumerCall),
+    Process(Process),
     Net(NetAction, Pick),
     Disconnect(Disconnect),
     AdvanceTime(AdvanceTime),
@@ -403,6 +471,11 @@ impl NetOp {
             NetOp::Abort(_) => "abort",
             NetOp::SendOffsets(_) => "send_offsets",
             NetOp::CommitOffsets(_) => "commit_offsets",
+            NetOp::Subscribe(_) => "subscribe",
+            NetOp::Poll(_) => "poll",
+            NetOp::CloseConsumer(_) => "close_consumer",
+            NetOp::ResetToCommitted(_) => "reset_to_committed",
+            NetOp::Process(_) => "process",
             NetOp::Net(NetAction::Deliver, _) => "deliver",
             NetOp::Net(NetAction::Drop, _) => "drop",
             NetOp::Net(NetAction::Duplicate, _) => "duplicate",
@@ -443,6 +516,11 @@ pub fn parse_op(value: Value) -> Result<NetOp, (Option<String>, String)> {
         "abort" => from_value(rest).map(NetOp::Abort),
         "send_offsets" => from_value(rest).map(NetOp::SendOffsets),
         "commit_offsets" => from_value(rest).map(NetOp::CommitOffsets),
+        "subscribe" => from_value(rest).map(NetOp::Subscribe),
+        "poll" => from_value(rest).map(NetOp::Poll),
+        "close_consumer" => from_value(rest).map(NetOp::CloseConsumer),
+        "reset_to_committed" => from_value(rest).map(NetOp::ResetToCommitted),
+        "process" => from_value(rest).map(NetOp::Process),
         "deliver" => net(NetAction::Deliver),
         "drop" => net(NetAction::Drop),
         "duplicate" => net(NetAction::Duplicate),
@@ -462,7 +540,8 @@ pub fn parse_op(value: Value) -> Result<NetOp, (Option<String>, String)> {
             Some("op".into()),
             format!(
                 "unknown op '{other}' for the network layer (init_producer, begin, send, commit, abort, \
-                 send_offsets, commit_offsets, deliver, drop, duplicate, hold, release, disconnect, advance_time, \
+                 send_offsets, commit_offsets, subscribe, poll, close_consumer, reset_to_committed, process, \
+                 deliver, drop, duplicate, hold, release, disconnect, advance_time, \
                  run, restart_broker, crash_broker, start_broker, expect)"
             ),
         )),
@@ -482,7 +561,15 @@ pub fn validate(
         _ => Ok(()),
     };
     let mut producers: BTreeSet<&str> = BTreeSet::new();
+    let mut consumers: BTreeSet<&str> = BTreeSet::new();
     let mut names: BTreeSet<&str> = BTreeSet::new();
+    let consumer_known = |consumers: &BTreeSet<&str>, at, c: &str| {
+        if consumers.contains(c) {
+            Ok(())
+        } else {
+            Err(err(at, "consumer", format!("no consumer '{c}': it needs a subscribe first")))
+        }
+    };
     for (i, op) in ops.iter().enumerate() {
         let at = Some(i);
         let (producer, name, expect_error) = match op {
@@ -514,16 +601,57 @@ pub fn validate(
                 if o.kind.is_some_and(|k| k != ClientKind::Transactional) && o.transactional_id.is_some() {
                     return Err(err(at, "transactional_id", "only a transactional producer has one".into()));
                 }
+                if consumers.contains(o.producer.as_str()) {
+                    return Err(err(at, "producer", format!("'{}' is a consumer's name", o.producer)));
+                }
                 producers.insert(&o.producer);
                 (&o.producer, &o.name, &o.expect_error)
             }
             NetOp::Begin(o) | NetOp::Commit(o) | NetOp::Abort(o) => (&o.producer, &o.name, &o.expect_error),
             NetOp::Send(o) => (&o.producer, &o.name, &o.expect_error),
             NetOp::SendOffsets(o) => {
-                for k in o.offsets.keys() {
+                for k in o.offsets.iter().flat_map(|o| o.keys()) {
                     partition_key(k).map_err(|e| err(at, "offsets", e))?;
                 }
+                match (&o.group, &o.consumer) {
+                    (Some(_), None) if o.offsets.is_none() => {
+                        return Err(err(at, "offsets", "a send_offsets naming a group gives its offsets".into()))
+                    }
+                    (Some(_), None) => {}
+                    (None, Some(c)) => {
+                        consumer_known(&consumers, at, c)?;
+                        if o.generation_id.is_some() || o.member_id.is_some() {
+                            let why = "the consumer's groupMetadata() gives the generation and member".into();
+                            return Err(err(at, "consumer", why));
+                        }
+                    }
+                    _ => return Err(err(at, "group", "give exactly one of group and consumer".into())),
+                }
                 (&o.producer, &o.name, &o.expect_error)
+            }
+            NetOp::Subscribe(o) => {
+                if consumers.contains(o.consumer.as_str()) || producers.contains(o.consumer.as_str()) {
+                    return Err(err(at, "consumer", format!("the name '{}' is taken", o.consumer)));
+                }
+                let times = [o.session_timeout_ms, o.rebalance_timeout_ms, o.heartbeat_interval_ms];
+                if let Some(ms) = times.into_iter().flatten().find(|ms| *ms > MAX_SCENARIO_MS) {
+                    return Err(err(at, "ms", format!("{ms} ms is more than a scenario's {MAX_SCENARIO_MS} ms")));
+                }
+                consumers.insert(&o.consumer);
+                continue;
+            }
+            NetOp::Poll(c) | NetOp::CloseConsumer(c) | NetOp::ResetToCommitted(c) => {
+                consumer_known(&consumers, at, &c.consumer)?;
+                continue;
+            }
+            NetOp::Process(o) => {
+                consumer_known(&consumers, at, &o.consumer)?;
+                if let Some(n) = &o.name {
+                    if !names.insert(n) {
+                        return Err(err(at, "as", format!("the name '{n}' is already taken by an earlier op")));
+                    }
+                }
+                (&o.producer, &None, &None)
             }
             NetOp::CommitOffsets(o) => {
                 for k in o.offsets.keys() {
@@ -577,6 +705,22 @@ fn validate_expect(
         Some(_) => err(at, field, why),
         None => err(at, &format!("expect.{field}"), why),
     };
+    for (k, c) in e.consumers.iter().flatten().enumerate() {
+        if let Some(s) = &c.state {
+            if !MemberState::ALL.iter().any(|m| m.name() == s) {
+                return Err(err(at, &format!("consumers[{k}].state"), format!("'{s}' is not a MemberState")));
+            }
+        }
+        for key in c.assignment.iter().flatten().chain(c.positions.iter().flat_map(|p| p.keys())) {
+            partition_key(key).map_err(|e| err(at, &format!("consumers[{k}]"), e))?;
+        }
+        if let Some(Some(e)) = &c.fatal {
+            if KafkaError::from_name(e).is_none() {
+                let why = format!("'{e}' is not a Kafka error name this engine knows");
+                return Err(err(at, &format!("consumers[{k}].fatal"), why));
+            }
+        }
+    }
     for (k, p) in e.producers.iter().flatten().enumerate() {
         if let Some(s) = &p.state {
             if client_state(s).is_none() {
@@ -642,8 +786,14 @@ fn partition_key(key: &str) -> Result<TopicPartition, String> {
 }
 
 /// Offsets keyed by `"topic/partition"` (checked by `validate`).
-fn offsets_of(offsets: &BTreeMap<String, i64>) -> Vec<(TopicPartition, (i64, Option<String>))> {
-    offsets.iter().map(|(k, o)| (partition_key(k).expect("validated"), (*o, None))).collect()
+fn offsets_of(offsets: &BTreeMap<String, i64>) -> Vec<(TopicPartition, i64)> {
+    offsets.iter().map(|(k, o)| (partition_key(k).expect("validated"), *o)).collect()
+}
+
+/// A consumer's positions on its assigned partitions: the offsets a processor commits.
+fn positions_of(consumer: &Consumer) -> Vec<(TopicPartition, i64)> {
+    let assigned = consumer.group().map(|g| g.assignment().iter().cloned().collect::<Vec<_>>()).unwrap_or_default();
+    assigned.into_iter().filter_map(|tp| consumer.position(&tp).map(|o| (tp, o as i64))).collect()
 }
 
 fn client_state(name: &str) -> Option<TxnManagerState> {
@@ -661,7 +811,17 @@ pub fn describe_op(op: &NetOp) -> String {
         },
         NetOp::Begin(c) | NetOp::Commit(c) | NetOp::Abort(c) => format!("{name} {}", c.producer),
         NetOp::Send(s) => format!("{name} {} -> {} {:?}", s.producer, tp(&s.topic, s.partition), s.values),
-        NetOp::SendOffsets(s) => format!("{name} {} group {} {{{}}}", s.producer, s.group, offsets(&s.offsets)),
+        NetOp::SendOffsets(s) => {
+            let group = match (&s.group, &s.consumer) {
+                (Some(g), _) => format!("group {g}"),
+                (None, c) => format!("consumer {}'s group", c.as_deref().unwrap_or_default()),
+            };
+            let given = s.offsets.as_ref().map_or("positions".into(), |o| format!("{{{}}}", offsets(o)));
+            format!("{name} {} {group} {given}", s.producer)
+        }
+        NetOp::Subscribe(s) => format!("{name} {} to {:?} in group {}", s.consumer, s.topics, s.group),
+        NetOp::Poll(c) | NetOp::CloseConsumer(c) | NetOp::ResetToCommitted(c) => format!("{name} {}", c.consumer),
+        NetOp::Process(p) => format!("{name} {}'s input by {} into {}", p.consumer, p.producer, p.topic),
         NetOp::CommitOffsets(c) => format!("{name} group {} {{{}}}", c.group, offsets(&c.offsets)),
         NetOp::Net(_, p) => {
             let kind = p.kind.map(|k| if k == MessageKind::Request { " request" } else { " response" });
@@ -713,6 +873,8 @@ pub struct NetworkRunner<'a> {
     /// Each send's values, by (producer, op), until it completes; then, if acknowledged, in `acked`.
     send_values: BTreeMap<(String, OpId), (TopicPartition, Vec<String>)>,
     acked: Vec<txnsim_properties::AckedWrite>,
+    /// Every record each consumer delivered, in order, and how many of them `process` has taken.
+    consumed: BTreeMap<String, (Vec<ConsumerRecord>, usize)>,
     topics: &'a BTreeMap<String, u32>,
 }
 
@@ -752,6 +914,7 @@ impl<'a> NetworkRunner<'a> {
             pending_call: None,
             send_values: BTreeMap::new(),
             acked: Vec::new(),
+            consumed: BTreeMap::new(),
             topics,
         }
     }
@@ -792,6 +955,9 @@ impl<'a> NetworkRunner<'a> {
                 }
                 self.outcomes.insert((name.clone(), c.op), c.result);
             }
+        }
+        for (name, c) in self.cluster.consumers.iter_mut() {
+            self.consumed.entry(name.clone()).or_default().0.extend(c.take_delivered());
         }
         if !self.clogs.is_empty() {
             let clogged: Vec<usize> = self
@@ -960,21 +1126,68 @@ impl<'a> NetworkRunner<'a> {
             NetOp::Commit(o) => self.call((i, op), &o.producer, &o.name, &o.expect_error, ProducerCall::Commit)?,
             NetOp::Abort(o) => self.call((i, op), &o.producer, &o.name, &o.expect_error, ProducerCall::Abort)?,
             NetOp::SendOffsets(o) => {
-                let group = ConsumerGroupMetadata {
-                    group_id: o.group.clone(),
-                    generation_id: o.generation_id.unwrap_or(-1),
-                    member_id: o.member_id.clone().unwrap_or_default(),
+                let call = match (&o.group, &o.consumer) {
+                    (Some(group), _) => ProducerCall::SendOffsets {
+                        group: ConsumerGroupMetadata {
+                            group_id: group.clone(),
+                            generation_id: o.generation_id.unwrap_or(-1),
+                            member_id: o.member_id.clone().unwrap_or_default(),
+                        },
+                        offsets: offsets_of(o.offsets.as_ref().expect("validated: a group's offsets are given")),
+                    },
+                    (None, c) => {
+                        let consumer = &self.cluster.consumers[c.as_deref().expect("validated: group or consumer")];
+                        let offsets = match &o.offsets {
+                            Some(given) => offsets_of(given),
+                            None => positions_of(consumer),
+                        };
+                        let group = consumer.group_metadata().expect("validated: a consumer that subscribed");
+                        ProducerCall::SendOffsets { group, offsets }
+                    }
                 };
-                let result = self.producer(&o.producer).send_offsets_to_transaction(now, offsets_of(&o.offsets), group);
-                self.started(i, op.name(), &o.producer, &o.name, &o.expect_error, result)?;
+                self.call((i, op), &o.producer, &o.name, &o.expect_error, call)?;
             }
+            NetOp::Subscribe(o) => {
+                let mut topics = BTreeMap::new();
+                for t in &o.topics {
+                    let Some(n) = self.topics.get(t) else {
+                        return Err(Failure::Input(i, "topics".into(), format!("no topic '{t}' in the scenario")));
+                    };
+                    topics.insert(t.clone(), *n);
+                }
+                let defaults = GroupRebalanceConfig::default();
+                let config = GroupRebalanceConfig {
+                    session_timeout_ms: o.session_timeout_ms.unwrap_or(defaults.session_timeout_ms),
+                    rebalance_timeout_ms: o.rebalance_timeout_ms.unwrap_or(defaults.rebalance_timeout_ms),
+                    heartbeat_interval_ms: o.heartbeat_interval_ms.unwrap_or(defaults.heartbeat_interval_ms),
+                };
+                let isolation = IsolationLevel::from(o.isolation);
+                let mut consumer =
+                    Consumer::new(&o.consumer, isolation, self.cluster.broker_id(), self.cluster.config.clone());
+                consumer.subscribe(&o.group, topics, config);
+                self.cluster.consumers.insert(o.consumer.clone(), consumer);
+            }
+            NetOp::Poll(c) => {
+                let consumer = self.cluster.consumers.get_mut(&c.consumer).expect("validated: subscribed");
+                let effects = consumer.poll_member(now);
+                self.cluster.apply(&NodeId::Client(c.consumer.clone()), effects);
+            }
+            NetOp::CloseConsumer(c) => {
+                let consumer = self.cluster.consumers.get_mut(&c.consumer).expect("validated: subscribed");
+                let effects = consumer.close(now);
+                self.cluster.apply(&NodeId::Client(c.consumer.clone()), effects);
+            }
+            NetOp::ResetToCommitted(c) => {
+                self.cluster.consumers.get_mut(&c.consumer).expect("validated: subscribed").reset_to_committed();
+            }
+            NetOp::Process(o) => self.process(i, op, o)?,
             NetOp::CommitOffsets(o) => {
                 let client = NodeId::Client(o.client.clone().unwrap_or_else(|| "admin".into()));
                 let request = GroupMessage::OffsetCommitRequest {
                     group_id: o.group.clone(),
                     generation_id: -1,
                     member_id: String::new(),
-                    offsets: offsets_of(&o.offsets),
+                    offsets: offsets_of(&o.offsets).into_iter().map(|(tp, o)| (tp, (o, None))).collect(),
                 };
                 let mut effects = txnsim_engine::protocol::Effects::default();
                 effects.send(&client, &self.cluster.broker_id(), 0, Message::Group(request));
@@ -1165,6 +1378,39 @@ impl<'a> NetworkRunner<'a> {
                 cmp(f("last_error"), json(err), json(prod.last_error.map(|x| x.name())))?;
             }
         }
+        for (k, c) in e.consumers.iter().flatten().enumerate() {
+            let f = |name: &str| format!("consumers[{k}].{name}");
+            let Some(consumer) = self.cluster.consumers.get(&c.name) else {
+                return Err(diff(f("name"), json(&c.name), "no such consumer".into()));
+            };
+            let group = consumer.group().expect("scenario consumers subscribe");
+            if let Some(s) = &c.state {
+                cmp(f("state"), json(s), json(group.state.name()))?;
+            }
+            if let Some(g) = c.generation_id {
+                cmp(f("generation_id"), json(g), json(group.generation.generation_id))?;
+            }
+            if let Some(m) = &c.member_id {
+                cmp(f("member_id"), json(m), json(&group.generation.member_id))?;
+            }
+            if let Some(a) = &c.assignment {
+                let got: Vec<String> = group.assignment().iter().map(|tp| tp.to_string()).collect();
+                cmp(f("assignment"), json(a), json(got))?;
+            }
+            if let Some(p) = &c.positions {
+                let got: BTreeMap<String, i64> =
+                    positions_of(consumer).into_iter().map(|(tp, o)| (tp.to_string(), o)).collect();
+                cmp(f("positions"), json(p), json(got))?;
+            }
+            if let Some(v) = &c.consumed {
+                let got: Vec<&String> =
+                    self.consumed.get(&c.name).map(|(r, _)| r.iter().map(|r| &r.value).collect()).unwrap_or_default();
+                cmp(f("consumed"), json(v), json(got))?;
+            }
+            if let Some(want) = &c.fatal {
+                cmp(f("fatal"), json(want), json(group.fatal.map(|e| e.name())))?;
+            }
+        }
         for (k, c) in e.coordinator.iter().flatten().enumerate() {
             let f = |name: &str| format!("coordinator[{k}].{name}");
             let coordinator = self.cluster.coordinator();
@@ -1326,6 +1572,32 @@ impl<'a> NetworkRunner<'a> {
             cmp(f("end_position"), json(r.expect.end_position), json(position))?;
         }
         Ok(())
+    }
+
+    /// One pass of the consume-transform-produce loop (`process`): begin, a send of each new input's
+    /// transform, then the consumer's positions with its group metadata.
+    fn process(&mut self, i: usize, op: &NetOp, o: &Process) -> Result<(), Failure> {
+        let Some(&out_partitions) = self.topics.get(&o.topic) else {
+            return Err(Failure::Input(i, "topic".into(), format!("no topic '{}' in the scenario", o.topic)));
+        };
+        let (records, taken) = self.consumed.entry(o.consumer.clone()).or_default();
+        let inputs: Vec<ConsumerRecord> = records[*taken..].to_vec();
+        *taken = records.len();
+        self.call((i, op), &o.producer, &None, &None, ProducerCall::Begin)?;
+        // `beginTransaction` answers at once: its completion is recorded here, before the sends.
+        if let Some((producer, call_id)) = self.pending_call.take() {
+            let time_ms = self.cluster.now_ms;
+            self.history.push(Event::Complete { time_ms, process: producer, call_id, outcome: CallOutcome::Ok });
+        }
+        for r in inputs {
+            let partition = TopicPartition::new(&o.topic, r.partition.partition % out_partitions);
+            let call = ProducerCall::Send { partition, values: vec![client::transform(&r.value)] };
+            self.call((i, op), &o.producer, &None, &None, call)?;
+        }
+        let consumer = &self.cluster.consumers[&o.consumer];
+        let group = consumer.group_metadata().expect("validated: a consumer that subscribed");
+        let call = ProducerCall::SendOffsets { group, offsets: positions_of(consumer) };
+        self.call((i, op), &o.producer, &o.name, &None, call)
     }
 
     /// Every state invariant of the catalogue over the cluster as it is now: what breaks.

@@ -1,12 +1,16 @@
 //! The consumer client, Kafka's `KafkaConsumer`: the `Consumer`, its position per partition and isolation
 //! level, its fetches and their answers. Its `CompletedFetch` filter (`CompletedFetch.nextFetchedRecord`,
-//! `FetchCollector.fetchRecords`) is a file here.
+//! `FetchCollector.fetchRecords`) is a file here, and so are its group membership (`ConsumerCoordinator`,
+//! for a consumer that `subscribe`s) and the leader's `RangeAssignor`.
 
 mod completed_fetch;
+mod consumer_coordinator;
+mod range_assignor;
 
 use crate::config::EngineConfig;
 use crate::error::KafkaError;
 use crate::network_client;
+use crate::producer::ConsumerGroupMetadata;
 use crate::protocol::metadata::MetadataMessage;
 use crate::protocol::NO_LEADER;
 use crate::protocol::{Effects, Envelope, Message, NodeId, Timer};
@@ -16,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
 pub use completed_fetch::{filter_fetch, read_to_end, FetchedRecords};
+pub use consumer_coordinator::{ConsumerCoordinator, Generation, GroupRebalanceConfig, MemberState};
 
 /// A record handed to the application.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -42,6 +47,9 @@ pub struct Consumer {
     errors: Vec<(TopicPartition, KafkaError)>,
     /// Fetches answered with no batches: the consumer has caught up to the bound.
     caught_up: BTreeSet<TopicPartition>,
+    /// A consumer that `subscribe`d: its group membership, which decides its partitions. An `assign()`
+    /// consumer has none.
+    group: Option<ConsumerCoordinator>,
 }
 
 impl Rename for Consumer {
@@ -65,6 +73,71 @@ impl Consumer {
             delivered: Vec::new(),
             errors: Vec::new(),
             caught_up: BTreeSet::new(),
+            group: None,
+        }
+    }
+
+    /// `subscribe(topics)` in group `group_id`: the consumer's partitions are those the group assigns it,
+    /// each starting at the group's committed offset. `topics` carries each topic's partition count, as the
+    /// consumer's metadata would.
+    pub fn subscribe(&mut self, group_id: &str, topics: BTreeMap<String, u32>, config: GroupRebalanceConfig) {
+        let require_stable = self.isolation == IsolationLevel::ReadCommitted;
+        let me = (self.id.clone(), &self.config);
+        let coordinator = ConsumerCoordinator::new(me, group_id, topics, config, require_stable, self.broker.clone());
+        self.group = Some(coordinator);
+    }
+
+    /// The group membership of a consumer that subscribed.
+    pub fn group(&self) -> Option<&ConsumerCoordinator> {
+        self.group.as_ref()
+    }
+
+    /// `KafkaConsumer.groupMetadata()`.
+    pub fn group_metadata(&self) -> Option<ConsumerGroupMetadata> {
+        self.group.as_ref().map(ConsumerCoordinator::group_metadata)
+    }
+
+    /// `KafkaConsumer.poll` of a group member: the coordinator's work first (`updateAssignmentMetadataIfNeeded`),
+    /// then a fetch for every assigned partition with a position and no fetch in flight (`sendFetches`).
+    pub fn poll_member(&mut self, now_ms: TimeMs) -> Effects {
+        let group = self.group.as_mut().expect("poll_member of a consumer that subscribed");
+        let mut effects = group.poll(now_ms, &mut self.next_correlation_id);
+        self.keep_assigned();
+        let ready: Vec<TopicPartition> =
+            self.positions.keys().filter(|tp| !self.has_fetch_in_flight(tp)).cloned().collect();
+        for tp in ready {
+            effects.extend(self.poll(now_ms, &tp));
+        }
+        effects
+    }
+
+    /// A processor's rewind after an aborted transaction: every assigned partition loses its position until
+    /// the group's committed offset for it is fetched again.
+    pub fn reset_to_committed(&mut self) {
+        if let Some(group) = self.group.as_mut() {
+            group.refetch_committed_offsets();
+            self.positions.clear();
+            self.caught_up.clear();
+        }
+    }
+
+    /// `close()`: a member leaves its group (LeaveGroup); nothing is fetched after.
+    pub fn close(&mut self, now_ms: TimeMs) -> Effects {
+        let effects = match self.group.as_mut() {
+            Some(group) => group.close(now_ms, &mut self.next_correlation_id),
+            None => Effects::default(),
+        };
+        self.keep_assigned();
+        effects
+    }
+
+    /// Positions of partitions the group no longer assigns are dropped (`SubscriptionState.assignFromSubscribed`);
+    /// a fetch answer for one is then stale and dropped too.
+    fn keep_assigned(&mut self) {
+        if let Some(group) = &self.group {
+            let assigned = group.assignment();
+            self.positions.retain(|tp, _| assigned.contains(tp));
+            self.caught_up.retain(|tp| assigned.contains(tp));
         }
     }
 
@@ -120,14 +193,26 @@ impl Consumer {
     }
 
     /// A fetch that got no answer in `request.timeout.ms` is forgotten; the next poll sends a new one.
-    pub fn on_timer(&mut self, timer: Timer) -> Effects {
+    pub fn on_timer(&mut self, now_ms: TimeMs, timer: Timer) -> Effects {
         if let Timer::RequestTimeout { correlation_id } = timer {
             self.in_flight.remove(&correlation_id);
+            if let Some(group) = self.group.as_mut() {
+                group.on_failure(now_ms, correlation_id);
+                self.keep_assigned();
+            }
         }
         Effects::default()
     }
 
     pub fn on_message(&mut self, now_ms: TimeMs, env: Envelope) -> Effects {
+        if let Some(group) = self.group.as_mut().filter(|g| g.owns(env.correlation_id)) {
+            let (effects, seeks) = group.on_message(now_ms, &mut self.next_correlation_id, env);
+            self.keep_assigned();
+            for (tp, offset) in seeks {
+                self.seek(tp, offset);
+            }
+            return effects;
+        }
         let mut effects = Effects::default();
         let Some(partition) = self.in_flight.remove(&env.correlation_id) else {
             return effects;

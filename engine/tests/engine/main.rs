@@ -3,6 +3,7 @@
 //! coordinator's transactional offsets.
 
 mod client_rules;
+mod consumer_coordinator;
 mod coordinator_failover;
 mod eligible_leader_replicas;
 mod group_load;

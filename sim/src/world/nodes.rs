@@ -358,7 +358,7 @@ impl World {
             if let Timer::RequestTimeout { correlation_id } = &timer {
                 slot.polls.remove(correlation_id);
             }
-            let effects = slot.consumer.on_timer(timer);
+            let effects = slot.consumer.on_timer(now, timer);
             return self.dispatch(shared, name, effects);
         }
         Vec::new()
