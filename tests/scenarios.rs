@@ -163,7 +163,7 @@ const NEEDS_FAULTS: [Mutation; 4] = [
 
 /// The departures from Kafka 4.x fixed on the coordinator and leader side, each with the ported Kafka
 /// test whose exact expectation catches it: the scenario must fail with a difference (not an input error).
-const CATCHERS: [(Mutation, &str, &str); 31] = [
+const CATCHERS: [(Mutation, &str, &str); 35] = [
     (Mutation::NoMarkerResendOnFailover, "a-new-coordinator-completes-a-prepared-commit", "coordinator[0].state"),
     (
         Mutation::FenceAbortKeepsExhaustedId,
@@ -271,6 +271,18 @@ const CATCHERS: [(Mutation, &str, &str); 31] = [
     ),
     (Mutation::ElrMemberNotElected, "elr-member-leads-when-the-isr-dies", "registrations[0].leader"),
     (Mutation::HwAdvancesUnderMinIsr, "partition-hw-does-not-advance-under-min-isr", "high_watermark"),
+    (
+        Mutation::ProcessorReadsUncommitted,
+        "processor-reading-uncommitted-commits-output-of-aborted-input",
+        "consumers[1].positions",
+    ),
+    (
+        Mutation::TxnOffsetCommitSkipsGenerationCheck,
+        "kip447-member-of-an-old-generation-is-a-fenced-zombie",
+        "outcomes.zombie",
+    ),
+    (Mutation::OffsetsOnAbort, "tt-send-offsets-with-group-metadata", "invariant txn-offsets-visible-iff-committed"),
+    (Mutation::OffsetsOutsideTxn, "tt-send-offsets-with-group-metadata", "group_offsets[0].offsets"),
 ];
 
 #[test]

@@ -595,7 +595,7 @@ impl Broker {
         let written = markers.iter().flat_map(|m| m.partitions.iter().map(move |_| m)).zip(&results);
         for (m, (_, tp, result)) in written.filter(|(_, (_, tp, _))| tp.topic == GROUP_METADATA_TOPIC) {
             if let Ok(offset) = result {
-                self.groups.complete_transaction(m.producer_id, m.result, tp, *offset);
+                self.groups.complete_transaction(m.producer_id, m.result, tp, *offset, &self.config.mutations);
             }
         }
         if waits.is_empty() {

@@ -292,6 +292,18 @@ mutations! {
     HwAdvancesUnderMinIsr => "hw-advances-under-min-isr",
         "The leader advances its high watermark while its ISR is below min.insync.replicas: records not on an eligible leader replica become visible, and an election from the ELR loses them.",
         "KAFKA-15583: Partition.maybeIncrementLeaderHW returns while isUnderMinIsr (PartitionTest#testHighWatermarkAdvanceShouldNotAdvanceWhenUnderMinISR)";
+    ProcessorReadsUncommitted => "processor-reads-uncommitted",
+        "A consumer that subscribes to a group reads its input at read_uncommitted whatever isolation it was given: a consume-transform-produce processor delivers an open transaction's records and commits their output, which stays committed when the input's transaction aborts.",
+        "KIP-98 / KIP-129: the processor's consumer must set ConsumerConfig isolation.level=read_committed (StreamsConfig.getMainConsumerConfigs sets it under exactly_once_v2; TransactionsTest#testSendOffsetsWithGroupMetadata's consumer reads read_committed)";
+    TxnOffsetCommitSkipsGenerationCheck => "txn-offset-commit-skips-generation-check",
+        "The group coordinator accepts a TxnOffsetCommit whatever member and generation it names: a zombie of an old generation, or a member the group expelled, commits its offsets in its transaction.",
+        "KIP-447: OffsetMetadataManager.validateTransactionalOffsetCommit with ClassicGroup.validateOffsetCommit(isTransactional=true) answers UNKNOWN_MEMBER_ID and ILLEGAL_GENERATION (OffsetMetadataManagerTest#testGenericGroupTransactionalOffsetCommitWithIllegalGenerationId)";
+    OffsetsOnAbort => "offsets-on-abort",
+        "The group coordinator commits a transaction's pending offsets on its ABORT marker too: the offsets of an aborted transaction become the group's, and its input is skipped though its output was never committed.",
+        "KIP-98: OffsetMetadataManager.replayEndTransactionMarker drops the pending offsets on TransactionResult.ABORT (OffsetMetadataManagerTest#testReplayTransactionEndMarkerWithCommit, whose abort half drops them)";
+    OffsetsOutsideTxn => "offsets-outside-txn",
+        "The producer's sendOffsetsToTransaction commits the offsets with a plain OffsetCommit, the group's once written, instead of a TxnOffsetCommit that waits for the transaction's marker: a transaction that aborts after sending its offsets still moves the group past its input.",
+        "KIP-98: TransactionManager.sendOffsetsToTransaction sends AddOffsetsToTxn, then TxnOffsetCommitHandler's TxnOffsetCommit, whose offsets the group coordinator holds pending until the COMMIT marker";
 }
 
 impl Mutation {

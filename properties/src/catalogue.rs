@@ -378,6 +378,8 @@ pub fn caught_by(m: Mutation) -> Vec<Invariant> {
         Mutation::IsrChangeToldToLeaderOnly => &[DecidedTransactionsComplete],
         // The log-start scenarios of seeds/scenarios/log_start.json (tests/scenarios.rs CATCHERS).
         Mutation::LogStartDropsOpenTransactions => &[LsoIsFirstUnstableOffset],
+        // The aborted pass of seeds/scenarios/network/exactly_once.json (tests/scenarios.rs CATCHERS).
+        Mutation::OffsetsOnAbort => &[TxnOffsetsVisibleIffCommitted],
         _ => &[],
     };
     let mut found: Vec<Invariant> = Invariant::catalogue().filter(|i| i.mutation() == m).collect();

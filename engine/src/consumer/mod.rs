@@ -9,6 +9,7 @@ mod range_assignor;
 
 use crate::config::EngineConfig;
 use crate::error::KafkaError;
+use crate::mutation::Mutation;
 use crate::network_client;
 use crate::producer::ConsumerGroupMetadata;
 use crate::protocol::metadata::MetadataMessage;
@@ -81,6 +82,10 @@ impl Consumer {
     /// each starting at the group's committed offset. `topics` carries each topic's partition count, as the
     /// consumer's metadata would.
     pub fn subscribe(&mut self, group_id: &str, topics: BTreeMap<String, u32>, config: GroupRebalanceConfig) {
+        if self.config.mutations.has(Mutation::ProcessorReadsUncommitted) {
+            // The bug: the group member reads its input at read_uncommitted.
+            self.isolation = IsolationLevel::ReadUncommitted;
+        }
         let require_stable = self.isolation == IsolationLevel::ReadCommitted;
         let me = (self.id.clone(), &self.config);
         let coordinator = ConsumerCoordinator::new(me, group_id, topics, config, require_stable, self.broker.clone());

@@ -33,6 +33,7 @@ use offset_metadata_manager::Uncommitted;
 use crate::config::EngineConfig;
 use crate::error::KafkaError;
 use crate::log::PartitionLog;
+use crate::mutation::Mutations;
 use crate::protocol::group::GroupMessage;
 use crate::protocol::{Effects, Message, NodeId};
 use crate::topic::offsets_partition_for;
@@ -99,10 +100,16 @@ impl GroupCoordinator {
     /// The coordinator runtime's load of `offsets_partition` (`CoordinatorLoaderImpl`, to the log end, as
     /// `GroupMetadataManager.replay` takes each record): committed offsets, each group's last metadata, and
     /// the offsets of transactions, pending until their marker follows in the log.
-    pub fn load(&mut self, offsets_partition: &TopicPartition, log: &PartitionLog, now_ms: TimeMs) {
+    pub fn load(
+        &mut self,
+        offsets_partition: &TopicPartition,
+        log: &PartitionLog,
+        now_ms: TimeMs,
+        mutations: &Mutations,
+    ) {
         for batch in log.batches() {
             if let (Some(marker), Some(pid)) = (batch.marker(), batch.producer_id()) {
-                self.complete_transaction(pid, marker.result, offsets_partition, batch.base_offset);
+                self.complete_transaction(pid, marker.result, offsets_partition, batch.base_offset, mutations);
                 continue;
             }
             let txn = batch.producer_id().filter(|_| batch.is_transactional).map(|pid| (pid, batch.base_offset));

@@ -180,6 +180,7 @@ impl GroupCoordinator {
         group_id: &str,
         generation_id: i32,
         member_id: &str,
+        mutations: &crate::mutation::Mutations,
     ) -> Result<(), KafkaError> {
         if group_id.is_empty() {
             return Err(KafkaError::InvalidGroupId);
@@ -192,6 +193,10 @@ impl GroupCoordinator {
             return Err(KafkaError::IllegalGeneration);
         };
         if generation_id < 0 && group.state == GroupState::Empty {
+            return Ok(());
+        }
+        if mutations.has(Mutation::TxnOffsetCommitSkipsGenerationCheck) {
+            // The bug: any member and generation may commit in a transaction (no KIP-447 fencing).
             return Ok(());
         }
         if generation_id >= 0 || !member_id.is_empty() {
@@ -238,6 +243,7 @@ impl GroupCoordinator {
         result: TransactionResult,
         offsets_partition: &TopicPartition,
         marker_offset: Offset,
+        mutations: &crate::mutation::Mutations,
     ) {
         let Some(pending) = self.pending_txn_offsets.get_mut(&producer_id) else { return };
         let (done, rest): (BTreeMap<_, _>, BTreeMap<_, _>) = std::mem::take(pending)
@@ -248,7 +254,8 @@ impl GroupCoordinator {
         } else {
             self.pending_txn_offsets.insert(producer_id, rest);
         }
-        if result == TransactionResult::Commit {
+        // The bug `OffsetsOnAbort`: an ABORT marker commits the pending offsets as a COMMIT does.
+        if result == TransactionResult::Commit || mutations.has(Mutation::OffsetsOnAbort) {
             for ((group, tp), p) in done {
                 self.materialize(&group, &tp, p.offset, p.record, Some(marker_offset));
             }

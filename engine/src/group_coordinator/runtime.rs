@@ -141,7 +141,7 @@ impl CoordinatorRuntime {
                 ctx.groups.unload(tp, &me, ctx.replica.effects);
             }
             if let Some(epoch) = leading {
-                ctx.groups.load(tp, &ctx.replicas.logs[tp], ctx.replica.now_ms);
+                ctx.groups.load(tp, &ctx.replicas.logs[tp], ctx.replica.now_ms, &ctx.replica.config.mutations);
                 self.loaded.insert(tp.clone(), epoch);
             }
         }
@@ -395,7 +395,8 @@ impl CoordinatorRuntime {
         ctx: &mut GroupCtx<'_>,
     ) -> Result<(TopicPartition, Offset), KafkaError> {
         let offsets_partition = Self::offsets_partition(&asked.group_id, ctx.replicated, ctx.replicas);
-        ctx.groups.validate_txn_offset_commit(&asked.group_id, asked.generation_id, &asked.member_id)?;
+        let mutations = &ctx.replica.config.mutations;
+        ctx.groups.validate_txn_offset_commit(&asked.group_id, asked.generation_id, &asked.member_id, mutations)?;
         let batch = ProduceBatch {
             producer: Some(BatchProducer {
                 producer_id: asked.producer.producer_id,

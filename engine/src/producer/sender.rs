@@ -174,6 +174,15 @@ impl Producer {
                 key_type: CoordinatorType::Group,
                 keys: vec![c.group.group_id.clone()],
             }),
+            InFlight::TxnOffsetCommit(c) if self.config.mutations.has(crate::mutation::Mutation::OffsetsOutsideTxn) => {
+                // The bug: the offsets go out as a plain OffsetCommit, the group's as soon as it is written.
+                Message::Group(GroupMessage::OffsetCommitRequest {
+                    group_id: c.group.group_id.clone(),
+                    generation_id: c.group.generation_id,
+                    member_id: c.group.member_id.clone(),
+                    offsets: c.offsets.clone(),
+                })
+            }
             InFlight::TxnOffsetCommit(c) => Message::Group(GroupMessage::TxnOffsetCommitRequest {
                 transactional_id: transactional_id(),
                 group_id: c.group.group_id.clone(),
@@ -599,7 +608,8 @@ impl Producer {
                 Ok(id) => self.coordinator = NodeId::Broker(id),
                 Err(e) => self.back_off(now_ms, InFlight::FindTxnCoordinator { broker }, e, &mut effects),
             },
-            (InFlight::TxnOffsetCommit(call), Message::Group(GroupMessage::TxnOffsetCommitResponse { results })) => {
+            (InFlight::TxnOffsetCommit(call), Message::Group(GroupMessage::TxnOffsetCommitResponse { results }))
+            | (InFlight::TxnOffsetCommit(call), Message::Group(GroupMessage::OffsetCommitResponse { results })) => {
                 self.on_txn_offset_commit(now_ms, call, results, &mut effects)
             }
             (in_flight, message) => {

@@ -65,7 +65,7 @@ fn offsets_and_a_stable_group_are_loaded() {
         vec![stable_group(935, "98098230493")],
     ]);
     let mut groups = GroupCoordinator::default();
-    groups.load(&tp, &log, 100);
+    groups.load(&tp, &log, 100, &Mutations::none());
     let group = &groups.groups[GROUP];
     assert_eq!((group.state, group.generation_id), (GroupState::Stable, 935), "the group as its record left it");
     let members: BTreeSet<&String> = group.member_ids().collect();
@@ -88,7 +88,7 @@ fn later_records_override_earlier_ones() {
         vec![stable_group(293, "b")],
     ]);
     let mut groups = GroupCoordinator::default();
-    groups.load(&tp, &log, 0);
+    groups.load(&tp, &log, 0, &Mutations::none());
     let members: Vec<&String> = groups.groups[GROUP].member_ids().collect();
     assert_eq!(members, vec!["b"], "the second group record's member is the only member");
     assert_eq!(
@@ -103,7 +103,7 @@ fn unloading_removes_the_partitions_groups() {
     let tp = offsets_partition_for(GROUP);
     let log = log_of(&[commits(&[("foo", 0, 23)]), vec![stable_group(2, "m")]]);
     let mut groups = GroupCoordinator::default();
-    groups.load(&tp, &log, 0);
+    groups.load(&tp, &log, 0, &Mutations::none());
     let mut effects = Effects::default();
     groups.unload(&TopicPartition::new("__consumer_offsets", tp.partition + 1), &NodeId::Broker(0), &mut effects);
     assert!(groups.groups.contains_key(GROUP), "another partition's unload leaves the group");
@@ -126,7 +126,7 @@ fn offsets_are_fetched_as_of_a_committed_offset() {
         commits(&[("bar", 1, 210)]),
     ]);
     let mut groups = GroupCoordinator::default();
-    groups.load(&tp, &log, 0);
+    groups.load(&tp, &log, 0, &Mutations::none());
     let partitions = ["foo/0", "foo/1", "bar/0", "bar/1"].map(|p| {
         let (t, n) = p.split_once('/').unwrap();
         TopicPartition::new(t, n.parse().unwrap())

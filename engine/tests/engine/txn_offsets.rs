@@ -58,19 +58,23 @@ fn group_at_generation_one(groups: &mut GroupCoordinator) -> String {
 fn classic_group_member_commits_only_at_its_generation() {
     let mut groups = GroupCoordinator::default();
     let member = group_at_generation_one(&mut groups);
-    assert_eq!(groups.validate_txn_offset_commit("foo", 1, &member), Ok(()), "the member at generation 1");
     assert_eq!(
-        groups.validate_txn_offset_commit("foo", 100, &member),
+        groups.validate_txn_offset_commit("foo", 1, &member, &Mutations::none()),
+        Ok(()),
+        "the member at generation 1"
+    );
+    assert_eq!(
+        groups.validate_txn_offset_commit("foo", 100, &member, &Mutations::none()),
         Err(KafkaError::IllegalGeneration),
         "assertThrows(IllegalGenerationException.class, ...) at generation 100"
     );
     assert_eq!(
-        groups.validate_txn_offset_commit("foo", 1, "not-a-member"),
+        groups.validate_txn_offset_commit("foo", 1, "not-a-member", &Mutations::none()),
         Err(KafkaError::UnknownMemberId),
         "an id the group does not know"
     );
     // A producer that gives only the group id (TxnOffsetCommit v0-v2) is not checked against members.
-    assert_eq!(groups.validate_txn_offset_commit("foo", -1, ""), Ok(()), "no group metadata given");
+    assert_eq!(groups.validate_txn_offset_commit("foo", -1, "", &Mutations::none()), Ok(()), "no group metadata given");
 }
 
 /// `testGenericGroupTransactionalOffsetCommitWithUnknownGroupId`: an unknown group with a generation is
@@ -78,11 +82,14 @@ fn classic_group_member_commits_only_at_its_generation() {
 #[test]
 fn unknown_group_with_a_generation_is_an_illegal_generation() {
     let mut groups = GroupCoordinator::default();
-    assert_eq!(groups.validate_txn_offset_commit("foo", 10, "member"), Err(KafkaError::IllegalGeneration));
+    assert_eq!(
+        groups.validate_txn_offset_commit("foo", 10, "member", &Mutations::none()),
+        Err(KafkaError::IllegalGeneration)
+    );
     assert!(!groups.groups.contains_key("foo"), "a refused commit creates no group");
-    assert_eq!(groups.validate_txn_offset_commit("foo", -1, ""), Ok(()));
+    assert_eq!(groups.validate_txn_offset_commit("foo", -1, "", &Mutations::none()), Ok(()));
     assert!(groups.groups.contains_key("foo"), "the simple group exists now");
-    assert_eq!(groups.validate_txn_offset_commit("", -1, ""), Err(KafkaError::InvalidGroupId));
+    assert_eq!(groups.validate_txn_offset_commit("", -1, "", &Mutations::none()), Err(KafkaError::InvalidGroupId));
 }
 
 /// `GroupCoordinatorService.partitionFor`: |String.hashCode| mod 50 ("foo".hashCode() is 101574).
