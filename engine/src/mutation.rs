@@ -294,7 +294,7 @@ mutations! {
         "KAFKA-15583: Partition.maybeIncrementLeaderHW returns while isUnderMinIsr (PartitionTest#testHighWatermarkAdvanceShouldNotAdvanceWhenUnderMinISR)";
     ProcessorReadsUncommitted => "processor-reads-uncommitted",
         "A consumer that subscribes to a group reads its input at read_uncommitted whatever isolation it was given: a consume-transform-produce processor delivers an open transaction's records and commits their output, which stays committed when the input's transaction aborts.",
-        "KIP-98 / KIP-129: the processor's consumer must set ConsumerConfig isolation.level=read_committed (StreamsConfig.getMainConsumerConfigs sets it under exactly_once_v2; TransactionsTest#testSendOffsetsWithGroupMetadata's consumer reads read_committed)";
+        "KIP-98 / KIP-129: the processor's consumer must set ConsumerConfig isolation.level=read_committed (StreamsConfig.CONSUMER_EOS_OVERRIDES sets it, which getCommonConsumerConfigs applies under exactly_once_v2; TransactionsTest#testSendOffsetsWithGroupMetadata's consumer reads read_committed)";
     TxnOffsetCommitSkipsGenerationCheck => "txn-offset-commit-skips-generation-check",
         "The group coordinator accepts a TxnOffsetCommit whatever member and generation it names: a zombie of an old generation, or a member the group expelled, commits its offsets in its transaction.",
         "KIP-447: OffsetMetadataManager.validateTransactionalOffsetCommit with ClassicGroup.validateOffsetCommit(isTransactional=true) answers UNKNOWN_MEMBER_ID and ILLEGAL_GENERATION (OffsetMetadataManagerTest#testGenericGroupTransactionalOffsetCommitWithIllegalGenerationId)";
