@@ -151,6 +151,7 @@ public class Differential {
             } catch (RuntimeException e) {
                 // The commit meets the same error and reports it.
             }
+            appended();
         }
         Set<TopicPartition> written = new java.util.HashSet<>();
         for (Future<RecordMetadata> f : futures.get(p)) {
@@ -186,6 +187,13 @@ public class Differential {
         }
         print("  " + what + " " + p + ": markers not written in 10 s (end offsets " + before + " then " + now + ")");
     }
+
+    /**
+     * Called after a commit's flush, before its EndTxn: the batches sent so far are in the logs and the
+     * markers are not. Nothing here; scripts/ConformLayouts.java restores a rolled partition's segment size
+     * there, so that the flushed batch alone starts the new segment.
+     */
+    void appended() {}
 
     static final java.io.BufferedReader STDIN =
             new java.io.BufferedReader(new java.io.InputStreamReader(System.in));
@@ -311,20 +319,30 @@ public class Differential {
         StringJoiner seen = new StringJoiner(" ");
         String outcome;
         try {
-            c.assign(List.of(tp));
-            c.seek(tp, from);
-            long end = c.endOffsets(List.of(tp)).get(tp);
-            long deadline = System.currentTimeMillis() + CALL_TIMEOUT.toMillis();
-            while (c.position(tp) < end && System.currentTimeMillis() < deadline) {
-                for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(100))) {
-                    seen.add(r.offset() + ":" + r.value());
-                }
-            }
-            outcome = c.position(tp) < end ? "stuck at " + c.position(tp) + " below " + end : "position " + c.position(tp);
+            List<ConsumerRecord<String, String>> records = new ArrayList<>();
+            outcome = drain(c, tp, from, c.endOffsets(List.of(tp)).get(tp), records);
+            records.forEach(r -> seen.add(r.offset() + ":" + r.value()));
         } catch (RuntimeException e) {
             outcome = error(e);
         }
         print("read " + level + " " + topic + "/" + partition + " from " + from + ": [" + seen + "] " + outcome);
+    }
+
+    /**
+     * Polls tp on c from FROM until its position reaches END (or the call's time is up), adding each record
+     * the client hands over to `into`; says where the position ended.
+     */
+    static String drain(KafkaConsumer<String, String> c, TopicPartition tp, long from, long end,
+            List<ConsumerRecord<String, String>> into) {
+        c.assign(List.of(tp));
+        c.seek(tp, from);
+        long deadline = System.currentTimeMillis() + CALL_TIMEOUT.toMillis();
+        while (c.position(tp) < end && System.currentTimeMillis() < deadline) {
+            for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(100))) {
+                into.add(r);
+            }
+        }
+        return c.position(tp) < end ? "stuck at " + c.position(tp) + " below " + end : "position " + c.position(tp);
     }
 
     void close() {
