@@ -5,6 +5,7 @@
 //! (`report`). docs/conform.md has both contracts: the adapter protocol and the layout script.
 
 pub mod adapter;
+pub mod apache_kafka;
 pub mod build;
 pub mod layouts;
 pub mod report;
@@ -45,6 +46,10 @@ pub struct ConformArgs {
     /// Also write the report as a self-contained HTML page to this file.
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
+    /// `apache-kafka:1|3`: also read every layout on a Kafka 4.3.1 cluster started for the run
+    /// (apache_kafka.rs, docs/conform.md).
+    #[arg(long, value_name = "apache-kafka:N")]
+    pub target: Option<String>,
 }
 
 /// Exit 0: every cell passes or is unsupported; 1: a cell fails; 2: bad input or an adapter error.
@@ -59,6 +64,7 @@ pub fn run(args: &ConformArgs) -> ExitCode {
 }
 
 fn run_checked(args: &ConformArgs) -> Result<ExitCode, String> {
+    let target = args.target.as_deref().map(apache_kafka::parse).transpose()?;
     let path = args.layouts.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_LAYOUTS));
     let file = path.display().to_string();
     let text = std::fs::read_to_string(&path).map_err(|e| format!("--layouts {file}: {e}"))?;
@@ -77,6 +83,7 @@ fn run_checked(args: &ConformArgs) -> Result<ExitCode, String> {
     let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot listen on loopback: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let now_ms = cluster.now_ms;
+    let ends = apache_kafka::engine_ends(&cluster, &references);
     let (brokers, controller, timers) = cluster.into_brokers();
     let driver =
         txnsim_kafka::Driver::from_cluster(brokers, Some(controller), timers, &[(addr.ip().to_string(), addr.port())]);
@@ -98,6 +105,14 @@ fn run_checked(args: &ConformArgs) -> Result<ExitCode, String> {
     let names: Vec<(String, String)> = all.iter().map(|l| (l.name.clone(), l.what.clone())).collect();
     // The repro names the catalogue only when it is not the default.
     let layouts_arg = args.layouts.as_ref().map(|_| file.as_str());
+    if let Some(nodes) = target {
+        let real = apache_kafka::confirm(nodes, args, &path, &all, &mut clients, &runs, &ends)?;
+        print!("{}", real.text);
+        write(json_out, &real.json)?;
+        write(html_out, &real.html)?;
+        violations.iter().for_each(|v| println!("serve: VIOLATION {v}"));
+        return Ok(ExitCode::from(if violations.is_empty() { real.code } else { real.code.max(1) }));
+    }
     let matrix = Matrix { clients: &clients, layouts: &names, runs: &runs, layouts_arg };
     print!("{}", matrix.text());
     write(json_out, &serde_json::to_string_pretty(&matrix.json()).expect("JSON"))?;
@@ -117,7 +132,7 @@ fn run_checked(args: &ConformArgs) -> Result<ExitCode, String> {
 type Named = (Run, adapter::ClientName);
 
 /// Every client on every reference, `--jobs` at a time; in client, then reference order.
-fn run_all(clients: &[String], references: &[Reference], bootstrap: &str, args: &ConformArgs) -> Vec<Named> {
+pub(crate) fn run_all(clients: &[String], references: &[Reference], bootstrap: &str, args: &ConformArgs) -> Vec<Named> {
     let jobs: Vec<(usize, &Reference)> =
         (0..clients.len()).flat_map(|c| references.iter().map(move |r| (c, r))).collect();
     let next = Mutex::new(0);
