@@ -2,6 +2,10 @@ module txnsim-conform/franz-go
 
 go 1.26.0
 
+require txnsim-conform/adapter v0.0.0
+
+replace txnsim-conform/adapter => ../go-adapter
+
 require github.com/twmb/franz-go v1.22.3
 
 require (

@@ -1,6 +1,10 @@
 module txnsim-conform/kafka-go
 
-go 1.26
+go 1.26.0
+
+require txnsim-conform/adapter v0.0.0
+
+replace txnsim-conform/adapter => ../go-adapter
 
 require github.com/segmentio/kafka-go v0.4.51
 

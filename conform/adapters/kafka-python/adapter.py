@@ -6,64 +6,23 @@ per record that poll() handed over, and the consumer's own position() after its 
 library logs goes to stderr (Python's logging default), so stdout holds only the contract's lines.
 """
 
-import json
-import sys
 import time
 from importlib.metadata import version
 
-FORMAT = "txnsim-conform/v1"
+import os
+import sys
+
+# The protocol's shared module, ../python/txnsim_conform.py.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from txnsim_conform import ISOLATIONS, emit, fail, parse_request, record_line  # noqa: E402
+
 CLIENT = "kafka-python"
-ISOLATIONS = ("read_committed", "read_uncommitted")
 # One poll waits at most this long, so that the stop conditions are checked often even when the client
 # hands over nothing (a fetch of markers only moves the position without delivering a record).
 POLL_SLICE_MS = 200
 # position() may need a network round trip when the client has lost its position; it gets at least this
 # much even when the read's own time is spent, so that the last line reports rather than times out.
 POSITION_FLOOR_MS = 2000
-
-
-def emit(obj):
-    sys.stdout.write(json.dumps(obj, separators=(",", ":")) + "\n")
-    sys.stdout.flush()
-
-
-def fail(message):
-    # The contract's error line is one line: newlines in an exception's text would break it.
-    emit({"error": " ".join(str(message).split())})
-    sys.exit(1)
-
-
-def parse_request(line):
-    """The request's fields, checked, or a ValueError saying which one is wrong."""
-    req = json.loads(line)
-    if not isinstance(req, dict):
-        raise ValueError("the request is not a JSON object")
-    if req.get("format") != FORMAT:
-        raise ValueError(f"format is {req.get('format')!r}, this adapter speaks {FORMAT}")
-    for key in ("bootstrap", "topic", "isolation"):
-        if not isinstance(req.get(key), str):
-            raise ValueError(f"{key} is missing or not a string")
-    for key in ("partition", "start_offset", "stop_offset", "max_records", "timeout_ms"):
-        # bool is an int in Python; true is not an offset.
-        if not isinstance(req.get(key), int) or isinstance(req.get(key), bool) or req[key] < 0:
-            raise ValueError(f"{key} is missing or not a non-negative integer")
-    return req
-
-
-def text(raw, what, offset):
-    """A key or value as the contract's UTF-8 string; a record whose bytes are not UTF-8 is an error
-    (said so, with its offset) rather than a silently altered value."""
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"the {what} at offset {offset} is not UTF-8: {e}") from None
-
-
-def record_line(record):
-    line = {"offset": record.offset, "value": None if record.value is None else text(record.value, "value", record.offset)}
-    if record.key is not None:
-        line["key"] = text(record.key, "key", record.offset)
-    return line
 
 
 def main():

@@ -12,44 +12,20 @@
 
 const fs = require('fs')
 const path = require('path')
+// The protocol's framing, shared with the other Node adapter (../node/; install copies it beside this file).
+const { emit, fail, parseRequest, readLine, bounded } = require('./txnsim-conform.cjs')
 
-const FORMAT = 'txnsim-conform/v1'
 const CLIENT = 'kafkajs'
 // How often the adapter checks its stop conditions while kafkajs fetches on its own.
 const CHECK_MS = 50
 // Stopping and disconnecting are bounded: the process exits after this even if kafkajs has not finished.
 const CLOSE_BOUND_MS = 3000
-
-function emit (obj) {
-  fs.writeSync(1, JSON.stringify(obj) + '\n')
-}
-
-function fail (message) {
-  // The contract's error line is one line: newlines in an error's text would break it.
-  emit({ error: String(message).split(/\s+/).join(' ').trim() })
-  process.exit(1)
-}
+const boundedClose = promise => bounded(promise, CLOSE_BOUND_MS)
 
 // The installed package's own version (package-lock.json's pin), read from its package.json.
 function clientVersion () {
   const pkg = path.join(path.dirname(require.resolve('kafkajs')), 'package.json')
   return JSON.parse(fs.readFileSync(pkg, 'utf8')).version
-}
-
-function parseRequest (line) {
-  const req = JSON.parse(line)
-  if (req === null || typeof req !== 'object' || Array.isArray(req)) throw new Error('the request is not a JSON object')
-  if (req.format !== FORMAT) throw new Error(`format is ${JSON.stringify(req.format)}, this adapter speaks ${FORMAT}`)
-  for (const key of ['bootstrap', 'topic', 'isolation']) {
-    if (typeof req[key] !== 'string') throw new Error(`${key} is missing or not a string`)
-  }
-  for (const key of ['partition', 'start_offset', 'stop_offset', 'max_records', 'timeout_ms']) {
-    if (!Number.isSafeInteger(req[key]) || req[key] < 0) throw new Error(`${key} is missing or not a non-negative integer`)
-  }
-  if (req.isolation !== 'read_committed' && req.isolation !== 'read_uncommitted') {
-    throw new Error(`isolation is ${JSON.stringify(req.isolation)}, not read_committed or read_uncommitted`)
-  }
-  return req
 }
 
 // A key or value as the contract's UTF-8 string; bytes that are not UTF-8 are an error (with the offset)
@@ -61,30 +37,6 @@ function text (buf, what, offset) {
   } catch (e) {
     throw new Error(`the ${what} at offset ${offset} is not UTF-8`)
   }
-}
-
-function readLine () {
-  // One line from stdin, read synchronously: the request is small, and the runner closes stdin after it.
-  const chunks = []
-  const buf = Buffer.alloc(65536)
-  for (;;) {
-    let n
-    try {
-      n = fs.readSync(0, buf, 0, buf.length, null)
-    } catch (e) {
-      if (e.code === 'EAGAIN') continue
-      if (e.code === 'EOF') break
-      throw e
-    }
-    if (n === 0) break
-    chunks.push(Buffer.from(buf.subarray(0, n)))
-    if (buf.subarray(0, n).includes(10)) break
-  }
-  return Buffer.concat(chunks).toString('utf8').split('\n')[0]
-}
-
-function bounded (promise) {
-  return Promise.race([promise.catch(() => {}), new Promise(resolve => setTimeout(resolve, CLOSE_BOUND_MS).unref())])
 }
 
 async function main () {
@@ -171,7 +123,7 @@ async function main () {
     if (crashed !== null) fail(`kafkajs's consumer crashed: ${crashed}`)
     emit({ position: Number(position) })
   } finally {
-    await bounded(consumer.disconnect())
+    await boundedClose(consumer.disconnect())
   }
 }
 

@@ -8,26 +8,18 @@
 // only through the `debug` package, to stderr and only when DEBUG asks for it, so stdout holds only the
 // contract's lines.
 
-import { readFileSync, readSync, writeSync } from 'node:fs'
+import { readFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { dirname, join } from 'node:path'
+// The protocol's framing, shared with the other Node adapter (../node/; install copies it beside this file).
+import { emit, fail, parseRequest, readLine, bounded } from './txnsim-conform.cjs'
 
-const FORMAT = 'txnsim-conform/v1'
 const CLIENT = '@platformatic/kafka'
 // How often the adapter checks its stop conditions while the stream fetches on its own.
 const CHECK_MS = 50
 // Closing is bounded: the process exits after this even if the library has not finished.
 const CLOSE_BOUND_MS = 3000
-
-function emit (obj) {
-  writeSync(1, JSON.stringify(obj) + '\n')
-}
-
-function fail (message) {
-  // The contract's error line is one line: newlines in an error's text would break it.
-  emit({ error: String(message).split(/\s+/).join(' ').trim() })
-  process.exit(1)
-}
+const boundedClose = promise => bounded(promise, CLOSE_BOUND_MS)
 
 // The installed package's own version (package-lock.json's pin), read from its package.json: the
 // package's exports map does not export package.json, so it is found beside its resolved entry point.
@@ -46,22 +38,6 @@ function clientVersion () {
   }
 }
 
-function parseRequest (line) {
-  const req = JSON.parse(line)
-  if (req === null || typeof req !== 'object' || Array.isArray(req)) throw new Error('the request is not a JSON object')
-  if (req.format !== FORMAT) throw new Error(`format is ${JSON.stringify(req.format)}, this adapter speaks ${FORMAT}`)
-  for (const key of ['bootstrap', 'topic', 'isolation']) {
-    if (typeof req[key] !== 'string') throw new Error(`${key} is missing or not a string`)
-  }
-  for (const key of ['partition', 'start_offset', 'stop_offset', 'max_records', 'timeout_ms']) {
-    if (!Number.isSafeInteger(req[key]) || req[key] < 0) throw new Error(`${key} is missing or not a non-negative integer`)
-  }
-  if (req.isolation !== 'read_committed' && req.isolation !== 'read_uncommitted') {
-    throw new Error(`isolation is ${JSON.stringify(req.isolation)}, not read_committed or read_uncommitted`)
-  }
-  return req
-}
-
 // A key or value as the contract's UTF-8 string; bytes that are not UTF-8 are an error (with the offset)
 // rather than a silently altered value (Buffer.toString would put U+FFFD in their place).
 const decoder = new TextDecoder('utf-8', { fatal: true })
@@ -73,30 +49,6 @@ function text (buf, what, offset) {
   }
 }
 
-function readLine () {
-  // One line from stdin, read synchronously: the request is small, and the runner closes stdin after it.
-  const chunks = []
-  const buf = Buffer.alloc(65536)
-  for (;;) {
-    let n
-    try {
-      n = readSync(0, buf)
-    } catch (e) {
-      if (e.code === 'EAGAIN') continue
-      if (e.code === 'EOF') break
-      throw e
-    }
-    if (n === 0) break
-    chunks.push(Buffer.from(buf.subarray(0, n)))
-    if (buf.subarray(0, n).includes(10)) break
-  }
-  return Buffer.concat(chunks).toString('utf8').split('\n')[0]
-}
-
-
-function bounded (promise) {
-  return Promise.race([promise.catch(() => {}), new Promise(resolve => setTimeout(resolve, CLOSE_BOUND_MS).unref())])
-}
 
 async function main () {
   const started = Date.now()
@@ -164,8 +116,8 @@ async function main () {
     if (failed !== null) fail(`the stream failed: ${failed.message ?? failed}`)
     emit({ position: Number(position()) })
   } finally {
-    if (stream !== null) await bounded(stream.close())
-    await bounded(consumer.close(true))
+    if (stream !== null) await boundedClose(stream.close())
+    await boundedClose(consumer.close(true))
   }
 }
 

@@ -2,6 +2,10 @@ module txnsim-conform/sarama
 
 go 1.26.0
 
+require txnsim-conform/adapter v0.0.0
+
+replace txnsim-conform/adapter => ../go-adapter
+
 require github.com/IBM/sarama v1.61.1
 
 require (

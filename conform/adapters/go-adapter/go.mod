@@ -1,0 +1,3 @@
+module txnsim-conform/adapter
+
+go 1.26.0
