@@ -12,7 +12,7 @@
 use super::adapter::Outcome;
 use super::build::Reference;
 use super::layouts::Layout;
-use super::report::{isolation, judge, shell_quote, Client, Run, Verdict};
+use super::report::{grid, isolation, judge, shell_quote, Client, Run, Verdict};
 use super::ConformArgs;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -537,23 +537,7 @@ impl RealMatrix<'_> {
     }
 
     fn text(&self) -> String {
-        let mut out = String::new();
-        for (i, c) in self.clients.iter().enumerate() {
-            out += &format!("client [{}] {}: {}\n", i + 1, c.label(), c.command);
-        }
-        let width = self.layouts.iter().map(|(n, _)| n.len()).max().unwrap_or(6).max(6);
-        out += &format!("{:<width$}", "layout");
-        for i in 0..self.clients.len() {
-            out += &format!("  {:<13}", format!("[{}]", i + 1));
-        }
-        out = out.trim_end().to_string() + "\n";
-        for (name, _) in self.layouts {
-            out += &format!("{name:<width$}");
-            for i in 0..self.clients.len() {
-                out += &format!("  {:<13}", self.cell(i, name).0.word());
-            }
-            out = out.trim_end().to_string() + "\n";
-        }
+        let mut out = grid(self.clients, self.layouts, |i, name| self.cell(i, name).0.word());
         for i in 0..self.clients.len() {
             for (name, _) in self.layouts {
                 let (verdict, Some(c)) = self.cell(i, name) else { continue };

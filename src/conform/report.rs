@@ -144,6 +144,28 @@ pub fn repro(client: &Client, layout: &str, layouts_arg: Option<&str>) -> String
     format!("txnsim conform --client {}{file} --only {layout}", shell_quote(&client.command))
 }
 
+/// The clients' legend and the layout × client grid of one word per cell, as both reports print it.
+pub fn grid(clients: &[Client], layouts: &[(String, String)], word: impl Fn(usize, &str) -> &'static str) -> String {
+    let mut out = String::new();
+    for (i, c) in clients.iter().enumerate() {
+        out += &format!("client [{}] {}: {}\n", i + 1, c.label(), c.command);
+    }
+    let width = layouts.iter().map(|(n, _)| n.len()).max().unwrap_or(6).max(6);
+    out += &format!("{:<width$}", "layout");
+    for i in 0..clients.len() {
+        out += &format!("  {:<13}", format!("[{}]", i + 1));
+    }
+    out = out.trim_end().to_string() + "\n";
+    for (name, _) in layouts {
+        out += &format!("{name:<width$}");
+        for i in 0..clients.len() {
+            out += &format!("  {:<13}", word(i, name));
+        }
+        out = out.trim_end().to_string() + "\n";
+    }
+    out
+}
+
 pub struct Matrix<'a> {
     pub clients: &'a [Client],
     pub layouts: &'a [(String, String)],
@@ -153,23 +175,7 @@ pub struct Matrix<'a> {
 
 impl Matrix<'_> {
     pub fn text(&self) -> String {
-        let mut out = String::new();
-        for (i, c) in self.clients.iter().enumerate() {
-            out += &format!("client [{}] {}: {}\n", i + 1, c.label(), c.command);
-        }
-        let width = self.layouts.iter().map(|(n, _)| n.len()).max().unwrap_or(6).max(6);
-        out += &format!("{:<width$}", "layout");
-        for i in 0..self.clients.len() {
-            out += &format!("  {:<13}", format!("[{}]", i + 1));
-        }
-        out = out.trim_end().to_string() + "\n";
-        for (name, _) in self.layouts {
-            out += &format!("{name:<width$}");
-            for i in 0..self.clients.len() {
-                out += &format!("  {:<13}", cell(self.runs, i, name).0.word());
-            }
-            out = out.trim_end().to_string() + "\n";
-        }
+        let mut out = grid(self.clients, self.layouts, |i, name| cell(self.runs, i, name).0.word());
         for (i, c) in self.clients.iter().enumerate() {
             for (name, _) in self.layouts {
                 if let (Verdict::Fail | Verdict::AdapterError | Verdict::Unsupported, Some(run)) =
