@@ -598,14 +598,7 @@ impl RealMatrix<'_> {
     }
 
     fn json(&self) -> Value {
-        let clients: Vec<Value> = self
-            .clients
-            .iter()
-            .map(|c| {
-                let (name, version) = c.name.clone().unzip();
-                json!({"command": c.command, "client": name, "version": version})
-            })
-            .collect();
+        let clients: Vec<Value> = self.clients.iter().map(Client::json).collect();
         let records = |r: &Reference| {
             let list: Vec<Value> = r.records.iter().map(|(o, v)| json!({"offset": o, "value": v})).collect();
             json!({"records": list, "position": r.position})

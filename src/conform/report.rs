@@ -117,6 +117,12 @@ pub struct Client {
 }
 
 impl Client {
+    /// The client as both reports' JSON names it.
+    pub fn json(&self) -> Value {
+        let (name, version) = self.name.clone().unzip();
+        json!({"command": self.command, "client": name, "version": version})
+    }
+
     pub fn label(&self) -> String {
         match &self.name {
             Some((name, version)) => format!("{name} {version}"),
@@ -227,14 +233,7 @@ impl Matrix<'_> {
     }
 
     pub fn json(&self) -> Value {
-        let clients: Vec<Value> = self
-            .clients
-            .iter()
-            .map(|c| {
-                let (name, version) = c.name.clone().unzip();
-                json!({"command": c.command, "client": name, "version": version})
-            })
-            .collect();
+        let clients: Vec<Value> = self.clients.iter().map(Client::json).collect();
         let mut cells = Vec::new();
         for i in 0..self.clients.len() {
             for (name, _) in self.layouts {

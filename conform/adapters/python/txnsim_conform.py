@@ -34,6 +34,8 @@ def parse_request(line):
         # bool is an int in Python; true is not an offset.
         if not isinstance(req.get(key), int) or isinstance(req.get(key), bool) or req[key] < 0:
             raise ValueError(f"{key} is missing or not a non-negative integer")
+    if req["isolation"] not in ISOLATIONS:
+        raise ValueError(f"isolation is {req['isolation']!r}, not one of {', '.join(ISOLATIONS)}")
     return req
 
 
