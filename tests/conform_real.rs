@@ -10,6 +10,8 @@ use common::{txnsim, wait_bounded};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
+use txnsim::conform::apache_kafka::Confirmation;
+use txnsim::conform::report::Verdict;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
@@ -112,4 +114,22 @@ conform on apache-kafka:3: 22 pass, 0 unsupported, 0 confirmed on real Kafka, 0 
     assert_eq!(report["player_errors"], serde_json::json!([]));
     let page = std::fs::read_to_string(&html).expect("the page");
     assert_eq!(page.matches("<td class=\"Pass\">pass</td>").count(), 22, "{page}");
+}
+
+/// A cell counts as a finding only when the client fails the same way on both systems; a failure on
+/// serve alone is txnsim's defect (issue 48, item 3).
+#[test]
+fn a_failure_is_confirmed_only_when_real_kafka_shows_the_same_first_wrong_delivery() {
+    let fail = |at: &str| (Verdict::Fail, Some(at.to_string()));
+    let pass = (Verdict::Pass, None);
+    let of = |serve: &(Verdict, Option<String>), real: Option<&(Verdict, Option<String>)>| {
+        Confirmation::of((&serve.0, &serve.1), real.map(|r| (&r.0, &r.1)))
+    };
+    assert_eq!(of(&fail("extra: offset 3"), Some(&fail("extra: offset 3"))), Confirmation::Confirmed);
+    assert_eq!(of(&fail("extra: offset 3"), Some(&fail("extra: offset 4"))), Confirmation::Differs);
+    assert_eq!(of(&fail("extra: offset 3"), Some(&pass)), Confirmation::TxnsimOnly);
+    assert_eq!(of(&pass, Some(&fail("extra: offset 3"))), Confirmation::RealOnly);
+    assert_eq!(of(&pass, Some(&pass)), Confirmation::Pass);
+    assert_eq!(of(&fail("extra: offset 3"), None), Confirmation::NotRead);
+    assert_eq!(of(&(Verdict::AdapterError, None), Some(&pass)), Confirmation::AdapterError);
 }

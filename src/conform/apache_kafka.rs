@@ -131,7 +131,7 @@ impl Confirmation {
     }
 
     /// A read's, from its verdict and first wrong delivery on serve and on real Kafka (None: not read).
-    fn of(serve: (&Verdict, &Option<String>), real: Option<(&Verdict, &Option<String>)>) -> Confirmation {
+    pub fn of(serve: (&Verdict, &Option<String>), real: Option<(&Verdict, &Option<String>)>) -> Confirmation {
         let Some(real) = real else { return Confirmation::NotRead };
         match (serve.0, real.0) {
             (Verdict::AdapterError, _) | (_, Verdict::AdapterError) => Confirmation::AdapterError,
@@ -710,29 +710,5 @@ impl RealMatrix<'_> {
             t = esc(self.target),
             v = KAFKA_VERSION,
         )
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Confirmation;
-    use crate::conform::report::Verdict;
-
-    /// A cell counts as a finding only when the client fails the same way on both systems; a failure on
-    /// serve alone is txnsim's defect (issue 48, item 3).
-    #[test]
-    fn a_failure_is_confirmed_only_when_real_kafka_shows_the_same_first_wrong_delivery() {
-        let fail = |at: &str| (Verdict::Fail, Some(at.to_string()));
-        let pass = (Verdict::Pass, None);
-        let of = |serve: &(Verdict, Option<String>), real: Option<&(Verdict, Option<String>)>| {
-            Confirmation::of((&serve.0, &serve.1), real.map(|r| (&r.0, &r.1)))
-        };
-        assert_eq!(of(&fail("extra: offset 3"), Some(&fail("extra: offset 3"))), Confirmation::Confirmed);
-        assert_eq!(of(&fail("extra: offset 3"), Some(&fail("extra: offset 4"))), Confirmation::Differs);
-        assert_eq!(of(&fail("extra: offset 3"), Some(&pass)), Confirmation::TxnsimOnly);
-        assert_eq!(of(&pass, Some(&fail("extra: offset 3"))), Confirmation::RealOnly);
-        assert_eq!(of(&pass, Some(&pass)), Confirmation::Pass);
-        assert_eq!(of(&fail("extra: offset 3"), None), Confirmation::NotRead);
-        assert_eq!(of(&(Verdict::AdapterError, None), Some(&pass)), Confirmation::AdapterError);
     }
 }
