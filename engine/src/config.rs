@@ -41,6 +41,10 @@ pub struct EngineConfig {
     /// `group.initial.rebalance.delay.ms` (Kafka's default 3000): a new group waits this long for more
     /// members before its first generation (wire driver only).
     pub group_initial_rebalance_delay_ms: TimeMs,
+    /// `group.min.session.timeout.ms` (Kafka's default 6000): a JoinGroup asking for a shorter session is
+    /// refused with INVALID_SESSION_TIMEOUT. The sim lowers it to its seconds-long runs.
+    #[serde(default = "default_group_min_session_timeout_ms", skip_serializing_if = "is_default_min_session")]
+    pub group_min_session_timeout_ms: TimeMs,
     /// `min.insync.replicas` (Kafka's default 1): an acks=all write needs this many replicas in the ISR
     /// (capped by the replication factor, `Partition.effectiveMinIsr`), and the HW stands still below it.
     pub min_insync_replicas: u32,
@@ -89,6 +93,7 @@ impl Default for EngineConfig {
             compression_type: CompressionType::None,
             num_partitions: 1,
             group_initial_rebalance_delay_ms: 3_000,
+            group_min_session_timeout_ms: default_group_min_session_timeout_ms(),
             min_insync_replicas: 1,
             transaction_state_log_min_isr: 2,
             replica_lag_time_max_ms: 30_000,
@@ -136,4 +141,12 @@ impl EngineConfig {
         }
         Ok(())
     }
+}
+
+fn default_group_min_session_timeout_ms() -> TimeMs {
+    crate::group_coordinator::MIN_SESSION_TIMEOUT_MS
+}
+
+fn is_default_min_session(ms: &TimeMs) -> bool {
+    *ms == default_group_min_session_timeout_ms()
 }

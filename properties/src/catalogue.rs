@@ -57,6 +57,8 @@ pub enum Invariant {
     AckedWriteSurvivesElection,
     TimeoutAbortNotEarly,
     SendAnsweredWithinDeliveryTimeout,
+    ExactlyOnceOutput,
+    OutputOfConsumedInput,
 }
 
 impl Invariant {
@@ -110,13 +112,18 @@ impl Invariant {
     /// (the scenario runner, `serve`). The model and the sim commit none, so they cannot fail there.
     pub const GROUP: [Invariant; 1] = [Invariant::TxnOffsetsVisibleIffCommitted];
 
+    /// The exactly-once processing invariants (`exactly_once.rs`): checked where processors run the
+    /// consume-transform-produce loop (the sim's `eos` profile, `sweep --target --profile eos`).
+    pub const EOS: [Invariant; 2] = [Invariant::ExactlyOnceOutput, Invariant::OutputOfConsumedInput];
+
     /// The timer invariants (`timers.rs`): checked where time moves (the scenario runner, the sim,
     /// `serve`). The model's time stands still, so it cannot check them.
     pub const TIMED: [Invariant; 2] = [Invariant::TimeoutAbortNotEarly, Invariant::SendAnsweredWithinDeliveryTimeout];
 
-    /// The whole catalogue: `ALL`, then `REPLICA`, `GROUP` and `TIMED`.
+    /// The whole catalogue: `ALL`, then `REPLICA`, `GROUP`, `TIMED` and `EOS`.
     pub fn catalogue() -> impl Iterator<Item = Invariant> {
-        Invariant::ALL.into_iter().chain(Invariant::REPLICA).chain(Invariant::GROUP).chain(Invariant::TIMED)
+        let all = Invariant::ALL.into_iter().chain(Invariant::REPLICA).chain(Invariant::GROUP);
+        all.chain(Invariant::TIMED).chain(Invariant::EOS)
     }
 
     /// The stable name: Jepsen's where one exists.
@@ -161,6 +168,8 @@ impl Invariant {
             SendAnsweredWithinDeliveryTimeout => "send-answered-within-delivery-timeout",
             ReplicaTxnStateFromOwnLog => "replica-txn-state-from-own-log",
             AckedWriteSurvivesElection => "acked-write-survives-election",
+            ExactlyOnceOutput => "exactly-once-output",
+            OutputOfConsumedInput => "output-of-consumed-input",
         }
     }
 
@@ -203,7 +212,9 @@ impl Invariant {
             | UncommittedSupersetOfCommitted
             | FailedSendCommitted
             | SendAnsweredWithinDeliveryTimeout
-            | AckedWriteSurvivesElection => Kind::History,
+            | AckedWriteSurvivesElection
+            | ExactlyOnceOutput
+            | OutputOfConsumedInput => Kind::History,
             DecidedTransactionsComplete
             | LsoReachesHighWatermark
             | OpenTransactionsTimeOut
@@ -254,6 +265,8 @@ impl Invariant {
             TxnOffsetsVisibleIffCommitted => "an offset committed in a transaction (TxnOffsetCommit) is what OffsetFetch answers iff that transaction's COMMIT marker is in __consumer_offsets after it: never while the transaction is open, never after it aborted, and no longer pending once its marker is written",
             ReplicaTxnStateFromOwnLog => "every replica's LSO and aborted index are those its own log and HW imply, a marker counting once it is below the HW's peak since the replica last rebuilt producer state (a follower's HW may move back), after truncation too",
             AckedWriteSurvivesElection => "every acknowledged acks=all send is in the current leader's own log at the offsets it was acknowledged at: a clean election loses nothing",
+            ExactlyOnceOutput => "every committed input record below its consumer group's committed offset has exactly one committed output (no loss, no duplicate): the committed offset never passes an input whose output is not committed",
+            OutputOfConsumedInput => "every committed output is of an input record that is committed data below the group's committed offset: no output of an aborted input, none of an input past the offset",
         }
     }
 
@@ -305,6 +318,9 @@ impl Invariant {
             SendAnsweredWithinDeliveryTimeout => {
                 "ProducerConfig delivery.timeout.ms (an upper bound on reporting success or failure after send()); KIP-91, Sender.getExpiredInflightBatches"
             }
+            ExactlyOnceOutput | OutputOfConsumedInput => {
+                "KIP-98 (sendOffsetsToTransaction), KIP-447 (TxnOffsetCommit's generation check); kafkatest transactions_test.py"
+            }
         }
     }
 
@@ -348,6 +364,8 @@ impl Invariant {
             TxnOffsetsVisibleIffCommitted => Mutation::TxnOffsetsVisibleBeforeCommit,
             TimeoutAbortNotEarly => Mutation::TxnStartTimestampNotReset,
             SendAnsweredWithinDeliveryTimeout => Mutation::InFlightBatchesNotExpired,
+            ExactlyOnceOutput => Mutation::OffsetsOutsideTxn,
+            OutputOfConsumedInput => Mutation::ProcessorReadsUncommitted,
         }
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod catalogue;
 pub mod client;
+pub mod exactly_once;
 pub mod group_offsets;
 pub mod history;
 pub mod intent;
@@ -18,6 +19,7 @@ pub mod state;
 pub mod timers;
 
 pub use catalogue::{Invariant, Kind, Violation};
+pub use exactly_once::{check_exactly_once, EosView};
 pub use group_offsets::check_group_offsets;
 pub use history::{
     check_history, check_history_exempting, check_read_superset, CallOutcome, Event, History, LeaderHighWatermark,

@@ -540,6 +540,7 @@ pub const MAIN_JOB_SEEDS: [(Profile, u64); Profile::ALL.len()] = [
     (Profile::Atomicity, 500),
     (Profile::LateSends, 500),
     (Profile::SingleBroker, 2_000),
+    (Profile::Eos, 500),
 ];
 
 #[cfg(test)]

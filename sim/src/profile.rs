@@ -25,10 +25,14 @@ pub enum Profile {
     LateSends,
     /// The standard workload on one broker that leads every partition alone: the sim before replication.
     SingleBroker,
+    /// Consume-transform-produce: processors in one consumer group read an input topic read_committed,
+    /// write each input's output and commit their offsets in the same transaction (KIP-98, KIP-447), while
+    /// members join, leave, crash and pause into zombies.
+    Eos,
 }
 
 impl Profile {
-    pub const ALL: [Profile; 7] = [
+    pub const ALL: [Profile; 8] = [
         Profile::Standard,
         Profile::Contention,
         Profile::LongTxns,
@@ -36,6 +40,7 @@ impl Profile {
         Profile::Atomicity,
         Profile::LateSends,
         Profile::SingleBroker,
+        Profile::Eos,
     ];
 
     pub fn name(self) -> &'static str {
@@ -47,6 +52,7 @@ impl Profile {
             Profile::Atomicity => "atomicity",
             Profile::LateSends => "late-sends",
             Profile::SingleBroker => "single-broker",
+            Profile::Eos => "eos",
         }
     }
 
@@ -103,6 +109,7 @@ impl Profile {
             fault_rate: (0.01, 0.06),
             delay_produce_prob: (0.02, 0.15),
             delay_produce_ms: None,
+            eos: None,
         };
         match self {
             Profile::Standard => base,
@@ -212,6 +219,34 @@ impl Profile {
                     ..base
                 }
             }
+            Profile::Eos => {
+                // Pauses past the session timeout make the zombies KIP-447 fences.
+                let mut fault_enable_prob = base.fault_enable_prob;
+                fault_enable_prob[FaultKind::PauseProducer as usize] = 0.8;
+                fault_enable_prob[FaultKind::ProducerRestart as usize] = 0.8;
+                let eos = EosParams::default();
+                let mut producers =
+                    vec![txn("p0", "tx-in"), ProducerSpec { name: "n0".into(), kind: ProducerKind::Plain }];
+                producers.extend(eos.processor_names().map(|w| txn(&w, &format!("tx-{w}"))));
+                ProfileParams {
+                    topics: vec![(eos.input_topic.clone(), 2), (eos.output_topic.clone(), 2)],
+                    producers,
+                    consumers: vec![ConsumerSpec {
+                        name: "rc0".into(),
+                        isolation: IsolationLevel::ReadCommitted,
+                        seeks: false,
+                    }],
+                    ticks: 320,
+                    tick_ms: (2, 20),
+                    sends_per_txn: (1, 3),
+                    partitions_per_txn: (1, 2),
+                    txn_timeout_ms: 2_000,
+                    cleanup_interval_ms: 500,
+                    fault_enable_prob,
+                    eos: Some(eos),
+                    ..base
+                }
+            }
         }
     }
 }
@@ -289,6 +324,66 @@ pub struct ProfileParams {
     /// How long a held Produce waits; `None`: until after its transaction ended, often past the next one's
     /// start (50 ms to 1.5 transaction timeouts).
     pub delay_produce_ms: Option<(TimeMs, TimeMs)>,
+    /// The consume-transform-produce loop, in the `eos` profile only.
+    pub eos: Option<EosParams>,
+}
+
+/// The `eos` profile's loop: its topics, its group and the members' timeouts, scaled to the sim's
+/// seconds-long runs as the replication timeouts are.
+#[derive(Clone, Debug)]
+pub struct EosParams {
+    pub input_topic: String,
+    pub output_topic: String,
+    pub group: String,
+    /// Processors `w0`, `w1`, ...: each a member of `group` (its consumer `wN.in`) and a transactional
+    /// producer of its own id `tx-wN` (KIP-447: the group's generation fences, not the id).
+    pub processors: u32,
+    /// `session.timeout.ms`, `heartbeat.interval.ms` and `max.poll.interval.ms` (the rebalance timeout), and
+    /// the broker's `group.min.session.timeout.ms` and `group.initial.rebalance.delay.ms`.
+    pub session_timeout_ms: TimeMs,
+    pub heartbeat_interval_ms: TimeMs,
+    pub rebalance_timeout_ms: TimeMs,
+    pub min_session_timeout_ms: TimeMs,
+    pub initial_rebalance_delay_ms: TimeMs,
+    /// Of a processor's transactions, the share it commits (the rest it aborts and rewinds).
+    pub commit_ratio: f64,
+    /// Outputs per Produce of a processor's transaction.
+    pub outputs_per_send: (u32, u32),
+    /// Chance per processor step, outside a transaction, that the member leaves its group (LeaveGroup)
+    /// and rejoins as a new member `leave_ms` later.
+    pub leave_prob: f64,
+    pub leave_ms: (TimeMs, TimeMs),
+}
+
+impl Default for EosParams {
+    fn default() -> Self {
+        EosParams {
+            input_topic: "in".into(),
+            output_topic: "out".into(),
+            group: "g".into(),
+            processors: 3,
+            session_timeout_ms: 1_500,
+            heartbeat_interval_ms: 300,
+            rebalance_timeout_ms: 2_000,
+            min_session_timeout_ms: 500,
+            initial_rebalance_delay_ms: 100,
+            commit_ratio: 0.85,
+            outputs_per_send: (1, 3),
+            leave_prob: 0.01,
+            leave_ms: (200, 1_500),
+        }
+    }
+}
+
+impl EosParams {
+    pub fn processor_names(&self) -> impl Iterator<Item = String> {
+        (0..self.processors).map(|i| format!("w{i}"))
+    }
+
+    /// The group member of processor `name`.
+    pub fn member_of(name: &str) -> String {
+        format!("{name}.in")
+    }
 }
 
 /// The faults the swarm may switch on.

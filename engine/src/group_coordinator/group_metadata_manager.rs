@@ -91,7 +91,7 @@ impl GroupCoordinator {
         if group_id.is_empty() {
             return Err(KafkaError::InvalidGroupId);
         }
-        if !(MIN_SESSION_TIMEOUT_MS..=MAX_SESSION_TIMEOUT_MS).contains(&join.session_timeout_ms) {
+        if !(config.group_min_session_timeout_ms..=MAX_SESSION_TIMEOUT_MS).contains(&join.session_timeout_ms) {
             return Err(KafkaError::InvalidSessionTimeout);
         }
         let group = self.groups.entry(group_id.to_string()).or_insert_with(Group::new);
