@@ -109,7 +109,7 @@ impl Invariant {
     ];
 
     /// The consumer group invariants (`group_offsets.rs`): checked wherever transactions commit offsets
-    /// (the scenario runner, `serve`). The model and the sim commit none, so they cannot fail there.
+    /// (the scenario runner, `serve`, the sim's eos profile). The model commits none, so it cannot fail there.
     pub const GROUP: [Invariant; 1] = [Invariant::TxnOffsetsVisibleIffCommitted];
 
     /// The exactly-once processing invariants (`exactly_once.rs`): checked where processors run the
@@ -265,8 +265,8 @@ impl Invariant {
             TxnOffsetsVisibleIffCommitted => "an offset committed in a transaction (TxnOffsetCommit) is what OffsetFetch answers iff that transaction's COMMIT marker is in __consumer_offsets after it: never while the transaction is open, never after it aborted, and no longer pending once its marker is written",
             ReplicaTxnStateFromOwnLog => "every replica's LSO and aborted index are those its own log and HW imply, a marker counting once it is below the HW's peak since the replica last rebuilt producer state (a follower's HW may move back), after truncation too",
             AckedWriteSurvivesElection => "every acknowledged acks=all send is in the current leader's own log at the offsets it was acknowledged at: a clean election loses nothing",
-            ExactlyOnceOutput => "every committed input record below its consumer group's committed offset has exactly one committed output (no loss, no duplicate): the committed offset never passes an input whose output is not committed",
-            OutputOfConsumedInput => "every committed output is of an input record that is committed data below the group's committed offset: no output of an aborted input, none of an input past the offset",
+            ExactlyOnceOutput => "under TV2, every committed input record below its consumer group's committed offset has exactly one committed output (no loss, no duplicate): the committed offset never passes an input whose output is not committed",
+            OutputOfConsumedInput => "under TV2, every committed output is of an input record that is committed data below the group's committed offset: no output of an aborted input, none of an input past the offset",
         }
     }
 
@@ -319,7 +319,7 @@ impl Invariant {
                 "ProducerConfig delivery.timeout.ms (an upper bound on reporting success or failure after send()); KIP-91, Sender.getExpiredInflightBatches"
             }
             ExactlyOnceOutput | OutputOfConsumedInput => {
-                "KIP-98 (sendOffsetsToTransaction), KIP-447 (TxnOffsetCommit's generation check); kafkatest transactions_test.py"
+                "KIP-98 (sendOffsetsToTransaction), KIP-447 (TxnOffsetCommit's generation check), KIP-890 (under TV1 a late EndTxn commits the next transaction); kafkatest transactions_test.py"
             }
         }
     }
@@ -396,8 +396,11 @@ pub fn caught_by(m: Mutation) -> Vec<Invariant> {
         Mutation::IsrChangeToldToLeaderOnly => &[DecidedTransactionsComplete],
         // The log-start scenarios of seeds/scenarios/log_start.json (tests/scenarios.rs CATCHERS).
         Mutation::LogStartDropsOpenTransactions => &[LsoIsFirstUnstableOffset],
-        // The aborted pass of seeds/scenarios/network/exactly_once.json (tests/scenarios.rs CATCHERS).
-        Mutation::OffsetsOnAbort => &[TxnOffsetsVisibleIffCommitted],
+        // The aborted pass of seeds/scenarios/network/exactly_once.json (tests/scenarios.rs CATCHERS), and
+        // the sim's eos profile (sim/tests/sim.rs EOS_CATCHERS) for this and the loop's other departures.
+        Mutation::OffsetsOnAbort => &[TxnOffsetsVisibleIffCommitted, ExactlyOnceOutput],
+        Mutation::TxnOffsetsVisibleBeforeCommit => &[ExactlyOnceOutput],
+        Mutation::TxnOffsetCommitSkipsGenerationCheck => &[ExactlyOnceOutput],
         _ => &[],
     };
     let mut found: Vec<Invariant> = Invariant::catalogue().filter(|i| i.mutation() == m).collect();

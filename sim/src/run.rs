@@ -179,6 +179,7 @@ pub fn run_seed(spec: &RunSpec) -> RunReport {
 
 fn engine_config(spec: &RunSpec, swarm: &Swarm) -> EngineConfig {
     let p = spec.profile.params();
+    let defaults = EngineConfig::default();
     EngineConfig {
         transaction_version: swarm.transaction_version,
         transaction_timeout_ms: p.txn_timeout_ms,
@@ -187,6 +188,14 @@ fn engine_config(spec: &RunSpec, swarm: &Swarm) -> EngineConfig {
         retry_backoff_ms: p.retry_backoff_ms,
         delivery_timeout_ms: p.delivery_timeouts * p.request_timeout_ms,
         mutations: spec.mutation.map(Mutations::one).unwrap_or_default(),
+        group_min_session_timeout_ms: p
+            .eos
+            .as_ref()
+            .map_or(defaults.group_min_session_timeout_ms, |e| e.min_session_timeout_ms),
+        group_initial_rebalance_delay_ms: p
+            .eos
+            .as_ref()
+            .map_or(defaults.group_initial_rebalance_delay_ms, |e| e.initial_rebalance_delay_ms),
         proposal: spec.proposal,
         replica_lag_time_max_ms: swarm.replica_lag_time_max_ms,
         // Kafka's defaults have the socket timeout equal to the lag bound, 60 times the fetch wait; the
@@ -195,7 +204,7 @@ fn engine_config(spec: &RunSpec, swarm: &Swarm) -> EngineConfig {
         replica_fetch_wait_max_ms: swarm.replica_fetch_wait_max_ms,
         replica_fetch_backoff_ms: swarm.replica_fetch_backoff_ms,
         min_insync_replicas: swarm.min_insync_replicas,
-        ..EngineConfig::default()
+        ..defaults
     }
 }
 
@@ -375,11 +384,19 @@ impl World {
         if self.rng.chance(self.params.poll_ratio) {
             let names: Vec<String> = self.consumers.keys().cloned().collect();
             let name = self.rng.pick(&names).clone();
-            out.extend(self.consumer_step(shared, &name));
+            if self.processor_of_member(&name).is_some() {
+                out.extend(self.member_step(shared, &name));
+            } else {
+                out.extend(self.consumer_step(shared, &name));
+            }
         } else {
             let names: Vec<String> = self.producers.keys().cloned().collect();
             let name = self.rng.pick(&names).clone();
-            out.extend(self.producer_step(shared, &name));
+            if self.processors.contains_key(&name) {
+                out.extend(self.processor_step(shared, &name));
+            } else {
+                out.extend(self.producer_step(shared, &name));
+            }
         }
         out
     }
@@ -711,7 +728,9 @@ impl World {
     fn poll_to_end(&mut self, shared: &Shared) -> (bool, Vec<Outgoing>) {
         let mut done = true;
         let mut out = Vec::new();
-        let names: Vec<String> = self.consumers.keys().cloned().collect();
+        // Group members read what their group assigns; the other consumers read every partition to its end.
+        let names: Vec<String> =
+            self.consumers.keys().filter(|n| self.processor_of_member(n).is_none()).cloned().collect();
         for name in names {
             for tp in self.partitions.clone() {
                 let c = &self.consumers[&name].consumer;
@@ -797,7 +816,9 @@ impl World {
         let readers: Vec<(String, txnsim_engine::TopicPartition, Offset)> = self
             .consumers
             .iter()
-            .filter(|(_, s)| s.consumer.isolation == IsolationLevel::ReadCommitted)
+            .filter(|(n, s)| {
+                s.consumer.isolation == IsolationLevel::ReadCommitted && self.processor_of_member(n).is_none()
+            })
             .flat_map(|(n, s)| {
                 self.partitions.iter().map(move |tp| (n.clone(), tp.clone(), s.consumer.position(tp).unwrap_or(0)))
             })
@@ -828,6 +849,7 @@ impl World {
             let (rc, _) = read_to_end(log, IsolationLevel::ReadCommitted, log.log_start_offset(), m);
             violations.extend(check_read_superset(tp, 0, &ru, &rc));
         }
+        violations.extend(self.check_processing(logs));
         for v in violations {
             self.record(v.invariant.name(), v.witness);
         }

@@ -220,6 +220,23 @@ fn add_stats(total: &mut Stats, s: &Stats) {
     total.controller_failovers += s.controller_failovers;
     total.loads_above_hw += s.loads_above_hw;
     total.lost_loads += s.lost_loads;
+    total.rebalances += s.rebalances;
+    total.processor_commits += s.processor_commits;
+    total.processor_aborts += s.processor_aborts;
+    total.zombies_fenced += s.zombies_fenced;
+    total.leaves += s.leaves;
+    total.outputs += s.outputs;
+    total.inputs_consumed += s.inputs_consumed;
+}
+
+/// The eos profile's loop, summed over the seeds (none for the other profiles).
+pub fn processing_line(t: &Stats) -> Option<String> {
+    (t.processor_commits + t.processor_aborts > 0).then(|| {
+        format!(
+            "  processing: {} processor transactions committed, {} not (aborted, failed or fenced), {} zombies fenced, {} rebalances (generations), {} members left; {} inputs consumed below the group's offsets, {} committed outputs",
+            t.processor_commits, t.processor_aborts, t.zombies_fenced, t.rebalances, t.leaves, t.inputs_consumed, t.outputs
+        )
+    })
 }
 
 /// The replication activity per 1000 seeds.
@@ -297,6 +314,7 @@ pub fn summary_lines(r: &SweepResult, max_failures: usize) -> Vec<String> {
         ),
     ];
     out.push(replication_line(t, r.ran));
+    out.extend(processing_line(t));
     out.extend(fault_lines(&t.fault_counts));
     if r.by_invariant.is_empty() {
         out.push("  violations: none".into());

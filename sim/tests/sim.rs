@@ -80,6 +80,50 @@ fn sweep_single_broker() {
     );
 }
 
+#[test]
+fn sweep_eos() {
+    let result = sweep_profile(Profile::Eos, 40);
+    let t = &result.totals;
+    let counts = [
+        ("processor transactions committed", t.processor_commits),
+        ("processor transactions not committed", t.processor_aborts),
+        ("zombies fenced", t.zombies_fenced),
+        ("rebalances", t.rebalances),
+        ("inputs consumed", t.inputs_consumed),
+    ];
+    for (what, n) in counts {
+        assert!(n > 0, "the eos profile's loop should run under faults, but it saw no {what}");
+    }
+    assert_eq!(t.inputs_consumed, t.outputs, "each input consumed below the group's offsets has one output");
+}
+
+/// The exactly-once loop's mutations (issue 47), each caught by the sim's eos profile at its first failing
+/// seed from 0, by the invariant named (`sweep --profile eos --mutation M --seeds N`).
+const EOS_CATCHERS: [(Mutation, Profile, u64, &str); 5] = [
+    (Mutation::OffsetsOutsideTxn, Profile::Eos, 1, "exactly-once-output"),
+    (Mutation::TxnOffsetsVisibleBeforeCommit, Profile::Eos, 0, "txn-offsets-visible-iff-committed"),
+    (Mutation::TxnOffsetCommitSkipsGenerationCheck, Profile::Eos, 4, "exactly-once-output"),
+    (Mutation::OffsetsOnAbort, Profile::Eos, 0, "txn-offsets-visible-iff-committed"),
+    (Mutation::ProcessorReadsUncommitted, Profile::Eos, 2, "output-of-consumed-input"),
+];
+
+#[test]
+fn the_sim_catches_each_exactly_once_mutation_within_its_first_seeds() {
+    for (m, profile, first, invariant) in EOS_CATCHERS {
+        let spec = SweepSpec::new(0, first + 1, profile, Some(m), 2);
+        let result = run_sweep(&spec, |_, _| {});
+        let lines = summary_lines(&result, 1).join("\n");
+        assert_eq!(result.first_failure_index(), Some(first), "{} on {profile}: first failing seed\n{lines}", m.name());
+        assert!(
+            result.by_invariant.contains_key(invariant),
+            "{} on {profile}: expected {invariant} among the violations\n{lines}",
+            m.name()
+        );
+        let clean = run_seed(&RunSpec::new(first, profile, None));
+        assert!(clean.passed(), "{profile} seed {first} fails without {}: it does not show the mutation", m.name());
+    }
+}
+
 /// The mutations only replication (and coordinator failover) reaches, each with the profile whose first
 /// seed that catches it comes earliest, that seed and the invariant that does (`sweep --profile P
 /// --mutation M` from seed 0, over every profile). Double-complete needs a coordinator move during a

@@ -125,8 +125,14 @@ impl ReplicaManager {
         mutations: &crate::mutation::Mutations,
     ) {
         let next_id = if mutations.has(Mutation::FetchIdsReusedAfterRestart) { 0 } else { self.next_id };
-        let logs = std::mem::take(&mut self.logs);
-        *self = ReplicaManager { logs, next_id, ..ReplicaManager::new(me, image, now_ms) };
+        let mut logs = std::mem::take(&mut self.logs);
+        let fresh = ReplicaManager::new(me, image, now_ms);
+        // A partition created while this broker was down (`__consumer_offsets` on a group's first lookup)
+        // starts with an empty log, as one learnt in a delta does (`Broker::apply_delta`).
+        for tp in fresh.logs.keys() {
+            logs.entry(tp.clone()).or_insert_with(PartitionLog::new);
+        }
+        *self = ReplicaManager { logs, next_id, ..fresh };
     }
 
     fn next_id(&mut self) -> u64 {

@@ -38,6 +38,10 @@ enum Suite {
     /// (their time barely moves); the named ported scenario does, and `CATCHERS` in `tests/scenarios.rs`
     /// proves the mutation makes it fail on this invariant (and pass without it).
     Scenario(&'static str),
+    /// No generator here runs the consume-transform-produce loop; the sim's eos profile does, and
+    /// `EOS_CATCHERS` in `sim/tests/sim.rs` proves the mutation makes the named seed fail on this invariant
+    /// (and pass without it).
+    Sim,
 }
 
 /// Bounded cases per bite run (fixed: a bite proof is a claim about this seed and this budget).
@@ -81,6 +85,7 @@ fn suite(inv: Invariant) -> Suite {
         TxnOffsetsVisibleIffCommitted => Scenario("omm-end-marker-commit-materializes-abort-drops"),
         TimeoutAbortNotEarly => Scenario("txn-state-manager-timeout-counts-from-the-transaction-start-tv1"),
         SendAnsweredWithinDeliveryTimeout => Scenario("snd-in-flight-batch-expires-on-delivery-timeout"),
+        ExactlyOnceOutput | OutputOfConsumedInput => Sim,
     }
 }
 
@@ -97,7 +102,9 @@ fn search(inv: Invariant, m: Mutation, suite: Suite, cases: u32) -> Option<Strin
             |report| report.has(inv),
             |report, case| report.render(case),
         ),
-        Suite::Model(_) | Suite::Scenario(_) => unreachable!("a model or scenario bite has no generator search"),
+        Suite::Model(_) | Suite::Scenario(_) | Suite::Sim => {
+            unreachable!("a model, scenario or sim bite has no generator search")
+        }
         Suite::Replicas => shrink_to_violation(
             inv,
             m,
@@ -194,6 +201,18 @@ fn prove(inv: Invariant) {
         assert!(text.contains(&entry), "tests/scenarios.rs CATCHERS has no entry {entry}");
         return;
     }
+    if let Suite::Sim = suite {
+        // The producer generators run no consumer group, so they cannot reach it...
+        let found = search(inv, m, Suite::Producer(Profile::Faults), BITE_CASES);
+        assert!(found.is_none(), "{} now bites in the producer layer: make it a Producer bite", inv.name());
+        // ...and the sim's catcher of the mutation is listed with this invariant.
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sim/tests/sim.rs");
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let entry = format!("(Mutation::{m:?}, Profile::Eos, ");
+        let listed = text.lines().any(|l| l.contains(&entry) && l.contains(&format!("\"{}\")", inv.name())));
+        assert!(listed, "sim/tests/sim.rs EOS_CATCHERS has no entry {entry}.., \"{}\")", inv.name());
+        return;
+    }
     let found = search(inv, m, suite, BITE_CASES).unwrap_or_else(|| {
         panic!(
             "{} did not bite: with mutation {} on, {BITE_CASES} fixed-seed cases of {suite:?} found no violation of it",
@@ -263,6 +282,8 @@ bite_tests! {
     txn_offsets_visible_iff_committed => TxnOffsetsVisibleIffCommitted,
     timeout_abort_not_early => TimeoutAbortNotEarly,
     send_answered_within_delivery_timeout => SendAnsweredWithinDeliveryTimeout,
+    exactly_once_output => ExactlyOnceOutput,
+    output_of_consumed_input => OutputOfConsumedInput,
 }
 
 /// The same generators and seed with no mutation: no invariant fires, the engine matches the reference

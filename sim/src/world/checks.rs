@@ -121,6 +121,7 @@ impl World {
         }
         self.check_broker();
         self.schedule_replication(shared, id);
+        self.schedule_groups(shared, id);
     }
 
     /// After broker `id`'s load timer, if it loaded (a stale timer does not): judges the previous load

@@ -14,6 +14,7 @@ use txnsim_engine::protocol::{Effects, Envelope, Message, NodeId};
 use txnsim_engine::{
     Consumer, IsolationLevel, KafkaError, Offset, Producer, ProducerKind, TopicPartition, TxnManagerState,
 };
+use txnsim_properties::client::{self, Layer, Local, Start};
 use txnsim_properties::{CallOutcome, Event, ProducerCall};
 
 pub struct ProducerSlot {
@@ -41,6 +42,10 @@ impl World {
     /// NOT_LEADER_OR_FOLLOWER, with its request timeout).
     pub(super) fn consumer_message(&mut self, name: &str, env: Envelope) -> Effects {
         let now = self.now_ms();
+        let member = !self.processors.is_empty() && self.processor_of_member(name).is_some();
+        if member && !matches!(env.message, Message::FetchResponse { .. }) {
+            return self.member_message(name, |c| c.on_message(now, env));
+        }
         let slot = self.consumers.get_mut(name).expect("a consumer");
         let corr = env.correlation_id;
         let Message::FetchResponse { partition, fetch_offset, result } = &env.message else {
@@ -78,6 +83,9 @@ impl World {
                         "position_after": position_after,
                     });
                     self.trace_with(name, "poll", || (text, fields));
+                }
+                if member {
+                    self.buffer_inputs(name, &partition, &records);
                 }
                 self.push_history(Event::Poll {
                     time_ms: now,
@@ -120,7 +128,7 @@ impl World {
         }
     }
 
-    fn invoke_sync(&mut self, name: &str, call: ProducerCall, result: Result<(), KafkaError>) {
+    pub(super) fn invoke_sync(&mut self, name: &str, call: ProducerCall, result: Result<(), KafkaError>) {
         let now = self.now_ms();
         self.stats.ops += 1;
         self.next_call_id += 1;
@@ -138,7 +146,7 @@ impl World {
     }
 
     /// Invokes an asynchronous producer call and records it; an immediate error completes it at once.
-    fn invoke(
+    pub(super) fn invoke(
         &mut self,
         shared: &Shared,
         name: &str,
@@ -170,6 +178,16 @@ impl World {
                 Vec::new()
             }
         }
+    }
+
+    /// Invokes `call` through the one interpreter of client ops (`client::exec`).
+    pub(super) fn invoke_call(&mut self, shared: &Shared, name: &str, call: ProducerCall) -> Vec<Outgoing> {
+        client::exec(&mut SimLayer { world: self, shared }, name, &call)
+    }
+
+    /// The history id of the call invoked last.
+    pub(super) fn last_call_id(&self) -> u64 {
+        self.next_call_id
     }
 
     fn trace_complete(&mut self, name: &str, call_id: u64, outcome: &CallOutcome) {
@@ -226,7 +244,7 @@ impl World {
         }
         match (kind, state) {
             (ProducerKind::Plain, _) | (ProducerKind::Idempotent, TxnManagerState::Ready) => {
-                let tp = self.rng.pick(&self.partitions).clone();
+                let tp = self.rng.pick(&self.workload_partitions).clone();
                 let n =
                     self.rng.range(self.params.values_per_send.0 as u64, self.params.values_per_send.1 as u64) as u32;
                 let values = self.next_values(name, n);
@@ -304,7 +322,7 @@ impl World {
     }
 
     fn draw_plan(&mut self) -> TxnPlan {
-        TxnPlan::draw(&self.params, &mut self.rng, &self.partitions)
+        TxnPlan::draw(&self.params, &mut self.rng, &self.workload_partitions)
     }
 
     /// `DisconnectClient`: the producer's requests in flight fail at once and are retried; whatever the
@@ -342,6 +360,9 @@ impl World {
         // The endpoint of the dead instance must not outlive it.
         self.nodes.get_mut(name).expect("known").endpoint = None;
         handle.restart(id);
+        if self.processors.contains_key(name) {
+            self.crash_processor(name);
+        }
     }
 
     pub fn consumer_step(&mut self, shared: &Shared, name: &str) -> Vec<Outgoing> {
@@ -384,5 +405,27 @@ impl World {
             IsolationLevel::ReadCommitted => log.last_stable_offset(&self.config.mutations),
             IsolationLevel::ReadUncommitted => log.high_watermark(),
         }
+    }
+}
+
+/// The sim as a layer of the one interpreter: a local call completes at once, a request goes out on the
+/// sim's network; both are recorded in the history.
+struct SimLayer<'a> {
+    world: &'a mut World,
+    shared: &'a Shared,
+}
+
+impl Layer for SimLayer<'_> {
+    type Answer = Vec<Outgoing>;
+
+    fn local(&mut self, producer: &str, call: &ProducerCall, run: Local<'_>) -> Vec<Outgoing> {
+        let slot = self.world.producers.get_mut(producer).expect("a producer");
+        let result = run(slot.producer.as_mut().expect("a running producer"));
+        self.world.invoke_sync(producer, call.clone(), result);
+        Vec::new()
+    }
+
+    fn request(&mut self, producer: &str, call: &ProducerCall, start: Start<'_>) -> Vec<Outgoing> {
+        self.world.invoke(self.shared, producer, call.clone(), |p, now| start(p, now))
     }
 }

@@ -12,7 +12,7 @@
 //! - `controller`: the KRaft controller's steps and its outage during a failover.
 //! - `clients`: the workload's producers and consumers, their calls recorded in the history.
 
-use crate::profile::{ProfileParams, Swarm};
+use crate::profile::{EosParams, ProfileParams, Swarm};
 use crate::rng::SimRng;
 use crate::trace::{LogSnapshot, ReplicaNow, TraceEvent};
 use madsim::runtime::Handle;
@@ -32,6 +32,7 @@ mod clients;
 mod controller;
 mod network;
 mod nodes;
+mod processors;
 mod replicas;
 
 use checks::UncommittedLoad;
@@ -40,6 +41,7 @@ use controller::Held;
 pub use network::{send_all, Outgoing, Wire, TAG};
 pub use nodes::{broker_id, broker_name, is_broker, node_key, NodeSlot, PORT};
 use nodes::{broker_key, ip_of, is_client};
+pub use processors::ProcessorSlot;
 use replicas::BrokerSummary;
 pub use replicas::LeaderLogs;
 
@@ -88,6 +90,24 @@ pub struct Stats {
     pub isr_shrinks: u64,
     pub isr_expands: u64,
     pub leader_changes: u64,
+    /// The eos profile's loop: the group's highest generation (each one a rebalance), processor
+    /// transactions that committed and that did not (aborted, failed or fenced), those fenced as zombies
+    /// (a stale generation or producer epoch), members that left their group, and at the end the
+    /// committed outputs and the committed inputs below the group's offsets.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub rebalances: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub processor_commits: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub processor_aborts: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub zombies_fenced: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub leaves: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub outputs: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub inputs_consumed: u64,
     /// Leader changes of `__transaction_state`: the coordinator moved to another broker.
     pub coordinator_moves: u64,
     pub truncations: u64,
@@ -100,6 +120,10 @@ pub struct Stats {
     /// Of those, loads whose records the next coordinator's log did not have: whatever the coordinator
     /// did on them rested on records never committed (the hanging transactions' family, docs/sim-output.md).
     pub lost_loads: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 pub struct World {
@@ -151,7 +175,13 @@ pub struct World {
     pub lost_load: Option<String>,
     pub producers: BTreeMap<String, ProducerSlot>,
     pub consumers: BTreeMap<String, ConsumerSlot>,
+    /// The eos profile's processors, by name (each also a producer and, as `wN.in`, a consumer).
+    pub processors: BTreeMap<String, ProcessorSlot>,
     pub partitions: Vec<TopicPartition>,
+    /// The partitions the workload's producers write: the eos profile's input topic, else all.
+    pub workload_partitions: Vec<TopicPartition>,
+    /// Group coordinator deadlines a wake-up task is already waiting for, per broker.
+    group_wakeups: BTreeMap<u32, BTreeSet<u64>>,
     pub history: History,
     next_call_id: u64,
     next_value: BTreeMap<String, u64>,
@@ -210,6 +240,12 @@ impl World {
         }
         names.extend(params.producers.iter().map(|p| p.name.clone()));
         names.extend(params.consumers.iter().map(|c| c.name.clone()));
+        let processors: Vec<String> = params.eos.iter().flat_map(|e| e.processor_names()).collect();
+        names.extend(processors.iter().map(|p| EosParams::member_of(p)));
+        let workload_partitions = match &params.eos {
+            Some(eos) => partitions.iter().filter(|tp| tp.topic == eos.input_topic).cloned().collect(),
+            None => partitions.clone(),
+        };
         let nodes = names
             .iter()
             .enumerate()
@@ -270,7 +306,10 @@ impl World {
             lost_load: None,
             producers,
             consumers,
+            processors: processors.iter().map(|p| (p.clone(), ProcessorSlot::default())).collect(),
             partitions,
+            workload_partitions,
+            group_wakeups: BTreeMap::new(),
             history,
             next_call_id: 0,
             next_value: BTreeMap::new(),
@@ -294,6 +333,12 @@ impl World {
         };
         for id in world.brokers.keys().copied().collect::<Vec<u32>>() {
             world.refresh_summary(id);
+        }
+        for p in processors {
+            let consumer = world.new_member(&p);
+            world
+                .consumers
+                .insert(EosParams::member_of(&p), ConsumerSlot { consumer, seeks: false, polls: BTreeMap::new() });
         }
         world
     }

@@ -98,6 +98,48 @@ impl World {
         });
     }
 
+    /// A task on the broker's node that runs `tick_groups` when its group coordinator's next deadline
+    /// falls due (a join phase's end, a member's session expiry), as `schedule_replication` does.
+    pub(super) fn schedule_groups(&mut self, shared: &Shared, id: u32) {
+        let Some(due) = self.brokers[&id].groups.next_deadline_ms() else { return };
+        if !self.group_wakeups.entry(id).or_default().insert(due) {
+            return;
+        }
+        let slot = &self.nodes[broker_key(id).as_ref()];
+        let Some(handle) = slot.id.and_then(|n| self.runtime().get_node(n)) else { return };
+        let incarnation = slot.incarnation;
+        let at = self.start + Duration::from_millis(due);
+        let shared = shared.clone();
+        handle.spawn(async move {
+            madsim::time::sleep_until(at).await;
+            let out = {
+                let mut w = lock(&shared);
+                w.on_groups_due(&shared, id, incarnation, due)
+            };
+            Box::pin(send_all(&shared, out)).await;
+        });
+    }
+
+    fn on_groups_due(&mut self, shared: &Shared, id: u32, incarnation: u32, due: u64) -> Vec<Outgoing> {
+        if let Some(set) = self.group_wakeups.get_mut(&id) {
+            set.remove(&due);
+        }
+        let name = broker_key(id);
+        if self.nodes[name.as_ref()].incarnation != incarnation || self.brokers_down.contains(&id) {
+            return Vec::new();
+        }
+        let now = self.now_ms();
+        if self.brokers[&id].groups.next_deadline_ms().is_none_or(|d| d > now) {
+            self.schedule_groups(shared, id);
+            return Vec::new();
+        }
+        let ends = self.log_ends(id);
+        let effects = self.step_broker(id, |b| b.tick_groups(now));
+        self.trace_broker(id, "timer", || ("group coordinator deadline".to_string(), Value::Null));
+        self.after_broker_step(shared, id, &ends);
+        self.dispatch(shared, name.as_ref(), effects)
+    }
+
     fn on_replication_due(&mut self, shared: &Shared, id: u32, incarnation: u32, due: u64) -> Vec<Outgoing> {
         if let Some(set) = self.replication_wakeups.get_mut(&id) {
             set.remove(&due);
@@ -219,6 +261,13 @@ impl World {
             return out;
         }
         if name == CONTROLLER {
+            return Vec::new();
+        }
+        if incarnation > 1 && self.processor_of_member(name).is_some() {
+            let processor = self.processor_of_member(name).expect("checked");
+            let consumer = self.new_member(&processor);
+            self.consumers.get_mut(name).expect("a member").consumer = consumer;
+            self.trace(name, "restart", || format!("started instance {incarnation}, a new member"));
             return Vec::new();
         }
         if let Some(slot) = self.producers.get_mut(name) {
