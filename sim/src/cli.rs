@@ -73,7 +73,7 @@ pub struct SweepArgs {
     /// The first seed.
     #[arg(long, default_value_t = 0)]
     pub from: u64,
-    /// Workload profile: standard, contention, long-txns, timeouts, atomicity, late-sends, single-broker.
+    /// Workload profile: standard, contention, long-txns, timeouts, atomicity, late-sends, single-broker, eos.
     #[arg(long, default_value = "standard", value_parser = parse_profile)]
     pub profile: Profile,
     /// Run with one injected historical bug (see `txnsim mutations`).
@@ -115,7 +115,7 @@ pub struct ReplayArgs {
     /// The seed to replay.
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Workload profile: standard, contention, long-txns, timeouts, atomicity, late-sends, single-broker.
+    /// Workload profile: standard, contention, long-txns, timeouts, atomicity, late-sends, single-broker, eos.
     #[arg(long, default_value = "standard", value_parser = parse_profile)]
     pub profile: Profile,
     /// Run with one injected historical bug (see `txnsim mutations`).
