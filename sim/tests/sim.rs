@@ -109,19 +109,7 @@ const EOS_CATCHERS: [(Mutation, Profile, u64, &str); 5] = [
 
 #[test]
 fn the_sim_catches_each_exactly_once_mutation_within_its_first_seeds() {
-    for (m, profile, first, invariant) in EOS_CATCHERS {
-        let spec = SweepSpec::new(0, first + 1, profile, Some(m), 2);
-        let result = run_sweep(&spec, |_, _| {});
-        let lines = summary_lines(&result, 1).join("\n");
-        assert_eq!(result.first_failure_index(), Some(first), "{} on {profile}: first failing seed\n{lines}", m.name());
-        assert!(
-            result.by_invariant.contains_key(invariant),
-            "{} on {profile}: expected {invariant} among the violations\n{lines}",
-            m.name()
-        );
-        let clean = run_seed(&RunSpec::new(first, profile, None));
-        assert!(clean.passed(), "{profile} seed {first} fails without {}: it does not show the mutation", m.name());
-    }
+    assert_caught_at_first_seeds(&EOS_CATCHERS);
 }
 
 /// The mutations only replication (and coordinator failover) reaches, each with the profile whose first
@@ -146,7 +134,13 @@ const REPLICATION_CATCHERS: [(Mutation, Profile, u64, &str); 9] = [
 
 #[test]
 fn the_sim_catches_each_replication_mutation_within_its_first_seeds() {
-    for (m, profile, first, invariant) in REPLICATION_CATCHERS {
+    assert_caught_at_first_seeds(&REPLICATION_CATCHERS);
+}
+
+/// Each mutation fails its profile's seeds from 0 first at the seed stated, by the invariant stated, and
+/// that seed passes without it.
+fn assert_caught_at_first_seeds(catchers: &[(Mutation, Profile, u64, &str)]) {
+    for &(m, profile, first, invariant) in catchers {
         let spec = SweepSpec::new(0, first + 1, profile, Some(m), 2);
         let result = run_sweep(&spec, |_, _| {});
         let lines = summary_lines(&result, 1).join("\n");

@@ -2,7 +2,7 @@
 //! replica checks after a truncation or a leader change, the coordinator loads that read above the HW,
 //! and what counts as quiescent for the final checks.
 
-use super::{Found, Shared, World};
+use super::{Deadline, Found, Shared, World};
 use serde_json::json;
 use txnsim_engine::topic::transaction_state_partition;
 use txnsim_engine::Offset;
@@ -120,8 +120,8 @@ impl World {
             self.check_replicas();
         }
         self.check_broker();
-        self.schedule_replication(shared, id);
-        self.schedule_groups(shared, id);
+        self.schedule_deadline(shared, id, Deadline::Replication);
+        self.schedule_deadline(shared, id, Deadline::Groups);
     }
 
     /// After broker `id`'s load timer, if it loaded (a stale timer does not): judges the previous load

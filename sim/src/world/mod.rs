@@ -40,7 +40,7 @@ pub use clients::{ConsumerSlot, ProducerSlot};
 use controller::Held;
 pub use network::{send_all, Outgoing, Wire, TAG};
 pub use nodes::{broker_id, broker_name, is_broker, node_key, NodeSlot, PORT};
-use nodes::{broker_key, ip_of, is_client};
+use nodes::{broker_key, ip_of, is_client, Deadline};
 pub use processors::ProcessorSlot;
 use replicas::BrokerSummary;
 pub use replicas::LeaderLogs;
@@ -147,8 +147,8 @@ pub struct World {
     controller_outage: Option<Vec<Held>>,
     pub brokers_started: BTreeSet<u32>,
     pub brokers_down: BTreeSet<u32>,
-    /// Replication deadlines a wake-up task is already waiting for, per broker.
-    replication_wakeups: BTreeMap<u32, BTreeSet<u64>>,
+    /// Deadlines a wake-up task is already waiting for, per broker and kind.
+    wakeups: BTreeMap<(u32, Deadline), BTreeSet<u64>>,
     /// What the checks read of each broker, re-read after each of its steps (`step_broker`).
     summaries: BTreeMap<u32, BrokerSummary>,
     /// The coordinator's part of `fingerprint` (its broker and load epoch first), re-read after each
@@ -180,8 +180,6 @@ pub struct World {
     pub partitions: Vec<TopicPartition>,
     /// The partitions the workload's producers write: the eos profile's input topic, else all.
     pub workload_partitions: Vec<TopicPartition>,
-    /// Group coordinator deadlines a wake-up task is already waiting for, per broker.
-    group_wakeups: BTreeMap<u32, BTreeSet<u64>>,
     pub history: History,
     next_call_id: u64,
     next_value: BTreeMap<String, u64>,
@@ -293,7 +291,7 @@ impl World {
             brokers_started: BTreeSet::new(),
             brokers_down: BTreeSet::new(),
             delays_until_ms: 0,
-            replication_wakeups: BTreeMap::new(),
+            wakeups: BTreeMap::new(),
             summaries: BTreeMap::new(),
             coordinator_fp: [0; 8],
             checked_coordinator: [0; 2],
@@ -309,7 +307,6 @@ impl World {
             processors: processors.iter().map(|p| (p.clone(), ProcessorSlot::default())).collect(),
             partitions,
             workload_partitions,
-            group_wakeups: BTreeMap::new(),
             history,
             next_call_id: 0,
             next_value: BTreeMap::new(),

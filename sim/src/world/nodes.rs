@@ -16,6 +16,14 @@ use txnsim_engine::{EngineConfig, Producer, ProducerKind, TimeMs};
 
 pub const PORT: u16 = 9092;
 
+/// A broker's timed work the sim wakes it for: the replica manager's (`tick_replication`) and the group
+/// coordinator's join phases and member sessions (`tick_groups`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Deadline {
+    Replication,
+    Groups,
+}
+
 pub struct NodeSlot {
     pub id: Option<madsim::task::NodeId>,
     pub addr: SocketAddr,
@@ -76,11 +84,20 @@ impl World {
         self.paused.remove(name)
     }
 
-    /// A task on the broker's node that runs `tick_replication` when its next deadline falls due (one
-    /// task per distinct deadline; they die with the node).
-    pub(super) fn schedule_replication(&mut self, shared: &Shared, id: u32) {
-        let Some(due) = self.brokers[&id].next_replication_deadline_ms() else { return };
-        if !self.replication_wakeups.entry(id).or_default().insert(due) {
+    /// When broker `id` must next run `kind`'s tick.
+    fn deadline_ms(&self, id: u32, kind: Deadline) -> Option<u64> {
+        let b = &self.brokers[&id];
+        match kind {
+            Deadline::Replication => b.next_replication_deadline_ms(),
+            Deadline::Groups => b.groups.next_deadline_ms(),
+        }
+    }
+
+    /// A task on the broker's node that runs `kind`'s tick when its next deadline falls due (one task per
+    /// distinct deadline; they die with the node).
+    pub(super) fn schedule_deadline(&mut self, shared: &Shared, id: u32, kind: Deadline) {
+        let Some(due) = self.deadline_ms(id, kind) else { return };
+        if !self.wakeups.entry((id, kind)).or_default().insert(due) {
             return;
         }
         let slot = &self.nodes[broker_key(id).as_ref()];
@@ -92,36 +109,20 @@ impl World {
             madsim::time::sleep_until(at).await;
             let out = {
                 let mut w = lock(&shared);
-                w.on_replication_due(&shared, id, incarnation, due)
+                w.on_deadline_due(&shared, (id, kind), incarnation, due)
             };
             Box::pin(send_all(&shared, out)).await;
         });
     }
 
-    /// A task on the broker's node that runs `tick_groups` when its group coordinator's next deadline
-    /// falls due (a join phase's end, a member's session expiry), as `schedule_replication` does.
-    pub(super) fn schedule_groups(&mut self, shared: &Shared, id: u32) {
-        let Some(due) = self.brokers[&id].groups.next_deadline_ms() else { return };
-        if !self.group_wakeups.entry(id).or_default().insert(due) {
-            return;
-        }
-        let slot = &self.nodes[broker_key(id).as_ref()];
-        let Some(handle) = slot.id.and_then(|n| self.runtime().get_node(n)) else { return };
-        let incarnation = slot.incarnation;
-        let at = self.start + Duration::from_millis(due);
-        let shared = shared.clone();
-        handle.spawn(async move {
-            madsim::time::sleep_until(at).await;
-            let out = {
-                let mut w = lock(&shared);
-                w.on_groups_due(&shared, id, incarnation, due)
-            };
-            Box::pin(send_all(&shared, out)).await;
-        });
-    }
-
-    fn on_groups_due(&mut self, shared: &Shared, id: u32, incarnation: u32, due: u64) -> Vec<Outgoing> {
-        if let Some(set) = self.group_wakeups.get_mut(&id) {
+    fn on_deadline_due(
+        &mut self,
+        shared: &Shared,
+        (id, kind): (u32, Deadline),
+        incarnation: u32,
+        due: u64,
+    ) -> Vec<Outgoing> {
+        if let Some(set) = self.wakeups.get_mut(&(id, kind)) {
             set.remove(&due);
         }
         let name = broker_key(id);
@@ -129,36 +130,23 @@ impl World {
             return Vec::new();
         }
         let now = self.now_ms();
-        if self.brokers[&id].groups.next_deadline_ms().is_none_or(|d| d > now) {
-            self.schedule_groups(shared, id);
-            return Vec::new();
-        }
-        let ends = self.log_ends(id);
-        let effects = self.step_broker(id, |b| b.tick_groups(now));
-        self.trace_broker(id, "timer", || ("group coordinator deadline".to_string(), Value::Null));
-        self.after_broker_step(shared, id, &ends);
-        self.dispatch(shared, name.as_ref(), effects)
-    }
-
-    fn on_replication_due(&mut self, shared: &Shared, id: u32, incarnation: u32, due: u64) -> Vec<Outgoing> {
-        if let Some(set) = self.replication_wakeups.get_mut(&id) {
-            set.remove(&due);
-        }
-        let name = broker_key(id);
-        if self.nodes[name.as_ref()].incarnation != incarnation || self.brokers_down.contains(&id) {
-            return Vec::new();
-        }
-        let now = self.now_ms();
-        if self.brokers[&id].next_replication_deadline_ms().is_none_or(|d| d > now) {
-            self.schedule_replication(shared, id);
+        if self.deadline_ms(id, kind).is_none_or(|d| d > now) {
+            self.schedule_deadline(shared, id, kind);
             return Vec::new();
         }
         let ends = self.log_ends(id);
         let before = self.trace.is_some().then(|| self.fingerprint().collect::<Vec<u64>>());
-        let effects = self.step_broker(id, |b| b.tick_replication(now));
+        let effects = self.step_broker(id, |b| match kind {
+            Deadline::Replication => b.tick_replication(now),
+            Deadline::Groups => b.tick_groups(now),
+        });
         let idle = effects.sends.is_empty() && before.is_some_and(|fp| self.fingerprint().eq(fp));
-        let kind = if idle { IDLE_TIMER } else { "timer" };
-        self.trace_broker(id, kind, || ("replication deadline".to_string(), Value::Null));
+        let trace_kind = if idle { IDLE_TIMER } else { "timer" };
+        let what = match kind {
+            Deadline::Replication => "replication deadline",
+            Deadline::Groups => "group coordinator deadline",
+        };
+        self.trace_broker(id, trace_kind, || (what.to_string(), Value::Null));
         self.after_broker_step(shared, id, &ends);
         self.dispatch(shared, &name, effects)
     }
@@ -169,7 +157,7 @@ impl World {
         let name = broker_name(id);
         Handle::current().kill(self.nodes[&name].id.expect("built"));
         self.brokers_down.insert(id);
-        self.replication_wakeups.remove(&id);
+        self.wakeups.retain(|(broker, _), _| *broker != id);
         self.nodes.get_mut(&name).expect("known").endpoint = None;
         let mut out = match &mut self.controller_outage {
             Some(held) => {
