@@ -130,7 +130,7 @@ impl ReplicaManager {
         // A partition created while this broker was down (`__consumer_offsets` on a group's first lookup)
         // starts with an empty log, as one learnt in a delta does (`Broker::apply_delta`).
         for tp in fresh.logs.keys() {
-            logs.entry(tp.clone()).or_insert_with(PartitionLog::new);
+            logs.entry(tp.clone()).or_default();
         }
         *self = ReplicaManager { logs, next_id, ..fresh };
     }
