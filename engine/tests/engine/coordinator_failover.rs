@@ -451,3 +451,29 @@ fn offset_fetch_reads_latest_is_caught_by_the_exact_answers() {
     assert_eq!(offset_fetch_now(&mut c, false), [fetched(Some(5))], "the mutation reads past the HW");
     assert_eq!(offset_fetch_now(&mut c, true), [fetched(Some(5))], "and does not wait");
 }
+
+/// A broker that restarts with an image holding a partition created while it was down (the controller
+/// creates `__consumer_offsets` on a group's first FindCoordinator; the delta to this broker died with it)
+/// hosts that partition with a log and takes its role there, as one learnt in a delta does: the sim found
+/// a restart that built the replica states from the image but kept only the old logs, and panicked taking
+/// the new partition's role.
+#[test]
+fn a_broker_restarted_after_a_partition_was_created_hosts_its_log() {
+    let topics: BTreeMap<String, u32> = [("t".to_string(), 1)].into_iter().collect();
+    let config = EngineConfig::default();
+    let controller = txnsim_engine::controller::Controller::new(&topics, &Topology::new(3, 3), &config);
+    let mut broker = txnsim_engine::Broker::with_registrations(1, &controller.partitions, config);
+    let _ = broker.on_start(0);
+    let offsets = TopicPartition::new("__consumer_offsets", 3);
+    assert!(!broker.replica_manager.logs.contains_key(&offsets), "no group yet: no __consumer_offsets");
+
+    let mut image = controller.partitions.clone();
+    // Registered as t/0 is: replicas 0, 1 and 2, broker 0 leading.
+    let registration = image[&tp()].clone();
+    assert!(registration.replicas.contains(&1), "broker 1 is among the replicas {:?}", registration.replicas);
+    image.insert(offsets.clone(), registration);
+    let _ = broker.restart_with_image(10, &image);
+    assert!(broker.replica_manager.logs.contains_key(&offsets), "broker 1 has a log for {offsets}");
+    assert!(broker.replica_manager.partitions.contains_key(&offsets), "and a replica state for it");
+    assert!(broker.replica_manager.logs.contains_key(&tp()), "its other logs survive");
+}
