@@ -143,8 +143,9 @@ impl EngineConfig {
     }
 }
 
+/// `GroupCoordinatorConfig.GROUP_MIN_SESSION_TIMEOUT_MS_DEFAULT`.
 fn default_group_min_session_timeout_ms() -> TimeMs {
-    crate::group_coordinator::MIN_SESSION_TIMEOUT_MS
+    6_000
 }
 
 fn is_default_min_session(ms: &TimeMs) -> bool {

@@ -15,8 +15,7 @@ use crate::protocol::{Effects, NodeId};
 use crate::types::TimeMs;
 use std::collections::BTreeMap;
 
-/// `group.min.session.timeout.ms` and `group.max.session.timeout.ms` (Kafka's defaults).
-pub const MIN_SESSION_TIMEOUT_MS: TimeMs = 6_000;
+/// `group.max.session.timeout.ms` (Kafka's default; the minimum is `EngineConfig::group_min_session_timeout_ms`).
 pub const MAX_SESSION_TIMEOUT_MS: TimeMs = 1_800_000;
 /// A bound of ours on members per group, so joins cannot grow the state without limit.
 pub const MAX_MEMBERS_PER_GROUP: usize = 1024;

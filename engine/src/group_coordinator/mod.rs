@@ -22,7 +22,7 @@ mod offset_metadata_manager;
 mod runtime;
 
 pub use classic_group::{Group, GroupMetadata, GroupState, StoredMember};
-pub use group_metadata_manager::{MAX_MEMBERS_PER_GROUP, MAX_SESSION_TIMEOUT_MS, MIN_SESSION_TIMEOUT_MS};
+pub use group_metadata_manager::{MAX_MEMBERS_PER_GROUP, MAX_SESSION_TIMEOUT_MS};
 pub use offset_metadata_manager::{CommitRecord, OffsetsRecord, PendingOffset};
 pub use runtime::TxnOffsetsVerification;
 pub use runtime::{verification_error, CoordinatorRuntime, GroupCtx, PendingOffsetsVerification, TxnOffsetCommit};
