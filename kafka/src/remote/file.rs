@@ -2,6 +2,7 @@
 //! and the partition logs read back over the wire, so `txnsim check-history FILE` re-runs the same
 //! invariants offline (a wall-clock run cannot be replayed). Schema: schemas/target-history.schema.json.
 
+use super::eos::EosOutcome;
 use super::exec::{ClientFault, Counts, SeedRun, FRESH_COMMITTED, FRESH_UNCOMMITTED};
 use super::nemesis::NodeFault;
 use super::wire::WireLog;
@@ -10,6 +11,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::ExitCode;
 use txnsim_engine::{Offset, PartitionLog, ProducerKind, TopicPartition};
+use txnsim_properties::exactly_once::{check_exactly_once, EosView};
 use txnsim_properties::{check_history_exempting, check_read_superset, Event, History, Invariant, Kind, Violation};
 use txnsim_sim::Profile;
 
@@ -35,6 +37,9 @@ pub struct SavedSeed {
     pub counts: Counts,
     pub history: History,
     pub logs: Vec<WireLog>,
+    /// The `eos` profile's topics and the group's committed offsets after the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eos: Option<EosOutcome>,
 }
 
 impl SavedSeed {
@@ -46,6 +51,7 @@ impl SavedSeed {
             counts: run.counts.clone(),
             history: run.history.clone(),
             logs: run.logs.clone(),
+            eos: run.eos.clone(),
         }
     }
 }
@@ -66,15 +72,36 @@ pub const CHECKED: [Invariant; 11] = [
     Invariant::LsoReachesHighWatermark,
 ];
 
+/// The `eos` profile's invariants, checked besides `CHECKED` on the final logs and the group's offsets.
+pub const EOS_CHECKED: [Invariant; 2] = [Invariant::ExactlyOnceOutput, Invariant::OutputOfConsumedInput];
+
+/// The invariants a target sweep of `profile` checks.
+pub fn checked(profile: Profile) -> Vec<Invariant> {
+    let mut out = CHECKED.to_vec();
+    if profile.params().eos.is_some() {
+        out.extend(EOS_CHECKED);
+    }
+    out
+}
+
 /// Why each invariant outside `CHECKED` cannot run against a real cluster.
 pub fn not_checked() -> Vec<(Invariant, &'static str)> {
+    not_checked_in(Profile::Standard)
+}
+
+/// Why each invariant a target sweep of `profile` does not check cannot run against a real cluster.
+pub fn not_checked_in(profile: Profile) -> Vec<(Invariant, &'static str)> {
+    let checked = checked(profile);
     Invariant::ALL
         .into_iter()
-        .filter(|i| !CHECKED.contains(i))
+        .filter(|i| !checked.contains(i))
         .map(|i| {
             let why = match (i, i.kind()) {
                 (Invariant::PositionReachesLso, _) => {
                     "librdkafka does not say which partition an empty poll fetched, so no empty poll is recorded"
+                }
+                (Invariant::ExactlyOnceOutput | Invariant::OutputOfConsumedInput, _) => {
+                    "only the eos profile runs the consume-transform-produce loop"
                 }
                 (Invariant::FailedSendCommitted | Invariant::CommittedWritesCommitted, _) => {
                     "librdkafka speaks transaction version 1, where KIP-890's late batch and late EndTxn break it, as in Kafka"
@@ -102,6 +129,17 @@ fn delivered(history: &History, consumer: &str, tp: &TopicPartition) -> Vec<(Off
 
 /// Runs every invariant in `CHECKED` on one seed's history and logs, from a sweep of `profile`.
 pub fn check_seed(profile: Profile, history: &History, wire_logs: &[WireLog]) -> Result<Vec<Violation>, String> {
+    check_seed_with(profile, history, wire_logs, None)
+}
+
+/// `check_seed`, and for the `eos` profile the exactly-once invariants over the logs and the group's
+/// committed offsets (a seed of that profile without them is refused: it cannot be judged).
+pub fn check_seed_with(
+    profile: Profile,
+    history: &History,
+    wire_logs: &[WireLog],
+    eos: Option<&EosOutcome>,
+) -> Result<Vec<Violation>, String> {
     let logs: BTreeMap<TopicPartition, PartitionLog> =
         wire_logs.iter().map(|l| Ok((l.topic_partition(), l.to_partition_log()?))).collect::<Result<_, String>>()?;
     // `duplicate` and `nonmonotonic-send` leave out the plain producer: without idempotence Kafka may
@@ -133,6 +171,16 @@ pub fn check_seed(profile: Profile, history: &History, wire_logs: &[WireLog]) ->
         let rc: Vec<(Offset, String)> =
             delivered(history, FRESH_COMMITTED, tp).into_iter().filter(|r| r.0 < reached).collect();
         out.extend(check_read_superset(tp, 0, &ru, &rc));
+    }
+    if profile.params().eos.is_some() {
+        let eos = eos.ok_or("an eos seed without the group's committed offsets cannot be judged")?;
+        let committed: BTreeMap<TopicPartition, i64> = eos.committed.iter().cloned().collect();
+        out.extend(check_exactly_once(&EosView {
+            logs: &logs,
+            input_topic: &eos.input_topic,
+            output_topic: &eos.output_topic,
+            committed: &committed,
+        }));
     }
     Ok(out)
 }
@@ -254,7 +302,7 @@ pub fn run_check_history(path: &Path) -> ExitCode {
     );
     let mut failed = 0;
     for s in &file.seeds {
-        match check_seed(profile, &s.history, &s.logs) {
+        match check_seed_with(profile, &s.history, &s.logs, s.eos.as_ref()) {
             Ok(violations) if violations.is_empty() => println!("seed {}: pass{}", s.seed, nemesis_note(&s.nemesis)),
             Ok(violations) => {
                 failed += 1;
