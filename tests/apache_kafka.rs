@@ -317,7 +317,9 @@ fn two_seeds_of_every_profile_pass_on_real_kafka() {
     let guard = seed_cluster();
     let url = format!("kafka://{}", guard.as_ref().expect("started").addresses().join(","));
     let mut ran = Vec::new();
-    for profile in ["standard", "contention", "long-txns", "timeouts", "atomicity", "late-sends", "single-broker"] {
+    for profile in
+        ["standard", "contention", "long-txns", "timeouts", "atomicity", "late-sends", "single-broker", "eos"]
+    {
         let args = ["sweep", "--target", &url, "--seeds", "2", "--jobs", "2", "--profile", profile];
         let (code, out, err) = txnsim(&args, Duration::from_secs(120));
         assert_eq!(code, 0, "profile {profile} on real Kafka 4.3.1 must pass:\n{out}\n{err}");
@@ -398,7 +400,9 @@ fn every_profile_passes_under_the_nemesis_on_real_kafka() {
     let seeds = std::env::var("TXNSIM_NEMESIS_SEEDS").unwrap_or_else(|_| "50".to_string());
     let n: u64 = seeds.parse().unwrap_or_else(|_| panic!("TXNSIM_NEMESIS_SEEDS={seeds:?} is not a number"));
     let mut failed = Vec::new();
-    for profile in ["standard", "contention", "long-txns", "timeouts", "atomicity", "late-sends", "single-broker"] {
+    for profile in
+        ["standard", "contention", "long-txns", "timeouts", "atomicity", "late-sends", "single-broker", "eos"]
+    {
         let args =
             ["sweep", "--target", "apache-kafka:3", "--nemesis", "auto", "--profile", profile, "--seeds", &seeds];
         let started = Instant::now();

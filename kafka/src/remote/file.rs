@@ -73,7 +73,7 @@ pub const CHECKED: [Invariant; 11] = [
 ];
 
 /// The `eos` profile's invariants, checked besides `CHECKED` on the final logs and the group's offsets.
-pub const EOS_CHECKED: [Invariant; 2] = [Invariant::ExactlyOnceOutput, Invariant::OutputOfConsumedInput];
+pub const EOS_CHECKED: [Invariant; 2] = Invariant::EOS;
 
 /// The invariants a target sweep of `profile` checks.
 pub fn checked(profile: Profile) -> Vec<Invariant> {
@@ -84,24 +84,16 @@ pub fn checked(profile: Profile) -> Vec<Invariant> {
     out
 }
 
-/// Why each invariant outside `CHECKED` cannot run against a real cluster.
+/// Why each invariant outside `CHECKED` cannot run against a real cluster (`Invariant::ALL`: the
+/// `eos` profile's, outside it, are checked where it runs).
 pub fn not_checked() -> Vec<(Invariant, &'static str)> {
-    not_checked_in(Profile::Standard)
-}
-
-/// Why each invariant a target sweep of `profile` does not check cannot run against a real cluster.
-pub fn not_checked_in(profile: Profile) -> Vec<(Invariant, &'static str)> {
-    let checked = checked(profile);
     Invariant::ALL
         .into_iter()
-        .filter(|i| !checked.contains(i))
+        .filter(|i| !CHECKED.contains(i))
         .map(|i| {
             let why = match (i, i.kind()) {
                 (Invariant::PositionReachesLso, _) => {
                     "librdkafka does not say which partition an empty poll fetched, so no empty poll is recorded"
-                }
-                (Invariant::ExactlyOnceOutput | Invariant::OutputOfConsumedInput, _) => {
-                    "only the eos profile runs the consume-transform-produce loop"
                 }
                 (Invariant::FailedSendCommitted | Invariant::CommittedWritesCommitted, _) => {
                     "librdkafka speaks transaction version 1, where KIP-890's late batch and late EndTxn break it, as in Kafka"

@@ -345,7 +345,7 @@ pub fn run_target_sweep(args: &TargetArgs) -> ExitCode {
     let _ = writeln!(out, "checked: {}", checked.join(", "));
     // One line per reason, naming every invariant it keeps from being checked.
     let mut reasons: Vec<(&str, Vec<&str>)> = Vec::new();
-    for (i, why) in file::not_checked_in(profile) {
+    for (i, why) in file::not_checked() {
         match reasons.iter_mut().find(|(w, _)| *w == why) {
             Some((_, names)) => names.push(i.name()),
             None => reasons.push((why, vec![i.name()])),
@@ -412,7 +412,7 @@ pub fn run_target_sweep(args: &TargetArgs) -> ExitCode {
             profile: profile.name(),
             run: &run,
             checked: checked.clone(),
-            not_checked: file::not_checked_in(profile)
+            not_checked: file::not_checked()
                 .into_iter()
                 .map(|(i, why)| NotCheckedJson { invariant: i.name(), why })
                 .collect(),
