@@ -43,6 +43,8 @@ const ZOMBIE_PROB: f64 = 0.08;
 /// Chance per processor step, with the restart fault on, that both its clients are closed and a new
 /// instance of the processor starts.
 const RESTART_PROB: f64 = 0.004;
+/// The longest the application waits for one producer call (each is given `CALL_TIMEOUT`).
+const CALL_LIMIT: Duration = Duration::from_secs(10);
 /// How long the first poll of a step may wait (rebalance callbacks are served there).
 const POLL_WAIT: Duration = Duration::from_millis(20);
 /// A processor's steps are `STEP_TICKS` of the profile's ticks apart (each of the sim's ticks is one
@@ -150,6 +152,8 @@ struct MemberCtx {
     unknown_start: AtomicBool,
     /// The cluster refused the session timeout.
     invalid_session: AtomicBool,
+    /// The consumer is being closed (on a thread of its own): an assignment is no longer the member's.
+    closing: AtomicBool,
 }
 
 impl ClientContext for MemberCtx {
@@ -167,7 +171,7 @@ impl ConsumerContext for MemberCtx {
     fn rebalance(&self, base: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
         let mut position = self.position.lock().unwrap_or_else(|e| e.into_inner());
         position.clear();
-        if err != RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS {
+        if err != RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS || self.closing.load(Ordering::Relaxed) {
             let _ = base.unassign();
             return;
         }
@@ -327,6 +331,7 @@ impl Processor<'_> {
             assignments: AtomicU64::new(0),
             unknown_start: AtomicBool::new(false),
             invalid_session: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
         };
         let consumer: Member =
             c.create_with_context(ctx).map_err(|e| format!("processor {}'s consumer: {e}", self.name))?;
@@ -349,13 +354,8 @@ impl Processor<'_> {
             return false;
         };
         let client: Client = Arc::new(client);
-        let call_id = lock(&self.lp.rec).invoke(&self.name, ProducerCall::Init);
-        self.ops += 1;
-        let result = client.init_transactions(CALL_TIMEOUT);
-        client.poll(Duration::ZERO);
-        let r = CallResult::of(&result, &client);
-        lock(&self.lp.rec).complete(call_id, r.outcome);
-        if result.is_err() {
+        let r = self.call(&client, ProducerCall::Init, |p| p.init_transactions(CALL_TIMEOUT));
+        if !matches!(r.outcome, CallOutcome::Ok) {
             // Closed unused; the next step tries a new instance.
             lock(&self.lp.rec).abandon(&self.name);
             std::thread::spawn(move || drop(client));
@@ -473,7 +473,7 @@ impl Processor<'_> {
             }
         }
         let call = ProducerCall::SendOffsets { group, offsets: offsets.into_iter().collect() };
-        let r = self.call(&producer, call, |p| p.send_offsets_to_transaction(&tpl, &cgm, CALL_TIMEOUT));
+        let r = self.call(&producer, call, move |p| p.send_offsets_to_transaction(&tpl, &cgm, CALL_TIMEOUT));
         if !matches!(r.outcome, CallOutcome::Ok) {
             self.recover(&r, true);
             return;
@@ -496,20 +496,33 @@ impl Processor<'_> {
         }
     }
 
-    /// Invokes one producer call and records its answer.
+    /// Invokes one producer call and records its answer. The call runs on a thread of its own and is
+    /// waited for `CALL_LIMIT` at most: librdkafka's `send_offsets_to_transaction` waits for its
+    /// operation without a bound (`rd_kafka_txn_op_req1(..., RD_POLL_INFINITE)`), and under node faults it
+    /// was seen not to return for minutes. A call that does not return is left unanswered (unknown once
+    /// the instance is abandoned) and the processor restarts.
     fn call(
         &mut self,
         producer: &Client,
         call: ProducerCall,
-        f: impl FnOnce(&Client) -> Result<(), RdError>,
+        f: impl FnOnce(&Client) -> Result<(), RdError> + Send + 'static,
     ) -> CallResult {
         let call_id = lock(&self.lp.rec).invoke(&self.name, call);
         self.ops += 1;
-        let result = f(producer);
-        producer.poll(Duration::ZERO);
-        let r = CallResult::of(&result, producer);
-        lock(&self.lp.rec).complete(call_id, r.outcome.clone());
-        r
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = producer.clone();
+        std::thread::spawn(move || {
+            let result = f(&p);
+            p.poll(Duration::ZERO);
+            let _ = tx.send(CallResult::of(&result, &p));
+        });
+        match rx.recv_timeout(CALL_LIMIT) {
+            Ok(r) => {
+                lock(&self.lp.rec).complete(call_id, r.outcome.clone());
+                r
+            }
+            Err(_) => CallResult { outcome: CallOutcome::Unknown, fatal: true, requires_abort: false },
+        }
     }
 
     fn count_fencing(&mut self, r: &CallResult) {
@@ -605,7 +618,9 @@ impl Processor<'_> {
     fn drop_consumer(&mut self) {
         if let Some(c) = self.consumer.take() {
             self.counts.rebalances += c.context().assignments.load(Ordering::Relaxed);
-            drop(c);
+            // librdkafka's close (LeaveGroup, then the revocation) may wait on an unreachable coordinator.
+            c.context().closing.store(true, Ordering::Relaxed);
+            std::thread::spawn(move || drop(c));
         }
     }
 
