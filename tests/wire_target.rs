@@ -340,3 +340,68 @@ fn a_bad_target_or_history_file_is_one_line_and_exit_2() {
         assert!(err.contains(&format!("'{} <", flag[0])) && err.contains("cannot be used with"), "{args:?}: {err}");
     }
 }
+
+/// `sweep --target --profile eos` against serve: processors w0..w2 in one group read the input topic
+/// read_committed, write each input's output and commit their offsets in the same transaction, under
+/// the profile's zombie pauses, restarts and LeaveGroups. Three seeds, one at a time; every seed passes
+/// with the two exactly-once invariants among those checked, the processors committed transactions and
+/// outputs, the files match their schemas and `check-history` re-checks the group's offsets offline.
+#[test]
+fn eos_seeds_pass_against_serve_with_the_exactly_once_invariants() {
+    // The profile's 1.5 s sessions need a lower `group.min.session.timeout.ms` than Kafka's 6000, and
+    // its group forms at once (as on the harness's clusters).
+    let server = Server::start(
+        "target-eos",
+        &["--group-initial-rebalance-delay-ms", "0", "--group-min-session-timeout-ms", "500"],
+    );
+    let url = format!("kafka://{}", server.addresses[0]);
+    let (history, json) = (tmp("target-eos.history.json"), tmp("target-eos.report.json"));
+    let args = [
+        "sweep",
+        "--target",
+        &url,
+        "--profile",
+        "eos",
+        "--seeds",
+        "3",
+        "--jobs",
+        "1",
+        "--history",
+        history.to_str().expect("utf-8"),
+        "--json",
+        json.to_str().expect("utf-8"),
+    ];
+    let (code, out, err) = txnsim(&args, Duration::from_secs(90));
+    assert_eq!(code, 0, "the eos sweep against serve passes:\n{out}\n{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].contains(": profile eos, seeds 0..=2, "), "{}", lines[0]);
+    let checked = format!("{CHECKED}, exactly-once-output, output-of-consumed-input");
+    assert!(lines.contains(&checked.as_str()), "the exactly-once invariants ran:\n{out}");
+    for seed in 0..3u64 {
+        let i = lines.iter().position(|l| l.starts_with(&format!("seed {seed}: "))).expect("a line per seed");
+        assert!(lines[i].ends_with(", pass"), "{}", lines[i]);
+        assert!(
+            lines[i + 1].starts_with(&format!("  eos seed {seed}: "))
+                && lines[i + 1].contains(" processor transactions committed, "),
+            "the seed's processors: {}",
+            lines[i + 1]
+        );
+    }
+    assert_eq!(lines.last(), Some(&"PASS: 3 seeds, no violation"), "{out}");
+
+    let report = assert_valid("target-sweep.schema.json", &json);
+    let eos = &report["totals"]["eos"];
+    let n = |k: &str| eos[k].as_u64().unwrap_or_else(|| panic!("totals.eos.{k}: {eos}"));
+    assert!(n("committed") > 0 && n("outputs_committed") > 0 && n("rebalances") > 0, "the loop ran: {eos}");
+    let checked: Vec<&str> = report["checked"].as_array().expect("checked").iter().filter_map(Value::as_str).collect();
+    assert!(checked.ends_with(&["exactly-once-output", "output-of-consumed-input"]), "{checked:?}");
+    let file = assert_valid("target-history.schema.json", &history);
+    for seed in file["seeds"].as_array().expect("seeds") {
+        let offsets = seed["eos"]["committed"].as_array().expect("the group's committed offsets are saved");
+        assert!(!offsets.is_empty(), "the group committed offsets: {}", seed["eos"]);
+    }
+    let (code, out, err) = txnsim(&["check-history", history.to_str().expect("utf-8")], Duration::from_secs(60));
+    assert_eq!(code, 0, "the saved eos history re-checks clean:\n{out}\n{err}");
+    assert_eq!(out.lines().last(), Some("PASS: 3 seed(s), no violation"), "{out}");
+    server.stop_clean();
+}

@@ -160,6 +160,10 @@ impl ClusterSpec {
             // fault scripts short, with heartbeats every second (2 s by default) to keep a busy node in.
             ("broker.session.timeout.ms", session_timeout.as_str()),
             ("broker.heartbeat.interval.ms", "1000"),
+            // Sessions of 6 s at least by default; the eos profile's processors ask for 1.5 s, so a
+            // zombie's pause past its poll interval fits a seed of seconds (`txnsim serve` takes the same
+            // `--group-min-session-timeout-ms 500`).
+            ("group.min.session.timeout.ms", "500"),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -63,6 +63,10 @@ pub struct ServeArgs {
     /// its first generation (Kafka's default 3000).
     #[arg(long, default_value_t = 3_000)]
     pub group_initial_rebalance_delay_ms: u64,
+    /// `group.min.session.timeout.ms`: the shortest session timeout a JoinGroup may ask for (Kafka's
+    /// default 6000); `sweep --target --profile eos` asks for the profile's 1500.
+    #[arg(long, default_value_t = txnsim_engine::group_coordinator::MIN_SESSION_TIMEOUT_MS)]
+    pub group_min_session_timeout_ms: u64,
     /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`: how often the coordinator looks for
     /// transactions open past their `transaction.timeout.ms` and aborts them (Kafka's default 10000).
     #[arg(long, default_value_t = 10_000)]
@@ -174,6 +178,7 @@ pub fn run_serve(args: &ServeArgs) -> ExitCode {
     let config = EngineConfig {
         num_partitions: args.partitions,
         group_initial_rebalance_delay_ms: args.group_initial_rebalance_delay_ms,
+        group_min_session_timeout_ms: args.group_min_session_timeout_ms,
         abort_timed_out_cleanup_interval_ms: args.transaction_abort_timed_out_transaction_cleanup_interval_ms,
         mutations: args.mutation.map(Mutations::one).unwrap_or_default(),
         min_insync_replicas: args.min_insync_replicas,

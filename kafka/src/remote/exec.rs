@@ -4,6 +4,7 @@
 //! `SimRng` as the sim draws them; what the cluster answers, and when, does not, so a run records its
 //! `History` rather than being replayable.
 
+use super::eos::{self, EosCounts, EosOutcome};
 use super::nemesis::{self, Choice, NodeFault};
 use super::relay::Relay;
 use super::wire::{self, WireLog};
@@ -25,7 +26,7 @@ use txnsim_sim::profile::{ConsumerSpec, FaultKind, ProducerSpec, Profile, Profil
 use txnsim_sim::rng::SimRng;
 
 /// The longest one blocking client call (init, commit, abort, flush, seek) may take.
-const CALL_TIMEOUT: Duration = Duration::from_secs(3);
+pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 /// librdkafka's floor for `transaction.timeout.ms`; the profile's timeout is capped at `MAX_TXN_TIMEOUT_MS`
 /// so that a pause past it fits in a seed of about two seconds.
 const MIN_TXN_TIMEOUT_MS: u64 = 1_000;
@@ -39,8 +40,12 @@ const NEMESIS_WORKLOAD_LIMIT: Duration = Duration::from_secs(60);
 /// they are past everything they should deliver.
 const DRAIN_BUDGET: Duration = Duration::from_secs(4);
 const DRAIN_QUIET: Duration = Duration::from_millis(150);
+/// The `eos` profile: how long the processors go on consuming after the input producers finished, and
+/// the most a processor's thread runs.
+const EOS_DRAIN: Duration = Duration::from_secs(2);
+const EOS_LIMIT: Duration = Duration::from_secs(120);
 /// Records one consumer step takes from librdkafka's queue at most.
-const POLL_BATCH: usize = 64;
+pub(super) const POLL_BATCH: usize = 64;
 /// The fresh readers that read every partition from 0 after the workload (`read-uncommitted-superset`).
 pub const FRESH_COMMITTED: &str = "rc-fresh";
 pub const FRESH_UNCOMMITTED: &str = "ru-fresh";
@@ -103,6 +108,9 @@ pub struct Counts {
     pub polls: u64,
     pub delivered: u64,
     pub faults: u64,
+    /// The `eos` profile's processors (absent for the other profiles).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eos: Option<EosCounts>,
 }
 
 /// One seed's outcome: the history, the partition logs read back over the wire, the counts.
@@ -116,10 +124,12 @@ pub struct SeedRun {
     pub logs: Vec<WireLog>,
     pub counts: Counts,
     pub elapsed: Duration,
+    /// The `eos` profile's topics and the group's committed offsets after the run.
+    pub eos: Option<EosOutcome>,
 }
 
 /// The history as calls are invoked and answered; the producers' delivery callbacks write to it too.
-struct Recorder {
+pub(super) struct Recorder {
     start: Instant,
     history: History,
     next_call_id: u64,
@@ -127,18 +137,18 @@ struct Recorder {
     pending: BTreeMap<u64, String>,
 }
 
-type Shared = Arc<Mutex<Recorder>>;
+pub(super) type Shared = Arc<Mutex<Recorder>>;
 
-fn lock(rec: &Shared) -> MutexGuard<'_, Recorder> {
+pub(super) fn lock(rec: &Shared) -> MutexGuard<'_, Recorder> {
     rec.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Recorder {
-    fn now_ms(&self) -> u64 {
+    pub(super) fn now_ms(&self) -> u64 {
         self.start.elapsed().as_millis() as u64
     }
 
-    fn invoke(&mut self, process: &str, call: ProducerCall) -> u64 {
+    pub(super) fn invoke(&mut self, process: &str, call: ProducerCall) -> u64 {
         self.next_call_id += 1;
         let call_id = self.next_call_id;
         let time_ms = self.now_ms();
@@ -148,7 +158,7 @@ impl Recorder {
     }
 
     /// A call's answer; one for a call already given up on (its process was restarted) is dropped.
-    fn complete(&mut self, call_id: u64, outcome: CallOutcome) {
+    pub(super) fn complete(&mut self, call_id: u64, outcome: CallOutcome) {
         if let Some(process) = self.pending.remove(&call_id) {
             let time_ms = self.now_ms();
             self.history.push(Event::Complete { time_ms, process, call_id, outcome });
@@ -156,21 +166,21 @@ impl Recorder {
     }
 
     /// The process's unanswered calls end with no answer: they may or may not have taken effect.
-    fn abandon(&mut self, process: &str) {
+    pub(super) fn abandon(&mut self, process: &str) {
         let ids: Vec<u64> = self.pending.iter().filter(|(_, p)| *p == process).map(|(id, _)| *id).collect();
         for id in ids {
             self.complete(id, CallOutcome::Unknown);
         }
     }
 
-    fn push(&mut self, e: Event) {
+    pub(super) fn push(&mut self, e: Event) {
         self.history.push(e);
     }
 }
 
 /// Kafka's error name for a librdkafka error (`ProducerFenced` -> `PRODUCER_FENCED`); librdkafka's own
 /// codes come out as `MESSAGE_TIMED_OUT`, `PURGE_QUEUE` and the like.
-fn error_name(e: &RdError) -> String {
+pub(super) fn error_name(e: &RdError) -> String {
     let Some(code) = e.rdkafka_error_code() else { return e.to_string() };
     let mut out = String::new();
     for (i, c) in format!("{code:?}").chars().enumerate() {
@@ -184,16 +194,16 @@ fn error_name(e: &RdError) -> String {
 
 /// How a call ended, with librdkafka's classification of its error (what the application does next).
 #[derive(Clone, Debug)]
-struct CallResult {
-    outcome: CallOutcome,
+pub(super) struct CallResult {
+    pub(super) outcome: CallOutcome,
     /// The instance is unusable (fenced): it is closed and a new one started.
-    fatal: bool,
+    pub(super) fatal: bool,
     /// The transaction can only be aborted now (`txn_requires_abort`).
-    requires_abort: bool,
+    pub(super) requires_abort: bool,
 }
 
 impl CallResult {
-    fn of(result: &Result<(), RdError>, client: &Client) -> CallResult {
+    pub(super) fn of(result: &Result<(), RdError>, client: &Client) -> CallResult {
         let Err(e) = result else {
             return CallResult { outcome: CallOutcome::Ok, fatal: false, requires_abort: false };
         };
@@ -223,9 +233,9 @@ struct Done {
 }
 
 /// Routes delivery reports into the history: the opaque is the send's call id.
-struct Ctx {
-    rec: Shared,
-    delivered: Mutex<DeliveredOffsets>,
+pub(super) struct Ctx {
+    pub(super) rec: Shared,
+    pub(super) delivered: Mutex<DeliveredOffsets>,
 }
 
 impl ClientContext for Ctx {}
@@ -276,7 +286,7 @@ impl DeliveredOffsets {
     }
 }
 
-type Client = Arc<BaseProducer<Ctx>>;
+pub(super) type Client = Arc<BaseProducer<Ctx>>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum TxnState {
@@ -338,6 +348,8 @@ struct Seed<'a> {
     txn_timeout_ms: u64,
     rec: Shared,
     partitions: Vec<TopicPartition>,
+    /// Where the producers write: every partition, or the `eos` profile's input topic's.
+    write_partitions: Vec<TopicPartition>,
     producers: Vec<ProducerSlot>,
     consumers: Vec<ConsumerSlot>,
     next_value: BTreeMap<String, u64>,
@@ -366,6 +378,9 @@ pub fn run_seed(target: &Target<'_>, profile: Profile, seed: u64) -> Result<Seed
         }
         None => Vec::new(),
     };
+    // Each processor's own choices, drawn last so the other profiles draw what they drew before.
+    let processor_seeds: Vec<u64> =
+        params.eos.as_ref().map_or(Vec::new(), |e| e.processor_names().map(|_| rng.u64()).collect());
     let topics: Vec<(String, u32)> =
         params.topics.iter().map(|(t, n)| (format!("{}-{t}", target.prefix), *n)).collect();
     wire::create_topics(target.brokers, &topics)?;
@@ -378,9 +393,18 @@ pub fn run_seed(target: &Target<'_>, profile: Profile, seed: u64) -> Result<Seed
         pending: BTreeMap::new(),
     }));
     let txn_timeout_ms = params.txn_timeout_ms.clamp(MIN_TXN_TIMEOUT_MS, MAX_TXN_TIMEOUT_MS);
+    let processors: Vec<String> = params.eos.as_ref().map_or(Vec::new(), |e| e.processor_names().collect());
+    let write_partitions: Vec<TopicPartition> = match &params.eos {
+        Some(e) => {
+            let input = format!("{}-{}", target.prefix, e.input_topic);
+            partitions.iter().filter(|tp| tp.topic == input).cloned().collect()
+        }
+        None => partitions.clone(),
+    };
     let producers = params
         .producers
         .iter()
+        .filter(|spec| !processors.contains(&spec.name))
         .map(|spec| ProducerSlot {
             spec: spec.clone(),
             transactional_id: match &spec.kind {
@@ -415,6 +439,7 @@ pub fn run_seed(target: &Target<'_>, profile: Profile, seed: u64) -> Result<Seed
         txn_timeout_ms,
         rec,
         partitions,
+        write_partitions,
         producers,
         consumers: Vec::new(),
         next_value: BTreeMap::new(),
@@ -429,7 +454,21 @@ pub fn run_seed(target: &Target<'_>, profile: Profile, seed: u64) -> Result<Seed
         s.consumers.push(slot);
     }
     let (start, faulting) = (lock(&s.rec).start, s.faulting.clone());
-    let ran = std::thread::scope(|scope| {
+    let eos_loop = s.params.eos.clone().map(|params| eos::Loop {
+        bootstrap: s.bootstrap.clone(),
+        input_topic: format!("{}-{}", target.prefix, params.input_topic),
+        output_topic: format!("{}-{}", target.prefix, params.output_topic),
+        group: format!("{}-{}", target.prefix, params.group),
+        prefix: target.prefix.clone(),
+        rec: s.rec.clone(),
+        zombies: s.faults.contains(&ClientFault::PauseProducer),
+        restarts: s.faults.contains(&ClientFault::RestartClient),
+        tick_ms: s.params.tick_ms,
+        phase: std::sync::atomic::AtomicU8::new(eos::RUNNING),
+        session_ms: std::sync::atomic::AtomicU64::new(params.session_timeout_ms),
+        params,
+    });
+    let (ran, processor_runs) = std::thread::scope(|scope| {
         let nemesis = target.nemesis.filter(|_| !steps.is_empty()).map(|(cluster, _)| {
             scope.spawn(move || {
                 let ran = nemesis::run(cluster, &steps, start);
@@ -437,15 +476,61 @@ pub fn run_seed(target: &Target<'_>, profile: Profile, seed: u64) -> Result<Seed
                 ran
             })
         });
+        let workers: Vec<_> = match &eos_loop {
+            Some(lp) => processors
+                .iter()
+                .zip(&processor_seeds)
+                .map(|(name, seed)| scope.spawn(move || eos::run_processor(lp, name, *seed, EOS_LIMIT)))
+                .collect(),
+            None => Vec::new(),
+        };
         s.workload();
         s.finish_producers();
+        if let Some(lp) = &eos_loop {
+            // The processors consume what is left, then stop and leave the group.
+            lp.phase.store(eos::DRAINING, Ordering::Relaxed);
+            std::thread::sleep(EOS_DRAIN);
+            lp.phase.store(eos::STOPPED, Ordering::Relaxed);
+        }
+        let runs: Vec<_> = workers.into_iter().filter_map(|w| w.join().ok()).collect();
         // Every fault is healed before the read-back.
-        match nemesis.map(|n| n.join()) {
+        let ran = match nemesis.map(|n| n.join()) {
             Some(Ok(ran)) => ran,
             Some(Err(_)) => Err("the nemesis's thread panicked".to_string()),
             None => Ok(Vec::new()),
+        };
+        (ran, runs)
+    });
+    let ran = ran?;
+    if processor_runs.len() != processors.len() {
+        return Err("a processor's thread panicked".to_string());
+    }
+    if !processor_runs.is_empty() {
+        let mut total = EosCounts::default();
+        for r in &processor_runs {
+            total.add(&r.counts);
+            s.counts.ops += r.ops;
+            for (kind, n) in &r.by_kind {
+                *s.by_kind.entry(kind.clone()).or_insert(0) += n;
+                s.counts.faults += n;
+            }
         }
-    })?;
+        s.counts.eos = Some(total);
+    }
+    let eos_outcome = match &eos_loop {
+        Some(lp) => {
+            let inputs: Vec<TopicPartition> =
+                s.partitions.iter().filter(|tp| tp.topic == lp.input_topic).cloned().collect();
+            let committed = eos::committed_offsets(&s.bootstrap, &lp.group, &inputs)?;
+            Some(EosOutcome {
+                input_topic: lp.input_topic.clone(),
+                output_topic: lp.output_topic.clone(),
+                group: lp.group.clone(),
+                committed,
+            })
+        }
+        None => None,
+    };
     for f in &ran {
         *s.by_kind.entry(f.kind.name().to_string()).or_insert(0) += 1;
     }
@@ -473,6 +558,7 @@ pub fn run_seed(target: &Target<'_>, profile: Profile, seed: u64) -> Result<Seed
         logs,
         counts: s.counts,
         elapsed: started.elapsed(),
+        eos: eos_outcome,
     })
 }
 
@@ -698,7 +784,7 @@ impl Seed<'_> {
             if closing {
                 return;
             }
-            let tp = self.rng.pick(&self.partitions).clone();
+            let tp = self.rng.pick(&self.write_partitions).clone();
             let n = self.rng.range(self.params.values_per_send.0 as u64, self.params.values_per_send.1 as u64);
             let values = self.next_values(&name, n);
             self.send(i, &tp, values);
@@ -817,7 +903,7 @@ impl Seed<'_> {
     }
 
     fn draw_plan(&mut self) -> Plan {
-        Plan::draw(&self.params, &mut self.rng, &self.partitions)
+        Plan::draw(&self.params, &mut self.rng, &self.write_partitions)
     }
 
     /// Every producer ends its open transaction as planned (a restarted one first initializes, which
@@ -962,7 +1048,10 @@ impl Seed<'_> {
 
 /// `rd_kafka_get_watermark_offsets`: the HW of the partition's latest fetch answer, as librdkafka keeps it
 /// (rust-rdkafka wraps only `fetch_watermarks`, a round trip to the broker).
-fn cached_high_watermark(c: &BaseConsumer, tp: &TopicPartition) -> Option<Offset> {
+pub(super) fn cached_high_watermark<C: rdkafka::consumer::ConsumerContext>(
+    c: &BaseConsumer<C>,
+    tp: &TopicPartition,
+) -> Option<Offset> {
     let topic = std::ffi::CString::new(tp.topic.as_str()).ok()?;
     let (mut lo, mut hi) = (0i64, 0i64);
     // SAFETY: a live client handle and a NUL-terminated topic name; librdkafka writes only the two outputs.

@@ -2,6 +2,7 @@
 //! and the partition logs read back over the wire, so `txnsim check-history FILE` re-runs the same
 //! invariants offline (a wall-clock run cannot be replayed). Schema: schemas/target-history.schema.json.
 
+use super::eos::EosOutcome;
 use super::exec::{ClientFault, Counts, SeedRun, FRESH_COMMITTED, FRESH_UNCOMMITTED};
 use super::nemesis::NodeFault;
 use super::wire::WireLog;
@@ -10,7 +11,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::ExitCode;
 use txnsim_engine::{Offset, PartitionLog, ProducerKind, TopicPartition};
-use txnsim_properties::{check_history_exempting, check_read_superset, Event, History, Invariant, Kind, Violation};
+use txnsim_properties::exactly_once::{check_exactly_once, input_of, EosView};
+use txnsim_properties::{
+    check_history_exempting, check_read_superset, Event, History, Invariant, Kind, LogFacts, ProducerCall, Violation,
+};
 use txnsim_sim::Profile;
 
 /// The `format` field of a history file.
@@ -35,6 +39,9 @@ pub struct SavedSeed {
     pub counts: Counts,
     pub history: History,
     pub logs: Vec<WireLog>,
+    /// The `eos` profile's topics and the group's committed offsets after the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eos: Option<EosOutcome>,
 }
 
 impl SavedSeed {
@@ -46,6 +53,7 @@ impl SavedSeed {
             counts: run.counts.clone(),
             history: run.history.clone(),
             logs: run.logs.clone(),
+            eos: run.eos.clone(),
         }
     }
 }
@@ -66,7 +74,20 @@ pub const CHECKED: [Invariant; 11] = [
     Invariant::LsoReachesHighWatermark,
 ];
 
-/// Why each invariant outside `CHECKED` cannot run against a real cluster.
+/// The `eos` profile's invariants, checked besides `CHECKED` on the final logs and the group's offsets.
+pub const EOS_CHECKED: [Invariant; 2] = Invariant::EOS;
+
+/// The invariants a target sweep of `profile` checks.
+pub fn checked(profile: Profile) -> Vec<Invariant> {
+    let mut out = CHECKED.to_vec();
+    if profile.params().eos.is_some() {
+        out.extend(EOS_CHECKED);
+    }
+    out
+}
+
+/// Why each invariant outside `CHECKED` cannot run against a real cluster (`Invariant::ALL`: the
+/// `eos` profile's, outside it, are checked where it runs).
 pub fn not_checked() -> Vec<(Invariant, &'static str)> {
     Invariant::ALL
         .into_iter()
@@ -102,6 +123,17 @@ fn delivered(history: &History, consumer: &str, tp: &TopicPartition) -> Vec<(Off
 
 /// Runs every invariant in `CHECKED` on one seed's history and logs, from a sweep of `profile`.
 pub fn check_seed(profile: Profile, history: &History, wire_logs: &[WireLog]) -> Result<Vec<Violation>, String> {
+    check_seed_with(profile, history, wire_logs, None)
+}
+
+/// `check_seed`, and for the `eos` profile the exactly-once invariants over the logs and the group's
+/// committed offsets (a seed of that profile without them is refused: it cannot be judged).
+pub fn check_seed_with(
+    profile: Profile,
+    history: &History,
+    wire_logs: &[WireLog],
+    eos: Option<&EosOutcome>,
+) -> Result<Vec<Violation>, String> {
     let logs: BTreeMap<TopicPartition, PartitionLog> =
         wire_logs.iter().map(|l| Ok((l.topic_partition(), l.to_partition_log()?))).collect::<Result<_, String>>()?;
     // `duplicate` and `nonmonotonic-send` leave out the plain producer: without idempotence Kafka may
@@ -113,6 +145,18 @@ pub fn check_seed(profile: Profile, history: &History, wire_logs: &[WireLog]) ->
     let plain: Vec<&str> =
         params.producers.iter().filter(|p| p.kind == ProducerKind::Plain).map(|p| p.name.as_str()).collect();
     let mut out = check_history_exempting(history, &logs, &plain);
+    // The eos profile's inputs a plain producer stored twice, and what their processors rightly wrote
+    // twice: judged per copy below, not as `duplicate` outputs.
+    let twice = match eos.filter(|_| params.eos.is_some()) {
+        Some(e) => inputs_stored_twice(history, &logs, &plain, &e.input_topic),
+        None => BTreeMap::new(),
+    };
+    if let Some(e) = eos.filter(|_| !twice.is_empty()) {
+        out.retain(|v| {
+            let of_twice = twice.keys().any(|i| v.witness.contains(&format!("value \"{i}'@")));
+            !(v.invariant == Invariant::Duplicate && v.witness.starts_with(&format!("{}/", e.output_topic)) && of_twice)
+        });
+    }
     // A record a reader delivered beyond the log read back: the log holds no value where the poll saw one.
     for e in &history.events {
         let Event::Poll { consumer, partition, records, .. } = e else { continue };
@@ -134,7 +178,100 @@ pub fn check_seed(profile: Profile, history: &History, wire_logs: &[WireLog]) ->
             delivered(history, FRESH_COMMITTED, tp).into_iter().filter(|r| r.0 < reached).collect();
         out.extend(check_read_superset(tp, 0, &ru, &rc));
     }
+    if profile.params().eos.is_some() {
+        let eos = eos.ok_or("an eos seed without the group's committed offsets cannot be judged")?;
+        let committed: BTreeMap<TopicPartition, i64> = eos.committed.iter().cloned().collect();
+        let found = check_exactly_once(&EosView {
+            logs: &logs,
+            input_topic: &eos.input_topic,
+            output_topic: &eos.output_topic,
+            committed: &committed,
+        });
+        // `check_exactly_once` tells inputs by value: a value stored twice is judged per copy here.
+        out.extend(found.into_iter().filter(|v| !twice.keys().any(|i| v.witness.contains(&format!("({i:?})")))));
+        out.extend(judge_twice(&twice, &logs, eos, &committed));
+    }
     Ok(out)
+}
+
+/// Where each input value a plain producer stored more than once sits, as committed data of the eos
+/// profile's input topic. A non-idempotent producer's batch resent after NOT_LEADER_OR_FOLLOWER may have
+/// been appended already (docs/real-kafka.md): each copy is an input record of its own, and the
+/// processors rightly write an output for each, equal when one transaction read both.
+fn inputs_stored_twice(
+    history: &History,
+    logs: &BTreeMap<TopicPartition, PartitionLog>,
+    plain: &[&str],
+    input_topic: &str,
+) -> BTreeMap<String, Vec<(TopicPartition, Offset)>> {
+    let mut sent_plain = std::collections::BTreeSet::new();
+    for e in &history.events {
+        if let Event::Invoke { process, call: ProducerCall::Send { values, .. }, .. } = e {
+            if plain.contains(&process.as_str()) {
+                sent_plain.extend(values.iter().map(String::as_str));
+            }
+        }
+    }
+    let mut at: BTreeMap<String, Vec<(TopicPartition, Offset)>> = BTreeMap::new();
+    for (tp, log) in logs.iter().filter(|(tp, _)| tp.topic == input_topic) {
+        let facts = LogFacts::of(log);
+        for (o, v) in
+            facts.values.iter().filter(|(o, v)| facts.is_committed_data(**o) && sent_plain.contains(v.as_str()))
+        {
+            at.entry(v.clone()).or_default().push((tp.clone(), *o));
+        }
+    }
+    at.retain(|_, copies| copies.len() > 1);
+    at
+}
+
+/// `exactly-once-output` and `output-of-consumed-input` for inputs stored more than once: as many
+/// committed outputs as copies below the group's committed offset.
+fn judge_twice(
+    twice: &BTreeMap<String, Vec<(TopicPartition, Offset)>>,
+    logs: &BTreeMap<TopicPartition, PartitionLog>,
+    eos: &EosOutcome,
+    committed: &BTreeMap<TopicPartition, i64>,
+) -> Vec<Violation> {
+    let mut outputs: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    let mut facts = Vec::new();
+    for (tp, log) in logs.iter().filter(|(tp, _)| tp.topic == eos.output_topic) {
+        facts.push((tp, LogFacts::of(log)));
+    }
+    for (tp, f) in &facts {
+        for (o, v) in f.values.iter().filter(|(o, _)| f.is_committed_data(**o)) {
+            if let Some((input, attempt)) = input_of(v) {
+                if let Some((key, _)) = twice.get_key_value(input) {
+                    outputs.entry(key.as_str()).or_default().push(format!("{tp}@{o} by {attempt}"));
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (value, copies) in twice {
+        let below = copies.iter().filter(|(tp, o)| (*o as i64) < committed.get(tp).copied().unwrap_or(-1)).count();
+        let written = outputs.get(value.as_str()).map_or(&[][..], Vec::as_slice);
+        if written.len() == below {
+            continue;
+        }
+        let invariant = if written.len() > below && below < copies.len() {
+            Invariant::OutputOfConsumedInput
+        } else {
+            Invariant::ExactlyOnceOutput
+        };
+        let at: Vec<String> = copies.iter().map(|(tp, o)| format!("{tp}@{o}")).collect();
+        out.push(Violation::new(
+            invariant,
+            format!(
+                "input {value:?}, stored {} times by a plain producer ({}), {below} of them below the group's committed offsets, has {} committed outputs ({})",
+                copies.len(),
+                at.join(", "),
+                written.len(),
+                written.join(", ")
+            ),
+        ));
+    }
+    out
 }
 
 /// `lso-reaches-high-watermark` on a real cluster: after every transaction ended and the coordinator's
@@ -254,7 +391,7 @@ pub fn run_check_history(path: &Path) -> ExitCode {
     );
     let mut failed = 0;
     for s in &file.seeds {
-        match check_seed(profile, &s.history, &s.logs) {
+        match check_seed_with(profile, &s.history, &s.logs, s.eos.as_ref()) {
             Ok(violations) if violations.is_empty() => println!("seed {}: pass{}", s.seed, nemesis_note(&s.nemesis)),
             Ok(violations) => {
                 failed += 1;

@@ -11,6 +11,7 @@
 //! - `nemesis`: the node faults (kill -9 and restart, SIGSTOP and SIGCONT, a cut link) and their draw.
 //! - `file`: the saved history, the invariants checked, and `txnsim check-history`.
 
+pub mod eos;
 pub mod exec;
 pub mod file;
 pub mod nemesis;
@@ -18,7 +19,7 @@ pub mod relay;
 pub mod wire;
 
 use crate::apache_kafka::{ClusterSpec, Distribution, KafkaCluster};
-use file::{HistoryFile, SavedSeed, CHECKED, HISTORY_FORMAT};
+use file::{HistoryFile, SavedSeed, HISTORY_FORMAT};
 use nemesis::{Choice, NodeFault};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -247,7 +248,7 @@ pub fn run_target_sweep(args: &TargetArgs) -> ExitCode {
                 let target =
                     exec::Target { brokers, prefix: format!("txnsim-{run}-s{seed}"), settle: args.settle, nemesis };
                 let result = exec::run_seed(&target, profile, seed).and_then(|r| {
-                    let v = file::check_seed(profile, &r.history, &r.logs)?;
+                    let v = file::check_seed_with(profile, &r.history, &r.logs, r.eos.as_ref())?;
                     Ok((r, v))
                 });
                 if tx.send((seed, result)).is_err() {
@@ -294,6 +295,17 @@ pub fn run_target_sweep(args: &TargetArgs) -> ExitCode {
                         format!("{} violation(s)", violations.len())
                     },
                 );
+                if let (Some(e), Some(outcome)) = (&c.eos, &r.eos) {
+                    let offsets: Vec<String> =
+                        outcome.committed.iter().map(|(tp, o)| format!("{}={o}", tp.partition)).collect();
+                    let _ = writeln!(
+                        out,
+                        "  eos seed {seed}: {}; group offsets of {}: [{}]",
+                        e.describe(),
+                        outcome.input_topic,
+                        offsets.join(", ")
+                    );
+                }
                 let found = file::summarize(&violations);
                 for f in &found {
                     let _ = writeln!(
@@ -329,7 +341,8 @@ pub fn run_target_sweep(args: &TargetArgs) -> ExitCode {
     }
     progress.finish();
 
-    let _ = writeln!(out, "checked: {}", CHECKED.map(|i| i.name()).join(", "));
+    let checked: Vec<&'static str> = file::checked(profile).into_iter().map(|i| i.name()).collect();
+    let _ = writeln!(out, "checked: {}", checked.join(", "));
     // One line per reason, naming every invariant it keeps from being checked.
     let mut reasons: Vec<(&str, Vec<&str>)> = Vec::new();
     for (i, why) in file::not_checked() {
@@ -346,6 +359,9 @@ pub fn run_target_sweep(args: &TargetArgs) -> ExitCode {
         "totals: {} seeds, {} committed, {} aborted by clients, {} timed out, {} fenced, {} polls, {} records delivered, {} faults",
         args.seeds, totals.committed, totals.aborted, totals.timed_out, totals.fenced, totals.polls, totals.delivered, totals.faults
     );
+    if let Some(e) = &totals.eos {
+        let _ = writeln!(out, "eos totals: {}", e.describe());
+    }
     for line in txnsim_sim::sweep::fault_lines(&by_kind) {
         let _ = writeln!(out, "{line}");
     }
@@ -395,7 +411,7 @@ pub fn run_target_sweep(args: &TargetArgs) -> ExitCode {
             target: &args.target,
             profile: profile.name(),
             run: &run,
-            checked: CHECKED.map(|i| i.name()).to_vec(),
+            checked: checked.clone(),
             not_checked: file::not_checked()
                 .into_iter()
                 .map(|(i, why)| NotCheckedJson { invariant: i.name(), why })
@@ -454,4 +470,7 @@ fn add(totals: &mut exec::Counts, c: &exec::Counts) {
     totals.polls += c.polls;
     totals.delivered += c.delivered;
     totals.faults += c.faults;
+    if let Some(e) = &c.eos {
+        totals.eos.get_or_insert_with(Default::default).add(e);
+    }
 }
