@@ -65,7 +65,7 @@ pub struct ServeArgs {
     pub group_initial_rebalance_delay_ms: u64,
     /// `group.min.session.timeout.ms`: the shortest session timeout a JoinGroup may ask for (Kafka's
     /// default 6000); `sweep --target --profile eos` asks for the profile's 1500.
-    #[arg(long, default_value_t = txnsim_engine::group_coordinator::MIN_SESSION_TIMEOUT_MS)]
+    #[arg(long, default_value_t = txnsim_engine::EngineConfig::default().group_min_session_timeout_ms)]
     pub group_min_session_timeout_ms: u64,
     /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`: how often the coordinator looks for
     /// transactions open past their `transaction.timeout.ms` and aborts them (Kafka's default 10000).

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::ExitCode;
 use txnsim_engine::{Offset, PartitionLog, ProducerKind, TopicPartition};
-use txnsim_properties::exactly_once::{check_exactly_once, input_of, EosView};
+use txnsim_properties::exactly_once::{check_exactly_once, EosView};
 use txnsim_properties::{
     check_history_exempting, check_read_superset, Event, History, Invariant, Kind, LogFacts, ProducerCall, Violation,
 };
@@ -187,9 +187,8 @@ pub fn check_seed_with(
             output_topic: &eos.output_topic,
             committed: &committed,
         });
-        // `check_exactly_once` tells inputs by value: a value stored twice is judged per copy here.
-        out.extend(found.into_iter().filter(|v| !twice.keys().any(|i| v.witness.contains(&format!("({i:?})")))));
-        out.extend(judge_twice(&twice, &logs, eos, &committed));
+        // An input stored twice is judged per copy there (`check_exactly_once`).
+        out.extend(found);
     }
     Ok(out)
 }
@@ -223,55 +222,6 @@ fn inputs_stored_twice(
     }
     at.retain(|_, copies| copies.len() > 1);
     at
-}
-
-/// `exactly-once-output` and `output-of-consumed-input` for inputs stored more than once: as many
-/// committed outputs as copies below the group's committed offset.
-fn judge_twice(
-    twice: &BTreeMap<String, Vec<(TopicPartition, Offset)>>,
-    logs: &BTreeMap<TopicPartition, PartitionLog>,
-    eos: &EosOutcome,
-    committed: &BTreeMap<TopicPartition, i64>,
-) -> Vec<Violation> {
-    let mut outputs: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    let mut facts = Vec::new();
-    for (tp, log) in logs.iter().filter(|(tp, _)| tp.topic == eos.output_topic) {
-        facts.push((tp, LogFacts::of(log)));
-    }
-    for (tp, f) in &facts {
-        for (o, v) in f.values.iter().filter(|(o, _)| f.is_committed_data(**o)) {
-            if let Some((input, attempt)) = input_of(v) {
-                if let Some((key, _)) = twice.get_key_value(input) {
-                    outputs.entry(key.as_str()).or_default().push(format!("{tp}@{o} by {attempt}"));
-                }
-            }
-        }
-    }
-    let mut out = Vec::new();
-    for (value, copies) in twice {
-        let below = copies.iter().filter(|(tp, o)| (*o as i64) < committed.get(tp).copied().unwrap_or(-1)).count();
-        let written = outputs.get(value.as_str()).map_or(&[][..], Vec::as_slice);
-        if written.len() == below {
-            continue;
-        }
-        let invariant = if written.len() > below && below < copies.len() {
-            Invariant::OutputOfConsumedInput
-        } else {
-            Invariant::ExactlyOnceOutput
-        };
-        let at: Vec<String> = copies.iter().map(|(tp, o)| format!("{tp}@{o}")).collect();
-        out.push(Violation::new(
-            invariant,
-            format!(
-                "input {value:?}, stored {} times by a plain producer ({}), {below} of them below the group's committed offsets, has {} committed outputs ({})",
-                copies.len(),
-                at.join(", "),
-                written.len(),
-                written.join(", ")
-            ),
-        ));
-    }
-    out
 }
 
 /// `lso-reaches-high-watermark` on a real cluster: after every transaction ended and the coordinator's
