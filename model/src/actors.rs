@@ -4,6 +4,7 @@
 //! stateright timers. Nothing here decides Kafka behaviour; that is all engine code.
 
 use crate::bounds::Bounds;
+use crate::processor::{self, ProcessorNode};
 use crate::shared::Shared;
 use stateright::actor::{model_timeout, Actor, Id, Out};
 use std::borrow::Cow;
@@ -14,6 +15,7 @@ use txnsim_engine::network_client::{self, Receiver, Undelivered};
 use txnsim_engine::producer::{Completion, OpId, OpOutput};
 use txnsim_engine::protocol::CONTROLLER_ID;
 use txnsim_engine::protocol::{Effects, Envelope, Message, NodeId, Timer};
+use txnsim_engine::topic::GROUP_METADATA_TOPIC;
 use txnsim_engine::{
     filter_fetch, Broker, Consumer, Controller, EngineConfig, IsolationLevel, KafkaError, Offset, PartitionLog,
     Producer, ProducerId, ProducerKind, TopicPartition, TransactionResult, TxnManagerState,
@@ -52,13 +54,22 @@ impl Ctx {
         }
     }
 
+    /// Producers (`p0'`) come after the broker, then processors (`w0'` and its member `w0'.in`).
     fn index_of_client(&self, name: &str) -> Option<usize> {
+        if let Some(i) = processor::processor_index(name) {
+            return (i < self.bounds.processors).then_some(1 + self.bounds.producers + i);
+        }
         let digits: String = name.strip_prefix('p')?.chars().take_while(|c| c.is_ascii_digit()).collect();
         digits.parse::<usize>().ok().filter(|i| *i < self.bounds.producers).map(|i| 1 + i)
     }
 
     pub fn actor_count(&self) -> usize {
-        1 + self.bounds.producers
+        1 + self.bounds.producers + self.bounds.processors
+    }
+
+    /// The partitions the processors write: one.
+    pub fn output_partitions(&self) -> Vec<TopicPartition> {
+        vec![TopicPartition::new(processor::OUTPUT_TOPIC, 0)]
     }
 
     fn timeouts_modelled(&self) -> bool {
@@ -87,6 +98,7 @@ pub fn reader_name(isolation: IsolationLevel) -> &'static str {
 pub enum Role {
     Broker,
     Producer(usize),
+    Processor(usize),
 }
 
 #[derive(Clone)]
@@ -103,6 +115,13 @@ pub type Msg = Shared<Envelope>;
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ModelTimer {
     Engine(Timer),
+    /// A processor's member's client timer (its producer's are `Engine`).
+    Member(Timer),
+    /// The group coordinator's join phase ends (`tick_groups` at its deadline).
+    GroupDeadline,
+    /// The group coordinator's clock passes its members' session timeout: no heartbeat came (bounded by
+    /// `Bounds::session_expiries`).
+    SessionExpiry,
     /// The coordinator's timeout scan finds this transactional id's transaction past its timeout. It
     /// replaces the engine's periodic `AbortTimedOutTransactions`, whose firing would depend on a clock.
     TxnTimeout(String),
@@ -127,6 +146,7 @@ pub type NodeState = Shared<NodeKind>;
 pub enum NodeKind {
     Broker(BrokerNode),
     Producer(ProducerNode),
+    Processor(ProcessorNode),
     /// An engine assertion failed in this node's last step: `last` is the state it failed from. The
     /// node stops; the `engine-assertions` property reports the path here.
     Panicked {
@@ -143,6 +163,7 @@ pub struct BrokerNode {
     pub restarts: u8,
     pub marker_resends_left: u8,
     pub timeouts_left: u8,
+    pub session_expiries_left: u8,
     /// A coordinator timer the engine needed was left unarmed because its budget is spent: from here on
     /// the run is not "healed", so liveness is not judged.
     pub starved: bool,
@@ -210,13 +231,15 @@ impl BrokerNode {
         brokers[id as usize]
     }
 
-    /// The standing leaders' logs, which the state and history invariants read where they are.
+    /// The standing leaders' logs of the workload's topics, which the state and history invariants read
+    /// where they are. `__consumer_offsets` is the group coordinator's (its own invariant reads it): a
+    /// retried TxnOffsetCommit stores its record twice there, as Kafka's does.
     pub fn leader_logs(&self) -> std::collections::BTreeMap<&TopicPartition, &PartitionLog> {
-        let logs = &self.broker.replica_manager.logs;
+        let logs = self.broker.replica_manager.logs.keys().filter(|tp| tp.topic != GROUP_METADATA_TOPIC);
         if self.replication.is_none() {
-            return logs.iter().collect();
+            return logs.map(|tp| (tp, &self.broker.replica_manager.logs[tp])).collect();
         }
-        logs.keys().filter_map(|tp| Some((tp, self.leader_of(tp).partition(tp)?))).collect()
+        logs.filter_map(|tp| Some((tp, self.leader_of(tp).partition(tp)?))).collect()
     }
 }
 
@@ -322,10 +345,25 @@ impl NodeKind {
             _ => None,
         }
     }
+    pub fn processor(&self) -> Option<&ProcessorNode> {
+        match self.node() {
+            NodeKind::Processor(p) => Some(p),
+            _ => None,
+        }
+    }
+    /// A client's calls and their completions: a producer's or a processor's.
+    pub fn events(&self) -> Option<&Shared<Vec<Event>>> {
+        match self.node() {
+            NodeKind::Producer(p) => Some(&p.events),
+            NodeKind::Processor(p) => Some(&p.events),
+            _ => None,
+        }
+    }
     pub fn restarts(&self) -> usize {
         match self.node() {
             NodeKind::Broker(b) => b.restarts as usize,
             NodeKind::Producer(p) => p.restarts as usize,
+            NodeKind::Processor(p) => p.restarts as usize,
             NodeKind::Panicked { .. } => unreachable!("node() unwraps"),
         }
     }
@@ -343,20 +381,20 @@ impl ReaderNode {
     }
 }
 
-type O = Out<Node>;
+pub(crate) type O = Out<Node>;
 
 impl Node {
-    fn send_all(&self, sends: Vec<Envelope>, o: &mut O) {
+    pub(crate) fn send_all(&self, sends: Vec<Envelope>, o: &mut O) {
         for env in sends {
             o.send(self.ctx.id_of(&env.to), Shared::new(env));
         }
     }
 
-    fn may_crash(&self, restarts: u8) -> bool {
+    pub(crate) fn may_crash(&self, restarts: u8) -> bool {
         let b = &self.ctx.bounds;
         let target = match self.role {
             Role::Broker => b.crash_broker,
-            Role::Producer(_) => b.crash_producers,
+            Role::Producer(_) | Role::Processor(_) => b.crash_producers,
         };
         target && (restarts as usize) < b.crashes
     }
@@ -370,7 +408,11 @@ impl Node {
     // ---------------------------------------------------------------- broker
 
     fn broker_start(&self, o: &mut O) -> BrokerNode {
-        let topics = [(crate::bounds::TOPIC.to_string(), self.ctx.bounds.partitions as u32)].into_iter().collect();
+        let mut topics: std::collections::BTreeMap<String, u32> =
+            [(crate::bounds::TOPIC.to_string(), self.ctx.bounds.partitions as u32)].into_iter().collect();
+        if self.ctx.bounds.processors > 0 {
+            topics.insert(processor::OUTPUT_TOPIC.to_string(), self.ctx.output_partitions().len() as u32);
+        }
         let (broker, replication) = if self.ctx.bounds.replicated_cluster() {
             let (broker, replication) = self.cluster_start(&topics, o);
             (broker, Some(Shared::new(replication)))
@@ -397,6 +439,7 @@ impl Node {
             restarts: 0,
             marker_resends_left: self.ctx.bounds.marker_resends as u8,
             timeouts_left: if self.ctx.timeouts_modelled() { self.ctx.bounds.txn_timeouts as u8 } else { 0 },
+            session_expiries_left: self.ctx.bounds.session_expiries as u8,
             starved: false,
             fresh: 0,
             replication,
@@ -470,6 +513,9 @@ impl Node {
             for tid in &was {
                 o.cancel_timer(ModelTimer::TxnTimeout(tid.clone()));
             }
+        }
+        if self.ctx.bounds.processors > 0 {
+            group_timers(after, node, o);
         }
     }
 
@@ -649,6 +695,15 @@ impl Node {
                     o.set_timer(ModelTimer::Crash, model_timeout());
                 }
             }
+            ModelTimer::GroupDeadline => self.broker_step(state, o, |broker, _| {
+                let at = broker.groups.next_join_deadline_ms().expect("armed while a join phase runs");
+                broker.tick_groups(at)
+            }),
+            ModelTimer::SessionExpiry => self.broker_step(state, o, |broker, node| {
+                node.session_expiries_left -= 1;
+                let at = broker.groups.next_session_expiry_ms().expect("armed while a member has a session");
+                broker.tick_groups(at)
+            }),
             ModelTimer::BrokerCrash(id) => self.cluster_crash(state, *id, o),
             ModelTimer::BrokerRestart(id) => self.cluster_restart(state, *id, o),
             ModelTimer::Poll { partition } => {
@@ -669,7 +724,7 @@ impl Node {
                     *state = Cow::Owned(Shared::new(NodeKind::Broker(node)));
                 }
             }
-            ModelTimer::Engine(t) => unreachable!("broker timer {t:?}"),
+            ModelTimer::Engine(t) | ModelTimer::Member(t) => unreachable!("broker timer {t:?}"),
         }
     }
 
@@ -737,7 +792,7 @@ impl Node {
     /// Whether leaving this client timer unarmed may stall the run: a backoff retry always resends a
     /// request the broker answered CONCURRENT_TRANSACTIONS; a request timeout matters only where requests
     /// can be lost (a lossy network, or a broker crash that drops what it held).
-    fn needs(&self, timer: &Timer) -> bool {
+    pub(crate) fn needs(&self, timer: &Timer) -> bool {
         let b = &self.ctx.bounds;
         match timer {
             Timer::RetryBackoff { .. } => true,
@@ -757,14 +812,7 @@ impl Node {
         step(self, &mut after, &mut effects, o);
         self.drive(&mut after, &mut effects, o);
         self.producer_effects(&mut after, effects, o);
-        // A batch that completed cannot time out any more: its delivery timer goes.
-        let done: Vec<Timer> = after
-            .timers
-            .iter()
-            .filter(|t| matches!(t, Timer::DeliveryTimeout { op } if !after.producer.batch_incomplete(*op)))
-            .cloned()
-            .collect();
-        for t in done {
+        for t in delivered(&after.producer, after.timers.iter()) {
             after.timers.remove(&t);
             o.cancel_timer(ModelTimer::Engine(t));
         }
@@ -834,6 +882,9 @@ impl Node {
             }),
             ModelTimer::TxnTimeout(_)
             | ModelTimer::Poll { .. }
+            | ModelTimer::Member(_)
+            | ModelTimer::GroupDeadline
+            | ModelTimer::SessionExpiry
             | ModelTimer::BrokerCrash(_)
             | ModelTimer::BrokerRestart(_) => unreachable!("not a producer timer: {timer:?}"),
         }
@@ -1113,7 +1164,12 @@ impl Node {
 
     /// Runs one step; an engine assertion that fails in it stops this node in a `Panicked` state (with
     /// no output) instead of killing the checker, so the path to it becomes a counterexample.
-    fn guarded(&self, state: &mut Cow<NodeState>, o: &mut O, step: impl FnOnce(&mut Cow<NodeState>, &mut O)) {
+    pub(crate) fn guarded(
+        &self,
+        state: &mut Cow<NodeState>,
+        o: &mut O,
+        step: impl FnOnce(&mut Cow<NodeState>, &mut O),
+    ) {
         if state.panic_message().is_some() {
             return;
         }
@@ -1141,21 +1197,27 @@ impl Node {
     }
 }
 
+/// The delivery timers among `timers` whose batch completed: they cannot fire any more, and go.
+pub(crate) fn delivered<'a>(producer: &Producer, timers: impl Iterator<Item = &'a Timer>) -> Vec<Timer> {
+    let done = |t: &&Timer| matches!(t, Timer::DeliveryTimeout { op } if !producer.batch_incomplete(*op));
+    timers.filter(done).cloned().collect()
+}
+
 fn stop(n: &mut ProducerNode, why: Stop, o: &mut O) {
     n.phase = Phase::Done(why);
     o.remove_random("end");
 }
 
-/// Bit `p` set when partition `p`'s log end, high watermark or LSO differs on its standing leader: what a
-/// fetch can see.
+/// Bit `p` set when the readers' partition `p`'s log end, high watermark or LSO differs on its standing
+/// leader: what a fetch can see.
 fn changed_partitions(before: &BrokerNode, after: &BrokerNode) -> u16 {
-    let view = |n: &BrokerNode| -> Vec<(Offset, Offset, Offset)> {
+    let view = |n: &BrokerNode, tp: &TopicPartition| {
         let m = &n.broker.config.mutations;
-        let logs = n.broker.replica_manager.logs.keys().filter_map(|tp| n.leader_of(tp).partition(tp));
-        logs.map(|l| (l.log_end_offset(), l.high_watermark(), l.last_stable_offset(m))).collect()
+        let log = n.leader_of(tp).partition(tp)?;
+        Some((log.log_end_offset(), log.high_watermark(), log.last_stable_offset(m)))
     };
-    let (was, now) = (view(before), view(after));
-    (0..now.len()).filter(|p| was.get(*p) != now.get(*p)).fold(0, |bits, p| bits | 1 << p)
+    let read = after.broker.replica_manager.logs.keys().filter(|tp| tp.topic == crate::bounds::TOPIC);
+    read.filter(|tp| view(before, tp) != view(after, tp)).fold(0, |bits, tp| bits | 1 << tp.partition)
 }
 
 /// Markers a step's truncation removed from a replica (`Replication::truncated_markers`).
@@ -1170,6 +1232,20 @@ fn note_truncated_markers(before: &Broker, after: &Broker, r: &mut Replication) 
                 r.truncated_markers.insert((tp.clone(), pid, marker.result));
             }
         }
+    }
+}
+
+/// The group coordinator's deadlines as model timers: a join phase's end whenever one runs, a session
+/// expiry while the budget lasts and a member has a session.
+fn group_timers(broker: &Broker, node: &BrokerNode, o: &mut O) {
+    let groups = &broker.groups;
+    match groups.next_join_deadline_ms() {
+        Some(_) => o.set_timer(ModelTimer::GroupDeadline, model_timeout()),
+        None => o.cancel_timer(ModelTimer::GroupDeadline),
+    }
+    match groups.next_session_expiry_ms() {
+        Some(_) if node.session_expiries_left > 0 => o.set_timer(ModelTimer::SessionExpiry, model_timeout()),
+        _ => o.cancel_timer(ModelTimer::SessionExpiry),
     }
 }
 
@@ -1214,6 +1290,7 @@ impl Actor for Node {
         Shared::new(match self.role {
             Role::Broker => NodeKind::Broker(self.broker_start(o)),
             Role::Producer(i) => NodeKind::Producer(self.producer_start(i, o)),
+            Role::Processor(i) => NodeKind::Processor(self.processor_start(i, o)),
         })
     }
 
@@ -1223,6 +1300,7 @@ impl Actor for Node {
             Role::Broker if self.ctx.bounds.replicated_cluster() => self.cluster_msg(state, env, o),
             Role::Broker => self.broker_step(state, o, |broker, _| broker.on_message(NOW_MS, env)),
             Role::Producer(_) => self.producer_msg(state, env, o),
+            Role::Processor(_) => self.processor_msg(state, env, o),
         })
     }
 
@@ -1230,14 +1308,15 @@ impl Actor for Node {
         self.guarded(state, o, |state, o| match self.role {
             Role::Broker => self.broker_timeout(state, timer, o),
             Role::Producer(i) => self.producer_timeout(i, state, timer, o),
+            Role::Processor(i) => self.processor_timeout(i, state, timer, o),
         })
     }
 
     fn on_random(&self, _id: Id, state: &mut Cow<NodeState>, random: &TransactionResult, o: &mut Out<Self>) {
-        self.guarded(state, o, |state, o| {
-            if let Role::Producer(i) = self.role {
-                self.producer_random(i, state, *random, o);
-            }
+        self.guarded(state, o, |state, o| match self.role {
+            Role::Producer(i) => self.producer_random(i, state, *random, o),
+            Role::Processor(_) => self.processor_random(state, *random, o),
+            Role::Broker => {}
         })
     }
 
@@ -1245,6 +1324,7 @@ impl Actor for Node {
         match self.role {
             Role::Broker => "broker".into(),
             Role::Producer(i) => format!("p{i}"),
+            Role::Processor(i) => format!("w{i}"),
         }
     }
 }

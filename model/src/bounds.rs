@@ -64,6 +64,17 @@ pub struct Bounds {
     /// Symmetry reduction (`symmetry`): every state is replaced by its class's representative under
     /// permutations of the producers, so states that differ only in which producer is which count once.
     pub symmetry: bool,
+    /// Processors of the consume-transform-produce loop (`processor`): each a member of group `g` reading
+    /// the producers' topic read_committed and a transactional producer writing `out`. 0: none.
+    pub processors: usize,
+    /// Transactions each processor begins in a run, over all its instances.
+    pub processor_txns: usize,
+    /// Requests each processor instance's member may send from its polls (FindCoordinator, JoinGroup,
+    /// OffsetFetch, Fetch): a poll that finds nothing new would otherwise repeat without end.
+    pub member_polls: usize,
+    /// Times in a run the group coordinator's clock passes the members' session timeout (no heartbeat
+    /// came: a paused or partitioned member), removing them from the group.
+    pub session_expiries: usize,
 }
 
 impl Bounds {
@@ -94,6 +105,10 @@ impl Bounds {
             reduced: false,
             por: false,
             symmetry: false,
+            processors: 0,
+            processor_txns: 0,
+            member_polls: 0,
+            session_expiries: 0,
         }
     }
 
@@ -160,12 +175,39 @@ impl Bounds {
         }
     }
 
+    /// The sim's `eos` profile at model size: one producer's transaction of one record is the input, one
+    /// processor (a group member and a transactional producer) consumes it read_committed, writes its
+    /// output and commits its offset in the same transaction, twice if the first does not commit. TV2
+    /// (where exactly-once is claimed), a lossy FIFO network with one loss, one crash (producer or
+    /// processor: the processor restarts as a new member and a new instance that fences the old), one
+    /// session expiry (the member, paused, is removed from the group and becomes a zombie). No readers:
+    /// the exactly-once invariants read the logs and the group's offsets.
+    pub fn eos() -> Self {
+        Bounds {
+            producers: 1,
+            txns_per_producer: 1,
+            records_per_txn: 1,
+            partitions: 1,
+            transaction_version: TransactionVersion::V2,
+            crash_broker: false,
+            txn_timeouts: 0,
+            polls_per_reader: 0,
+            symmetry: false,
+            processors: 1,
+            processor_txns: 2,
+            member_polls: 6,
+            session_expiries: 1,
+            ..Bounds::standard()
+        }
+    }
+
     pub fn by_name(name: &str) -> Option<Self> {
         match name {
             "small" => Some(Bounds::small()),
             "medium" => Some(Bounds::medium()),
             "standard" => Some(Bounds::standard()),
             "replicated" => Some(Bounds::replicated()),
+            "eos" => Some(Bounds::eos()),
             _ => None,
         }
     }
@@ -200,6 +242,12 @@ impl Bounds {
     pub fn engine_config(&self) -> EngineConfig {
         EngineConfig {
             transaction_version: self.transaction_version,
+            // A group's first join completes when the model fires its deadline, with no delay to wait out.
+            group_initial_rebalance_delay_ms: if self.processors > 0 {
+                0
+            } else {
+                EngineConfig::default().group_initial_rebalance_delay_ms
+            },
             delivery_timeout_ms: self.delivery_attempts as u64 * EngineConfig::default().request_timeout_ms,
             mutations: self.mutation.map(Mutations::one).unwrap_or_default(),
             ..EngineConfig::default()
@@ -243,6 +291,14 @@ impl Bounds {
                 MAX_PRODUCERS, MAX_PRODUCERS, self.producers
             ));
         }
+        if self.processors > 2 || self.member_polls > 20 || self.processor_txns > 9 || self.session_expiries > 9 {
+            return Err("--processors must be at most 2, --member-polls at most 20, --processor-txns and \
+                        --session-expiries at most 9"
+                .into());
+        }
+        if self.processors > 0 && (self.symmetry || self.replicated_cluster()) {
+            return Err("processors run on one broker, without symmetry reduction (they are not producers)".into());
+        }
         if self.por && !self.ordered {
             return Err("the partial-order reduction needs per-connection FIFO (--ordered)".into());
         }
@@ -259,7 +315,7 @@ impl fmt::Display for Bounds {
             f,
             "{} producer(s) x {} txn(s) x {} record(s), {} partition(s){}, TV{}, network {}{}{}, {} crash(es){}{}, txn timeouts {}, \
              request timeouts {}/producer, backoff retries {}/producer, marker resends {}, delivery attempts {}, \
-             {} polls/reader, {}{}{}, mutation {}",
+             {} polls/reader{}, {}{}{}, mutation {}",
             self.producers,
             self.txns_per_producer,
             self.records_per_txn,
@@ -283,6 +339,14 @@ impl fmt::Display for Bounds {
             self.marker_resends,
             self.delivery_attempts,
             self.polls_per_reader,
+            if self.processors > 0 {
+                format!(
+                    ", {} processor(s) x {} txn(s), {} member polls, {} session expiries",
+                    self.processors, self.processor_txns, self.member_polls, self.session_expiries
+                )
+            } else {
+                String::new()
+            },
             if self.reduced { "reduced interleavings" } else { "every interleaving" },
             if self.por { " + partial-order reduction" } else { "" },
             if self.symmetry { " + symmetry" } else { "" },

@@ -23,8 +23,10 @@ pub struct BoundsArgs {
     /// producers x 2 txns x 2 records, lossy FIFO connections, 1 crash, reduced: about 3 x 10^11 states, it
     /// does not finish on 2 cores, so give it --time-limit; BENCHMARKS.md has the estimate) or replicated
     /// (one transaction of one record on a partition with a replica on each of 2 brokers, one broker
-    /// crash: leader changes and truncation).
-    #[arg(long, default_value = "small", value_parser = ["small", "medium", "standard", "replicated"])]
+    /// crash: leader changes and truncation) or eos (the sim's eos profile at model size: one input
+    /// record, one processor consuming it read_committed and committing output and offset in one
+    /// transaction, TV2, a loss, a crash and a session expiry).
+    #[arg(long, default_value = "small", value_parser = ["small", "medium", "standard", "replicated", "eos"])]
     pub config: String,
     /// Brokers, each with a replica of every partition (1 to 3; above 1 a controller elects leaders).
     #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=3))]
@@ -99,6 +101,18 @@ pub struct BoundsArgs {
     /// `--symmetry=false` to turn off).
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub symmetry: Option<bool>,
+    /// Processors of the consume-transform-produce loop (0 to 2; the eos config has 1).
+    #[arg(long)]
+    pub processors: Option<usize>,
+    /// Transactions each processor begins in a run.
+    #[arg(long)]
+    pub processor_txns: Option<usize>,
+    /// Requests each processor instance's consumer may send from its polls.
+    #[arg(long)]
+    pub member_polls: Option<usize>,
+    /// Times the group coordinator's clock may pass its members' session timeout in a run.
+    #[arg(long)]
+    pub session_expiries: Option<usize>,
 }
 
 fn parse_tv(s: &str) -> Result<TransactionVersion, String> {
@@ -127,7 +141,9 @@ impl BoundsArgs {
              transaction_version <- transaction_version, txn_timeouts <- txn_timeouts,
              request_timeouts <- request_timeouts, backoff_retries <- backoff_retries,
              marker_resends <- marker_resends, delivery_attempts <- delivery_attempts, polls_per_reader <- polls,
-             reduced <- reduced, restart_producers <- restart_producers, por <- por, symmetry <- symmetry);
+             reduced <- reduced, restart_producers <- restart_producers, por <- por, symmetry <- symmetry,
+             processors <- processors, processor_txns <- processor_txns, member_polls <- member_polls,
+             session_expiries <- session_expiries);
         if let Some(m) = self.mutation {
             b.mutation = Some(m);
         }
@@ -611,6 +627,10 @@ pub fn main_job() -> Result<Vec<String>, Vec<String>> {
             reduced: None,
             por: None,
             symmetry: None,
+            processors: None,
+            processor_txns: None,
+            member_polls: None,
+            session_expiries: None,
         },
         threads: 1,
         dfs: false,

@@ -7,8 +7,10 @@ use crate::state::{TxnAction, TxnState};
 use crate::verdict::broker_of;
 use stateright::actor::{ActorModelAction, Id};
 use txnsim_engine::coordinator::TransactionState;
+use txnsim_engine::group_coordinator::OffsetsRecord;
 use txnsim_engine::protocol::{NodeId, Timer};
 use txnsim_engine::record::BatchBody;
+use txnsim_engine::topic::GROUP_METADATA_TOPIC;
 use txnsim_engine::{Broker, TopicPartition, TransactionResult};
 use txnsim_properties::{CallOutcome, Event, ProducerCall};
 
@@ -16,6 +18,7 @@ fn actor_name(s: &TxnState, id: Id) -> String {
     match s.actor_states[usize::from(id)].node() {
         NodeKind::Broker(_) => "broker".into(),
         NodeKind::Producer(p) => p.producer.id.to_string(),
+        NodeKind::Processor(p) => p.producer.id.to_string(),
         NodeKind::Panicked { .. } => unreachable!("node() unwraps"),
     }
 }
@@ -95,6 +98,12 @@ pub fn timer_text(t: &ModelTimer) -> String {
         ModelTimer::Engine(Timer::LoadTransactionLog { leader_epoch }) => {
             format!("coordinator loads at epoch {leader_epoch}")
         }
+        ModelTimer::Member(Timer::RequestTimeout { correlation_id }) => {
+            format!("its member's request #{correlation_id} times out")
+        }
+        ModelTimer::Member(t) => format!("its member's {t:?}"),
+        ModelTimer::GroupDeadline => "the group's join phase ends".into(),
+        ModelTimer::SessionExpiry => "the group's member sessions expire (no heartbeat came)".into(),
         ModelTimer::TxnTimeout(tid) => format!("coordinator times out '{tid}'"),
         ModelTimer::Crash => "CRASH".into(),
         ModelTimer::BrokerCrash(id) => format!("CRASH of {}", node_name(&NodeId::Broker(*id))),
@@ -148,7 +157,7 @@ fn log_changes(who: &str, was: &Broker, now: &Broker, out: &mut Vec<String>) {
             match &b.body {
                 BatchBody::Data(records) => out.push(format!(
                     "{who}appends {} at {tp}@{}",
-                    records.iter().map(|r| r.value.as_str()).collect::<Vec<_>>().join(","),
+                    records.iter().map(|r| record_text(tp, &r.value)).collect::<Vec<_>>().join(","),
                     b.base_offset
                 )),
                 BatchBody::Control(m) => out.push(format!(
@@ -159,6 +168,18 @@ fn log_changes(who: &str, was: &Broker, now: &Broker, out: &mut Vec<String>) {
                 )),
             }
         }
+    }
+}
+
+/// A record's value, a `__consumer_offsets` record in short: `offset g t/0@1`, `group g generation 1`.
+fn record_text(tp: &TopicPartition, value: &str) -> String {
+    if tp.topic != GROUP_METADATA_TOPIC {
+        return value.to_string();
+    }
+    match serde_json::from_str::<OffsetsRecord>(value) {
+        Ok(OffsetsRecord::Offset { group, partition, offset, .. }) => format!("offset {group} {partition}@{offset}"),
+        Ok(OffsetsRecord::Group { group, metadata }) => format!("group {group} generation {}", metadata.generation),
+        Err(_) => value.to_string(),
     }
 }
 
@@ -243,7 +264,7 @@ pub fn snapshot(s: &TxnState) -> String {
     let node = broker_of(s);
     let broker: &Broker = &node.broker;
     let mut parts = Vec::new();
-    for tp in broker.replica_manager.logs.keys() {
+    for tp in node.leader_logs().keys().copied() {
         if node.replication.is_none() {
             parts.push(format!("{tp} {}", log_text(broker, tp)));
             continue;
@@ -271,6 +292,22 @@ pub fn snapshot(s: &TxnState) -> String {
         .collect();
     if !txns.is_empty() {
         parts.push(txns.join(", "));
+    }
+    for (id, g) in &broker.groups.groups {
+        let offsets: Vec<String> = g.offsets.iter().map(|(tp, (o, _))| format!("{tp}@{o}")).collect();
+        let pending: Vec<String> = broker
+            .groups
+            .pending_txn_offsets
+            .iter()
+            .flat_map(|(pid, p)| p.iter().map(move |((_, tp), o)| format!("{tp}@{} (pid {pid})", o.offset.0)))
+            .collect();
+        let pending = if pending.is_empty() { String::new() } else { format!(", pending {}", pending.join(" ")) };
+        parts.push(format!(
+            "group {id} {:?} gen {}, committed [{}]{pending}",
+            g.state,
+            g.generation_id,
+            offsets.join(" ")
+        ));
     }
     for r in &node.readers.list {
         let per_tp: Vec<String> = broker

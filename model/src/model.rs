@@ -153,7 +153,8 @@ fn lost_answer_note(last: &TxnState, action: &TxnAction) -> Option<(usize, LostA
 
 type PropFn = fn(&TxnModel, &TxnState) -> bool;
 
-const INVARIANTS: usize = Invariant::ALL.len() + Invariant::REPLICA.len();
+const INVARIANTS: usize =
+    Invariant::ALL.len() + Invariant::REPLICA.len() + Invariant::GROUP.len() + Invariant::EOS.len();
 /// The latch slot of `ENGINE_ASSERTIONS`, after the invariants and the facts.
 const ASSERTIONS: usize = INVARIANTS + Fact::ALL.len();
 const PROPERTIES: usize = ASSERTIONS + 1;
@@ -217,8 +218,8 @@ macro_rules! table {
     ($f:ident; $($i:literal)*) => { [$($f::<$i> as PropFn),*] };
 }
 
-const INVARIANT_FNS: [PropFn; INVARIANTS] = table!(invariant_holds; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34);
-const FACT_FNS: [PropFn; 10] = table!(fact_seen; 0 1 2 3 4 5 6 7 8 9);
+const INVARIANT_FNS: [PropFn; INVARIANTS] = table!(invariant_holds; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37);
+const FACT_FNS: [PropFn; 12] = table!(fact_seen; 0 1 2 3 4 5 6 7 8 9 10 11);
 
 /// Builds the model for `bounds`; panics on bounds `Bounds::validate` rejects.
 pub fn build(bounds: &Bounds) -> TxnModel {
@@ -236,6 +237,7 @@ pub fn build(bounds: &Bounds) -> TxnModel {
     let actors = ActorModel::new(cfg.clone(), 0)
         .actor(node(Role::Broker))
         .actors((0..bounds.producers).map(|i| node(Role::Producer(i))))
+        .actors((0..bounds.processors).map(|i| node(Role::Processor(i))))
         .init_network(network)
         .lossy_network(if bounds.lossy { LossyNetwork::Yes } else { LossyNetwork::No })
         // On a duplicating network a delivery leaves the message in place: nothing to count there.
@@ -251,13 +253,23 @@ pub fn build(bounds: &Bounds) -> TxnModel {
         });
     assert_eq!(actors.actors.len(), ctx.actor_count());
     let mut properties = vec![Property::always(ENGINE_ASSERTIONS, assertions_hold)];
+    let replica = Invariant::ALL.len()..Invariant::ALL.len() + Invariant::REPLICA.len();
     for (i, inv) in crate::verdict::model_invariants().enumerate() {
-        if i < Invariant::ALL.len() || bounds.replicated_cluster() {
+        let judged = if i < replica.start {
+            true
+        } else if replica.contains(&i) {
+            bounds.replicated_cluster()
+        } else {
+            bounds.processors > 0
+        };
+        if judged {
             properties.push(Property::always(inv.name(), INVARIANT_FNS[i]));
         }
     }
     for (j, fact) in Fact::ALL.iter().enumerate() {
-        if !fact.needs_replicas() || bounds.replicated_cluster() {
+        if (!fact.needs_replicas() || bounds.replicated_cluster())
+            && (!fact.needs_processors() || bounds.processors > 0)
+        {
             properties.push(Property::sometimes(fact.name(), FACT_FNS[j]));
         }
     }

@@ -19,20 +19,21 @@ use crate::actors::ModelTimer;
 use crate::state::{TxnAction, TxnState};
 use crate::verdict::broker_of;
 use stateright::actor::{ActorModelAction, Id, Network};
+use txnsim_engine::producer::Producer;
 use txnsim_engine::protocol::{Envelope, Message, NodeId, Timer};
 
 /// Whether the reduced model explores `action` from `s`.
 pub fn explored(s: &TxnState, action: &TxnAction) -> bool {
     match action {
         ActorModelAction::Timeout(id, ModelTimer::Engine(Timer::RequestTimeout { correlation_id })) => {
-            let Some(p) = s.actor_states[usize::from(*id)].producer() else { return true };
-            let me = &p.producer.id;
-            let c = p.producer.config();
+            let Some((producer, timers)) = client_producer(s, *id) else { return true };
+            let me = &producer.id;
+            let c = producer.config();
             // With `delivery.timeout.ms <= linger.ms + request.timeout.ms` a batch's delivery timeout, set
             // first, fires at or before its first request's timeout: that request timeout never matters.
             let delivery_first = c.delivery_timeout_ms <= c.linger_ms + c.request_timeout_ms;
-            if let Some(op) = p.producer.batch_of_request(*correlation_id) {
-                if delivery_first && p.timers.contains(&Timer::DeliveryTimeout { op }) {
+            if let Some(op) = producer.batch_of_request(*correlation_id) {
+                if delivery_first && timers(&Timer::DeliveryTimeout { op }) {
                     return false;
                 }
             }
@@ -44,14 +45,20 @@ pub fn explored(s: &TxnState, action: &TxnAction) -> bool {
             })
         }
         ActorModelAction::Timeout(id, ModelTimer::Engine(Timer::DeliveryTimeout { op })) => {
-            let Some(p) = s.actor_states[usize::from(*id)].producer() else { return true };
-            let me = &p.producer.id;
-            let requests = p.producer.requests_of_batch(*op);
+            let Some((producer, _)) = client_producer(s, *id) else { return true };
+            let me = &producer.id;
+            let requests = producer.requests_of_batch(*op);
             // As for a request timeout: the batch's request is lost, not merely slow or held by the broker.
             !in_flight(s, |m| {
                 (requests.contains(&m.correlation_id) && (m.from == *me || m.to == *me))
                     || (matches!(m.from, NodeId::Broker(_)) && matches!(m.to, NodeId::Broker(_)))
             })
+        }
+        // A processor's member: its request is lost, not merely slow.
+        ActorModelAction::Timeout(id, ModelTimer::Member(Timer::RequestTimeout { correlation_id })) => {
+            let Some(p) = s.actor_states[usize::from(*id)].processor() else { return true };
+            let me = &p.member.id;
+            !in_flight(s, |m| m.correlation_id == *correlation_id && (m.from == *me || m.to == *me))
         }
         ActorModelAction::Timeout(_, ModelTimer::Engine(Timer::ResendTxnMarkers { decision })) => {
             let coordinator = &broker_of(s).broker.coordinator;
@@ -64,6 +71,19 @@ pub fn explored(s: &TxnState, action: &TxnAction) -> bool {
         ActorModelAction::Timeout(_, ModelTimer::Poll { partition }) => broker_of(s).fresh & (1 << partition) != 0,
         _ => true,
     }
+}
+
+/// Whether a client has an engine timer armed.
+type HasTimer<'a> = Box<dyn Fn(&Timer) -> bool + 'a>;
+
+/// A producer's or a processor's engine producer, and whether it has a timer armed.
+fn client_producer(s: &TxnState, id: Id) -> Option<(&Producer, HasTimer<'_>)> {
+    let node = &s.actor_states[usize::from(id)];
+    if let Some(p) = node.producer() {
+        return Some((&p.producer, Box::new(|t: &Timer| p.timers.contains(t))));
+    }
+    let p = node.processor()?;
+    Some((&p.producer, Box::new(|t: &Timer| p.timers.contains(&ModelTimer::Engine(t.clone())))))
 }
 
 fn in_flight(s: &TxnState, matches: impl Fn(&Envelope) -> bool) -> bool {

@@ -228,6 +228,7 @@ fn renamed<T: Rename + Clone + std::hash::Hash>(value: &Shared<T>, names: &dyn F
 
 fn renamed_node(node: &NodeState, names: &dyn Fn(&mut String)) -> NodeState {
     Shared::new(match &**node {
+        NodeKind::Processor(_) => unreachable!("symmetry reduction runs without processors (`Bounds::validate`)"),
         NodeKind::Broker(b) => {
             let mut b = b.clone();
             b.broker = renamed(&b.broker, names);

@@ -6,17 +6,19 @@
 //! faults: the model's form of "after healing"). The model adds only reachability facts (`Fact`).
 
 use crate::actors::{reader_name, BrokerNode, Ctx, ModelTimer, NodeState, Phase, ProducerNode, RetriedApi, Stop};
+use crate::processor::{self, ProcessorNode};
 use crate::shared::{digest, DigestMap, CACHE_ENTRIES_MAX};
 use crate::state::TxnState;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use txnsim_engine::coordinator::DecisionCause;
+use txnsim_engine::coordinator::{DecisionCause, TransactionState};
 use txnsim_engine::{read_to_end, IsolationLevel, Offset, PartitionLog, TopicPartition, TransactionResult};
 use txnsim_properties::{
     acked_writes, check_acked_writes, check_committed_sends, check_failed_sends, check_history, check_liveness,
     check_read_superset, check_replicas, check_state, intent_claimed, ClusterView, History, Invariant, Violation,
 };
+use txnsim_properties::{check_exactly_once, check_group_offsets, EosView};
 
 /// Reachability facts from the seed document and the issue, checked as `sometimes` properties.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -31,10 +33,12 @@ pub enum Fact {
     EndTxnAnswerLostThenRetried,
     LeaderChangeMidTransaction,
     MarkerTruncatedThenRewritten,
+    ProcessorCommit,
+    ZombieFenced,
 }
 
 impl Fact {
-    pub const ALL: [Fact; 10] = [
+    pub const ALL: [Fact; 12] = [
         Fact::UncommittedReadsAhead,
         Fact::CommittedOffsetGap,
         Fact::Commit,
@@ -45,6 +49,8 @@ impl Fact {
         Fact::EndTxnAnswerLostThenRetried,
         Fact::LeaderChangeMidTransaction,
         Fact::MarkerTruncatedThenRewritten,
+        Fact::ProcessorCommit,
+        Fact::ZombieFenced,
     ];
 
     pub fn name(self) -> &'static str {
@@ -59,6 +65,8 @@ impl Fact {
             Fact::EndTxnAnswerLostThenRetried => "end-txn-answer-lost-then-retried",
             Fact::LeaderChangeMidTransaction => "leader-changes-mid-transaction",
             Fact::MarkerTruncatedThenRewritten => "marker-truncated-then-rewritten",
+            Fact::ProcessorCommit => "processor-commits-output-and-offset",
+            Fact::ZombieFenced => "zombie-processor-fenced",
         }
     }
 
@@ -84,12 +92,23 @@ impl Fact {
             Fact::MarkerTruncatedThenRewritten => {
                 "a marker written on the old leader is truncated from its log and written again by the coordinator's resend"
             }
+            Fact::ProcessorCommit => {
+                "a processor's transaction commits: the group's offset passes an input whose output is committed"
+            }
+            Fact::ZombieFenced => {
+                "a processor's call is refused for its stale generation, member id or producer epoch (a zombie)"
+            }
         }
     }
 
     /// Reachable only on a replicated cluster: a property only there.
     pub fn needs_replicas(self) -> bool {
         matches!(self, Fact::LeaderChangeMidTransaction | Fact::MarkerTruncatedThenRewritten)
+    }
+
+    /// Reachable only with processors: a property only there.
+    pub fn needs_processors(self) -> bool {
+        matches!(self, Fact::ProcessorCommit | Fact::ZombieFenced)
     }
 
     fn bit(self) -> u32 {
@@ -127,9 +146,10 @@ impl Evaluation {
 }
 
 /// The invariants the model's properties judge: the catalogue's main list, then the replica invariants
-/// (properties only on a replicated cluster, where they can fail).
+/// (properties only on a replicated cluster, where they can fail), then the group and exactly-once
+/// invariants (properties only with processors).
 pub fn model_invariants() -> impl Iterator<Item = Invariant> {
-    Invariant::ALL.into_iter().chain(Invariant::REPLICA)
+    Invariant::ALL.into_iter().chain(Invariant::REPLICA).chain(Invariant::GROUP).chain(Invariant::EOS)
 }
 
 pub fn invariant_index(i: Invariant) -> usize {
@@ -144,7 +164,7 @@ pub fn broker_of(s: &TxnState) -> &crate::actors::BrokerNode {
 pub fn history(s: &TxnState) -> History {
     let mut h = History::default();
     for a in &s.actor_states[1..] {
-        h.events.extend(a.producer().expect("actors after the broker are producers").events.iter().cloned());
+        h.events.extend(a.events().expect("actors after the broker are clients").iter().cloned());
     }
     for r in &broker_of(s).readers.list {
         h.events.extend(r.polls.iter().cloned());
@@ -163,22 +183,31 @@ pub fn quiescent(ctx: &Ctx, s: &TxnState) -> bool {
         return false;
     }
     for timers in &s.timers_set {
-        if timers.iter().any(|t| !matches!(t, ModelTimer::Crash | ModelTimer::BrokerCrash(_) | ModelTimer::Poll { .. }))
-        {
+        let fault_or_poll = |t: &ModelTimer| {
+            matches!(
+                t,
+                ModelTimer::Crash | ModelTimer::BrokerCrash(_) | ModelTimer::Poll { .. } | ModelTimer::SessionExpiry
+            )
+        };
+        if timers.iter().any(|t| !fault_or_poll(t)) {
             return false;
         }
     }
     // A producer that crashed for good waits on nothing.
     let waits = |p: &ProducerNode| p.starved && p.phase != Phase::Done(Stop::Crashed);
-    if broker_of(s).starved || s.actor_states[1..].iter().any(|a| a.producer().is_some_and(waits)) {
+    let processor_waits = |p: &ProcessorNode| p.starved && !p.is_crashed();
+    if broker_of(s).starved
+        || s.actor_states[1..]
+            .iter()
+            .any(|a| a.producer().is_some_and(waits) || a.processor().is_some_and(processor_waits))
+    {
         return false;
     }
     for env in s.network.iter_deliverable() {
-        let dst = usize::from(env.dst);
-        if s.actor_states[dst]
-            .producer()
-            .is_some_and(|p| env.msg.to != p.producer.id || p.phase == Phase::Done(Stop::Crashed))
-        {
+        let dst = &s.actor_states[usize::from(env.dst)];
+        let dead_producer =
+            dst.producer().is_some_and(|p| env.msg.to != p.producer.id || p.phase == Phase::Done(Stop::Crashed));
+        if dead_producer || dst.processor().is_some_and(|p| !p.is_addressee(&env.msg.to)) {
             continue;
         }
         return false;
@@ -195,9 +224,40 @@ fn view<'a>(node: &'a BrokerNode, logs: &'a BTreeMap<&TopicPartition, &Partition
     }
 }
 
+/// With processors: the group's offsets against its `__consumer_offsets` log in every state
+/// (`txn-offsets-visible-iff-committed`), and once no transaction is between its decision and its last
+/// marker, the output and the group's offsets against the input (`exactly-once-output`,
+/// `output-of-consumed-input`), where exactly-once is claimed (TV2, as the sim claims it).
+fn eos_violations(node: &BrokerNode) -> Vec<Violation> {
+    let broker = &node.broker;
+    let mut out = check_group_offsets(broker);
+    if !intent_claimed(broker.config.transaction_version) || !settled(broker) {
+        return out;
+    }
+    let group = broker.groups.groups.get(processor::GROUP);
+    let committed: BTreeMap<TopicPartition, i64> =
+        group.iter().flat_map(|g| g.offsets.iter().map(|(tp, (o, _))| (tp.clone(), *o))).collect();
+    let logs = node.leader_logs();
+    let view = EosView {
+        logs: &logs,
+        input_topic: crate::bounds::TOPIC,
+        output_topic: processor::OUTPUT_TOPIC,
+        committed: &committed,
+    };
+    out.extend(check_exactly_once(&view));
+    out
+}
+
+/// Every transaction decision has its markers written: no commit is half visible.
+fn settled(broker: &txnsim_engine::Broker) -> bool {
+    let c = &broker.coordinator;
+    let preparing = |s: TransactionState| matches!(s, TransactionState::PrepareCommit | TransactionState::PrepareAbort);
+    c.decisions.iter().all(|d| d.completed) && !c.txns.values().any(|m| preparing(m.state))
+}
+
 /// The state invariants, the read_uncommitted-superset check and on a replicated cluster the replica
 /// invariants over the live brokers: functions of the brokers alone.
-fn broker_violations(node: &BrokerNode) -> Vec<Violation> {
+fn broker_violations(node: &BrokerNode, processors: bool) -> Vec<Violation> {
     let mutations = &node.broker.config.mutations;
     let logs = node.leader_logs();
     let mut violations = check_state(&view(node, &logs));
@@ -208,6 +268,9 @@ fn broker_violations(node: &BrokerNode) -> Vec<Violation> {
     }
     if node.replication.is_some() {
         violations.extend(check_replicas(live_brokers(node)));
+    }
+    if processors {
+        violations.extend(eos_violations(node));
     }
     violations
 }
@@ -254,7 +317,7 @@ fn history_violations(history: &History, node: &BrokerNode) -> Vec<Violation> {
 /// Evaluates every property on one state, with witnesses (no caching; see `verdict`).
 pub fn evaluate(ctx: &Ctx, s: &TxnState) -> Evaluation {
     let node = broker_of(s);
-    let mut violations = broker_violations(node);
+    let mut violations = broker_violations(node, ctx.bounds.processors > 0);
     violations.extend(history_violations(&history(s), node));
     let quiescent = quiescent(ctx, s);
     if quiescent {
@@ -312,6 +375,13 @@ fn facts(s: &TxnState) -> Vec<Fact> {
     if retried(RetriedApi::EndTxn) {
         out.push(Fact::EndTxnAnswerLostThenRetried);
     }
+    let processors = s.actor_states[1..].iter().filter_map(|a| a.processor());
+    if processors.clone().any(|p| processor::fenced(&p.events)) {
+        out.push(Fact::ZombieFenced);
+    }
+    if processors.count() > 0 && processor_committed(node) {
+        out.push(Fact::ProcessorCommit);
+    }
     if let Some(r) = &node.replication {
         if r.leader_changed_mid_txn {
             out.push(Fact::LeaderChangeMidTransaction);
@@ -321,6 +391,18 @@ fn facts(s: &TxnState) -> Vec<Fact> {
         }
     }
     out
+}
+
+/// The group's committed offset has passed an input, and an output is committed.
+fn processor_committed(node: &BrokerNode) -> bool {
+    let broker = &node.broker;
+    let offset = broker.groups.groups.get(processor::GROUP).and_then(|g| g.offsets.values().map(|(o, _)| *o).max());
+    let out = TopicPartition::new(processor::OUTPUT_TOPIC, 0);
+    let mutations = &broker.config.mutations;
+    let output = broker
+        .partition(&out)
+        .is_some_and(|l| !read_to_end(l, IsolationLevel::ReadCommitted, 0, mutations).0.is_empty());
+    offset.is_some_and(|o| o > 0) && output
 }
 
 fn bits(violations: &[Violation]) -> u64 {
@@ -358,11 +440,12 @@ pub fn verdict(ctx: &Ctx, s: &TxnState) -> Verdict {
         }
         let node = broker_of(s);
         let brokers = digest(&(node.broker.digest(), node.replication.as_ref().map(|r| r.digest())));
-        let mut violated = *c.broker.entry(brokers).or_insert_with(|| bits(&broker_violations(node)));
+        let processors = ctx.bounds.processors > 0;
+        let mut violated = *c.broker.entry(brokers).or_insert_with(|| bits(&broker_violations(node, processors)));
         let key = digest(&(
             brokers,
             node.readers.digest(),
-            s.actor_states[1..].iter().map(|a| a.producer().map(|p| p.events.digest())).collect::<Vec<_>>(),
+            s.actor_states[1..].iter().map(|a| a.events().map(|e| e.digest())).collect::<Vec<_>>(),
         ));
         violated |= *c.history.entry(key).or_insert_with(|| bits(&history_violations(&history(s), node)));
         if quiescent {

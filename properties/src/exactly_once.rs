@@ -15,7 +15,21 @@ use crate::client::transform;
 use crate::log_facts::LogFacts;
 use crate::state::Logs;
 use std::collections::BTreeMap;
-use txnsim_engine::{Offset, TopicPartition};
+use txnsim_engine::{KafkaError, Offset, TopicPartition};
+
+/// Errors that tell a processor it is a zombie: its generation, its member id or its producer epoch is
+/// stale (KIP-447's group fencing, KIP-98's producer fencing).
+pub const FENCING: [KafkaError; 4] = [
+    KafkaError::IllegalGeneration,
+    KafkaError::UnknownMemberId,
+    KafkaError::ProducerFenced,
+    KafkaError::InvalidProducerEpoch,
+];
+
+/// Whether the error a history names (`KafkaError::name`) is one of `FENCING`.
+pub fn is_fencing(error: &str) -> bool {
+    FENCING.iter().any(|f| f.name() == error)
+}
 
 /// The value a processor writes for `input` in the transaction named `attempt` (`w0.3`: processor w0's
 /// third transaction).

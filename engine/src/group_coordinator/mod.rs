@@ -76,13 +76,18 @@ fn answer(effects: &mut Effects, me: &NodeId, to: &NodeId, corr: u64, message: G
 impl GroupCoordinator {
     /// When `tick` must next run: a join phase's end or a member's session expiry.
     pub fn next_deadline_ms(&self) -> Option<TimeMs> {
-        self.groups
-            .values()
-            .flat_map(|g| {
-                let expiries = g.members.values().filter(|m| m.join_waiter.is_none()).map(|m| m.expires_ms);
-                g.join_deadline_ms.into_iter().chain(expiries)
-            })
-            .min()
+        self.next_join_deadline_ms().into_iter().chain(self.next_session_expiry_ms()).min()
+    }
+
+    /// The earliest end of a join phase (the initial delay, or the rebalance timeout).
+    pub fn next_join_deadline_ms(&self) -> Option<TimeMs> {
+        self.groups.values().filter_map(|g| g.join_deadline_ms).min()
+    }
+
+    /// The earliest session expiry of a member not waiting in a join.
+    pub fn next_session_expiry_ms(&self) -> Option<TimeMs> {
+        let expiries = self.groups.values().flat_map(|g| g.members.values());
+        expiries.filter(|m| m.join_waiter.is_none()).map(|m| m.expires_ms).min()
     }
 
     /// The records to append since the last call: offset commits, then the metadata of each group whose

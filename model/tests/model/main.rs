@@ -9,6 +9,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 // One test binary for the model's suites: stateright's checker is instantiated (at opt-level 2) once,
 // not once per file, which is most of their compile time.
 mod common;
+mod eos;
 mod explorer;
 mod por;
 mod symmetry;

@@ -16,8 +16,8 @@ use txnsim_engine::producer::ConsumerGroupMetadata;
 use txnsim_engine::protocol::{Effects, Message, NodeId};
 use txnsim_engine::topic::offsets_partition_for;
 use txnsim_engine::PartitionLog;
-use txnsim_engine::{Consumer, IsolationLevel, KafkaError, Offset, TopicPartition, TxnManagerState};
-use txnsim_properties::exactly_once::output_value;
+use txnsim_engine::{Consumer, IsolationLevel, Offset, TopicPartition, TxnManagerState};
+use txnsim_properties::exactly_once::{is_fencing, output_value};
 use txnsim_properties::{check_exactly_once, check_group_offsets, intent_claimed, EosView, LogFacts, Violation};
 use txnsim_properties::{CallOutcome, Event, ProducerCall};
 
@@ -50,14 +50,6 @@ pub struct ProcessorTxn {
     pub events_at: usize,
     pub calls: BTreeSet<u64>,
 }
-
-/// Errors that tell a processor it is a zombie: its generation or its producer epoch is stale.
-const FENCING: [KafkaError; 4] = [
-    KafkaError::IllegalGeneration,
-    KafkaError::UnknownMemberId,
-    KafkaError::ProducerFenced,
-    KafkaError::InvalidProducerEpoch,
-];
 
 impl World {
     fn eos(&self) -> &EosParams {
@@ -332,7 +324,7 @@ impl World {
             match outcome {
                 CallOutcome::Failed { error } => {
                     failed = true;
-                    fenced |= FENCING.iter().any(|f| f.name() == error);
+                    fenced |= is_fencing(error);
                 }
                 CallOutcome::Unknown => failed = true,
                 CallOutcome::Ok if txn.commit => committed = true,
