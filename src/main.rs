@@ -341,8 +341,8 @@ fn main_job(scenarios: &std::path::Path) -> ExitCode {
     type Counts = fn(&[String]) -> Vec<String>;
     // Each job with the counts the summary repeats (from its report lines, or its fixed size).
     let jobs: [(&str, Job, Counts); 2] = [
-        // A passing model job's lines are its counts, one per transaction version.
-        ("model check (small)", txnsim_model::cli::main_job, |lines| lines.to_vec()),
+        // A passing model job's lines are its counts: the small config per transaction version, then eos.
+        ("model check (small, eos small)", txnsim_model::cli::main_job, |lines| lines.to_vec()),
         ("seed sweep", txnsim_sim::cli::main_job, |_| {
             let seeds: u64 = txnsim_sim::cli::MAIN_JOB_SEEDS.iter().map(|(_, n)| n).sum();
             vec![format!("{seeds} seeds over {} profiles", txnsim_sim::cli::MAIN_JOB_SEEDS.len())]

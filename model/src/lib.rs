@@ -17,6 +17,12 @@
 //! network; a broker crash is down, then up (`ModelTimer::BrokerCrash`, `BrokerRestart`); readers read
 //! the standing leader (`txnsim_properties::standing_leader`); the replica invariants become properties.
 //!
+//! With `Bounds::processors` (the `eos` config) actors after the producers are processors
+//! (`processor`): the consume-transform-produce loop, each a consumer group member and a transactional
+//! producer, reading the producers' topic and writing `out`. The group coordinator's join deadlines and a
+//! budgeted session expiry are the broker's model timers; the group and exactly-once invariants become
+//! properties.
+//!
 //! Properties (`verdict`, `model`) come from `txnsim_properties` only: one `always` property per
 //! `Invariant` (state invariants over the broker, history invariants over the producers' sends and the
 //! readers' polls, the read_uncommitted-superset check over fresh reads, liveness invariants at

@@ -54,11 +54,13 @@ pub fn explored(s: &TxnState, action: &TxnAction) -> bool {
                     || (matches!(m.from, NodeId::Broker(_)) && matches!(m.to, NodeId::Broker(_)))
             })
         }
-        // A processor's member: its request is lost, not merely slow.
+        // A processor's member: its request is lost, not merely slow, nor held by the group coordinator
+        // until its join phase ends (a JoinGroup's timeout outlasts the rebalance timeout).
         ActorModelAction::Timeout(id, ModelTimer::Member(Timer::RequestTimeout { correlation_id })) => {
             let Some(p) = s.actor_states[usize::from(*id)].processor() else { return true };
             let me = &p.member.id;
-            !in_flight(s, |m| m.correlation_id == *correlation_id && (m.from == *me || m.to == *me))
+            !broker_of(s).broker.groups.holds(&(me.clone(), *correlation_id))
+                && !in_flight(s, |m| m.correlation_id == *correlation_id && (m.from == *me || m.to == *me))
         }
         ActorModelAction::Timeout(_, ModelTimer::Engine(Timer::ResendTxnMarkers { decision })) => {
             let coordinator = &broker_of(s).broker.coordinator;

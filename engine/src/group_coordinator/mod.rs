@@ -84,6 +84,12 @@ impl GroupCoordinator {
         self.groups.values().filter_map(|g| g.join_deadline_ms).min()
     }
 
+    /// Whether a JoinGroup or SyncGroup of `waiter` is held here, to be answered when its phase ends.
+    pub fn holds(&self, waiter: &Waiter) -> bool {
+        let members = self.groups.values().flat_map(|g| g.members.values());
+        members.into_iter().any(|m| m.join_waiter.as_ref() == Some(waiter) || m.sync_waiter.as_ref() == Some(waiter))
+    }
+
     /// The earliest session expiry of a member not waiting in a join.
     pub fn next_session_expiry_ms(&self) -> Option<TimeMs> {
         let expiries = self.groups.values().flat_map(|g| g.members.values());

@@ -10,20 +10,15 @@ use txnsim_engine::Mutation;
 use txnsim_model::cli::check as run;
 use txnsim_model::{Bounds, Fact};
 
-/// The eos config without its loss and its crash: the member's session may still expire.
-fn gate_eos() -> Bounds {
-    Bounds { lossy: false, crashes: 0, processor_txns: 1, ..Bounds::eos() }
-}
-
 /// Every property holds, the group and exactly-once invariants among them; the processor commits its
 /// output with its offset, and a zombie (its member's session expired) is refused its offsets. The shortest
 /// commit is the loop as KIP-447 runs it: join, offsets fetched stable, the input read once committed, the
 /// output, the offsets with the group's generation, the commit, and both markers.
 #[test]
 fn eos_gate_config_holds_commits_and_fences_a_zombie() {
-    let o = check(&gate_eos(), HasDiscoveries::All);
+    let o = check(&Bounds::eos_small(), HasDiscoveries::All);
     assert!(o.violations.is_empty(), "violated: {:?}", o.violations);
-    assert_eq!(o.unique, 6_506, "the gate's eos space, explored to the end");
+    assert_eq!(o.unique, 2_888, "the gate's eos space, explored to the end");
     for fact in [Fact::ProcessorCommit, Fact::ZombieFenced, Fact::Commit, Fact::Abort] {
         assert!(o.examples.contains_key(fact.name()), "{} unreached; reached {:?}", fact.name(), o.examples.keys());
     }
@@ -51,8 +46,8 @@ fn eos_gate_config_holds_commits_and_fences_a_zombie() {
 
 /// Four of the loop's known failure modes, each caught by the model with the invariant that names it
 /// (`eos_gate_config_holds_commits_and_fences_a_zombie` is the same space without the bug). The fifth,
-/// `txn-offset-commit-skips-generation-check`, needs a second processor to take the zombie's partition,
-/// which the model cannot hold (docs/eos.md); the sim catches it.
+/// `txn-offset-commit-skips-generation-check`, needs a second processor to take the zombie's partition
+/// (`two_processors_catch_the_generation_check_mutation`).
 #[test]
 fn eos_gate_config_catches_the_loop_mutations() {
     for (m, property) in [
@@ -61,7 +56,7 @@ fn eos_gate_config_catches_the_loop_mutations() {
         (Mutation::OffsetsOnAbort, "txn-offsets-visible-iff-committed"),
         (Mutation::ProcessorReadsUncommitted, "output-of-consumed-input"),
     ] {
-        let o = check(&gate_eos().with_mutation(m), HasDiscoveries::AnyFailures);
+        let o = check(&Bounds::eos_small().with_mutation(m), HasDiscoveries::AnyFailures);
         assert!(
             o.violations.contains_key(property),
             "{}: {property} not violated; violated {:?}",
@@ -102,4 +97,39 @@ fn eos_is_exhaustive_and_pinned() {
     assert_eq!(report.json["unique_states"], EOS_STATES, "the eos space, explored to the end");
 }
 
-const EOS_STATES: u64 = 0;
+const EOS_STATES: u64 = 2_100_444;
+
+/// KIP-447's generation check is what stops a zombie whose transactional id differs from its successor's:
+/// with two processors, w1's member is removed (its session expired) while w0 takes the input in the next
+/// generation; without the check w1's stale offsets are taken and both outputs commit. One processor
+/// cannot show it (a restart keeps the transactional id, and producer fencing stops the zombie first).
+#[test]
+fn two_processors_catch_the_generation_check_mutation() {
+    let cli = Cli::parse_from([
+        "check",
+        "--config",
+        "eos",
+        "--lossy=false",
+        "--crashes",
+        "0",
+        "--processors",
+        "2",
+        "--member-polls",
+        "5",
+        "--mutation",
+        Mutation::TxnOffsetCommitSkipsGenerationCheck.name(),
+        "--dfs",
+    ]);
+    let bounds = cli.args.bounds.bounds().expect("valid flags");
+    let report = run(&bounds, &cli.args, &mut std::io::sink());
+    let text = report.lines.join("\n");
+    let violated: Vec<&str> = report.json["properties"]
+        .as_array()
+        .expect("properties")
+        .iter()
+        .filter(|p| p["status"].as_str() == Some("violated"))
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert_eq!(violated, ["exactly-once-output"], "{text}");
+    assert!(text.contains("it has 2 committed outputs"), "no duplicate output in\n{text}");
+}
