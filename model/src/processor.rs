@@ -19,7 +19,7 @@ use crate::shared::Shared;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use txnsim_engine::consumer::{ConsumerRecord, GroupRebalanceConfig, MemberState};
-use txnsim_engine::producer::{Completion, OpId, OpOutput, Producer};
+use txnsim_engine::producer::{Completion, OpId, Producer};
 use txnsim_engine::protocol::{Effects, Envelope, NodeId, Timer};
 use txnsim_engine::{Consumer, IsolationLevel, KafkaError, ProducerKind, TopicPartition, TransactionResult};
 use txnsim_engine::{TimeMs, TxnManagerState};
@@ -340,7 +340,8 @@ impl Node {
             return;
         }
         if n.producer.state == TxnManagerState::FatalError {
-            n.stage = Stage::Done(Stop::Failed(KafkaError::ProducerFenced));
+            let error = n.producer.last_error.expect("a fatal state records its error");
+            n.stage = Stage::Done(Stop::Failed(error));
             o.remove_random("end");
             return;
         }
@@ -405,8 +406,8 @@ impl Node {
         n.begun += 1;
         let attempt = format!("{}.{}", n.producer.id, n.begun);
         let mut txn = Txn { attempt, commit, sends: BTreeSet::new(), offsets: None, end: None, ok: true };
-        if self.processor_call(n, &ProducerCall::Begin, fx).is_err() {
-            n.stage = Stage::Done(Stop::Failed(KafkaError::InvalidTxnState));
+        if let Err(e) = self.processor_call(n, &ProducerCall::Begin, fx) {
+            n.stage = Stage::Done(Stop::Failed(e));
             return;
         }
         let outputs: Vec<TopicPartition> = self.ctx.output_partitions();
@@ -454,15 +455,7 @@ impl Node {
 
     fn processor_completion(&self, n: &mut ProcessorNode, c: Completion) {
         let process = n.producer.id.to_string();
-        let outcome = match &c.result {
-            Ok(OpOutput::Sent { ack, .. }) => CallOutcome::Sent {
-                first_offset: ack.first_offset,
-                last_offset: ack.last_offset,
-                duplicate: ack.duplicate,
-            },
-            Ok(_) => CallOutcome::Ok,
-            Err(e) => CallOutcome::Failed { error: e.name().to_string() },
-        };
+        let outcome = CallOutcome::of(&c.result);
         n.events.update(|events| events.push(Event::Complete { time_ms: NOW_MS, process, call_id: c.op, outcome }));
         match &mut n.stage {
             Stage::Initializing => match c.result {
