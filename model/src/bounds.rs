@@ -177,7 +177,8 @@ impl Bounds {
 
     /// The sim's `eos` profile at model size: one producer's transaction of one record is the input, one
     /// processor (a group member and a transactional producer) consumes it read_committed, writes its
-    /// output and commits its offset in the same transaction (or aborts: the application's choice). TV2
+    /// output and commits its offset in the same transaction, or aborts (the application's choice) and
+    /// runs a second transaction from the group's committed offset. TV2
     /// (where exactly-once is claimed), a lossy FIFO network with one loss, one crash (producer or
     /// processor: the processor restarts as a new member and a new instance that fences the old), one
     /// session expiry (the member, paused, is removed from the group and becomes a zombie). No readers:
@@ -194,8 +195,8 @@ impl Bounds {
             polls_per_reader: 0,
             symmetry: false,
             processors: 1,
-            processor_txns: 1,
-            member_polls: 6,
+            processor_txns: 2,
+            member_polls: 7,
             session_expiries: 1,
             ..Bounds::standard()
         }

@@ -61,7 +61,6 @@ pub mod cli;
 pub mod counterexample;
 pub mod describe;
 pub mod model;
-pub mod processor;
 pub mod reductions;
 pub mod shared;
 pub mod state;

@@ -219,7 +219,7 @@ macro_rules! table {
 }
 
 const INVARIANT_FNS: [PropFn; INVARIANTS] = table!(invariant_holds; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37);
-const FACT_FNS: [PropFn; 12] = table!(fact_seen; 0 1 2 3 4 5 6 7 8 9 10 11);
+const FACT_FNS: [PropFn; 13] = table!(fact_seen; 0 1 2 3 4 5 6 7 8 9 10 11 12);
 
 /// Builds the model for `bounds`; panics on bounds `Bounds::validate` rejects.
 pub fn build(bounds: &Bounds) -> TxnModel {

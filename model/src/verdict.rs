@@ -5,8 +5,8 @@
 //! invariants from `check_liveness` at quiescent states (nothing left to happen but reader polls and
 //! faults: the model's form of "after healing"). The model adds only reachability facts (`Fact`).
 
+use crate::actors::processor::{self, ProcessorNode};
 use crate::actors::{reader_name, BrokerNode, Ctx, ModelTimer, NodeState, Phase, ProducerNode, RetriedApi, Stop};
-use crate::processor::{self, ProcessorNode};
 use crate::shared::{digest, DigestMap, CACHE_ENTRIES_MAX};
 use crate::state::TxnState;
 use std::cell::RefCell;
@@ -34,11 +34,12 @@ pub enum Fact {
     LeaderChangeMidTransaction,
     MarkerTruncatedThenRewritten,
     ProcessorCommit,
+    ProcessorRetry,
     ZombieFenced,
 }
 
 impl Fact {
-    pub const ALL: [Fact; 12] = [
+    pub const ALL: [Fact; 13] = [
         Fact::UncommittedReadsAhead,
         Fact::CommittedOffsetGap,
         Fact::Commit,
@@ -50,6 +51,7 @@ impl Fact {
         Fact::LeaderChangeMidTransaction,
         Fact::MarkerTruncatedThenRewritten,
         Fact::ProcessorCommit,
+        Fact::ProcessorRetry,
         Fact::ZombieFenced,
     ];
 
@@ -66,6 +68,7 @@ impl Fact {
             Fact::LeaderChangeMidTransaction => "leader-changes-mid-transaction",
             Fact::MarkerTruncatedThenRewritten => "marker-truncated-then-rewritten",
             Fact::ProcessorCommit => "processor-commits-output-and-offset",
+            Fact::ProcessorRetry => "processor-retries-its-input",
             Fact::ZombieFenced => "zombie-processor-fenced",
         }
     }
@@ -95,6 +98,10 @@ impl Fact {
             Fact::ProcessorCommit => {
                 "a processor's transaction commits: the group's offset passes an input whose output is committed"
             }
+            Fact::ProcessorRetry => {
+                "a processor begins a second transaction over input its first took (that one did not commit: its \
+                 member rewound to the group's offset, or a new instance started)"
+            }
             Fact::ZombieFenced => {
                 "a processor's call is refused for its stale generation, member id or producer epoch (a zombie)"
             }
@@ -108,7 +115,7 @@ impl Fact {
 
     /// Reachable only with processors: a property only there.
     pub fn needs_processors(self) -> bool {
-        matches!(self, Fact::ProcessorCommit | Fact::ZombieFenced)
+        matches!(self, Fact::ProcessorCommit | Fact::ProcessorRetry | Fact::ZombieFenced)
     }
 
     fn bit(self) -> u32 {
@@ -379,8 +386,11 @@ fn facts(s: &TxnState) -> Vec<Fact> {
     if processors.clone().any(|p| processor::fenced(&p.events)) {
         out.push(Fact::ZombieFenced);
     }
-    if processors.count() > 0 && processor_committed(node) {
+    if processors.clone().count() > 0 && processor_committed(node) {
         out.push(Fact::ProcessorCommit);
+    }
+    if processors.clone().any(|p| p.begun >= 2) {
+        out.push(Fact::ProcessorRetry);
     }
     if let Some(r) = &node.replication {
         if r.leader_changed_mid_txn {

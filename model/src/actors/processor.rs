@@ -13,7 +13,7 @@
 //! polls after each of its steps while its budget (`Bounds::member_polls`) lasts, and only between
 //! transactions, as the application's loop does.
 
-use crate::actors::{delivered, ModelTimer, Node, NodeKind, NodeState, Stop, NOW_MS, O};
+use super::{delivered, ModelTimer, Node, NodeKind, NodeState, Stop, NOW_MS, O};
 use crate::bounds::TOPIC;
 use crate::shared::Shared;
 use std::borrow::Cow;
@@ -349,13 +349,16 @@ impl Node {
             let txn = txn.clone();
             return self.continue_txn(n, txn, fx);
         }
-        self.poll_member(n, o);
-        self.take_inputs(n);
+        // The application's poll returns the records it has; it polls again only when it has none.
         let stable = n.member.group().is_some_and(|g| g.state == MemberState::Stable);
-        if stable && !n.inputs.is_empty() && (n.begun as usize) < self.ctx.bounds.processor_txns {
-            n.stage = Stage::Choosing;
-            o.choose_random("end", vec![TransactionResult::Commit, TransactionResult::Abort]);
+        if stable && !n.inputs.is_empty() {
+            if (n.begun as usize) < self.ctx.bounds.processor_txns {
+                n.stage = Stage::Choosing;
+                o.choose_random("end", vec![TransactionResult::Commit, TransactionResult::Abort]);
+            }
+            return;
         }
+        self.poll_member(n, o);
     }
 
     /// `KafkaConsumer.poll` of the member, while its budget lasts: group work, then fetches.

@@ -4,8 +4,10 @@
 //! stateright timers. Nothing here decides Kafka behaviour; that is all engine code.
 
 use crate::bounds::Bounds;
-use crate::processor::{self, ProcessorNode};
+pub mod processor;
+
 use crate::shared::Shared;
+use processor::ProcessorNode;
 use stateright::actor::{model_timeout, Actor, Id, Out};
 use std::borrow::Cow;
 use std::collections::BTreeSet;
