@@ -10,8 +10,8 @@
 //!
 //! The model's time stands still: the member's answers are handled at 0 and its polls at
 //! `retry.backoff.ms`, so a poll always comes after any backoff, and no heartbeat falls due. The member
-//! polls after each of its steps while its budget (`Bounds::member_polls`) lasts, and only between
-//! transactions, as the application's loop does.
+//! polls after each of its steps while its budget (`Bounds::member_polls`) lasts, only between
+//! transactions and only when the application has no records to process, as the application's loop does.
 
 use super::{delivered, ModelTimer, Node, NodeKind, NodeState, Stop, NOW_MS, O};
 use crate::bounds::TOPIC;
