@@ -298,10 +298,14 @@ impl Bounds {
                 MAX_PRODUCERS, MAX_PRODUCERS, self.producers
             ));
         }
-        if self.processors > 2 || self.member_polls > 20 || self.processor_txns > 9 || self.session_expiries > 9 {
-            return Err("--processors must be at most 2, --member-polls at most 20, --processor-txns and \
-                        --session-expiries at most 9"
-                .into());
+        let eos = [
+            ("--processors", self.processors, 2),
+            ("--member-polls", self.member_polls, 20),
+            ("--processor-txns", self.processor_txns, 9),
+            ("--session-expiries", self.session_expiries, 9),
+        ];
+        if let Some((flag, v, max)) = eos.iter().find(|(_, v, max)| v > max) {
+            return Err(format!("{flag} must be at most {max}, got {v}"));
         }
         if self.processors > 0 && (self.symmetry || self.replicated_cluster()) {
             return Err("processors run on one broker, without symmetry reduction (they are not producers)".into());
